@@ -1,0 +1,32 @@
+"""gRPC plumbing: Ray's method paths, servicer wrapping, client stubs, error mapping."""
+
+from gcs.rpc.client import ServiceStub
+from gcs.rpc.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    GcsError,
+    InvalidArgument,
+    NotFound,
+    RayStatusCode,
+    RayStatusError,
+    Unauthenticated,
+    Unavailable,
+)
+from gcs.rpc.server import service_handler
+from gcs.rpc.wire import method_path, wire_service_name
+
+__all__ = [
+    "AlreadyExists",
+    "FailedPrecondition",
+    "GcsError",
+    "InvalidArgument",
+    "NotFound",
+    "RayStatusCode",
+    "RayStatusError",
+    "ServiceStub",
+    "Unauthenticated",
+    "Unavailable",
+    "method_path",
+    "service_handler",
+    "wire_service_name",
+]

@@ -1,0 +1,80 @@
+"""Turn a servicer object into a gRPC handler for Ray's method paths.
+
+A servicer is any object with ``async def Method(self, request, context) -> reply`` for the
+RPCs it implements.  Unimplemented methods answer UNIMPLEMENTED.  Exceptions are mapped in
+one place: :class:`GcsError` -> its status; anything else -> INTERNAL (never UNKNOWN, which
+Ray's clients retry forever).  Cancellation passes through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message_factory import GetMessageClass
+
+from gcs.rpc.errors import GcsError, grpc_details
+from gcs.rpc.wire import method_path, wire_service_name
+
+log = structlog.get_logger("gcs.rpc")
+
+Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+CallHook = Callable[[str, str, float], None]
+"""(method path, grpc code name, seconds) after every call: metrics."""
+
+
+def _wrap(path: str, fn: Handler, on_call: CallHook | None) -> Handler:
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        start = time.perf_counter()
+        code = "OK"
+        try:
+            return await fn(request, context)
+        except GcsError as err:
+            code = err.grpc_code.name
+            await context.abort(err.grpc_code, grpc_details(err))
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except grpc.aio.AbortError:
+            code = str(context.code().name if context.code() else "ABORTED")
+            raise
+        except Exception as exc:  # the one place that turns a bug into a clean status
+            code = "INTERNAL"
+            log.exception("rpc.handler_failed", method=path)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc!r}")
+        finally:
+            if on_call is not None:
+                on_call(path, code, time.perf_counter() - start)
+        return None  # unreachable: abort raises
+
+    return handler
+
+
+def _unimplemented(path: str) -> Handler:
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{path} is not implemented")
+
+    return handler
+
+
+def service_handler(
+    service: ServiceDescriptor, servicer: object, *, on_call: CallHook | None = None
+) -> grpc.GenericRpcHandler:
+    handlers = {}
+    for method in service.methods:
+        if method.client_streaming or method.server_streaming:
+            continue
+        path = method_path(method)
+        fn = getattr(servicer, method.name, None)
+        impl = _wrap(path, fn, on_call) if fn is not None else _unimplemented(path)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            impl,
+            request_deserializer=GetMessageClass(method.input_type).FromString,
+            response_serializer=lambda m: m.SerializeToString(),
+        )
+    return grpc.method_handlers_generic_handler(wire_service_name(service), handlers)

@@ -1,0 +1,21 @@
+"""Service descriptors by short name (our generated modules, Ray's wire names)."""
+
+from __future__ import annotations
+
+from gcs.proto import autoscaler_pb2, gcs_service_pb2, node_manager_pb2
+
+_GS = gcs_service_pb2.DESCRIPTOR.services_by_name
+
+NODE_INFO = _GS["NodeInfoGcsService"]
+NODE_RESOURCE_INFO = _GS["NodeResourceInfoGcsService"]
+INTERNAL_KV = _GS["InternalKVGcsService"]
+JOB_INFO = _GS["JobInfoGcsService"]
+PLACEMENT_GROUP_INFO = _GS["PlacementGroupInfoGcsService"]
+CONTROL_PLANE_PUBSUB = _GS["ControlPlanePubSubGcsService"]
+OBSERVABILITY_PUBSUB = _GS["ObservabilityPubSubService"]
+ACTOR_INFO = _GS["ActorInfoGcsService"]
+WORKER_INFO = _GS["WorkerInfoGcsService"]
+TASK_INFO = _GS["TaskInfoGcsService"]
+RUNTIME_ENV = _GS["RuntimeEnvGcsService"]
+AUTOSCALER_STATE = autoscaler_pb2.DESCRIPTOR.services_by_name["AutoscalerStateService"]
+NODE_MANAGER = node_manager_pb2.DESCRIPTOR.services_by_name["NodeManagerService"]

@@ -1,0 +1,17 @@
+"""Storage: one async interface (:class:`Store`), backends chosen by URL."""
+
+from gcs.store.base import Condition, Store, WriteBatch
+from gcs.store.errors import StoreConflict, StoreCorrupt, StoreError, StoreUnavailable
+from gcs.store.factory import open_store, store_from_url
+
+__all__ = [
+    "Condition",
+    "Store",
+    "StoreConflict",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreUnavailable",
+    "WriteBatch",
+    "open_store",
+    "store_from_url",
+]

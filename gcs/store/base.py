@@ -1,0 +1,118 @@
+"""The one async storage interface every manager uses.
+
+Model: named tables of ``key (bytes) -> value (bytes)`` plus named monotonic counters.
+Managers keep the authoritative copy in memory and write through; the store is what makes a
+write durable.  A write is acknowledged to a client only after :meth:`Store.write` returned.
+
+Atomicity: one :class:`WriteBatch` is applied all-or-nothing, including its conditions
+(compare-and-set on the current value of a key).  Counters are separate, durable and never
+go backwards (``INCR`` semantics).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["Condition", "Store", "WriteBatch"]
+
+# Table names used by the managers.  The Redis backend lays them out as Ray does
+# (``RAY<namespace>@<TABLE>`` hashes) so NODE/JOB/KV are readable with Ray's tooling.
+TABLE_NODE = "NODE"
+TABLE_JOB = "JOB"
+TABLE_KV = "KV"
+TABLE_PLACEMENT_GROUP = "PLACEMENT_GROUP"
+TABLE_VIRTUAL_CLUSTER = "VIRTUAL_CLUSTER"
+TABLE_META = "GCS_META"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """Require ``table[key]`` to equal ``expected`` (``None``: the key must be absent)."""
+
+    table: str
+    key: bytes
+    expected: bytes | None
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Puts and deletes applied atomically, guarded by optional conditions."""
+
+    puts: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+    deletes: list[tuple[str, bytes]] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
+
+    def put(self, table: str, key: bytes, value: bytes) -> WriteBatch:
+        self.puts.append((table, key, value))
+        return self
+
+    def delete(self, table: str, key: bytes) -> WriteBatch:
+        self.deletes.append((table, key))
+        return self
+
+    def expect(self, table: str, key: bytes, expected: bytes | None) -> WriteBatch:
+        self.conditions.append(Condition(table, key, expected))
+        return self
+
+    def __bool__(self) -> bool:
+        return bool(self.puts or self.deletes)
+
+
+class Store(abc.ABC):
+    """Async key-value tables + counters.  Every method may raise :class:`StoreError`."""
+
+    url: str
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect (and migrate the schema, for SQL).  Idempotent."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections.  Idempotent; safe before :meth:`open`."""
+
+    @abc.abstractmethod
+    async def get(self, table: str, key: bytes) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def multi_get(self, table: str, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+        """Values of the keys that exist (missing keys are absent from the result)."""
+
+    @abc.abstractmethod
+    async def get_all(self, table: str) -> dict[bytes, bytes]: ...
+
+    @abc.abstractmethod
+    async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]: ...
+
+    @abc.abstractmethod
+    async def write(self, batch: WriteBatch) -> None:
+        """Apply ``batch`` atomically.  Raises StoreConflict if a condition fails."""
+
+    @abc.abstractmethod
+    async def increment(self, counter: str, by: int = 1) -> int:
+        """Add ``by`` (>= 1) to a durable counter starting at 0; return the new value."""
+
+    @abc.abstractmethod
+    async def read_counter(self, counter: str) -> int:
+        """Current value (0 if never incremented)."""
+
+    async def put(self, table: str, key: bytes, value: bytes) -> None:
+        await self.write(WriteBatch().put(table, key, value))
+
+    async def delete(self, table: str, key: bytes) -> None:
+        await self.write(WriteBatch().delete(table, key))
+
+    async def put_many(self, table: str, items: Mapping[bytes, bytes]) -> None:
+        batch = WriteBatch()
+        for key, value in items.items():
+            batch.put(table, key, value)
+        await self.write(batch)
+
+    async def __aenter__(self) -> Store:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
