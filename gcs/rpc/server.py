@@ -75,6 +75,13 @@ def service_handler(
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             impl,
             request_deserializer=GetMessageClass(method.input_type).FromString,
-            response_serializer=lambda m: m.SerializeToString(),
+            response_serializer=_serialize,
         )
     return grpc.method_handlers_generic_handler(wire_service_name(service), handlers)
+
+
+def _serialize(message: Any) -> bytes:
+    """Replies may be pre-serialized bytes (hot paths splice cached parts)."""
+    if isinstance(message, bytes):
+        return message
+    return message.SerializeToString()

@@ -1,0 +1,1 @@
+"""Managers own the GCS state: validate -> persist -> apply in memory -> publish -> reply."""

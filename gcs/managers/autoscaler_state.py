@@ -1,0 +1,325 @@
+"""``ray.rpc.autoscaler.AutoscalerStateService`` state: snapshot, constraint, reports, drain.
+
+Ray semantics (gcs-server.md §2) with three deliberate differences, all so that nothing a
+client was told is lost: the resource-state version never goes back across restarts, and
+the ``request_resources`` constraint and the last autoscaling state are persisted.
+
+The snapshot is assembled from cached serialized parts (see :mod:`gcs.wire_encoding`):
+per-node static bytes are rebuilt only when that node's report changes, the pending-demand
+section only when some node's load changed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import grpc
+import structlog
+
+from gcs.clock import Clock, now_ms
+from gcs.managers.counters import DurableCounter
+from gcs.managers.kv import KvManager
+from gcs.managers.nodes import DrainRecord, NodeManager
+from gcs.managers.placement_groups import PlacementGroupManager
+from gcs.managers.raylet_clients import RayletClientPool
+from gcs.managers.resources import ResourceCache
+from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
+from gcs.rpc.errors import GcsError, InvalidArgument, RayStatusCode, RayStatusError, Unavailable
+from gcs.store import Store, WriteBatch
+from gcs.store.base import TABLE_META
+from gcs.wire_encoding import int_field, len_field, string_field
+
+log = structlog.get_logger("gcs.autoscaler_state")
+
+NodeStatus = autoscaler_pb2.NodeStatus
+_KEY_CONSTRAINT = b"cluster_resource_constraint"
+_KEY_AUTOSCALING_STATE = b"autoscaling_state"
+VERSION_COUNTER = "cluster_resource_state_version"
+
+
+@dataclass(slots=True)
+class _NodeBytes:
+    generation: int
+    node_info: gcs_pb2.GcsNodeInfo
+    static: bytes
+
+
+class AutoscalerStateManager:
+    def __init__(
+        self,
+        store: Store,
+        kv: KvManager,
+        clock: Clock,
+        nodes: NodeManager,
+        resources: ResourceCache,
+        placement_groups: PlacementGroupManager,
+        clients: RayletClientPool,
+        *,
+        session_name: str = "",
+        raylet_timeout_s: float = 30.0,
+    ) -> None:
+        self._store = store
+        self._kv = kv
+        self._clock = clock
+        self._nodes = nodes
+        self._resources = resources
+        self._pgs = placement_groups
+        self._clients = clients
+        self._session_name = session_name
+        self._raylet_timeout_s = raylet_timeout_s
+        self.version = DurableCounter(store, VERSION_COUNTER)
+        self.constraint: autoscaler_pb2.ClusterResourceConstraint | None = None
+        self.autoscaling_state: autoscaler_pb2.AutoscalingState | None = None
+        self._node_bytes: dict[bytes, _NodeBytes] = {}
+        self._dead_bytes: dict[bytes, bytes] = {}
+
+    async def load(self) -> None:
+        await self.version.load()
+        raw = await self._store.get(TABLE_META, _KEY_CONSTRAINT)
+        if raw is not None:
+            self.constraint = autoscaler_pb2.ClusterResourceConstraint.FromString(raw)
+        raw = await self._store.get(TABLE_META, _KEY_AUTOSCALING_STATE)
+        if raw is not None:
+            self.autoscaling_state = autoscaler_pb2.AutoscalingState.FromString(raw)
+
+    # -- GetClusterResourceState / GetClusterStatus ----------------------------------------
+    async def cluster_resource_state_bytes(self, last_seen_version: int = 0) -> bytes:
+        """Serialized ``ClusterResourceState`` with a fresh version."""
+        if last_seen_version < 0:
+            raise InvalidArgument(
+                f"last_seen_cluster_resource_state_version must be >= 0, got {last_seen_version}"
+            )
+        if last_seen_version > self.version.current:
+            raise InvalidArgument(
+                "last_seen_cluster_resource_state_version "
+                f"{last_seen_version} is ahead of the GCS's version {self.version.current}"
+            )
+        version = await self.version.next()
+        return self._build(version)
+
+    async def cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:
+        return autoscaler_pb2.ClusterResourceState.FromString(
+            await self.cluster_resource_state_bytes()
+        )
+
+    def _build(self, version: int) -> bytes:
+        now_mono = self._clock.monotonic_s()
+        parts = [int_field(1, version)]
+        pg_labels: dict[bytes, list[bytes]] = {}
+        for pg in self._pgs.groups.values():
+            if pg.state == gcs_pb2.PlacementGroupTableData.REMOVED:
+                continue
+            for bundle in pg.bundles:
+                if bundle.node_id:
+                    pg_labels.setdefault(bundle.node_id, []).append(pg.placement_group_id)
+        version_bytes = int_field(7, version)
+        for node_id, node in self._nodes.alive.items():
+            parts.append(
+                len_field(
+                    3,
+                    self._alive_node(
+                        node_id, node, now_mono, version_bytes, pg_labels.get(node_id)
+                    ),
+                )
+            )
+        for node_id, node in self._nodes.dead.items():
+            static = self._dead_bytes.get(node_id)
+            if static is None:
+                static = self._dead_bytes[node_id] = autoscaler_pb2.NodeState(
+                    node_id=node_id,
+                    instance_id=node.instance_id,
+                    ray_node_type_name=node.node_type_name,
+                    node_ip_address=node.node_manager_address,
+                    instance_type_name=node.instance_type_name,
+                    status=NodeStatus.DEAD,
+                ).SerializeToString()
+            parts.append(len_field(3, static + version_bytes))
+        if len(self._dead_bytes) > len(self._nodes.dead) + 64:
+            self._dead_bytes = {k: v for k, v in self._dead_bytes.items() if k in self._nodes.dead}
+        live = self._nodes.alive
+        if len(self._node_bytes) > len(live) + 64:
+            self._node_bytes = {k: v for k, v in self._node_bytes.items() if k in live}
+        parts.append(self._resources.demand.serialized_requests(4))
+        for gang in self._pgs.gang_requests():
+            parts.append(len_field(5, gang.SerializeToString()))
+        if self.constraint is not None:
+            parts.append(len_field(6, self.constraint.SerializeToString()))
+        parts.append(string_field(7, self._session_name))
+        return b"".join(parts)
+
+    def _alive_node(
+        self,
+        node_id: bytes,
+        node: gcs_pb2.GcsNodeInfo,
+        now_mono: float,
+        version_bytes: bytes,
+        pgs: list[bytes] | None,
+    ) -> bytes:
+        entry = self._resources.nodes.get(node_id)
+        generation = entry.generation if entry is not None else -1
+        cached = self._node_bytes.get(node_id)
+        if cached is None or cached.generation != generation or cached.node_info is not node:
+            state = autoscaler_pb2.NodeState(
+                node_id=node_id,
+                instance_id=node.instance_id,
+                ray_node_type_name=node.node_type_name,
+                node_ip_address=node.node_manager_address,
+                instance_type_name=node.instance_type_name,
+                labels=node.labels,
+                node_activity=node.state_snapshot.node_activity,
+            )
+            if entry is not None:
+                state.available_resources.update(entry.data.resources_available)
+                state.total_resources.update(entry.data.resources_total)
+            else:
+                state.available_resources.update(node.resources_total)
+                state.total_resources.update(node.resources_total)
+            cached = _NodeBytes(generation, node, state.SerializeToString(deterministic=True))
+            self._node_bytes[node_id] = cached
+        dynamic = version_bytes
+        if entry is not None and entry.data.is_draining:
+            dynamic += int_field(8, NodeStatus.DRAINING)
+        elif entry is not None and entry.data.idle_duration_ms > 0:
+            idle = entry.data.idle_duration_ms + int((now_mono - entry.updated_mono_s) * 1000)
+            dynamic += int_field(8, NodeStatus.IDLE) + int_field(9, idle)
+        else:
+            dynamic += int_field(8, NodeStatus.RUNNING)
+        for pg_id in pgs or ():
+            dynamic += len_field(6, len_field(1, f"_PG_{pg_id.hex()}".encode()))
+        return cached.static + dynamic
+
+    async def cluster_status(self) -> autoscaler_pb2.GetClusterStatusReply:
+        reply = autoscaler_pb2.GetClusterStatusReply()
+        reply.cluster_resource_state.ParseFromString(await self.cluster_resource_state_bytes())
+        if self.autoscaling_state is not None:
+            reply.autoscaling_state.CopyFrom(self.autoscaling_state)
+        return reply
+
+    # -- constraint / reports --------------------------------------------------------------
+    async def set_constraint(self, constraint: autoscaler_pb2.ClusterResourceConstraint) -> None:
+        for i, by_count in enumerate(constraint.resource_requests):
+            where = f"cluster_resource_constraint.resource_requests[{i}]"
+            if by_count.count < 0:
+                raise InvalidArgument(f"{where}.count must be >= 0, got {by_count.count}")
+            for name, amount in by_count.request.resources_bundle.items():
+                if not name:
+                    raise InvalidArgument(f"{where}.request.resources_bundle has an empty name")
+                if math.isnan(amount) or math.isinf(amount) or amount < 0:
+                    raise InvalidArgument(
+                        f"{where}.request.resources_bundle[{name}] must be finite and >= 0, "
+                        f"got {amount}"
+                    )
+        stored = autoscaler_pb2.ClusterResourceConstraint()
+        stored.CopyFrom(constraint)
+        await self._store.write(
+            WriteBatch().put(TABLE_META, _KEY_CONSTRAINT, stored.SerializeToString())
+        )
+        self.constraint = stored
+
+    async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> bool:
+        """Keep the newest report; an older ``autoscaler_state_version`` is ignored (False)."""
+        current = self.autoscaling_state
+        if (
+            current is not None
+            and state.autoscaler_state_version < current.autoscaler_state_version
+        ):
+            log.info(
+                "autoscaling_state.stale",
+                got=state.autoscaler_state_version,
+                have=current.autoscaler_state_version,
+            )
+            return False
+        stored = autoscaler_pb2.AutoscalingState()
+        stored.CopyFrom(state)
+        await self._store.write(
+            WriteBatch().put(TABLE_META, _KEY_AUTOSCALING_STATE, stored.SerializeToString())
+        )
+        self.autoscaling_state = stored
+        return True
+
+    async def report_cluster_config(self, config: autoscaler_pb2.ClusterConfig) -> None:
+        await self._kv.put(
+            b"__autoscaler",
+            b"__autoscaler_cluster_config",
+            config.SerializeToString(),
+            overwrite=True,
+        )
+
+    # -- forwarding to raylets -------------------------------------------------------------
+    async def drain_node(
+        self, request: autoscaler_pb2.DrainNodeRequest
+    ) -> autoscaler_pb2.DrainNodeReply:
+        if request.deadline_timestamp_ms < 0:
+            raise RayStatusError(
+                RayStatusCode.Invalid,
+                f"deadline_timestamp_ms must be >= 0, got {request.deadline_timestamp_ms}",
+            )
+        node = self._nodes.alive.get(request.node_id)
+        if node is None:
+            return autoscaler_pb2.DrainNodeReply(is_accepted=True)
+        client = self._clients.get(
+            request.node_id, f"{node.node_manager_address}:{node.node_manager_port}"
+        )
+        try:
+            reply = await client.node_manager.DrainRaylet(
+                node_manager_pb2.DrainRayletRequest(
+                    reason=request.reason,
+                    reason_message=request.reason_message,
+                    deadline_timestamp_ms=request.deadline_timestamp_ms,
+                ),
+                timeout=self._raylet_timeout_s,
+            )
+        except grpc.aio.AioRpcError as err:
+            raise raylet_error(request.node_id, "DrainRaylet", err) from err
+        out = autoscaler_pb2.DrainNodeReply(is_accepted=reply.is_accepted)
+        if reply.is_accepted:
+            self._nodes.record_drain(
+                request.node_id,
+                DrainRecord(request.reason, request.reason_message, request.deadline_timestamp_ms),
+            )
+        else:
+            out.rejection_reason_message = reply.rejection_reason_message
+        return out
+
+    async def resize(
+        self, request: autoscaler_pb2.ResizeRayletResourceInstancesRequest
+    ) -> autoscaler_pb2.ResizeRayletResourceInstancesReply:
+        node = self._nodes.alive.get(request.node_id)
+        if node is None:
+            raise RayStatusError(
+                RayStatusCode.NotFound, f"Raylet {request.node_id.hex()} is not alive."
+            )
+        client = self._clients.get(
+            request.node_id, f"{node.node_manager_address}:{node.node_manager_port}"
+        )
+        try:
+            reply = await client.node_manager.ResizeLocalResourceInstances(
+                node_manager_pb2.ResizeLocalResourceInstancesRequest(resources=request.resources),
+                timeout=self._raylet_timeout_s,
+            )
+        except grpc.aio.AioRpcError as err:
+            raise raylet_error(request.node_id, "ResizeLocalResourceInstances", err) from err
+        self._resources.apply_resize(request.node_id, dict(reply.total_resources))
+        return autoscaler_pb2.ResizeRayletResourceInstancesReply(
+            total_resources=reply.total_resources
+        )
+
+    def now_ms(self) -> int:
+        return now_ms(self._clock)
+
+
+_RAYLET_CODES = {
+    grpc.StatusCode.INVALID_ARGUMENT: RayStatusCode.InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: RayStatusCode.NotFound,
+    grpc.StatusCode.FAILED_PRECONDITION: RayStatusCode.Invalid,
+}
+
+
+def raylet_error(node_id: bytes, method: str, err: grpc.aio.AioRpcError) -> GcsError:
+    """A raylet's failure as the GCS reports it (Ray: ABORTED + Ray code name)."""
+    details = f"raylet {node_id.hex()} {method}: {err.details() or err.code().name}"
+    code = _RAYLET_CODES.get(err.code())
+    if code is not None:
+        return RayStatusError(code, details)
+    return Unavailable(details)

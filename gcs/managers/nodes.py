@@ -1,0 +1,250 @@
+"""Node registry (``GcsNodeManager``): alive and dead nodes, death, and who hears of it.
+
+Write path: validate -> persist the NODE row -> apply in memory -> notify listeners ->
+publish (node info + address/liveness channels) -> reply.  Dead nodes stay in the table and
+in a bounded cache (Ray: ``maximum_gcs_dead_node_cached_count``); evicted ones are deleted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from gcs.clock import Clock, now_ms
+from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, pubsub_pb2
+from gcs.rpc.errors import FailedPrecondition
+from gcs.store import Store, WriteBatch
+from gcs.store.base import TABLE_NODE
+
+log = structlog.get_logger("gcs.nodes")
+
+ALIVE = gcs_pb2.GcsNodeInfo.ALIVE
+DEAD = gcs_pb2.GcsNodeInfo.DEAD
+Reason = common_pb2.NodeDeathInfo.Reason
+HEALTH_CHECK_DEATH_MESSAGE = "health check failed due to missing too many heartbeats"
+
+
+class Publish(Protocol):
+    def __call__(self, channel: int, key_id: bytes, message: pubsub_pb2.PubMessage) -> None: ...
+
+
+class NodeListener(Protocol):
+    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None: ...
+
+    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRecord:
+    reason: int
+    reason_message: str
+    deadline_timestamp_ms: int
+
+
+def _no_publish(channel: int, key_id: bytes, message: pubsub_pb2.PubMessage) -> None:
+    return None
+
+
+def address_and_liveness(node: gcs_pb2.GcsNodeInfo) -> gcs_pb2.GcsNodeAddressAndLiveness:
+    out = gcs_pb2.GcsNodeAddressAndLiveness(
+        node_id=node.node_id,
+        node_manager_address=node.node_manager_address,
+        node_manager_port=node.node_manager_port,
+        object_manager_port=node.object_manager_port,
+        state=node.state,
+    )
+    if node.HasField("death_info"):
+        out.death_info.CopyFrom(node.death_info)
+    return out
+
+
+class NodeManager:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        publish: Publish = _no_publish,
+        max_dead_cached: int = 1000,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._publish = publish
+        self._max_dead = max_dead_cached
+        self.alive: dict[bytes, gcs_pb2.GcsNodeInfo] = {}
+        self.dead: OrderedDict[bytes, gcs_pb2.GcsNodeInfo] = OrderedDict()
+        self._draining: dict[bytes, DrainRecord] = {}
+        self._listeners: list[NodeListener] = []
+        self._changed: list[Callable[[], None]] = []
+
+    # -- wiring --------------------------------------------------------------------------
+    def add_listener(self, listener: NodeListener) -> None:
+        self._listeners.append(listener)
+
+    def set_publisher(self, publish: Publish) -> None:
+        self._publish = publish
+
+    # -- startup -------------------------------------------------------------------------
+    async def load(self) -> None:
+        """Replay the NODE table: alive nodes back into the alive set, dead into the cache."""
+        rows = await self._store.get_all(TABLE_NODE)
+        dead: list[gcs_pb2.GcsNodeInfo] = []
+        for raw in rows.values():
+            node = gcs_pb2.GcsNodeInfo.FromString(raw)
+            if node.state == ALIVE:
+                self.alive[node.node_id] = node
+            else:
+                dead.append(node)
+        for node in sorted(dead, key=lambda n: n.end_time_ms):
+            self.dead[node.node_id] = node
+        for node in self.alive.values():
+            for listener in self._listeners:
+                listener.on_node_added(node)
+        log.info("nodes.loaded", alive=len(self.alive), dead=len(self.dead))
+
+    # -- queries -------------------------------------------------------------------------
+    def get(self, node_id: bytes) -> gcs_pb2.GcsNodeInfo | None:
+        return self.alive.get(node_id) or self.dead.get(node_id)
+
+    def is_alive(self, node_id: bytes) -> bool:
+        return node_id in self.alive
+
+    def all_nodes(self) -> Iterable[gcs_pb2.GcsNodeInfo]:
+        yield from self.alive.values()
+        yield from self.dead.values()
+
+    def total(self) -> int:
+        return len(self.alive) + len(self.dead)
+
+    # -- mutations -----------------------------------------------------------------------
+    async def register(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        """Register (or re-register, idempotently) a validated node."""
+        node_id = node.node_id
+        if node_id in self.dead:
+            raise FailedPrecondition(
+                f"node {node_id.hex()} was marked dead; a dead node cannot re-register "
+                "(restart the raylet with a new node id)"
+            )
+        node.state = ALIVE
+        node.ClearField("death_info")
+        node.end_time_ms = 0
+        if not node.start_time_ms:
+            node.start_time_ms = now_ms(self._clock)
+        if node.is_head_node:
+            for other in list(self.alive.values()):
+                if other.is_head_node and other.node_id != node_id:
+                    await self.mark_dead(
+                        other.node_id,
+                        Reason.UNEXPECTED_TERMINATION,
+                        "a new head node registered; the old head is presumed dead",
+                    )
+        await self._store.write(WriteBatch().put(TABLE_NODE, node_id, node.SerializeToString()))
+        rejoin = node_id in self.alive
+        self.alive[node_id] = node
+        if not rejoin:
+            for listener in self._listeners:
+                listener.on_node_added(node)
+        self._publish_node(node, full=True)
+        log.info(
+            "node.registered",
+            node_id=node_id.hex(),
+            rejoin=rejoin,
+            node_type=node.node_type_name,
+            address=node.node_manager_address,
+        )
+
+    async def unregister(self, node_id: bytes, death_info: common_pb2.NodeDeathInfo) -> bool:
+        """Graceful exit reported by the raylet.  Unknown or dead ids are a no-op (False)."""
+        if node_id not in self.alive:
+            return False
+        await self._kill(node_id, death_info)
+        return True
+
+    async def mark_dead(self, node_id: bytes, reason: int, message: str) -> bool:
+        if node_id not in self.alive:
+            return False
+        info = common_pb2.NodeDeathInfo(reason=reason, reason_message=message)
+        await self._kill(node_id, info)
+        return True
+
+    async def fail_unhealthy(self, node_id: bytes) -> bool:
+        """Health checks gave up on the node: infer the death reason as Ray does."""
+        drain = self._draining.get(node_id)
+        if (
+            drain is not None
+            and drain.reason == autoscaler_pb2.DRAIN_NODE_REASON_PREEMPTION
+            and drain.deadline_timestamp_ms
+            and now_ms(self._clock) > drain.deadline_timestamp_ms
+        ):
+            return await self.mark_dead(
+                node_id, Reason.AUTOSCALER_DRAIN_PREEMPTED, drain.reason_message
+            )
+        return await self.mark_dead(
+            node_id, Reason.UNEXPECTED_TERMINATION, HEALTH_CHECK_DEATH_MESSAGE
+        )
+
+    def record_drain(self, node_id: bytes, record: DrainRecord) -> None:
+        if node_id in self.alive:
+            self._draining[node_id] = record
+
+    async def _kill(self, node_id: bytes, death_info: common_pb2.NodeDeathInfo) -> None:
+        node = gcs_pb2.GcsNodeInfo()
+        node.CopyFrom(self.alive[node_id])
+        node.state = DEAD
+        node.end_time_ms = now_ms(self._clock)
+        node.death_info.CopyFrom(death_info)
+        batch = WriteBatch().put(TABLE_NODE, node_id, node.SerializeToString())
+        excess = len(self.dead) + 1 - self._max_dead
+        evicted = list(self.dead)[: max(excess, 0)]
+        for old_id in evicted:
+            batch.delete(TABLE_NODE, old_id)
+        await self._store.write(batch)
+        for old_id in evicted:
+            self.dead.pop(old_id, None)
+        del self.alive[node_id]
+        self._draining.pop(node_id, None)
+        self.dead[node_id] = node
+        for listener in self._listeners:
+            listener.on_node_dead(node)
+        self._publish_node(node, full=False)
+        log.info(
+            "node.dead",
+            node_id=node_id.hex(),
+            reason=common_pb2.NodeDeathInfo.Reason.Name(death_info.reason),
+            message=death_info.reason_message,
+        )
+
+    def _publish_node(self, node: gcs_pb2.GcsNodeInfo, *, full: bool) -> None:
+        if full:
+            info = node
+        else:  # Ray publishes a delta on death: id, state, end time, death info
+            info = gcs_pb2.GcsNodeInfo(
+                node_id=node.node_id, state=node.state, end_time_ms=node.end_time_ms
+            )
+            info.death_info.CopyFrom(node.death_info)
+        self._publish(
+            pubsub_pb2.GCS_NODE_INFO_CHANNEL,
+            node.node_id,
+            pubsub_pb2.PubMessage(
+                channel_type=pubsub_pb2.GCS_NODE_INFO_CHANNEL,
+                key_id=node.node_id,
+                node_info_message=info,
+            ),
+        )
+        liveness = address_and_liveness(node)
+        if not full:
+            liveness = gcs_pb2.GcsNodeAddressAndLiveness(node_id=node.node_id, state=node.state)
+            liveness.death_info.CopyFrom(node.death_info)
+        self._publish(
+            pubsub_pb2.GCS_NODE_ADDRESS_AND_LIVENESS_CHANNEL,
+            node.node_id,
+            pubsub_pb2.PubMessage(
+                channel_type=pubsub_pb2.GCS_NODE_ADDRESS_AND_LIVENESS_CHANNEL,
+                key_id=node.node_id,
+                node_address_and_liveness_message=liveness,
+            ),
+        )

@@ -1,0 +1,58 @@
+"""One gRPC channel per alive raylet, shared by the poller, health checks and forwarding."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health_pb2_grpc
+
+from gcs.rpc import ServiceStub
+from gcs.rpc.services import NODE_MANAGER
+
+_CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", 512 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 10000),
+    ("grpc.keepalive_timeout_ms", 20000),
+    # Fail fast when a raylet is gone instead of queueing calls behind reconnect backoff.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
+
+
+class RayletClient:
+    __slots__ = ("address", "channel", "health", "node_manager")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self.node_manager = ServiceStub(self.channel, NODE_MANAGER, timeout_s=30.0)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+
+
+class RayletClientPool:
+    def __init__(self) -> None:
+        self._clients: dict[bytes, RayletClient] = {}
+
+    def get(self, node_id: bytes, address: str) -> RayletClient:
+        client = self._clients.get(node_id)
+        if client is None or client.address != address:
+            if client is not None:
+                _close_soon(client)
+            client = RayletClient(address)
+            self._clients[node_id] = client
+        return client
+
+    def drop(self, node_id: bytes) -> None:
+        client = self._clients.pop(node_id, None)
+        if client is not None:
+            _close_soon(client)
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.channel.close(grace=None)
+
+
+def _close_soon(client: RayletClient) -> None:
+    import asyncio
+
+    asyncio.get_running_loop().create_task(client.channel.close(grace=None))

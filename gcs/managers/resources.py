@@ -1,0 +1,272 @@
+"""Per-node resource view fed by load polling, and the cluster-wide pending demand.
+
+``ResourceCache`` keeps, per alive node, the last ``ResourcesData`` a raylet reported (Ray's
+``GcsAutoscalerStateManager::node_resource_info_``) and maintains the aggregate of pending
+demand by (shape, label selectors) *incrementally*: when a node's load changes only its own
+contribution is swapped, so reading 10,000 pending shapes does not rescan 2,000 nodes.
+
+``LoadPoller`` calls ``NodeManagerService.GetResourceLoad`` on every alive raylet each period
+(Ray default 1 s) with a per-call deadline and a concurrency bound.  A node whose previous poll
+is still in flight is skipped for the round, so a slow or dead raylet never delays the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import grpc
+import structlog
+
+from gcs.clock import Clock
+from gcs.config import LoadPollConfig
+from gcs.managers.nodes import NodeManager
+from gcs.managers.raylet_clients import RayletClientPool
+from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
+from gcs.wire_encoding import int_field, len_field
+
+log = structlog.get_logger("gcs.resources")
+
+DemandKey = tuple[tuple[tuple[str, float], ...], tuple[bytes, ...]]
+Counts = tuple[int, int, int]  # ready, infeasible, backlog
+
+
+def demand_key(demand: gcs_pb2.ResourceDemand) -> DemandKey:
+    shape = tuple(sorted(demand.shape.items()))
+    selectors = tuple(s.SerializeToString(deterministic=True) for s in demand.label_selectors)
+    return shape, selectors
+
+
+@dataclass(slots=True)
+class NodeResources:
+    data: gcs_pb2.ResourcesData
+    updated_mono_s: float
+    generation: int = 0
+    load_bytes: bytes = b""
+    demand: dict[DemandKey, Counts] = field(default_factory=dict)
+
+
+class DemandAggregate:
+    """Sum of every node's ``resource_load_by_shape`` keyed by (shape, selectors)."""
+
+    def __init__(self) -> None:
+        self._totals: dict[DemandKey, list[int]] = {}
+        self._request_bytes: dict[DemandKey, bytes] = {}
+        self._serialized: bytes | None = None
+
+    def add(self, contribution: dict[DemandKey, Counts], sign: int) -> None:
+        if not contribution:
+            return
+        self._serialized = None
+        for key, (ready, infeasible, backlog) in contribution.items():
+            totals = self._totals.get(key)
+            if totals is None:
+                totals = self._totals[key] = [0, 0, 0]
+            totals[0] += sign * ready
+            totals[1] += sign * infeasible
+            totals[2] += sign * backlog
+            if totals == [0, 0, 0]:
+                del self._totals[key]
+
+    def items(self) -> Iterator[tuple[DemandKey, Counts]]:
+        for key, totals in self._totals.items():
+            yield key, (totals[0], totals[1], totals[2])
+
+    def __len__(self) -> int:
+        return len(self._totals)
+
+    def _request(self, key: DemandKey) -> bytes:
+        cached = self._request_bytes.get(key)
+        if cached is None:
+            shape, selectors = key
+            request = autoscaler_pb2.ResourceRequest(resources_bundle=dict(shape))
+            payload = request.SerializeToString(deterministic=True)
+            payload += b"".join(len_field(3, s) for s in selectors)
+            cached = self._request_bytes[key] = payload
+        return cached
+
+    def serialized_requests(self, field_number: int) -> bytes:
+        """Repeated ``ResourceRequestByCount`` entries (count = ready+infeasible+backlog > 0)."""
+        if self._serialized is None:
+            parts = []
+            for key, (ready, infeasible, backlog) in self._totals.items():
+                count = ready + infeasible + backlog
+                if count > 0:
+                    entry = len_field(1, self._request(key)) + int_field(2, count)
+                    parts.append(len_field(field_number, entry))
+            self._serialized = b"".join(parts)
+            if len(self._request_bytes) > 4 * len(self._totals) + 1024:
+                live = self._totals.keys()
+                self._request_bytes = {k: v for k, v in self._request_bytes.items() if k in live}
+        return self._serialized
+
+
+class ResourceCache:
+    """The GCS's per-node resource view (listener of NodeManager)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.nodes: dict[bytes, NodeResources] = {}
+        self.demand = DemandAggregate()
+        self.updates = 0
+
+    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        if node.node_id in self.nodes:
+            return
+        data = gcs_pb2.ResourcesData(
+            node_id=node.node_id,
+            resources_available=node.resources_total,
+            resources_total=node.resources_total,
+            node_manager_address=node.node_manager_address,
+            labels=node.labels,
+            draining_deadline_timestamp_ms=-1,
+        )
+        self.nodes[node.node_id] = NodeResources(data, self._clock.monotonic_s())
+
+    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        entry = self.nodes.pop(node.node_id, None)
+        if entry is not None:
+            self.demand.add(entry.demand, -1)
+
+    def apply(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> bool:
+        """Replace a node's view with a fresh report; False for unknown (dead) nodes."""
+        entry = self.nodes.get(node_id)
+        if entry is None:
+            return False
+        load_bytes = data.resource_load_by_shape.SerializeToString(deterministic=True)
+        if load_bytes != entry.load_bytes:
+            contribution: dict[DemandKey, Counts] = {}
+            for demand in data.resource_load_by_shape.resource_demands:
+                key = demand_key(demand)
+                prev = contribution.get(key, (0, 0, 0))
+                contribution[key] = (
+                    prev[0] + demand.num_ready_requests_queued,
+                    prev[1] + demand.num_infeasible_requests_queued,
+                    prev[2] + max(demand.backlog_size, 0),
+                )
+            self.demand.add(entry.demand, -1)
+            self.demand.add(contribution, +1)
+            entry.demand = contribution
+            entry.load_bytes = load_bytes
+        if not data.labels and entry.data.labels:
+            data.labels.update(entry.data.labels)
+        data.node_id = node_id
+        entry.data = data
+        entry.updated_mono_s = self._clock.monotonic_s()
+        entry.generation += 1
+        self.updates += 1
+        return True
+
+    def apply_resize(self, node_id: bytes, totals: dict[str, float]) -> None:
+        entry = self.nodes.get(node_id)
+        if entry is None:
+            return
+        data = gcs_pb2.ResourcesData()
+        data.CopyFrom(entry.data)
+        data.resources_total.clear()
+        data.resources_total.update(totals)
+        entry.data = data
+        entry.generation += 1
+
+    def draining(self) -> list[tuple[bytes, int]]:
+        return [
+            (node_id, e.data.draining_deadline_timestamp_ms)
+            for node_id, e in self.nodes.items()
+            if e.data.is_draining
+        ]
+
+
+@dataclass(slots=True)
+class PollStats:
+    rounds: int = 0
+    polls_ok: int = 0
+    polls_failed: int = 0
+    skipped_in_flight: int = 0
+    last_round_s: float = 0.0
+    """Wall time from round start until its last reply (or deadline)."""
+    max_staleness_s: float = 0.0
+
+
+class LoadPoller:
+    def __init__(
+        self,
+        nodes: NodeManager,
+        cache: ResourceCache,
+        clients: RayletClientPool,
+        clock: Clock,
+        config: LoadPollConfig,
+        *,
+        on_report: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self._nodes = nodes
+        self._cache = cache
+        self._clients = clients
+        self._clock = clock
+        self._config = config
+        self._on_report = on_report
+        self._in_flight: set[bytes] = set()
+        self._sem = asyncio.Semaphore(config.max_concurrent)
+        self._failures: dict[bytes, int] = {}
+        self.stats = PollStats()
+
+    async def poll_once(self) -> None:
+        """One round: poll every alive node not still busy from the previous round."""
+        started = time.monotonic()
+        tasks = []
+        for node_id, node in self._nodes.alive.items():
+            if node_id in self._in_flight:
+                self.stats.skipped_in_flight += 1
+                continue
+            self._in_flight.add(node_id)
+            address = f"{node.node_manager_address}:{node.node_manager_port}"
+            tasks.append(self._poll(node_id, address))
+        if tasks:
+            await asyncio.gather(*tasks)
+        self.stats.rounds += 1
+        self.stats.last_round_s = time.monotonic() - started
+        now = self._clock.monotonic_s()
+        self.stats.max_staleness_s = max(
+            (now - e.updated_mono_s for e in self._cache.nodes.values()), default=0.0
+        )
+
+    async def _poll(self, node_id: bytes, address: str) -> None:
+        try:
+            async with self._sem:
+                client = self._clients.get(node_id, address)
+                reply = await client.node_manager.GetResourceLoad(
+                    node_manager_pb2.GetResourceLoadRequest(),
+                    timeout=self._config.timeout_ms / 1000,
+                )
+        except grpc.aio.AioRpcError as err:
+            self.stats.polls_failed += 1
+            count = self._failures.get(node_id, 0) + 1
+            self._failures[node_id] = count
+            if count % 10 == 1:  # Ray logs every 10th failure
+                log.warning(
+                    "load_poll.failed", node_id=node_id.hex(), code=err.code().name, failures=count
+                )
+            return
+        finally:
+            self._in_flight.discard(node_id)
+        self._failures.pop(node_id, None)
+        self.stats.polls_ok += 1
+        if self._cache.apply(node_id, reply.resources) and self._on_report is not None:
+            self._on_report(node_id)
+
+    async def run(self) -> None:
+        """Start a round every period without waiting for stragglers of the last one."""
+        period_s = self._config.period_ms / 1000
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                begin = time.monotonic()
+                task = asyncio.get_running_loop().create_task(self.poll_once())
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                await asyncio.sleep(max(0.0, period_s - (time.monotonic() - begin)))
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)

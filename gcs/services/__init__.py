@@ -1,0 +1,1 @@
+"""Thin servicers, one per gRPC service: validate, call a manager, encode."""

@@ -1,0 +1,47 @@
+"""Minimal protobuf wire encoding for hot paths that splice pre-serialized messages.
+
+Protobuf parsers accept fields in any order and merge repeated fields, so a message can be
+assembled from cached serialized parts plus a few per-call scalar fields.  Used by the
+autoscaler-state builder so a 2,000-node, 10,000-shape snapshot costs a byte join, not a
+rebuild of every sub-message per call.
+"""
+
+from __future__ import annotations
+
+VARINT = 0
+LEN = 2
+
+
+def varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64 negative: ten-byte two's complement
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def tag(field_number: int, wire_type: int) -> bytes:
+    return varint((field_number << 3) | wire_type)
+
+
+def int_field(field_number: int, value: int) -> bytes:
+    """A varint field, omitted when zero (proto3 default)."""
+    if not value:
+        return b""
+    return tag(field_number, VARINT) + varint(value)
+
+
+def len_field(field_number: int, payload: bytes) -> bytes:
+    return tag(field_number, LEN) + varint(len(payload)) + payload
+
+
+def string_field(field_number: int, value: str) -> bytes:
+    if not value:
+        return b""
+    return len_field(field_number, value.encode())

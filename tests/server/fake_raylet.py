@@ -1,0 +1,86 @@
+"""A minimal in-test raylet: serves GetResourceLoad / DrainRaylet / Resize + health."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from gcs.proto import gcs_pb2, node_manager_pb2
+from gcs.rpc import service_handler
+from gcs.rpc.services import NODE_MANAGER
+
+
+class FakeRaylet:
+    def __init__(self, resources: dict[str, float], node_type: str = "cpu") -> None:
+        self.node_id = os.urandom(28)
+        self.resources = dict(resources)
+        self.node_type = node_type
+        self.load: gcs_pb2.ResourcesData | None = None
+        self.drain_accept = True
+        self.drains: list[Any] = []
+        self.polls = 0
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+
+    async def GetResourceLoad(self, request: Any, context: Any) -> Any:
+        self.polls += 1
+        data = gcs_pb2.ResourcesData(
+            node_id=self.node_id,
+            resources_total=self.resources,
+            resources_available=self.resources,
+            draining_deadline_timestamp_ms=-1,
+        )
+        if self.load is not None:
+            data.MergeFrom(self.load)
+        return node_manager_pb2.GetResourceLoadReply(resources=data)
+
+    async def DrainRaylet(self, request: Any, context: Any) -> Any:
+        self.drains.append(request)
+        if self.drain_accept:
+            return node_manager_pb2.DrainRayletReply(is_accepted=True)
+        return node_manager_pb2.DrainRayletReply(
+            is_accepted=False, rejection_reason_message="busy: 1 lease running"
+        )
+
+    async def ResizeLocalResourceInstances(self, request: Any, context: Any) -> Any:
+        if "GPU" in request.resources:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "GPU cannot be resized")
+        self.resources.update(request.resources)
+        return node_manager_pb2.ResizeLocalResourceInstancesReply(total_resources=self.resources)
+
+    async def NotifyGCSRestart(self, request: Any, context: Any) -> Any:
+        return node_manager_pb2.NotifyGCSRestartReply()
+
+    async def start(self, port: int = 0) -> None:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers([service_handler(NODE_MANAGER, self)])
+        servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+        await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        await servicer.set(self.node_id.hex(), health_pb2.HealthCheckResponse.SERVING)
+        self.port = server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        self._server = server
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(None)
+
+    def node_info(self, **overrides: Any) -> gcs_pb2.GcsNodeInfo:
+        info = gcs_pb2.GcsNodeInfo(
+            node_id=self.node_id,
+            node_manager_address="127.0.0.1",
+            node_manager_port=self.port,
+            object_manager_port=self.port,
+            resources_total=self.resources,
+            node_type_name=self.node_type,
+            instance_id=f"i-{self.node_id.hex()[:8]}",
+            labels={"ray.io/node-id": self.node_id.hex()},
+            state=gcs_pb2.GcsNodeInfo.ALIVE,
+        )
+        for key, value in overrides.items():
+            setattr(info, key, value)
+        return info
