@@ -39,3 +39,48 @@ async def gcs_server(memory_store: MemoryStore) -> AsyncIterator[GcsServer]:
         yield server
     finally:
         await server.stop()
+
+
+class Stubs:
+    """Client stubs for every GCS service, carrying the cluster id like Ray's clients."""
+
+    def __init__(self, channel: object, cluster_id: bytes) -> None:
+        from gcs.rpc import ServiceStub
+        from gcs.rpc import services as svc
+
+        md = [("ray_cluster_id", cluster_id.hex())]
+        self.cluster_id = cluster_id
+        self.node_info = ServiceStub(channel, svc.NODE_INFO, metadata=md, timeout_s=10)
+        self.node_resources = ServiceStub(
+            channel, svc.NODE_RESOURCE_INFO, metadata=md, timeout_s=10
+        )
+        self.kv = ServiceStub(channel, svc.INTERNAL_KV, metadata=md, timeout_s=10)
+        self.autoscaler = ServiceStub(channel, svc.AUTOSCALER_STATE, metadata=md, timeout_s=10)
+        self.jobs = ServiceStub(channel, svc.JOB_INFO, metadata=md, timeout_s=10)
+        self.pgs = ServiceStub(channel, svc.PLACEMENT_GROUP_INFO, metadata=md, timeout_s=10)
+
+
+@pytest.fixture
+async def stubs(gcs_server: GcsServer) -> AsyncIterator[Stubs]:
+    import grpc
+
+    async with grpc.aio.insecure_channel(gcs_server.address) as channel:
+        assert gcs_server.meta is not None
+        yield Stubs(channel, gcs_server.meta.cluster_id)
+
+
+async def eventually(predicate: object, timeout_s: float = 5.0, interval_s: float = 0.02) -> None:
+    """Wait until ``predicate()`` (sync or async) is truthy; fail with a clear message."""
+    import asyncio
+    import inspect
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        result = predicate()  # type: ignore[operator]
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,111 @@
+"""A ``ray status``-like text view of ``GetClusterStatus`` (pure: proto in, text out)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+
+from gcs.proto import autoscaler_pb2, common_pb2
+
+NodeStatus = autoscaler_pb2.NodeStatus
+_RULE = "-" * 64
+
+
+def _fmt_amount(value: float) -> str:
+    return f"{value:g}" if value != int(value) else f"{int(value)}.0"
+
+
+def _fmt_shape(shape: dict[str, float]) -> str:
+    inner = ", ".join(f"{k}: {v:g}" for k, v in sorted(shape.items()))
+    return "{" + inner + "}"
+
+
+def _fmt_selectors(selectors: list[common_pb2.LabelSelector]) -> str:
+    parts = []
+    for selector in selectors:
+        for c in selector.label_constraints:
+            op = "in" if c.operator == common_pb2.LABEL_OPERATOR_IN else "!in"
+            parts.append(f"{c.label_key} {op} ({','.join(c.label_values)})")
+    return f" [{'; '.join(parts)}]" if parts else ""
+
+
+def render(reply: autoscaler_pb2.GetClusterStatusReply, *, now_s: float | None = None) -> str:
+    state = reply.cluster_resource_state
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now_s or time.time()))
+    lines = [f"======== Cluster status: {stamp} ========", "Node status", _RULE]
+    by_status: dict[int, Counter[str]] = defaultdict(Counter)
+    dead: list[autoscaler_pb2.NodeState] = []
+    used: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    for node in state.node_states:
+        if node.status == NodeStatus.DEAD:
+            dead.append(node)
+            continue
+        by_status[node.status][node.ray_node_type_name or "(no type)"] += 1
+        for name, amount in node.total_resources.items():
+            total[name] += amount
+            used[name] += amount - node.available_resources.get(name, 0.0)
+    for title, status in (
+        ("Active", NodeStatus.RUNNING),
+        ("Idle", NodeStatus.IDLE),
+        ("Draining", NodeStatus.DRAINING),
+    ):
+        lines.append(f"{title}:")
+        counts = by_status.get(status)
+        if not counts:
+            lines.append(" (no nodes)")
+        for node_type, count in sorted(counts.items()) if counts else ():
+            lines.append(f" {count} {node_type}")
+    lines.append("Pending:")
+    pending = (
+        reply.autoscaling_state.pending_instances if reply.HasField("autoscaling_state") else []
+    )
+    if not pending and not reply.autoscaling_state.pending_instance_requests:
+        lines.append(" (no pending nodes)")
+    for request in reply.autoscaling_state.pending_instance_requests:
+        lines.append(f" {request.ray_node_type_name}, {request.count} launching")
+    for instance in pending:
+        lines.append(
+            f" {instance.ip_address or '?'}: {instance.ray_node_type_name}, {instance.details}"
+        )
+    lines.append("Recent failures:")
+    if not dead:
+        lines.append(" (no failures)")
+    for node in dead[-10:]:
+        lines.append(
+            f" {node.ray_node_type_name or 'node'}: NodeTerminated "
+            f"(ip: {node.node_ip_address}, id: {node.node_id.hex()[:12]})"
+        )
+    lines += ["", "Resources", _RULE, "Usage:"]
+    if not total:
+        lines.append(" (no resources)")
+    for name in sorted(total):
+        if name.startswith("node:"):
+            continue
+        lines.append(f" {_fmt_amount(used[name])}/{_fmt_amount(total[name])} {name}")
+    lines.append("Constraints:")
+    constraints = [c for c in state.cluster_resource_constraints if c.resource_requests]
+    if not constraints:
+        lines.append(" (no request_resources() constraints)")
+    for constraint in constraints:
+        for by_count in constraint.resource_requests:
+            shape = dict(by_count.request.resources_bundle)
+            lines.append(
+                f" {_fmt_shape(shape)}{_fmt_selectors(list(by_count.request.label_selectors))}"
+                f": {by_count.count} from request_resources()"
+            )
+    lines.append("Demands:")
+    if not state.pending_resource_requests and not state.pending_gang_resource_requests:
+        lines.append(" (no resource demands)")
+    for by_count in state.pending_resource_requests:
+        shape = dict(by_count.request.resources_bundle)
+        lines.append(
+            f" {_fmt_shape(shape)}{_fmt_selectors(list(by_count.request.label_selectors))}"
+            f": {by_count.count}+ pending tasks/actors"
+        )
+    for gang in state.pending_gang_resource_requests:
+        shapes = Counter(_fmt_shape(dict(r.resources_bundle)) for r in gang.requests)
+        strategy = gang.details.split(":", 1)[-1].split("|", 1)[0] if gang.details else "?"
+        body = ", ".join(f"{s} * {n}" for s, n in shapes.items())
+        lines.append(f" {body} ({strategy}): 1+ pending placement groups")
+    return "\n".join(lines) + "\n"
