@@ -114,3 +114,18 @@ def grpc_details(err: GcsError) -> str:
     if isinstance(err, RayStatusError):
         return f"{err.ray_code.name}: {err.message}" if err.message else err.ray_code.name
     return err.message
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
+    """The one table from our exceptions to gRPC statuses (None: not ours -> INTERNAL)."""
+    from gcs.store.errors import StoreConflict, StoreError, StoreUnavailable
+
+    if isinstance(exc, GcsError):
+        return exc.grpc_code, grpc_details(exc)
+    if isinstance(exc, StoreUnavailable):
+        return grpc.StatusCode.UNAVAILABLE, f"store unavailable, nothing was written: {exc}"
+    if isinstance(exc, StoreConflict):
+        return grpc.StatusCode.ABORTED, f"concurrent update, retry: {exc}"
+    if isinstance(exc, StoreError):
+        return grpc.StatusCode.INTERNAL, f"store error: {exc}"
+    return None

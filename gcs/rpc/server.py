@@ -18,7 +18,7 @@ import structlog
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from gcs.rpc.errors import GcsError, grpc_details
+from gcs.rpc.errors import status_for
 from gcs.rpc.wire import method_path, wire_service_name
 
 log = structlog.get_logger("gcs.rpc")
@@ -34,19 +34,19 @@ def _wrap(path: str, fn: Handler, on_call: CallHook | None) -> Handler:
         code = "OK"
         try:
             return await fn(request, context)
-        except GcsError as err:
-            code = err.grpc_code.name
-            await context.abort(err.grpc_code, grpc_details(err))
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
         except grpc.aio.AbortError:
             code = str(context.code().name if context.code() else "ABORTED")
             raise
-        except Exception as exc:  # the one place that turns a bug into a clean status
-            code = "INTERNAL"
-            log.exception("rpc.handler_failed", method=path)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc!r}")
+        except Exception as exc:  # the one place that turns an error into a clean status
+            mapped = status_for(exc)
+            if mapped is None:
+                log.exception("rpc.handler_failed", method=path)
+                mapped = (grpc.StatusCode.INTERNAL, f"internal error: {exc!r}")
+            code = mapped[0].name
+            await context.abort(*mapped)
         finally:
             if on_call is not None:
                 on_call(path, code, time.perf_counter() - start)
