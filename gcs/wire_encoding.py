@@ -12,7 +12,12 @@ VARINT = 0
 LEN = 2
 
 
+_SMALL = [bytes((i,)) for i in range(128)]
+
+
 def varint(value: int) -> bytes:
+    if 0 <= value < 128:
+        return _SMALL[value]
     if value < 0:
         value += 1 << 64  # int64 negative: ten-byte two's complement
     out = bytearray()
@@ -39,6 +44,11 @@ def int_field(field_number: int, value: int) -> bytes:
 
 def len_field(field_number: int, payload: bytes) -> bytes:
     return tag(field_number, LEN) + varint(len(payload)) + payload
+
+
+def len_field_parts(field_number: int, *payload: bytes) -> tuple[bytes, ...]:
+    """``len_field`` without concatenating: parts for a caller that joins once."""
+    return (tag(field_number, LEN), varint(sum(len(p) for p in payload)), *payload)
 
 
 def string_field(field_number: int, value: str) -> bytes:

@@ -28,7 +28,7 @@ from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.errors import GcsError, InvalidArgument, RayStatusCode, RayStatusError, Unavailable
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META
-from gcs.wire_encoding import int_field, len_field, string_field
+from gcs.wire_encoding import int_field, len_field, len_field_parts, string_field
 
 log = structlog.get_logger("gcs.autoscaler_state")
 
@@ -36,6 +36,9 @@ NodeStatus = autoscaler_pb2.NodeStatus
 _KEY_CONSTRAINT = b"cluster_resource_constraint"
 _KEY_AUTOSCALING_STATE = b"autoscaling_state"
 VERSION_COUNTER = "cluster_resource_state_version"
+_STATUS_RUNNING = int_field(8, NodeStatus.RUNNING)
+_STATUS_IDLE = int_field(8, NodeStatus.IDLE)
+_STATUS_DRAINING = int_field(8, NodeStatus.DRAINING)
 
 
 @dataclass(slots=True)
@@ -115,14 +118,10 @@ class AutoscalerStateManager:
                     pg_labels.setdefault(bundle.node_id, []).append(pg.placement_group_id)
         version_bytes = int_field(7, version)
         for node_id, node in self._nodes.alive.items():
-            parts.append(
-                len_field(
-                    3,
-                    self._alive_node(
-                        node_id, node, now_mono, version_bytes, pg_labels.get(node_id)
-                    ),
-                )
+            static, dynamic = self._alive_node(
+                node_id, node, now_mono, version_bytes, pg_labels.get(node_id)
             )
+            parts.extend(len_field_parts(3, static, dynamic))
         for node_id, node in self._nodes.dead.items():
             static = self._dead_bytes.get(node_id)
             if static is None:
@@ -134,13 +133,13 @@ class AutoscalerStateManager:
                     instance_type_name=node.instance_type_name,
                     status=NodeStatus.DEAD,
                 ).SerializeToString()
-            parts.append(len_field(3, static + version_bytes))
+            parts.extend(len_field_parts(3, static, version_bytes))
         if len(self._dead_bytes) > len(self._nodes.dead) + 64:
             self._dead_bytes = {k: v for k, v in self._dead_bytes.items() if k in self._nodes.dead}
         live = self._nodes.alive
         if len(self._node_bytes) > len(live) + 64:
             self._node_bytes = {k: v for k, v in self._node_bytes.items() if k in live}
-        parts.append(self._resources.demand.serialized_requests(4))
+        parts.append(self._resources.demand.serialized_requests())
         for gang in self._pgs.gang_requests():
             parts.append(len_field(5, gang.SerializeToString()))
         if self.constraint is not None:
@@ -155,7 +154,7 @@ class AutoscalerStateManager:
         now_mono: float,
         version_bytes: bytes,
         pgs: list[bytes] | None,
-    ) -> bytes:
+    ) -> tuple[bytes, bytes]:
         entry = self._resources.nodes.get(node_id)
         generation = entry.generation if entry is not None else -1
         cached = self._node_bytes.get(node_id)
@@ -177,17 +176,16 @@ class AutoscalerStateManager:
                 state.total_resources.update(node.resources_total)
             cached = _NodeBytes(generation, node, state.SerializeToString(deterministic=True))
             self._node_bytes[node_id] = cached
-        dynamic = version_bytes
         if entry is not None and entry.data.is_draining:
-            dynamic += int_field(8, NodeStatus.DRAINING)
+            dynamic = version_bytes + _STATUS_DRAINING
         elif entry is not None and entry.data.idle_duration_ms > 0:
             idle = entry.data.idle_duration_ms + int((now_mono - entry.updated_mono_s) * 1000)
-            dynamic += int_field(8, NodeStatus.IDLE) + int_field(9, idle)
+            dynamic = version_bytes + _STATUS_IDLE + int_field(9, idle)
         else:
-            dynamic += int_field(8, NodeStatus.RUNNING)
+            dynamic = version_bytes + _STATUS_RUNNING
         for pg_id in pgs or ():
             dynamic += len_field(6, len_field(1, f"_PG_{pg_id.hex()}".encode()))
-        return cached.static + dynamic
+        return cached.static, dynamic
 
     async def cluster_status(self) -> autoscaler_pb2.GetClusterStatusReply:
         reply = autoscaler_pb2.GetClusterStatusReply()

@@ -49,17 +49,23 @@ class NodeResources:
 
 
 class DemandAggregate:
-    """Sum of every node's ``resource_load_by_shape`` keyed by (shape, selectors)."""
+    """Sum of every node's ``resource_load_by_shape`` keyed by (shape, selectors).
+
+    Each key's serialized ``ResourceRequestByCount`` entry is cached and rebuilt only when
+    that key's totals change, so the snapshot's pending section is one ``bytes.join``.
+    """
 
     def __init__(self) -> None:
         self._totals: dict[DemandKey, list[int]] = {}
         self._request_bytes: dict[DemandKey, bytes] = {}
-        self._serialized: bytes | None = None
+        self._entries: dict[DemandKey, bytes] = {}
+        self._dirty: set[DemandKey] = set()
+        self._joined: bytes | None = None
 
     def add(self, contribution: dict[DemandKey, Counts], sign: int) -> None:
         if not contribution:
             return
-        self._serialized = None
+        self._joined = None
         for key, (ready, infeasible, backlog) in contribution.items():
             totals = self._totals.get(key)
             if totals is None:
@@ -69,6 +75,7 @@ class DemandAggregate:
             totals[2] += sign * backlog
             if totals == [0, 0, 0]:
                 del self._totals[key]
+            self._dirty.add(key)
 
     def items(self) -> Iterator[tuple[DemandKey, Counts]]:
         for key, totals in self._totals.items():
@@ -87,20 +94,21 @@ class DemandAggregate:
             cached = self._request_bytes[key] = payload
         return cached
 
-    def serialized_requests(self, field_number: int) -> bytes:
-        """Repeated ``ResourceRequestByCount`` entries (count = ready+infeasible+backlog > 0)."""
-        if self._serialized is None:
-            parts = []
-            for key, (ready, infeasible, backlog) in self._totals.items():
-                count = ready + infeasible + backlog
+    def serialized_requests(self) -> bytes:
+        """``ClusterResourceState.pending_resource_requests`` (field 4) entries, count > 0."""
+        if self._joined is None:
+            for key in self._dirty:
+                totals = self._totals.get(key)
+                count = sum(totals) if totals is not None else 0
                 if count > 0:
                     entry = len_field(1, self._request(key)) + int_field(2, count)
-                    parts.append(len_field(field_number, entry))
-            self._serialized = b"".join(parts)
-            if len(self._request_bytes) > 4 * len(self._totals) + 1024:
-                live = self._totals.keys()
-                self._request_bytes = {k: v for k, v in self._request_bytes.items() if k in live}
-        return self._serialized
+                    self._entries[key] = len_field(4, entry)
+                else:
+                    self._entries.pop(key, None)
+                    self._request_bytes.pop(key, None)
+            self._dirty.clear()
+            self._joined = b"".join(self._entries.values())
+        return self._joined
 
 
 class ResourceCache:
@@ -153,9 +161,15 @@ class ResourceCache:
         if not data.labels and entry.data.labels:
             data.labels.update(entry.data.labels)
         data.node_id = node_id
+        old = entry.data
+        if (
+            dict(data.resources_available) != dict(old.resources_available)
+            or dict(data.resources_total) != dict(old.resources_total)
+            or data.labels != old.labels
+        ):
+            entry.generation += 1  # only what the cached per-node snapshot bytes depend on
         entry.data = data
         entry.updated_mono_s = self._clock.monotonic_s()
-        entry.generation += 1
         self.updates += 1
         return True
 

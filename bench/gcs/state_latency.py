@@ -1,0 +1,113 @@
+"""GetClusterResourceState latency at scale (issue 3 target: p99 <= 50 ms).
+
+2,000 registered nodes, 10,000 distinct pending shapes spread over them (as the load poller
+would report them), and between reads a tenth of the nodes report a changed load, so the
+measured reads include the incremental re-aggregation a live cluster causes.
+
+    python -m bench.gcs.state_latency [--nodes 2000] [--shapes 10000] [--reads 200]
+
+Prints p50/p99/max in ms, reply size, and the same figures with the load unchanged.
+Compare runs by the printed percentiles (fixed seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+
+import grpc
+
+from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
+from gcs.proto import autoscaler_pb2 as A
+from gcs.proto import gcs_pb2
+from gcs.proto import gcs_service_pb2 as G
+from gcs.rpc import ServiceStub
+from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
+from gcs.server import GcsServer
+from gcs.server.logging import configure_logging
+from gcs.store.memory import MemoryStore
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def load_for(rng: random.Random, node: int, shapes_per_node: int, salt: int) -> gcs_pb2.ResourcesData:
+    data = gcs_pb2.ResourcesData(
+        resources_total={"CPU": 16, "memory": 64e9},
+        resources_available={"CPU": float(rng.randint(0, 16)), "memory": 32e9},
+        idle_duration_ms=0 if node % 3 else 1000,
+    )
+    for j in range(shapes_per_node):
+        d = data.resource_load_by_shape.resource_demands.add(
+            shape={"CPU": 1 + (node * shapes_per_node + j) % 10_000 / 10_000, "GPU": j % 2},
+            backlog_size=rng.randint(1, 5) + salt % 2,
+        )
+        d.label_selectors.add()
+    return data
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=2000)
+    ap.add_argument("--shapes", type=int, default=10_000)
+    ap.add_argument("--reads", type=int, default=200)
+    args = ap.parse_args()
+    configure_logging("console", "warning")
+    rng = random.Random(7)
+    config = GcsConfig(
+        port=0, metrics_port=-1,
+        health=HealthCheckConfig(initial_delay_ms=10**9),
+        load_poll=LoadPollConfig(period_ms=10**9),
+    )
+    server = GcsServer(config, store=MemoryStore())
+    await server.start()
+    async with grpc.aio.insecure_channel(server.address) as ch:
+        cid = (await ServiceStub(ch, NODE_INFO).GetClusterId(G.GetClusterIdRequest())).cluster_id
+        md = [("ray_cluster_id", cid.hex())]
+        nodes = ServiceStub(ch, NODE_INFO, metadata=md)
+        state = ServiceStub(ch, AUTOSCALER_STATE, metadata=md, timeout_s=60)
+        ids = [rng.randbytes(28) for _ in range(args.nodes)]
+        for i, node_id in enumerate(ids):
+            await nodes.RegisterNode(G.RegisterNodeRequest(node_info=gcs_pb2.GcsNodeInfo(
+                node_id=node_id, node_manager_address="127.0.0.1", node_manager_port=10000 + i,
+                resources_total={"CPU": 16, "memory": 64e9}, node_type_name=f"t{i % 4}",
+                labels={"ray.io/node-id": node_id.hex(), "zone": f"z{i % 3}"},
+                state=gcs_pb2.GcsNodeInfo.ALIVE)))
+        cache = server.managers.resources
+        per_node = max(1, args.shapes // args.nodes)
+        for i, node_id in enumerate(ids):
+            cache.apply(node_id, load_for(rng, i, per_node, 0))
+        reply = await state.GetClusterResourceState(A.GetClusterResourceStateRequest())
+        size = reply.ByteSize()
+        crs = reply.cluster_resource_state
+        print(f"nodes={len(crs.node_states)} pending_shapes={len(crs.pending_resource_requests)} "
+              f"reply_bytes={size}")
+
+        async def measure(churn: bool) -> list[float]:
+            times = []
+            for r in range(args.reads):
+                if churn:
+                    t_apply = time.perf_counter()
+                    for i in rng.sample(range(args.nodes), args.nodes // 10):
+                        cache.apply(ids[i], load_for(rng, i, per_node, r))
+                    _ = time.perf_counter() - t_apply
+                t0 = time.perf_counter()
+                await state.GetClusterResourceState(A.GetClusterResourceStateRequest())
+                times.append((time.perf_counter() - t0) * 1000)
+            return times
+
+        for label, churn in (("steady", False), ("10% of nodes changed load", True)):
+            t = await measure(churn)
+            print(f"GetClusterResourceState [{label}]: p50={statistics.median(t):.1f} ms "
+                  f"p99={percentile(t, 0.99):.1f} ms max={max(t):.1f} ms (n={len(t)}) "
+                  f"target p99<=50 ms")
+    await server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

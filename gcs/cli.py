@@ -1,0 +1,128 @@
+"""``gcs`` command line: serve, status, and the command groups of each subsystem."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import Any
+
+import click
+
+from gcs.config import ConfigError, load_config
+
+
+def resolve_address(address: str | None) -> str:
+    """Explicit flag, else ``GCS_ADDRESS``, else ``RAY_ADDRESS``."""
+    value = address or os.environ.get("GCS_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    if not value:
+        raise click.UsageError("no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS")
+    return value
+
+
+@click.group()
+@click.version_option(package_name="gcs")
+def main() -> None:
+    """A Ray-wire-compatible control plane (GCS) with virtual clusters and an autoscaler."""
+
+
+@main.command()
+@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="gRPC port (default 6379, Ray's).")
+@click.option(
+    "--storage",
+    default=None,
+    help="memory://, sqlite:///PATH, postgresql+asyncpg://..., redis://HOST:PORT/DB. "
+    "Default: embedded SQLite under --data-dir.",
+)
+@click.option("--namespace", default=None, help="Key namespace per cluster in a shared store.")
+@click.option("--data-dir", default=None, help="Directory for the embedded store.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="YAML config file (flags and GCS_* env vars override it).",
+)
+@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
+@click.option("--log-level", default=None)
+@click.option(
+    "--metrics-port", type=int, default=None, help="Prometheus port (0 = any free port, -1 = off)."
+)
+@click.option(
+    "--demo",
+    "demo_nodes",
+    type=int,
+    default=0,
+    help="Also start N local raylet agents with synthetic load (a demo cluster).",
+)
+def serve(demo_nodes: int, config_file: str | None, **flags: Any) -> None:
+    """Run the GCS server."""
+    from gcs.server import GcsServer
+    from gcs.server.logging import configure_logging
+
+    try:
+        config = load_config(config_file=config_file, flags=flags)
+    except ConfigError as err:
+        raise click.BadParameter(str(err)) from err
+    configure_logging(config.log_format, config.log_level)
+
+    async def run() -> None:
+        server = GcsServer(config)
+        await server.start()
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        demo = None
+        if demo_nodes:
+            from gcs.demo import DemoCluster
+
+            demo = DemoCluster(server.address, nodes=demo_nodes)
+            await demo.start()
+        click.echo(
+            f"gcs serving on {server.address} (storage {server.store.url}); "
+            f"try: gcs status --address {server.address}",
+            err=True,
+        )
+        waiter = asyncio.create_task(server.wait())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if demo is not None:
+            await demo.stop()
+        await server.stop()
+        if waiter.done() and waiter.exception() is not None:
+            raise waiter.exception()  # type: ignore[misc]
+
+    asyncio.run(run())
+
+
+@main.command()
+@click.option("--address", default=None, help="GCS address (else GCS_ADDRESS, RAY_ADDRESS).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def status(address: str | None, fmt: str) -> None:
+    """Cluster status in the spirit of `ray status`."""
+    from google.protobuf import json_format
+
+    from gcs.sdk import get_cluster_status
+    from gcs.status import render
+
+    reply = get_cluster_status(address=resolve_address(address))
+    if fmt == "json":
+        click.echo(json_format.MessageToJson(reply))
+    else:
+        click.echo(render(reply), nl=False)
+
+
+def _mount_subcommands() -> None:
+    """Each subsystem owns its commands; the top level only mounts them."""
+    from gcs.sdk.cli import request_resources_command
+
+    main.add_command(request_resources_command)
+
+
+_mount_subcommands()
+
+if __name__ == "__main__":
+    sys.exit(main())
