@@ -1,0 +1,71 @@
+"""Config precedence: flag > environment > file > default; bad values name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from gcs.config import ConfigError, GcsConfig, load_config
+
+
+class TestPrecedence:
+    def test_defaults_match_ray(self) -> None:
+        """Health checks and polling default to Ray 2.60's values."""
+        config = load_config(env={})
+        assert config.port == 6379
+        assert (
+            config.health.initial_delay_ms,
+            config.health.period_ms,
+            config.health.timeout_ms,
+            config.health.failure_threshold,
+        ) == (5000, 3000, 10000, 5)
+        assert config.load_poll.period_ms == 1000
+        assert config.max_dead_nodes_cached == 1000
+
+    def test_flag_beats_env_beats_file(self, tmp_path) -> None:
+        """Each layer overrides the one below it, key by key."""
+        path = tmp_path / "gcs.yaml"
+        path.write_text("port: 1111\nnamespace: fromfile\nhealth:\n  period_ms: 50\n")
+        env = {"GCS_PORT": "2222", "RAY_health_check_failure_threshold": "9"}
+        config = load_config(config_file=str(path), env=env, flags={"port": 3333})
+        assert config.port == 3333
+        assert config.namespace == "fromfile"
+        assert config.health.period_ms == 50 and config.health.failure_threshold == 9
+
+    def test_ray_env_names_are_honoured(self) -> None:
+        """Ray's RAY_<knob> names configure the same knobs."""
+        config = load_config(
+            env={
+                "RAY_gcs_pull_resource_loads_period_milliseconds": "250",
+                "RAY_external_storage_namespace": "myns",
+            }
+        )
+        assert config.load_poll.period_ms == 250 and config.namespace == "myns"
+
+    def test_embedded_store_is_sqlite_under_data_dir(self, tmp_path) -> None:
+        """No --storage: SQLite in the data directory."""
+        url = GcsConfig(data_dir=str(tmp_path)).storage_url()
+        assert url.startswith("sqlite+aiosqlite:///") and url.endswith("gcs.sqlite3")
+
+
+class TestErrors:
+    @pytest.mark.parametrize(
+        ("text", "needle"),
+        [
+            ("port: notanumber\n", "port"),
+            ("bogus: 1\n", "unknown key"),
+            ("health:\n  nope: 1\n", "health"),
+            ("- a\n- b\n", "mapping"),
+            ("port: [1\n", "config file"),
+        ],
+    )
+    def test_bad_file_names_the_place(self, tmp_path, text, needle) -> None:
+        """Malformed YAML, unknown keys and wrong types name the offending key."""
+        path = tmp_path / "bad.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=needle):
+            load_config(config_file=str(path), env={})
+
+    def test_bad_env_value_names_the_key(self) -> None:
+        """GCS_PORT=abc is an error that says which key."""
+        with pytest.raises(ConfigError, match="port"):
+            load_config(env={"GCS_PORT": "abc"})

@@ -1,0 +1,60 @@
+"""Label selector parsing and the hand-spliced wire encoding."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gcs.labels import LabelSelectorError, parse_selector
+from gcs.proto import autoscaler_pb2, common_pb2
+from gcs.wire_encoding import int_field, len_field, varint
+
+IN, NOT_IN = common_pb2.LABEL_OPERATOR_IN, common_pb2.LABEL_OPERATOR_NOT_IN
+
+
+class TestLabelSelectors:
+    @pytest.mark.parametrize(
+        ("raw", "op", "values"),
+        [
+            ("a", IN, ["a"]),
+            ("in(a,b)", IN, ["a", "b"]),
+            ("!a", NOT_IN, ["a"]),
+            ("!in(a, b)", NOT_IN, ["a", "b"]),
+        ],
+    )
+    def test_ray_selector_syntax(self, raw, op, values) -> None:
+        """Ray's four selector forms map to IN / NOT_IN with their values."""
+        (constraint,) = parse_selector({"zone": raw}).label_constraints
+        assert constraint.label_key == "zone" and constraint.operator == op
+        assert list(constraint.label_values) == values
+
+    @pytest.mark.parametrize("raw", ["", "in()", "!", "in(a,)"])
+    def test_empty_values_are_errors(self, raw) -> None:
+        """A selector with an empty value is rejected, naming the key."""
+        with pytest.raises(LabelSelectorError, match="zone"):
+            parse_selector({"zone": raw})
+
+
+class TestWireEncoding:
+    @given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+    def test_varint_field_parses_as_int64(self, value: int) -> None:
+        """Our varint encoding round-trips through protobuf's own parser for int64."""
+        data = int_field(9, value)
+        parsed = autoscaler_pb2.NodeState.FromString(data)
+        assert parsed.idle_duration_ms == value
+
+    @given(st.text(max_size=300), st.integers(min_value=0, max_value=2**40))
+    def test_spliced_message_equals_built_message(self, text: str, version: int) -> None:
+        """Splicing cached bytes + scalar fields yields the same message protobuf builds."""
+        static = autoscaler_pb2.NodeState(instance_id=text).SerializeToString()
+        spliced = static + int_field(7, version)
+        built = autoscaler_pb2.NodeState(instance_id=text, node_state_version=version)
+        assert autoscaler_pb2.NodeState.FromString(spliced) == built
+        wrapped = len_field(3, spliced)
+        state = autoscaler_pb2.ClusterResourceState.FromString(wrapped)
+        assert state.node_states[0] == built
+
+    def test_small_varints(self) -> None:
+        """The single-byte fast path agrees with the general case."""
+        assert varint(0) == b"\x00" and varint(127) == b"\x7f" and varint(128) == b"\x80\x01"
