@@ -40,6 +40,36 @@ EXTRA_MESSAGES = {
     "ray.rpc.autoscaler.ClusterResourceState",
     "ray.rpc.autoscaler.AutoscalingState",
 }
+# Additive extensions (Ray 2.60 leaves these numbers unused), each with its source.  The
+# descriptor test allow-lists exactly these.  ant-ray's PlacementGroup{Spec,TableData}
+# virtual_cluster_id (12 / 17) collide with Ray 2.60's topology fields, so Ray wins there and
+# our placement-group manager keeps the VC id in its own record.
+ADDITIONS: dict[str, list[str]] = {
+    # ant-ray 2.44: jobs run in a virtual cluster.
+    "ray.rpc.JobTableData": ["string virtual_cluster_id = 13;"],
+    # ant-ray 2.44: tasks/actors scheduled inside a virtual cluster.
+    "ray.rpc.SchedulingStrategy": ["string virtual_cluster_id = 11;"],
+    # ant-ray 2.44: virtual-cluster scope for resource views.
+    "ray.rpc.GetAllAvailableResourcesRequest": ["string virtual_cluster_id = 1;"],
+    "ray.rpc.GetAllTotalResourcesRequest": ["string virtual_cluster_id = 1;"],
+    # ant-ray 2.44: GetAllNodeInfo filters (only the additive field 4; its `limit = 3`
+    # collides with Ray's state_filter and is not taken).
+    "ray.rpc.GetAllNodeInfoRequest": [
+        "message Filters {",
+        "  optional bytes node_id = 1;",
+        "  optional .gcs.rpc.GcsNodeInfo.GcsNodeState state = 2;",
+        "  optional string node_name = 3;",
+        "  optional string node_ip_address = 4;",
+        "  optional string virtual_cluster_id = 5;",
+        "}",
+        "optional .gcs.rpc.GetAllNodeInfoRequest.Filters filters = 4;",
+    ],
+}
+ENUM_ADDITIONS: dict[str, list[str]] = {
+    # ant-ray's virtual-cluster channel keeps its number (Ray 2.60 stops at 9).
+    "ray.rpc.ChannelType": ["RAY_VIRTUAL_CLUSTER_CHANNEL = 11;"],
+}
+
 SCALAR = {
     d.FieldDescriptorProto.TYPE_DOUBLE: "double",
     d.FieldDescriptorProto.TYPE_FLOAT: "float",
@@ -133,16 +163,18 @@ def field_type(f: d.FieldDescriptorProto) -> str:
     return SCALAR[f.type]
 
 
-def print_enum(e: d.EnumDescriptorProto, ind: str, out: list[str]) -> None:
+def print_enum(e: d.EnumDescriptorProto, ind: str, out: list[str], full: str = "") -> None:
     out.append(f"{ind}enum {e.name} {{")
     if e.options.allow_alias:
         out.append(f"{ind}  option allow_alias = true;")
     for v in e.value:
         out.append(f"{ind}  {v.name} = {v.number};")
+    for line in ENUM_ADDITIONS.get(full, []):
+        out.append(f"{ind}  {line}  // addition")
     out.append(f"{ind}}}")
 
 
-def print_message(m: d.DescriptorProto, ind: str, out: list[str]) -> None:
+def print_message(m: d.DescriptorProto, ind: str, out: list[str], full: str = "") -> None:
     maps = {n.name: n for n in m.nested_type if n.options.map_entry}
     out.append(f"{ind}message {m.name} {{")
     for n in m.nested_type:
@@ -179,6 +211,8 @@ def print_message(m: d.DescriptorProto, ind: str, out: list[str]) -> None:
             label = "optional "
         opts = " [deprecated = true]" if f.options.deprecated else ""
         out.append(f"{ind}  {label}{field_type(f)} {f.name} = {f.number}{opts};")
+    for line in ADDITIONS.get(full, []):
+        out.append(f"{ind}  {line}  // addition")
     out.append(f"{ind}}}")
 
 
@@ -204,10 +238,11 @@ def main(src: str, dst: str) -> None:
         for i, m in enumerate(fd.message_type):
             order[f".{fd.package}.{m.name}"] = (1, i)
         for name in sorted(members, key=order.__getitem__):
+            full = name.lstrip(".")
             if name in index.enums:
-                print_enum(index.enums[name][1], "", body)
+                print_enum(index.enums[name][1], "", body, full)
             else:
-                print_message(index.messages[name][1], "", body)
+                print_message(index.messages[name][1], "", body, full)
             body.append("")
         for s in fd.service:
             if f"{fd.package}.{s.name}" not in SERVICES:
