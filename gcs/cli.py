@@ -115,14 +115,45 @@ def status(address: str | None, fmt: str) -> None:
         click.echo(render(reply), nl=False)
 
 
-def _mount_subcommands() -> None:
-    """Each subsystem owns its commands; the top level only mounts them."""
-    from gcs.sdk.cli import request_resources_command
+@main.command("request-resources")
+@click.option("--address", default=None, help="GCS address (else GCS_ADDRESS, RAY_ADDRESS).")
+@click.option("--num-cpus", type=int, default=None, help="Scale to fit this many CPUs.")
+@click.option("--bundles", default=None, help='JSON list of resource dicts, e.g. [{"GPU": 1}].')
+@click.option(
+    "--bundle-label-selectors",
+    default=None,
+    help='JSON list of label selector dicts, one per bundle, e.g. [{"zone": "a"}].',
+)
+def request_resources_cmd(
+    address: str | None,
+    num_cpus: int | None,
+    bundles: str | None,
+    bundle_label_selectors: str | None,
+) -> None:
+    """Ask the autoscaler to scale to fit these resources (replaces the previous request)."""
+    import json
 
-    main.add_command(request_resources_command)
+    from gcs.sdk import request_resources
 
+    def parse(text: str | None, flag: str) -> Any:
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise click.BadParameter(f"not valid JSON: {err}", param_hint=flag) from None
 
-_mount_subcommands()
+    try:
+        request_resources(
+            num_cpus=num_cpus,
+            bundles=parse(bundles, "--bundles"),
+            bundle_label_selectors=parse(bundle_label_selectors, "--bundle-label-selectors"),
+            address=resolve_address(address),
+        )
+    except (TypeError, ValueError) as err:
+        raise click.UsageError(str(err)) from None
+    click.echo("request_resources constraint set")
+
 
 if __name__ == "__main__":
     sys.exit(main())
