@@ -1,0 +1,1 @@
+"""Thin gRPC servicers, one per service: validate, call a manager, encode."""
