@@ -430,12 +430,15 @@ class Publisher:
         sub = self._subs.get(subscriber_id)
         return tuple(sub.mailbox) if sub else ()
 
+    def held_poll_count(self) -> int:
+        return sum(1 for s in self._subs.values() if s.holding())
+
     def stats(self) -> PublisherStats:
         return PublisherStats(
             publisher_id=self.publisher_id,
             last_sequence_id=self._seq,
             subscribers=len(self._subs),
-            held_polls=sum(1 for s in self._subs.values() if s.holding()),
+            held_polls=self.held_poll_count(),
             queued_messages=sum(len(s.mailbox) for s in self._subs.values()),
             dropped_messages=self._dropped_messages,
             dropped_subscribers=self._dropped_subscribers,
