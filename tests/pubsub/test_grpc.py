@@ -293,3 +293,72 @@ class TestLifecycle:
             await wait_until(lambda: not pubsub.control_plane.has_subscriber(b"s"))
         finally:
             await pubsub.stop()
+
+
+class TestClientRecovery:
+    async def test_a_client_dropped_for_lagging_resubscribes_and_calls_back(self) -> None:
+        """Past the safety cap the publisher drops it; the client recovers by itself."""
+        import dataclasses
+
+        from gcs.pubsub import MailboxLimits, Overflow, PublisherConfig
+
+        cfg = dataclasses.replace(
+            PublisherConfig.control_plane(),
+            limits=MailboxLimits(None, 3, Overflow.DROP_SUBSCRIBER),
+        )
+        g = Gcs()
+        g.pubsub = GcsPubSub.create(SystemClock(), control_plane=cfg)
+        await g.start()
+        ch = grpc.aio.insecure_channel(f"127.0.0.1:{g.port}", options=FAST_RECONNECT_OPTIONS)
+        release = asyncio.Event()
+        got: list[str] = []
+        restarts: list[bytes] = []
+
+        async def slow(msg: pubsub_pb2.PubMessage) -> None:
+            got.append(msg.node_info_message.node_name)
+            await release.wait()
+
+        sub = GcsSubscriber(ch, on_message=slow, on_publisher_restart=restarts.append, config=FAST)
+        pub = g.pubsub.control_plane
+        try:
+            await sub.start()
+            await sub.subscribe(GCS_NODE_INFO_CHANNEL)
+            pub.publish(GCS_NODE_INFO_CHANNEL, b"n", node("first"))
+            await wait_until(lambda: got == ["first"])  # now stuck in the callback
+            for i in range(4):
+                pub.publish(GCS_NODE_INFO_CHANNEL, b"n", node(str(i)))
+            assert not pub.has_subscriber(sub.subscriber_id)
+            release.set()
+            await wait_until(lambda: restarts == [pub.publisher_id])
+            await wait_until(lambda: pub.held_poll_count() == 1)
+            pub.publish(GCS_NODE_INFO_CHANNEL, b"n", node("after"))
+            await wait_until(lambda: got[-1:] == ["after"])
+        finally:
+            await sub.close()
+            await ch.close()
+            await g.stop()
+
+    async def test_unauthenticated_poll_is_fatal(self) -> None:
+        """A wrong cluster id ends the loop and wait() raises it, as for Ray's clients."""
+        from gcs.rpc import Unauthenticated, service_handler
+
+        class Refuse:
+            async def GcsSubscriberPoll(self, request, context):  # type: ignore[no-untyped-def]
+                raise Unauthenticated("WrongClusterID")
+
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers([service_handler(CONTROL_PLANE_PUBSUB, Refuse())])
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        sub = GcsSubscriber(ch, on_message=lambda m: None, config=FAST)
+        try:
+            await sub.start()
+            async with asyncio.timeout(5):
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await sub.wait()
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        finally:
+            await sub.close()
+            await ch.close()
+            await server.stop(grace=None)
