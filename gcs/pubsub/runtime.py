@@ -1,0 +1,113 @@
+"""The GCS's two publishers, their gRPC handlers and the dead-subscriber sweep task.
+
+Wiring in the server::
+
+    pubsub = GcsPubSub.create(clock)                 # or GcsPubSub(cp, obs, clock)
+    server.add_generic_rpc_handlers(pubsub.handlers())
+    await pubsub.start()                             # starts the sweep task
+    ...
+    await pubsub.stop()                              # idempotent; flushes held polls
+
+Managers publish after persisting: ``pubsub.control_plane.publish(GCS_NODE_INFO_CHANNEL,
+node_id, node_info)``; errors/logs go to ``pubsub.observability``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import grpc
+import structlog
+
+from gcs.clock import Clock
+from gcs.pubsub.config import PublisherConfig
+from gcs.pubsub.publisher import Publisher
+from gcs.rpc.server import CallHook, service_handler
+from gcs.rpc.services import CONTROL_PLANE_PUBSUB, OBSERVABILITY_PUBSUB
+from gcs.services.pubsub import ObservabilityPubSubServicer, PubSubServicer
+
+log = structlog.get_logger("gcs.pubsub")
+
+
+class GcsPubSub:
+    """Owns the control-plane and observability publishers and their sweep loop."""
+
+    def __init__(
+        self,
+        control_plane: Publisher,
+        observability: Publisher,
+        clock: Clock,
+        *,
+        sweep_interval_s: float | None = None,
+    ) -> None:
+        self.control_plane = control_plane
+        self.observability = observability
+        self._clock = clock
+        self._interval_s = (
+            sweep_interval_s
+            if sweep_interval_s is not None
+            else control_plane.config.subscriber_timeout_ms / 1000.0
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def create(
+        cls,
+        clock: Clock,
+        *,
+        control_plane: PublisherConfig | None = None,
+        observability: PublisherConfig | None = None,
+        sweep_interval_s: float | None = None,
+    ) -> GcsPubSub:
+        """Two publishers with fresh random ids and Ray's default configs."""
+        return cls(
+            Publisher(control_plane or PublisherConfig.control_plane(), clock),
+            Publisher(observability or PublisherConfig.observability(), clock),
+            clock,
+            sweep_interval_s=sweep_interval_s,
+        )
+
+    def handlers(self, *, on_call: CallHook | None = None) -> list[grpc.GenericRpcHandler]:
+        return [
+            service_handler(
+                CONTROL_PLANE_PUBSUB, PubSubServicer(self.control_plane), on_call=on_call
+            ),
+            service_handler(
+                OBSERVABILITY_PUBSUB,
+                ObservabilityPubSubServicer(self.observability),
+                on_call=on_call,
+            ),
+        ]
+
+    def sweep(self) -> None:
+        now = self._clock.monotonic_s()
+        self.control_plane.sweep(now)
+        self.observability.sweep(now)
+
+    async def start(self) -> None:
+        """Start the sweep task (no-op if running)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._sweep_loop(), name="pubsub-sweep")
+
+    async def stop(self) -> None:
+        """Stop sweeping and answer every held poll; safe to call twice or before start."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.control_plane.close()
+        self.observability.close()
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                self.sweep()
+            except Exception:  # a sweep bug must not stop future sweeps
+                log.exception("pubsub.sweep_failed")

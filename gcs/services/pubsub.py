@@ -1,0 +1,78 @@
+"""Servicers for ``ray.rpc.ControlPlanePubSubGcsService`` and ``ObservabilityPubSubService``.
+
+Thin: decode the request, call the :class:`~gcs.pubsub.publisher.Publisher`, encode.
+Errors are domain errors (``RayStatusError`` → gRPC ABORTED "InvalidArgument", as Ray's
+pubsub handlers answer); cluster-id metadata is checked by the server interceptor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from gcs.proto import gcs_service_pb2
+from gcs.pubsub.channels import RAY_ERROR_INFO_CHANNEL
+from gcs.pubsub.publisher import PollReply, Publisher
+from gcs.rpc.errors import RayStatusCode, RayStatusError
+
+
+class PubSubServicer:
+    """GcsPublish, GcsSubscriberPoll and GcsSubscriberCommandBatch over one publisher."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+
+    async def GcsPublish(
+        self, request: gcs_service_pb2.GcsPublishRequest, context: grpc.aio.ServicerContext
+    ) -> gcs_service_pb2.GcsPublishReply:
+        for msg in request.pub_messages:  # all or nothing: check every channel first
+            self.publisher.check_channel(msg.channel_type)
+        for msg in request.pub_messages:
+            self.publisher.publish_message(msg)
+        return _ok(gcs_service_pb2.GcsPublishReply())
+
+    async def GcsSubscriberPoll(
+        self, request: gcs_service_pb2.GcsSubscriberPollRequest, context: grpc.aio.ServicerContext
+    ) -> PollReply:
+        """Long poll; the reply is pre-encoded (``PollReply.SerializeToString``)."""
+        future = self.publisher.poll(
+            request.subscriber_id, request.max_processed_sequence_id, request.publisher_id
+        )
+        return await future  # a cancelled RPC cancels the future; messages stay queued
+
+    async def GcsSubscriberCommandBatch(
+        self,
+        request: gcs_service_pb2.GcsSubscriberCommandBatchRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> gcs_service_pb2.GcsSubscriberCommandBatchReply:
+        sub_id = request.subscriber_id
+        sender = request.sender_id or sub_id
+        for cmd in request.commands:  # validate the whole batch before applying any of it
+            if cmd.WhichOneof("command_message_one_of") is None:
+                raise RayStatusError(
+                    RayStatusCode.InvalidArgument, "command is neither subscribe nor unsubscribe"
+                )
+            self.publisher.check_channel(cmd.channel_type)
+        for cmd in request.commands:
+            if cmd.HasField("subscribe_message"):
+                self.publisher.subscribe(sub_id, cmd.channel_type, cmd.key_id, sender)
+            else:
+                self.publisher.unsubscribe(sub_id, cmd.channel_type, cmd.key_id)
+        return _ok(gcs_service_pb2.GcsSubscriberCommandBatchReply())
+
+
+class ObservabilityPubSubServicer(PubSubServicer):
+    """Adds ``ReportJobError``: publish the error on RAY_ERROR_INFO keyed by job id hex."""
+
+    async def ReportJobError(
+        self, request: gcs_service_pb2.ReportJobErrorRequest, context: grpc.aio.ServicerContext
+    ) -> gcs_service_pb2.ReportJobErrorReply:
+        error = request.job_error
+        self.publisher.publish(RAY_ERROR_INFO_CHANNEL, error.job_id.hex().encode(), error)
+        return gcs_service_pb2.ReportJobErrorReply()
+
+
+def _ok(reply: Any) -> Any:
+    reply.status.SetInParent()  # Ray sets an (empty) OK GcsStatus on every pubsub reply
+    return reply

@@ -1,0 +1,32 @@
+"""Builders shared by the pubsub tests."""
+
+from __future__ import annotations
+
+from gcs.clock import FakeClock
+from gcs.proto import gcs_pb2
+from gcs.pubsub import Publisher, PublisherConfig
+
+PID = b"P" * 28
+OTHER_PID = b"Q" * 28
+
+
+def node(name: str) -> gcs_pb2.GcsNodeInfo:
+    return gcs_pb2.GcsNodeInfo(node_id=name.encode().ljust(28, b"\0"), node_name=name)
+
+
+def sub_id(n: int) -> bytes:
+    return n.to_bytes(28, "big")
+
+
+def control_plane(clock: FakeClock | None = None, **overrides: object) -> Publisher:
+    import dataclasses
+
+    cfg = dataclasses.replace(PublisherConfig.control_plane(), **overrides)  # type: ignore[arg-type]
+    return Publisher(cfg, clock or FakeClock(), publisher_id=PID)
+
+
+def observability(clock: FakeClock | None = None, **overrides: object) -> Publisher:
+    import dataclasses
+
+    cfg = dataclasses.replace(PublisherConfig.observability(), **overrides)  # type: ignore[arg-type]
+    return Publisher(cfg, clock or FakeClock(), publisher_id=PID)
