@@ -176,9 +176,9 @@ class RedisStore(Store):
             config = await client.config_get("append*")
         except (redis_errors.RedisError, OSError):
             return  # CONFIG is often disabled on managed Redis; nothing to check then
-        appendonly = config.get(b"appendonly", config.get("appendonly"))
-        appendfsync = config.get(b"appendfsync", config.get("appendfsync"))
-        if appendonly not in (b"yes", "yes") or appendfsync not in (b"always", "always"):
+        settings = {_text(k): _text(v) for k, v in config.items()}
+        appendonly, appendfsync = settings.get("appendonly"), settings.get("appendfsync")
+        if appendonly != "yes" or appendfsync != "always":
             log.warning(
                 "redis_not_durable",
                 url=self.url,
@@ -313,6 +313,10 @@ class RedisStore(Store):
             raise StoreError(f"{self.url}: {what} failed: {message}") from err
         except redis_errors.RedisError as err:
             raise StoreError(f"{self.url}: {what} failed: {err}") from err
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _glob_escape(raw: bytes) -> bytes:

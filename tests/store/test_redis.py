@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
 from gcs.store import StoreUnavailable, WriteBatch
 from gcs.store.redis import RedisOptions, RedisStore
@@ -129,3 +130,27 @@ class TestCrashDurability:
         finally:
             await store.close()
             server.cleanup()
+
+
+class TestDurabilityWarning:
+    """open() warns when Redis would lose acknowledged writes in a crash."""
+
+    async def test_warns_when_appendfsync_is_not_always(self) -> None:
+        """appendfsync everysec → one 'redis_not_durable' warning naming the settings."""
+        server = RedisServer(appendfsync="everysec").start()
+        try:
+            with capture_logs() as logs:
+                async with RedisStore(server.url, namespace="w"):
+                    pass
+        finally:
+            server.cleanup()
+        warnings = [e for e in logs if e["event"] == "redis_not_durable"]
+        assert len(warnings) == 1
+        assert warnings[0]["appendfsync"] == "everysec"
+
+    async def test_stays_quiet_when_settings_are_durable(self, redis_server: RedisServer) -> None:
+        """appendonly yes + appendfsync always → no warning."""
+        with capture_logs() as logs:
+            async with RedisStore(redis_server.url, namespace="q"):
+                pass
+        assert [e for e in logs if e["event"] == "redis_not_durable"] == []
