@@ -35,6 +35,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 from redis import exceptions as redis_errors
@@ -130,6 +131,7 @@ class RedisStore(Store):
             raise ValueError(f"namespace {namespace!r} must not contain '@' (Ray's key layout)")
         self.url = url
         self.namespace = namespace
+        self._safe_url = _redact(url)
         self._options = options
         self._prefix = f"RAY{namespace}@".encode()
         self._client: Redis | None = None
@@ -181,7 +183,7 @@ class RedisStore(Store):
         if appendonly != "yes" or appendfsync != "always":
             log.warning(
                 "redis_not_durable",
-                url=self.url,
+                url=self._safe_url,
                 appendonly=appendonly,
                 appendfsync=appendfsync,
                 hint="acknowledged writes can be lost on a crash; "
@@ -292,7 +294,7 @@ class RedisStore(Store):
         """Map redis-py errors onto the StoreError tree (boundary translation)."""
         client = client or self._client
         if client is None:
-            raise StoreUnavailable(f"{self.url}: store is not open")
+            raise StoreUnavailable(f"{self._safe_url}: store is not open")
         try:
             yield client
         except StoreError:
@@ -303,16 +305,26 @@ class RedisStore(Store):
             OSError,
             TimeoutError,
         ) as err:
-            raise StoreUnavailable(f"{self.url}: {what} failed: {err}") from err
+            raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
         except redis_errors.ResponseError as err:
             message = str(err)
             if message.startswith(_UNAVAILABLE_REPLIES):
-                raise StoreUnavailable(f"{self.url}: {what} failed: {message}") from err
+                raise StoreUnavailable(f"{self._safe_url}: {what} failed: {message}") from err
             if message.startswith("WRONGTYPE"):
-                raise StoreCorrupt(f"{self.url}: {what}: unexpected key type: {message}") from err
-            raise StoreError(f"{self.url}: {what} failed: {message}") from err
+                detail = f"{what}: unexpected key type: {message}"
+                raise StoreCorrupt(f"{self._safe_url}: {detail}") from err
+            raise StoreError(f"{self._safe_url}: {what} failed: {message}") from err
         except redis_errors.RedisError as err:
-            raise StoreError(f"{self.url}: {what} failed: {err}") from err
+            raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
+
+
+def _redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for error messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _text(value: object) -> str:

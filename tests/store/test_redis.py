@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from gcs.store import StoreUnavailable, WriteBatch
 from gcs.store.redis import RedisOptions, RedisStore
-from gcs.testing.servers import RedisServer
+from gcs.testing.servers import RedisServer, free_port
 
 
 @pytest.fixture
@@ -154,3 +154,17 @@ class TestDurabilityWarning:
             async with RedisStore(redis_server.url, namespace="q"):
                 pass
         assert [e for e in logs if e["event"] == "redis_not_durable"] == []
+
+
+class TestErrorMessages:
+    """Errors name the server but never its password."""
+
+    async def test_unavailable_error_hides_the_password(self) -> None:
+        """A refused connection's message shows the URL with the password masked."""
+        options = RedisOptions(connect_timeout_s=0.2, retries=0)
+        port = free_port()
+        store = RedisStore(f"redis://user:s3cret@127.0.0.1:{port}/0", options=options)
+        with pytest.raises(StoreUnavailable) as info:
+            await store.open()
+        assert "s3cret" not in str(info.value)
+        assert f"redis://user:***@127.0.0.1:{port}/0" in str(info.value)
