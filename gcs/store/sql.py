@@ -328,19 +328,35 @@ class SqlStore(Store):
             yield
         except StoreError:
             raise
-        except (
-            exc.OperationalError,
-            exc.InterfaceError,
-            exc.DisconnectionError,
-            exc.TimeoutError,
-            OSError,
-            TimeoutError,
-        ) as err:
+        except exc.DBAPIError as err:
+            kind = _classify(err)
+            raise kind(f"{self._safe_url}: {what} failed: {err}") from err
+        except (exc.DisconnectionError, exc.TimeoutError, OSError, TimeoutError) as err:
             raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
-        except (exc.ProgrammingError, CommandError) as err:
+        except CommandError as err:
             raise StoreCorrupt(f"{self._safe_url}: {what}: schema problem: {err}") from err
         except exc.SQLAlchemyError as err:
             raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
+
+
+# SQLSTATE classes meaning "the server is not able to serve now": connection exception,
+# operator intervention (shutdown, cannot connect now), insufficient resources.
+_TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "57", "53"})
+# SQLite reports schema trouble as OperationalError; tell it apart from "locked" / I/O errors.
+_SQLITE_SCHEMA_MESSAGES = ("no such table", "no such column", "has no column named")
+
+
+def _classify(err: exc.DBAPIError) -> type[StoreError]:
+    """Which StoreError a driver error becomes (most specific first, as httpx does)."""
+    message = str(err.orig).lower()
+    sqlstate = str(getattr(err.orig, "sqlstate", None) or getattr(err.orig, "pgcode", "") or "")
+    if err.connection_invalidated or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES:
+        return StoreUnavailable
+    if isinstance(err, exc.ProgrammingError) or message.startswith(_SQLITE_SCHEMA_MESSAGES):
+        return StoreCorrupt
+    if isinstance(err, exc.OperationalError | exc.InterfaceError):
+        return StoreUnavailable
+    return StoreError
 
 
 def _upgrade_if_behind(connection: Connection) -> None:

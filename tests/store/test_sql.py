@@ -20,6 +20,15 @@ from gcs.store.sql_url import normalize_sql_url
 from gcs.testing.servers import PostgresServer
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable_sql_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    """A private database (SQLite file or fresh PostgreSQL database) a test may damage."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'own.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.create_database(f"d{uuid.uuid4().hex[:10]}")
+
+
 class TestUrls:
     """Plain sqlite:// and postgres(ql):// URLs are mapped onto the async drivers."""
 
@@ -147,3 +156,21 @@ class TestMigrations:
         finally:
             for store in stores:
                 await store.close()
+
+
+class TestErrorMapping:
+    """Driver errors become the most specific StoreError."""
+
+    async def test_missing_table_is_corrupt_not_unavailable(self, durable_sql_url: str) -> None:
+        """A table dropped behind the store's back is StoreCorrupt (schema), on both engines."""
+        store = SqlStore(durable_sql_url, namespace=uuid.uuid4().hex)
+        await store.open()
+        try:
+            async with store._write() as conn:
+                await conn.execute(text("DROP TABLE gcs_kv"))
+            with pytest.raises(StoreCorrupt):
+                await store.get("KV", b"k")
+            with pytest.raises(StoreCorrupt):
+                await store.put("KV", b"k", b"v")
+        finally:
+            await store.close()
