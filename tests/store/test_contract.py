@@ -330,3 +330,35 @@ class TestOutages:
             outage_backend.repair()
         store = await outage_backend.open()
         await store.put("KV", b"k", b"v")
+
+    async def test_outage_under_concurrent_load_raises_only_store_unavailable(
+        self, outage_backend: Backend
+    ) -> None:
+        """Writers busy when the backend goes away see StoreUnavailable (never a driver error,
+        never a hang); what they had acknowledged before is intact after recovery."""
+        store = await outage_backend.open()
+        acked: list[bytes] = []
+        started = asyncio.Event()
+
+        async def writer(worker: int) -> BaseException | None:
+            for i in range(10_000):
+                key = f"{worker}-{i}".encode()
+                try:
+                    await store.write(WriteBatch().put("KV", key, key))
+                except Exception as err:
+                    return err
+                acked.append(key)
+                if len(acked) >= 20:
+                    started.set()
+            return None
+
+        tasks = [asyncio.create_task(writer(w)) for w in range(4)]
+        await started.wait()
+        outage_backend.break_()
+        try:
+            errors = await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+        finally:
+            outage_backend.repair()
+        assert all(isinstance(err, StoreUnavailable) for err in errors), errors
+        stored = await store.get_all("KV")
+        assert all(stored.get(key) == key for key in acked)
