@@ -1,0 +1,38 @@
+"""``gcs db ...``: schema management for the SQL storage backends (mounted by gcs/cli.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+
+from gcs.store.errors import StoreError
+
+__all__ = ["db"]
+
+
+@click.group("db")
+def db() -> None:
+    """Manage the SQL storage schema (SQLite / PostgreSQL)."""
+
+
+@db.command("upgrade")
+@click.option(
+    "--storage",
+    "url",
+    required=True,
+    envvar="GCS_STORAGE_URL",
+    help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB",
+)
+def upgrade_command(url: str) -> None:
+    """Apply pending migrations (idempotent; safe while servers run)."""
+    from gcs.store.migrate import upgrade
+
+    scheme = url.split("://", 1)[0].lower()
+    if not scheme.startswith(("sqlite", "postgres")):
+        raise click.BadParameter("only SQL storage URLs have a schema", param_hint="--storage")
+    try:
+        revision = asyncio.run(upgrade(url))
+    except (StoreError, ValueError) as err:
+        raise click.ClickException(str(err)) from err
+    click.echo(f"schema at revision {revision}")

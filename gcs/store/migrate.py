@@ -1,0 +1,87 @@
+"""Apply the store's Alembic migrations programmatically.
+
+Where the scripts live: the repository's top-level ``migrations/`` directory holds them
+(``alembic.ini`` next to it is for running Alembic by hand).  ``gcs/store/migrations`` is a
+symlink to it, so the scripts ship inside the installed package (pyproject package-data
+``gcs.store: migrations/**/*``) and the same path works from a checkout.  If the symlink was
+not materialised (e.g. a checkout with ``core.symlinks=false``) we fall back to the top-level
+directory of the checkout.
+
+Migrations run on the caller's async engine through ``AsyncConnection.run_sync``: Alembic's
+synchronous API drives the async driver via SQLAlchemy's greenlet bridge, so network I/O
+still happens on the event loop without blocking it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+
+from gcs.store.sql_schema import VERSION_TABLE
+
+__all__ = [
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "migrations_dir",
+    "upgrade",
+    "upgrade_connection",
+]
+
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+
+
+def migrations_dir() -> pathlib.Path:
+    """Directory with ``env.py`` and ``versions/`` (installed package first, then checkout)."""
+    for candidate in (_PACKAGE_DIR / "migrations", _PACKAGE_DIR.parent.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"gcs store migrations not found under {_PACKAGE_DIR / 'migrations'}; "
+        "the installation is incomplete"
+    )
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An in-memory Alembic config; ``connection`` is shared with ``env.py`` when given."""
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(connection: Connection) -> str | None:
+    """Revision recorded in the database (None: never migrated)."""
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def upgrade_connection(connection: Connection, revision: str = "head") -> None:
+    """Upgrade the schema on ``connection`` (a sync facade from ``run_sync``)."""
+    command.upgrade(alembic_config(connection), revision)
+
+
+async def upgrade(url: str) -> str | None:
+    """Upgrade the database at ``url`` to head; return the revision it is at afterwards.
+
+    Safe to run while gcs servers use the database and from several processes at once
+    (PostgreSQL: advisory lock; SQLite: the write lock).  Raises :class:`StoreError`.
+    """
+    from gcs.store.sql import SqlStore
+
+    store = SqlStore(url)
+    await store.open()  # open() upgrades under the lock
+    try:
+        return await store.schema_revision()
+    finally:
+        await store.close()

@@ -1,0 +1,400 @@
+"""SQL backend: SQLite (aiosqlite) and PostgreSQL (asyncpg) through one SQLAlchemy 2 async code.
+
+Schema (Alembic, ``migrations/``): ``gcs_kv(namespace, table_name, key, value)`` and
+``gcs_counters(namespace, name, value)``.  ``open()`` upgrades the schema to head.
+
+Atomicity and conditions:
+
+* A :class:`WriteBatch` is one transaction; its conditions are read inside it.
+* SQLite serialises writers: write transactions start with ``BEGIN IMMEDIATE`` so the
+  conditions are read under the database write lock (plus an in-process asyncio lock so our own
+  writers queue on the loop instead of spinning on ``busy_timeout``).  WAL mode and
+  ``synchronous=FULL``: a committed (acknowledged) write survives ``kill -9`` and power loss.
+* PostgreSQL: before reading conditions, a write takes transaction-scoped advisory locks on a
+  64-bit hash of every key it reads or writes, in sorted order.  Row locks (``FOR UPDATE``)
+  cannot lock a key that does not exist yet ("expect absent"); advisory locks can, so two
+  concurrent compare-and-sets on one key serialise and exactly one wins.  A hash collision only
+  serialises two unrelated writes.
+
+Errors are translated at this boundary (never a SQLAlchemy / driver exception out):
+connection failures, timeouts and "database is locked" → :class:`StoreUnavailable`; schema
+trouble → :class:`StoreCorrupt`; anything else from the database → :class:`StoreError`.
+A failure while committing is ambiguous (the commit may have landed); the caller sees
+``StoreUnavailable`` and should re-read before retrying a compare-and-set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import pathlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from alembic.util.exc import CommandError
+from sqlalchemy import bindparam, delete, event, exc, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from gcs.store import migrate
+from gcs.store.base import Condition, Store, WriteBatch
+from gcs.store.errors import StoreConflict, StoreCorrupt, StoreError, StoreUnavailable
+from gcs.store.sql_schema import COUNTERS, KV
+from gcs.store.sql_url import normalize_sql_url
+
+__all__ = ["SqlOptions", "SqlStore"]
+
+# Execution option that marks a connection's transaction as a writer (SQLite: BEGIN IMMEDIATE).
+_WRITE_OPTION = "gcs_write"
+# Advisory lock key serialising concurrent schema upgrades on PostgreSQL ("gcs_migr").
+_MIGRATION_LOCK_KEY = 0x6763735F6D696772
+# Keep IN (...) lists well under every driver's bind-parameter limit.
+_IN_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class SqlOptions:
+    """Connection tuning; defaults suit a GCS next to its database."""
+
+    connect_timeout_s: float = 5.0
+    """Give up connecting (PostgreSQL) after this long → StoreUnavailable."""
+    command_timeout_s: float = 10.0
+    """Give up on one statement (PostgreSQL) after this long → StoreUnavailable."""
+    busy_timeout_s: float = 5.0
+    """SQLite: wait this long for another process's write lock → StoreUnavailable."""
+    pool_size: int = 5
+    """Connections kept open (PostgreSQL)."""
+
+    default: ClassVar[SqlOptions]
+
+
+SqlOptions.default = SqlOptions()
+
+
+class SqlStore(Store):
+    """:class:`Store` over SQLite or PostgreSQL.  Build with a URL, then ``await open()``."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "default",
+        options: SqlOptions = SqlOptions.default,
+    ) -> None:
+        self.url = url
+        self.namespace = namespace
+        self._driver_url = normalize_sql_url(url)
+        parsed = make_url(self._driver_url)
+        self._dialect = parsed.get_backend_name()
+        self._safe_url = parsed.render_as_string(hide_password=True)
+        self._options = options
+        self._engine: AsyncEngine | None = None
+        # SQLite allows one writer; queue ours on the loop rather than in busy_timeout.
+        self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._engine is not None:
+            return
+        async with self._translate("open"):
+            engine = self._create_engine()
+        try:
+            async with self._translate("migrate"), self._transaction(engine, write=True) as conn:
+                if self._dialect == "postgresql":
+                    await conn.execute(
+                        text("SELECT pg_advisory_xact_lock(:k)"),
+                        {"k": _signed64(_MIGRATION_LOCK_KEY)},
+                    )
+                await conn.run_sync(_upgrade_if_behind)
+        except BaseException:
+            await engine.dispose()
+            raise
+        self._engine = engine
+
+    async def schema_revision(self) -> str | None:
+        """Alembic revision the database is at (``head_revision()`` after ``open()``)."""
+        async with self._read() as conn:
+            return await conn.run_sync(migrate.current_revision)
+
+    async def close(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            with contextlib.suppress(exc.SQLAlchemyError, OSError):
+                await engine.dispose()
+
+    def _create_engine(self) -> AsyncEngine:
+        opts = self._options
+        if self._dialect == "sqlite":
+            database = make_url(self._driver_url).database
+            if database and database != ":memory:":
+                pathlib.Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            engine = create_async_engine(
+                self._driver_url, connect_args={"timeout": opts.busy_timeout_s}
+            )
+            _install_sqlite_hooks(engine, busy_timeout_ms=int(opts.busy_timeout_s * 1000))
+            return engine
+        return create_async_engine(
+            self._driver_url,
+            pool_pre_ping=True,  # replace connections that died in an outage before use
+            pool_size=opts.pool_size,
+            pool_timeout=opts.command_timeout_s,
+            connect_args={
+                "timeout": opts.connect_timeout_s,
+                "command_timeout": opts.command_timeout_s,
+                "server_settings": {"application_name": "gcs"},
+            },
+        )
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def get(self, table: str, key: bytes) -> bytes | None:
+        async with self._read() as conn:
+            row = await conn.execute(
+                select(KV.c.value).where(*self._in_table(table), KV.c.key == key)
+            )
+            return row.scalar_one_or_none()
+
+    async def multi_get(self, table: str, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        async with self._read() as conn:
+            return await self._select_keys(conn, table, wanted)
+
+    async def get_all(self, table: str) -> dict[bytes, bytes]:
+        async with self._read() as conn:
+            rows = await conn.execute(select(KV.c.key, KV.c.value).where(*self._in_table(table)))
+            return {bytes(k): bytes(v) for k, v in rows}
+
+    async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]:
+        where = [*self._in_table(table), KV.c.key >= prefix]
+        upper = _prefix_upper_bound(prefix)
+        if upper is not None:
+            where.append(KV.c.key < upper)
+        async with self._read() as conn:
+            rows = await conn.execute(select(KV.c.key, KV.c.value).where(*where))
+            return {bytes(k): bytes(v) for k, v in rows if bytes(k).startswith(prefix)}
+
+    async def read_counter(self, counter: str) -> int:
+        async with self._read() as conn:
+            row = await conn.execute(
+                select(COUNTERS.c.value).where(
+                    COUNTERS.c.namespace == self.namespace, COUNTERS.c.name == counter
+                )
+            )
+            value = row.scalar_one_or_none()
+            return int(value) if value is not None else 0
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def write(self, batch: WriteBatch) -> None:
+        if not batch and not batch.conditions:
+            return
+        async with self._write() as conn:
+            if self._dialect == "postgresql":
+                await self._lock_keys(conn, batch)
+            await self._check_conditions(conn, batch.conditions)
+            await self._apply(conn, batch)
+
+    async def increment(self, counter: str, by: int = 1) -> int:
+        if by < 1:
+            raise ValueError("increment must be >= 1")
+        insert = _insert_for(self._dialect)(COUNTERS).values(
+            namespace=self.namespace, name=counter, value=by
+        )
+        upsert = insert.on_conflict_do_update(
+            index_elements=[COUNTERS.c.namespace, COUNTERS.c.name],
+            set_={"value": COUNTERS.c.value + insert.excluded.value},
+        ).returning(COUNTERS.c.value)
+        async with self._write() as conn:
+            return int((await conn.execute(upsert)).scalar_one())
+
+    async def _lock_keys(self, conn: AsyncConnection, batch: WriteBatch) -> None:
+        touched = [(c.table, c.key) for c in batch.conditions]
+        touched += [(t, k) for t, k, _ in batch.puts]
+        touched += list(batch.deletes)
+        hashes = sorted({self._key_hash(t, k) for t, k in touched})
+        # unnest() yields in array order, so locks are taken in sorted order (no deadlocks).
+        await conn.execute(
+            text("SELECT pg_advisory_xact_lock(h) FROM unnest(CAST(:hs AS BIGINT[])) AS t(h)"),
+            {"hs": hashes},
+        )
+
+    async def _check_conditions(
+        self, conn: AsyncConnection, conditions: Sequence[Condition]
+    ) -> None:
+        keys_by_table: dict[str, list[bytes]] = {}
+        for cond in conditions:
+            keys_by_table.setdefault(cond.table, []).append(cond.key)
+        current = {
+            table: await self._select_keys(conn, table, list(dict.fromkeys(keys)))
+            for table, keys in keys_by_table.items()
+        }
+        for cond in conditions:
+            if current[cond.table].get(cond.key) != cond.expected:
+                raise StoreConflict(cond.table, cond.key)
+
+    async def _apply(self, conn: AsyncConnection, batch: WriteBatch) -> None:
+        # Same result as "all puts, then all deletes" (MemoryStore's order).
+        deleted = set(batch.deletes)
+        final: dict[tuple[str, bytes], bytes] = {}
+        for table, key, value in batch.puts:
+            if (table, key) not in deleted:
+                final[(table, key)] = value
+        if deleted:
+            stmt = delete(KV).where(
+                KV.c.namespace == bindparam("ns"),
+                KV.c.table_name == bindparam("tn"),
+                KV.c.key == bindparam("k"),
+            )
+            params = [{"ns": self.namespace, "tn": t, "k": k} for t, k in deleted]
+            await conn.execute(stmt, params)
+        if final:
+            insert = _insert_for(self._dialect)(KV)
+            upsert = insert.on_conflict_do_update(
+                index_elements=[KV.c.namespace, KV.c.table_name, KV.c.key],
+                set_={"value": insert.excluded.value},
+            )
+            rows = [
+                {"namespace": self.namespace, "table_name": t, "key": k, "value": v}
+                for (t, k), v in final.items()
+            ]
+            await conn.execute(upsert, rows)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _in_table(self, table: str) -> tuple[Any, Any]:
+        return KV.c.namespace == self.namespace, KV.c.table_name == table
+
+    async def _select_keys(
+        self, conn: AsyncConnection, table: str, keys: list[bytes]
+    ) -> dict[bytes, bytes]:
+        found: dict[bytes, bytes] = {}
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start : start + _IN_CHUNK]
+            rows = await conn.execute(
+                select(KV.c.key, KV.c.value).where(*self._in_table(table), KV.c.key.in_(chunk))
+            )
+            found.update((bytes(k), bytes(v)) for k, v in rows)
+        return found
+
+    def _key_hash(self, table: str, key: bytes) -> int:
+        digest = hashlib.blake2b(digest_size=8)
+        for part in (self.namespace.encode(), table.encode()):
+            digest.update(len(part).to_bytes(4, "big") + part)
+        digest.update(key)
+        return int.from_bytes(digest.digest(), "big", signed=True)
+
+    def _require_engine(self) -> AsyncEngine:
+        if self._engine is None:
+            raise StoreUnavailable(f"{self._safe_url}: store is not open")
+        return self._engine
+
+    @contextlib.asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        async with self._translate("read"), self._transaction(self._require_engine()) as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        engine = self._require_engine()
+        lock = self._write_lock if self._write_lock is not None else contextlib.nullcontext()
+        async with (
+            self._translate("write"),
+            lock,
+            self._transaction(engine, write=True) as conn,
+        ):
+            yield conn
+
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def _transaction(
+        engine: AsyncEngine, *, write: bool = False
+    ) -> AsyncIterator[AsyncConnection]:
+        async with engine.connect() as conn:
+            if write:
+                await conn.execution_options(**{_WRITE_OPTION: True})
+            async with conn.begin():
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def _translate(self, what: str) -> AsyncIterator[None]:
+        """Map driver / SQLAlchemy / Alembic errors onto the StoreError tree."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except exc.DBAPIError as err:
+            kind = _classify(err)
+            raise kind(f"{self._safe_url}: {what} failed: {err}") from err
+        except (exc.DisconnectionError, exc.TimeoutError, OSError, TimeoutError) as err:
+            raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
+        except CommandError as err:
+            raise StoreCorrupt(f"{self._safe_url}: {what}: schema problem: {err}") from err
+        except exc.SQLAlchemyError as err:
+            raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
+
+
+# SQLSTATE classes meaning "the server is not able to serve now": connection exception,
+# operator intervention (shutdown, cannot connect now), insufficient resources.
+_TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "57", "53"})
+# SQLite reports schema trouble as OperationalError; tell it apart from "locked" / I/O errors.
+_SQLITE_SCHEMA_MESSAGES = ("no such table", "no such column", "has no column named")
+
+
+def _classify(err: exc.DBAPIError) -> type[StoreError]:
+    """Which StoreError a driver error becomes (most specific first, as httpx does)."""
+    message = str(err.orig).lower()
+    sqlstate = str(getattr(err.orig, "sqlstate", None) or getattr(err.orig, "pgcode", "") or "")
+    if err.connection_invalidated or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES:
+        return StoreUnavailable
+    if isinstance(err, exc.ProgrammingError) or message.startswith(_SQLITE_SCHEMA_MESSAGES):
+        return StoreCorrupt
+    if isinstance(err, exc.OperationalError | exc.InterfaceError):
+        return StoreUnavailable
+    return StoreError
+
+
+def _upgrade_if_behind(connection: Connection) -> None:
+    if migrate.current_revision(connection) != migrate.head_revision():
+        migrate.upgrade_connection(connection)
+
+
+def _insert_for(dialect: str) -> Any:
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+
+def _install_sqlite_hooks(engine: AsyncEngine, *, busy_timeout_ms: int) -> None:
+    """WAL + synchronous=FULL, and take over BEGIN so writers can use BEGIN IMMEDIATE."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the driver must not emit its own BEGIN
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(_WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _prefix_upper_bound(prefix: bytes) -> bytes | None:
+    """Smallest byte string greater than every string starting with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= (1 << 63) else value

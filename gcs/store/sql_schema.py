@@ -1,0 +1,35 @@
+"""SQL schema of the store, as SQLAlchemy Core tables (queries and Alembic autogenerate).
+
+Migrations under ``migrations/versions`` are the source of truth for what exists in a
+database; this module mirrors the latest revision and must be changed together with a new one.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table
+
+__all__ = ["COUNTERS", "KV", "METADATA", "VERSION_TABLE"]
+
+#: Alembic's bookkeeping table, named so it cannot clash with an application's own Alembic.
+VERSION_TABLE = "gcs_alembic_version"
+
+METADATA = MetaData()
+
+#: One row per stored key: ``table_name`` is a store table such as ``NODE`` or ``KV``.
+KV = Table(
+    "gcs_kv",
+    METADATA,
+    Column("namespace", String(255), primary_key=True),
+    Column("table_name", String(255), primary_key=True),
+    Column("key", LargeBinary, primary_key=True),
+    Column("value", LargeBinary, nullable=False),
+)
+
+#: Durable monotonic counters (``JobCounter`` and friends).
+COUNTERS = Table(
+    "gcs_counters",
+    METADATA,
+    Column("namespace", String(255), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("value", BigInteger, nullable=False),
+)

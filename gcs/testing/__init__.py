@@ -1,0 +1,1 @@
+"""Test helpers shipped with gcs (import submodules explicitly; nothing heavy here)."""

@@ -1,0 +1,166 @@
+"""Store fixtures: private Redis / PostgreSQL servers and one handle per backend under test.
+
+* ``redis_server`` / ``postgres_server`` (session): private servers on free ports.
+* ``backend`` (parametrized memory / sqlite / postgres / redis) and ``durable_backend``
+  (sqlite / postgres / redis): a :class:`Backend` whose ``open(namespace=None)`` builds and
+  opens a store on a fresh per-test namespace (SQLite: a per-test file); reopening with the
+  same namespace sees the same data.  Stores are closed at teardown.
+* ``store``: ``await backend.open()``.
+* ``outage_backend`` (sqlite / postgres / redis): a Backend with ``break_()`` / ``repair()``
+  that really takes the backend away (Redis: its own server is stopped and started on the same
+  port; PostgreSQL: the session server is stopped and started; SQLite: another connection
+  holds the write lock past the busy timeout).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from gcs.store.base import Store
+from gcs.store.memory import MemoryStore
+from gcs.store.redis import RedisOptions, RedisStore
+from gcs.store.sql import SqlOptions, SqlStore
+from gcs.testing.servers import PostgresServer, RedisServer
+
+ALL_BACKENDS = ("memory", "sqlite", "postgres", "redis")
+DURABLE_BACKENDS = ("sqlite", "postgres", "redis")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    yield server
+    server.cleanup()
+
+
+@dataclass
+class Backend:
+    """A backend under test: builds stores for one test and closes them afterwards."""
+
+    name: str
+    make: Callable[[str], Store]
+    namespace: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:12]}")
+    opened: list[Store] = field(default_factory=list)
+    break_: Callable[[], None] = lambda: None
+    repair: Callable[[], None] = lambda: None
+
+    async def open(self, namespace: str | None = None) -> Store:
+        store = self.make(namespace or self.namespace)
+        await store.open()
+        self.opened.append(store)
+        return store
+
+    async def close_all(self) -> None:
+        for store in self.opened:
+            await store.close()
+
+
+def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Backend:
+    if name == "memory":
+        return Backend(name, lambda _ns: MemoryStore())
+    if name == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+        return Backend(name, lambda ns: SqlStore(url, namespace=ns))
+    if name == "postgres":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        return Backend(name, lambda ns: SqlStore(server.url(), namespace=ns))
+    if name == "redis":
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        return Backend(name, lambda ns: RedisStore(redis.url, namespace=ns))
+    raise ValueError(name)
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+async def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Backend]:
+    handle = make_backend(request.param, request, tmp_path)
+    yield handle
+    await handle.close_all()
+
+
+@pytest.fixture(params=DURABLE_BACKENDS)
+async def durable_backend(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> AsyncIterator[Backend]:
+    handle = make_backend(request.param, request, tmp_path)
+    yield handle
+    await handle.close_all()
+
+
+@pytest.fixture
+async def store(backend: Backend) -> Store:
+    return await backend.open()
+
+
+class _SqliteLockHolder:
+    """Another connection that holds SQLite's write lock, as a second writer process would."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self._path = path
+        self._conn: sqlite3.Connection | None = None
+
+    def hold(self) -> None:
+        self._conn = sqlite3.connect(self._path, isolation_level=None)
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.execute("ROLLBACK")
+            self._conn.close()
+            self._conn = None
+
+
+@pytest.fixture(params=DURABLE_BACKENDS)
+async def outage_backend(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> AsyncIterator[Backend]:
+    name = request.param
+    if name == "sqlite":
+        path = tmp_path / "store.db"
+        holder = _SqliteLockHolder(path)
+        options = SqlOptions(busy_timeout_s=0.2)
+        handle = Backend(
+            name,
+            lambda ns: SqlStore(f"sqlite:///{path}", namespace=ns, options=options),
+            break_=holder.hold,
+            repair=holder.release,
+        )
+        yield handle
+        await handle.close_all()
+        holder.release()
+    elif name == "postgres":
+        pg: PostgresServer = request.getfixturevalue("postgres_server")
+        options = SqlOptions(connect_timeout_s=1.0, command_timeout_s=2.0)
+        handle = Backend(
+            name,
+            lambda ns: SqlStore(pg.url(), namespace=ns, options=options),
+            break_=pg.stop,
+            repair=pg.start,
+        )
+        yield handle
+        await handle.close_all()
+        pg.start()  # leave the session server running even if the test failed midway
+    else:
+        redis = RedisServer().start()
+        options = RedisOptions(socket_timeout_s=1.0, connect_timeout_s=0.5)
+        handle = Backend(
+            name,
+            lambda ns: RedisStore(redis.url, namespace=ns, options=options),
+            break_=redis.stop,
+            repair=redis.start,
+        )
+        yield handle
+        await handle.close_all()
+        redis.cleanup()
