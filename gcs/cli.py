@@ -155,5 +155,14 @@ def request_resources_cmd(
     click.echo("request_resources constraint set")
 
 
+def _mount_subcommands() -> None:
+    """Each subsystem owns its commands; the top level only mounts them."""
+    from gcs.store.cli import db
+
+    main.add_command(db)
+
+
+_mount_subcommands()
+
 if __name__ == "__main__":
     sys.exit(main())

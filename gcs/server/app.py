@@ -28,6 +28,9 @@ from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.raylet_clients import RayletClientPool
 from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.proto import node_manager_pb2
+from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
+from gcs.pubsub.config import PublisherConfig
+from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import service_handler, wire_service_name
 from gcs.rpc import services as svc
 from gcs.server.interceptors import ClusterIdInterceptor
@@ -53,6 +56,7 @@ class Managers:
     health: HealthChecker
     poller: LoadPoller
     clients: RayletClientPool
+    pubsub: GcsPubSub
 
 
 class GcsServer:
@@ -114,7 +118,18 @@ class GcsServer:
         kv = KvManager(store)
         self.meta = await load_or_create(kv, session_name=cfg.session_name)
         clients = RayletClientPool()
-        nodes = NodeManager(store, self.clock, max_dead_cached=cfg.max_dead_nodes_cached)
+        pubsub = GcsPubSub.create(
+            self.clock,
+            control_plane=PublisherConfig.control_plane().with_channels(
+                RAY_VIRTUAL_CLUSTER_CHANNEL
+            ),
+        )
+        nodes = NodeManager(
+            store,
+            self.clock,
+            publish=pubsub.control_plane.publish,
+            max_dead_cached=cfg.max_dead_nodes_cached,
+        )
         cache = ResourceCache(self.clock)
         health_checker = HealthChecker(nodes, clients, self.clock, cfg.health)
         nodes.add_listener(cache)
@@ -142,9 +157,10 @@ class GcsServer:
         await jobs.load()
         await autoscaler.load()
         self.managers = Managers(
-            kv, nodes, cache, pgs, jobs, autoscaler, health_checker, poller, clients
+            kv, nodes, cache, pgs, jobs, autoscaler, health_checker, poller, clients, pubsub
         )
         await self._start_grpc()
+        await pubsub.start()
         if cfg.metrics_port >= 0:
             self.metrics_port = self.metrics.serve(cfg.host, cfg.metrics_port)
         loop = asyncio.get_running_loop()
@@ -200,6 +216,8 @@ class GcsServer:
         ]
         for descriptor, servicer in servicers:
             server.add_generic_rpc_handlers([service_handler(descriptor, servicer, on_call=hook)])
+        server.add_generic_rpc_handlers(m.pubsub.handlers(on_call=hook))
+        servicers += [(svc.CONTROL_PLANE_PUBSUB, None), (svc.OBSERVABILITY_PUBSUB, None)]
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = [wire_service_name(d) for d, _ in servicers]
@@ -264,6 +282,8 @@ class GcsServer:
         if self._stopping:
             return
         self._stopping = True
+        if self.managers is not None:
+            await self.managers.pubsub.stop()  # answer held long polls before the drain
         if self._server is not None:
             await self._server.stop(grace_s)
         for task in self._tasks:
