@@ -6,8 +6,10 @@ import itertools
 
 import pytest
 
-from gcs.virtual_clusters import NodeInstance, RevisionSource, VirtualClusterRegistry
+from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
+from gcs.virtual_clusters import NodeInstance, RevisionSource, VirtualClusterRegistry, replay
 from gcs.virtual_clusters.plan import CreateJobClusterResult, CreateOrUpdateResult, Plan
+from gcs.virtual_clusters.replay import ReplayOutcome
 
 
 def nid(i: int) -> str:
@@ -64,6 +66,31 @@ class Harness:
         cluster = self.registry.get(cluster_id)
         assert cluster is not None
         return sorted(n for n in cluster.members if not self.registry.node(n).is_dead)
+
+    def node_table(self, drop: frozenset[str] = frozenset()) -> list[NodeInstance]:
+        """The GCS node table as it would be stored (dropped rows: gone from the table)."""
+        return [n for n in self.registry.nodes() if n.node_id not in drop]
+
+    def restart(self, drop: frozenset[str] = frozenset(), clock_start: int = 0) -> ReplayOutcome:
+        """Replay from the fake store and node table with a fresh (possibly earlier) clock."""
+        ticks = itertools.count(clock_start)
+        self.now_ns = lambda: next(ticks)
+        records = [VirtualClusterTableData.FromString(b) for b in self.store.values()]
+        outcome = replay(self.node_table(drop), records, RevisionSource(self.now_ns))
+        for key in outcome.deletes:
+            self.store.pop(key, None)
+        for key, data in outcome.puts.items():
+            self.store[key] = data.SerializeToString()
+        self.registry = outcome.registry
+        return outcome
+
+    def layout(self) -> dict[str, tuple[str, dict[str, str]]]:
+        """Every non-primary cluster's kind and membership (for before/after comparisons)."""
+        return {
+            c.id: (c.kind.value, dict(c.members))
+            for c in self.registry.clusters()
+            if c.id != "kPrimaryClusterID"
+        }
 
     def sound(self) -> None:
         assert self.registry.invariant_violations() == []
