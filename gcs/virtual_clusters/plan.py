@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.virtual_clusters.convert import to_table_data
 from gcs.virtual_clusters.model import Cluster, Draft, Kind, NodeInstance
+from gcs.virtual_clusters.revision import RevisionSource
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ class Plan:
     """Storage Delete, same table."""
     publishes: tuple[VirtualClusterTableData, ...] = ()
     """Publish each on RAY_VIRTUAL_CLUSTER_CHANNEL (key_id = id bytes) after commit."""
+    revision_high_water: int = 0
+    """The largest revision handed out so far. Persist it with the batch (e.g. a durable
+    counter) and pass it to ``replay(revision_floor=...)``: the primary is never stored, so
+    this is what keeps its revision from going backwards across a restart."""
 
     @property
     def empty(self) -> bool:
@@ -56,9 +61,10 @@ class CreateJobClusterResult:
 class PlanBuilder:
     """A draft plus which clusters to flush (persist, and publish when indivisible)."""
 
-    def __init__(self, draft: Draft, generation: int) -> None:
+    def __init__(self, draft: Draft, generation: int, revisions: RevisionSource) -> None:
         self.draft = draft
         self.generation = generation
+        self.revisions = revisions
         self._flush: list[str] = []
         self._removed: dict[str, Cluster] = {}
 
@@ -91,4 +97,5 @@ class PlanBuilder:
             puts=puts,
             deletes=frozenset(self._removed),
             publishes=tuple(publishes),
+            revision_high_water=self.revisions.last,
         )

@@ -48,7 +48,7 @@ class VirtualClusterRegistry:
         return Draft(self._clusters, self._nodes)
 
     def _builder(self) -> PlanBuilder:
-        return PlanBuilder(self.draft(), self.generation)
+        return PlanBuilder(self.draft(), self.generation, self.revisions)
 
     def commit(self, plan: Plan) -> None:
         if plan.base_generation != self.generation:

@@ -36,6 +36,8 @@ class ReplayOutcome:
     puts: dict[str, VirtualClusterTableData] = field(default_factory=dict)
     deletes: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
+    revision_high_water: int = 0
+    """Persist with ``puts``/``deletes`` (see ``Plan.revision_high_water``)."""
 
 
 class _Replayer:
@@ -155,12 +157,15 @@ def replay(
     node_table: Iterable[NodeInstance],
     records: Iterable[VirtualClusterTableData],
     revisions: RevisionSource,
+    revision_floor: int = 0,
 ) -> ReplayOutcome:
-    """Rebuild from storage. ``node_table``: every node row (``is_dead`` = state DEAD).
+    """Rebuild from storage. ``node_table``: every node row (``is_dead`` = state DEAD);
+    ``revision_floor``: the last persisted ``Plan.revision_high_water``.
 
     Afterwards the caller persists ``puts``/``deletes``, then tells the registry about jobs
     that are already finished (``on_job_finished``) and serves.
     """
+    revisions.observe(revision_floor)
     replayer = _Replayer(node_table, revisions)
     replayer.load_primary()
     stored = sorted(records, key=lambda r: r.id)
@@ -184,4 +189,6 @@ def replay(
         for cid in sorted(replayer.changed)
         if cid in clusters
     }
-    return ReplayOutcome(registry, puts, replayer.deletes, replayer.outcome_warnings)
+    return ReplayOutcome(
+        registry, puts, replayer.deletes, replayer.outcome_warnings, revisions.last
+    )

@@ -25,6 +25,7 @@ class Harness:
         self.registry = VirtualClusterRegistry(RevisionSource(self.now_ns))
         self.store: dict[str, bytes] = {}
         self.published: list = []
+        self.high_water = self.registry.revisions.last  # persisted at startup
         for i in range(nodes):
             self.join(nid(i), str(i % templates))
 
@@ -35,6 +36,7 @@ class Harness:
         for key, data in plan.puts.items():
             self.store[key] = data.SerializeToString()
         self.registry.commit(plan)
+        self.high_water = max(self.high_water, plan.revision_high_water)
         self.published.extend(plan.publishes)
         return result
 
@@ -76,12 +78,15 @@ class Harness:
         ticks = itertools.count(clock_start)
         self.now_ns = lambda: next(ticks)
         records = [VirtualClusterTableData.FromString(b) for b in self.store.values()]
-        outcome = replay(self.node_table(drop), records, RevisionSource(self.now_ns))
+        outcome = replay(
+            self.node_table(drop), records, RevisionSource(self.now_ns), self.high_water
+        )
         for key in outcome.deletes:
             self.store.pop(key, None)
         for key, data in outcome.puts.items():
             self.store[key] = data.SerializeToString()
         self.registry = outcome.registry
+        self.high_water = outcome.revision_high_water
         return outcome
 
     def layout(self) -> dict[str, tuple[str, dict[str, str]]]:
