@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gcs.proto import gcs_pb2, gcs_service_pb2, virtual_cluster_data_pb2, virtual_cluster_pb2
+from gcs.proto import (
+    autoscaler_pb2,
+    gcs_pb2,
+    gcs_service_pb2,
+    virtual_cluster_data_pb2,
+    virtual_cluster_pb2,
+)
 from gcs.virtual_clusters.errors import VcError
-from gcs.virtual_clusters.model import Cluster, NodeInstance
+from gcs.virtual_clusters.model import Cluster, Kind, NodeInstance
 
 NodeLookup = Callable[[str], NodeInstance | None]
 ResourceLookup = Callable[[str], tuple[Mapping[str, float], Mapping[str, float]]]
@@ -86,3 +92,23 @@ def status_proto(error: VcError | None = None) -> gcs_service_pb2.GcsStatus:
     if error is None:
         return gcs_service_pb2.GcsStatus(code=0)
     return gcs_service_pb2.GcsStatus(code=int(error.code), message=error.message)
+
+
+def autoscaler_state(cluster: Cluster, node: NodeLookup) -> autoscaler_pb2.VirtualClusterState:
+    """One ``ClusterResourceState.virtual_cluster_states`` entry (reference §11), without the
+    pending demand, which the autoscaler-state manager fills in.
+
+    ``nodes``: undivided nodes of a divisible cluster (the primary included), all nodes of an
+    indivisible one; dead nodes are left out (the autoscaler can neither use nor release them).
+    """
+    members = cluster.undivided() if cluster.divisible else sorted(cluster.members)
+    state = autoscaler_pb2.VirtualClusterState(
+        parent_virtual_cluster_id=cluster.parent_id if cluster.kind is Kind.JOB else "",
+        divisible=cluster.divisible,
+        revision=cluster.revision,
+        nodes=[n for n in members if (found := node(n)) is not None and not found.is_dead],
+        max_nodes=cluster.max_nodes,
+    )
+    state.min_replica_sets.update(cluster.min_replica_sets)
+    state.max_replica_sets.update(cluster.max_replica_sets)
+    return state

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from gcs.proto.autoscaler_pb2 import VirtualClusterState
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.proto.virtual_cluster_pb2 import VirtualClusterView
 from gcs.virtual_clusters import allocation, lifecycle, queries, replenish
-from gcs.virtual_clusters.convert import ResourceLookup, to_table_data, to_view
+from gcs.virtual_clusters.convert import ResourceLookup, autoscaler_state, to_table_data, to_view
 from gcs.virtual_clusters.errors import StalePlan
 from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID, UNDIVIDED
 from gcs.virtual_clusters.model import Cluster, Draft, Kind, NodeInstance, check_invariants
@@ -114,6 +115,10 @@ class VirtualClusterRegistry:
     ) -> tuple[list[VirtualClusterView], int]:
         found, total = queries.all_for_view(self.draft(), limit)
         return [to_view(c, self.node, resources) for c in found], total
+
+    def autoscaler_states(self) -> dict[str, VirtualClusterState]:
+        """Every logical and job cluster plus the primary, keyed by id (reference §11)."""
+        return {c.id: autoscaler_state(c, self.node) for c in self.clusters()}
 
     def get_autoscaling_config(self, cluster_id: str) -> Cluster:
         return allocation.get_autoscaling_config(self.draft(), cluster_id)

@@ -53,6 +53,7 @@ class TestFlushAndPublishTable:
         assert set(result.plan.puts) == {"v"}
         assert message.revision == result.revision and len(message.node_instances) == 2
         assert {i.template_id for i in message.node_instances.values()} == {"0"}
+        assert {i.hostname for i in result.node_instances.values()} == {"h"}  # D1
 
     def test_divisible_create_is_put_only(self, h: Harness) -> None:
         """§6: divisible logical: Put, no publish."""
@@ -84,3 +85,12 @@ class TestFlushAndPublishTable:
         h.job("a", "j", {"0": 1})
         h.run(h.registry.remove_nodes("b", [sorted(h.registry.get("b").members)[0]]))
         assert {k: v.SerializeToString() for k, v in h.registry.records().items()} == h.store
+
+
+class TestPublicNames:
+    def test_package_exports_are_pinned(self) -> None:
+        """The public surface of ``gcs.virtual_clusters`` is exactly ``__all__``, sorted."""
+        import gcs.virtual_clusters as vc
+
+        assert vc.__all__ == sorted(vc.__all__)
+        assert all(hasattr(vc, name) for name in vc.__all__)
