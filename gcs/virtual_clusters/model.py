@@ -151,13 +151,6 @@ class Draft:
             Counter(self.template(n) for n, b in cluster.members.items() if bucket in (None, b))
         )
 
-    def owner(self, node_id: str) -> Cluster | None:
-        """The top-level cluster (primary or logical) holding the node."""
-        for cluster in self.clusters():
-            if cluster.kind is not Kind.JOB and node_id in cluster.members:
-                return cluster
-        return None
-
     # -- writes
     def put(self, cluster: Cluster) -> None:
         self.cluster_changes[cluster.id] = cluster

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gcs.proto import virtual_cluster_data_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.virtual_clusters.convert import to_table_data
 from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID, UNDIVIDED, is_job_cluster_id, parent_id
@@ -53,12 +54,12 @@ class _Replayer:
     def warn(self, text: str) -> None:
         self.outcome_warnings.append(text)
 
-    def _know(self, node_id: str, instance: object) -> None:
+    def _know(self, node_id: str, instance: virtual_cluster_data_pb2.NodeInstance) -> None:
         """Record-only nodes (gone from the node table) are known but dead."""
         if node_id not in self.nodes:
-            hostname = getattr(instance, "hostname", "")
-            template = getattr(instance, "template_id", "")
-            self.nodes[node_id] = NodeInstance(node_id, template, hostname, is_dead=True)
+            self.nodes[node_id] = NodeInstance(
+                node_id, instance.template_id, instance.hostname, is_dead=True
+            )
 
     def load_primary(self) -> None:
         alive = {n: UNDIVIDED for n, node in sorted(self.nodes.items()) if not node.is_dead}
