@@ -134,7 +134,10 @@ class _Replayer:
         self.clusters[parent.id] = parent
         if parent.kind is not Kind.PRIMARY:
             self.changed.add(parent.id)
-        self.warn(f"repaired {parent.id} from {record.id}: +{taken} -{released}")
+        if parent.kind is not Kind.PRIMARY or any(not self.nodes[n].is_dead for n in taken):
+            # Dead nodes lent to a primary job cluster are expected here: the primary is
+            # rebuilt from ALIVE node-table rows only.
+            self.warn(f"repaired {parent.id} from {record.id}: +{taken} -{released}")
 
     def load_job(self, record: VirtualClusterTableData) -> None:
         if record.id in self.deletes:
