@@ -65,6 +65,34 @@ ADDITIONS: dict[str, list[str]] = {
         "optional .gcs.rpc.GetAllNodeInfoRequest.Filters filters = 4;",
     ],
 }
+# ant-ray's per-virtual-cluster autoscaler state (Ray 2.60's ClusterResourceState ends at 7).
+ADDITIONS["ray.rpc.autoscaler.ClusterResourceState"] = [
+    "map<string, .gcs.rpc.autoscaler.VirtualClusterState> virtual_cluster_states = 8;",
+]
+ONEOF_ADDITIONS: dict[tuple[str, str], list[str]] = {
+    # ant-ray's virtual-cluster payload keeps its number (Ray 2.60 stops at 14).
+    ("ray.rpc.PubMessage", "inner_message"): [
+        ".gcs.rpc.VirtualClusterTableData virtual_cluster_message = 20;"
+    ],
+}
+# Hand-written files our generated ones import for the additions above.
+EXTRA_IMPORTS: dict[str, list[str]] = {"pubsub": ["gcs/proto/virtual_cluster_data.proto"]}
+# Whole messages appended to a generated file (ant-ray additive, not in Ray 2.60).
+EXTRA_TEXT: dict[str, str] = {
+    "autoscaler": """// addition (ant-ray): one virtual cluster as the VC-aware autoscaler sees it.
+message VirtualClusterState {
+  string parent_virtual_cluster_id = 1;
+  bool divisible = 2;
+  uint64 revision = 3;
+  repeated string nodes = 4;
+  repeated .gcs.rpc.autoscaler.ResourceRequestByCount pending_resource_requests = 5;
+  repeated .gcs.rpc.autoscaler.GangResourceRequest pending_gang_resource_requests = 6;
+  map<string, int32> min_replica_sets = 7;
+  map<string, int32> max_replica_sets = 8;
+  int32 max_nodes = 9;
+}
+""",
+}
 ENUM_ADDITIONS: dict[str, list[str]] = {
     # ant-ray's virtual-cluster channel keeps its number (Ray 2.60 stops at 9).
     "ray.rpc.ChannelType": ["RAY_VIRTUAL_CLUSTER_CHANNEL = 11;"],
@@ -196,6 +224,8 @@ def print_message(m: d.DescriptorProto, ind: str, out: list[str], full: str = ""
             out.append(f"{ind}  oneof {m.oneof_decl[idx].name} {{")
             for g in real_oneofs[idx]:
                 out.append(f"{ind}    {field_type(g)} {g.name} = {g.number};")
+            for line in ONEOF_ADDITIONS.get((full, m.oneof_decl[idx].name), []):
+                out.append(f"{ind}    {line}  // addition")
             out.append(f"{ind}  }}")
             continue
         entry_name = f.type_name.rsplit(".", 1)[-1] if f.type_name else ""
@@ -253,6 +283,7 @@ def main(src: str, dst: str) -> None:
                 body.append(f"  rpc {mth.name}({req}) returns ({rep});")
             body.append("}")
             body.append("")
+        body.append(EXTRA_TEXT.get(names[file], ""))
         text = "\n".join(body)
         deps = sorted(
             dep
@@ -268,6 +299,7 @@ def main(src: str, dst: str) -> None:
             "",
         ]
         header += [f'import "gcs/proto/{names[dep]}.proto";' for dep in deps]
+        header += [f'import "{extra}";' for extra in EXTRA_IMPORTS.get(names[file], [])]
         (out_dir / f"{names[file]}.proto").write_text("\n".join(header) + "\n\n" + text)
         print(f"{names[file]}.proto: {len(members)} top-level types")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gcs.proto import autoscaler_pb2, gcs_service_pb2, node_manager_pb2
+from gcs.proto import autoscaler_pb2, gcs_service_pb2, node_manager_pb2, virtual_cluster_pb2
 
 _GS = gcs_service_pb2.DESCRIPTOR.services_by_name
 
@@ -19,3 +19,5 @@ TASK_INFO = _GS["TaskInfoGcsService"]
 RUNTIME_ENV = _GS["RuntimeEnvGcsService"]
 AUTOSCALER_STATE = autoscaler_pb2.DESCRIPTOR.services_by_name["AutoscalerStateService"]
 NODE_MANAGER = node_manager_pb2.DESCRIPTOR.services_by_name["NodeManagerService"]
+_VC = virtual_cluster_pb2.DESCRIPTOR.services_by_name
+VIRTUAL_CLUSTER_INFO = _VC["VirtualClusterInfoGcsService"]
