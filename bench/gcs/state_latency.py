@@ -36,7 +36,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def load_for(rng: random.Random, node: int, shapes_per_node: int, salt: int) -> gcs_pb2.ResourcesData:
+def load_for(
+    rng: random.Random, node: int, shapes_per_node: int, salt: int
+) -> gcs_pb2.ResourcesData:
     data = gcs_pb2.ResourcesData(
         resources_total={"CPU": 16, "memory": 64e9},
         resources_available={"CPU": float(rng.randint(0, 16)), "memory": 32e9},
@@ -60,7 +62,8 @@ async def main() -> None:
     configure_logging("console", "warning")
     rng = random.Random(7)
     config = GcsConfig(
-        port=0, metrics_port=-1,
+        port=0,
+        metrics_port=-1,
         health=HealthCheckConfig(initial_delay_ms=10**9),
         load_poll=LoadPollConfig(period_ms=10**9),
     )
@@ -73,11 +76,19 @@ async def main() -> None:
         state = ServiceStub(ch, AUTOSCALER_STATE, metadata=md, timeout_s=60)
         ids = [rng.randbytes(28) for _ in range(args.nodes)]
         for i, node_id in enumerate(ids):
-            await nodes.RegisterNode(G.RegisterNodeRequest(node_info=gcs_pb2.GcsNodeInfo(
-                node_id=node_id, node_manager_address="127.0.0.1", node_manager_port=10000 + i,
-                resources_total={"CPU": 16, "memory": 64e9}, node_type_name=f"t{i % 4}",
-                labels={"ray.io/node-id": node_id.hex(), "zone": f"z{i % 3}"},
-                state=gcs_pb2.GcsNodeInfo.ALIVE)))
+            await nodes.RegisterNode(
+                G.RegisterNodeRequest(
+                    node_info=gcs_pb2.GcsNodeInfo(
+                        node_id=node_id,
+                        node_manager_address="127.0.0.1",
+                        node_manager_port=10000 + i,
+                        resources_total={"CPU": 16, "memory": 64e9},
+                        node_type_name=f"t{i % 4}",
+                        labels={"ray.io/node-id": node_id.hex(), "zone": f"z{i % 3}"},
+                        state=gcs_pb2.GcsNodeInfo.ALIVE,
+                    )
+                )
+            )
         cache = server.managers.resources
         per_node = max(1, args.shapes // args.nodes)
         for i, node_id in enumerate(ids):
@@ -85,8 +96,10 @@ async def main() -> None:
         reply = await state.GetClusterResourceState(A.GetClusterResourceStateRequest())
         size = reply.ByteSize()
         crs = reply.cluster_resource_state
-        print(f"nodes={len(crs.node_states)} pending_shapes={len(crs.pending_resource_requests)} "
-              f"reply_bytes={size}")
+        print(
+            f"nodes={len(crs.node_states)} pending_shapes={len(crs.pending_resource_requests)} "
+            f"reply_bytes={size}"
+        )
 
         async def measure(churn: bool) -> list[float]:
             times = []
@@ -103,9 +116,11 @@ async def main() -> None:
 
         for label, churn in (("steady", False), ("10% of nodes changed load", True)):
             t = await measure(churn)
-            print(f"GetClusterResourceState [{label}]: p50={statistics.median(t):.1f} ms "
-                  f"p99={percentile(t, 0.99):.1f} ms max={max(t):.1f} ms (n={len(t)}) "
-                  f"target p99<=50 ms")
+            print(
+                f"GetClusterResourceState [{label}]: p50={statistics.median(t):.1f} ms "
+                f"p99={percentile(t, 0.99):.1f} ms max={max(t):.1f} ms (n={len(t)}) "
+                f"target p99<=50 ms"
+            )
     await server.stop()
 
 
