@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
+from gcs.testing.servers import RedisServer
 
 
 def fast_config(**overrides: object) -> GcsConfig:
@@ -24,6 +25,14 @@ def fast_config(**overrides: object) -> GcsConfig:
     }
     base.update(overrides)
     return GcsConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A private redis-server (appendonly, fsync always) on a free port for the session."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
 
 
 @pytest.fixture

@@ -33,13 +33,6 @@ DURABLE_BACKENDS = ("sqlite", "postgres", "redis")
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
-
-
-@pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     server = PostgresServer().start()
     yield server
