@@ -64,6 +64,13 @@ def select_excess(
     return gone, kept + ([head] if head else [])
 
 
+def _in_use(node: WorkNode) -> bool:
+    """Work is running there (a guard against an idle clock that disagrees with usage)."""
+    inst = node.instance
+    assert inst is not None
+    return any(inst.available.get(k, 0) < v for k, v in inst.total.items() if v > 0)
+
+
 def idle_timeout_for(node: WorkNode, cfg: SchedulerConfig) -> float | None:
     if node.im_status in PENDING_TERMINABLE_STATUSES:
         return cfg.pending_idle_timeout_s
@@ -101,6 +108,9 @@ def enforce_idle(
             continue
         if n.placed[Source.CONSTRAINT]:
             keep_reasons.append((who, "needed by request_resources"))
+            continue
+        if n.instance is not None and n.is_running and _in_use(n):
+            keep_reasons.append((who, "resources in use although reported idle"))
             continue
         t = cfg.node_types.get(n.node_type)
         min_count = t.min_workers if t else 0
