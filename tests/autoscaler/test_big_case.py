@@ -10,7 +10,7 @@ from gcs.autoscaler.scheduler import schedule
 from tests.autoscaler.scenario_io import our_decisions, scenario_input
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "scheduler"))
-from workload import scenario  # noqa: E402
+from workload import scenario
 
 
 class TestBigCase:
