@@ -165,3 +165,21 @@ class TestBeyondRay:
         assert r1.terminations == () and r1.pending_since_s == {"cpu": (10.0,)}
         r2 = schedule(replace(base, now_s=10.2, pending_since_s=r1.pending_since_s))
         assert [t.instance_id for t in r2.terminations] == ["p"]
+
+
+class TestLabelSelectors:
+    """IN / NOT_IN / EXISTS / DOES_NOT_EXIST pick the node type whose labels match."""
+
+    def _launch(self, op: str, values: tuple[str, ...] = ()) -> dict[str, int]:
+        from gcs.autoscaler.scheduler import LabelConstraint, LabelOp
+
+        types = [ntype("plain"), ntype("tpu", labels={"acc": "tpu"})]
+        sel = ((LabelConstraint("acc", LabelOp(op), values),),)
+        return dict(schedule(inp(types, [], [ResourceDemand({"CPU": 1}, 1, sel)])).launches)
+
+    def test_each_operator(self) -> None:
+        """Each operator selects exactly the type it should."""
+        assert self._launch("in", ("tpu",)) == {"tpu": 1}
+        assert self._launch("not_in", ("tpu",)) == {"plain": 1}
+        assert self._launch("exists") == {"tpu": 1}
+        assert self._launch("does_not_exist") == {"plain": 1}
