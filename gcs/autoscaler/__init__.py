@@ -1,0 +1,1 @@
+"""Embedded autoscaler: pure scheduling policy, cluster config, planner CLI."""

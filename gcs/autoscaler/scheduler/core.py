@@ -1,0 +1,414 @@
+"""``schedule()``: Ray 2.60's policy in Ray's order, pure and deterministic.
+
+outdated -> min per type -> max per type -> cluster max -> request_resources ->
+placement groups -> tasks/actors -> idle termination. Every decision gets a reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_instance, from_type
+from gcs.autoscaler.scheduler.packing import LaunchNote, PackContext, try_schedule
+from gcs.autoscaler.scheduler.scoring import describe
+from gcs.autoscaler.scheduler.termination import enforce_idle, mark, select_excess
+from gcs.autoscaler.scheduler.types import (
+    SCHEDULABLE_STATUSES,
+    ClusterConstraint,
+    Decision,
+    GangRequest,
+    InstanceStatus,
+    NodeKind,
+    ResourceDemand,
+    SchedulingInput,
+    SchedulingReply,
+    TerminationCause,
+)
+
+
+def shape_text(resources: dict[str, float] | object) -> str:
+    items = dict(resources)  # type: ignore[call-overload]
+    return "{" + ", ".join(f"{k}:{v:g}" for k, v in sorted(items.items())) + "}"
+
+
+def combine_affinity(bundles: tuple[ResourceDemand, ...]) -> list[tuple[ResourceDemand, int]]:
+    """Ray's ``combine_requests_with_affinity``: STRICT_PACK bundles become one request."""
+    out: list[tuple[ResourceDemand, int]] = []
+    merged: dict[tuple, list[ResourceDemand]] = {}
+    for b in bundles:
+        if b.affinity is None:
+            out.append((b, b.count))
+            continue
+        merged.setdefault((b.affinity, b.selectors), []).extend([b] * b.count)
+    for (aff, _), parts in merged.items():
+        total: dict[str, float] = defaultdict(float)
+        for p in parts:
+            for k, v in p.resources.items():
+                total[k] += v
+        out.append((ResourceDemand(dict(total), 1, parts[0].selectors, affinity=aff), 1))
+    return out
+
+
+class _Round:
+    """State of one scheduling round (private; created and dropped by ``schedule``)."""
+
+    def __init__(self, inp: SchedulingInput) -> None:
+        self.inp = inp
+        self.cfg = inp.config
+        self.opts = inp.config.options
+        self.reasons: list[Decision] = []
+        self.notes: list[LaunchNote] = []
+        blocked: set[str] = set()
+        if self.opts.unavailable_type_ttl_s is not None:
+            for f in inp.launch_failures:
+                if inp.now_s - f.at_s < self.opts.unavailable_type_ttl_s:
+                    blocked.add(f.node_type)
+        self.blocked = frozenset(blocked)
+        self.pack = PackContext(
+            configs=self.cfg.node_types,
+            max_num_nodes=self.cfg.max_num_nodes,
+            cloud_availability=inp.cloud_availability,
+            recoverable_availability=inp.recoverable_availability,
+            conserve_gpu=self.opts.conserve_gpu_nodes,
+            blocked_types=self.blocked,
+        )
+        self.nodes: list[WorkNode] = []
+        configs = dict(self.cfg.node_types)
+        for inst in inp.instances:
+            if inst.status not in SCHEDULABLE_STATUSES:
+                continue
+            node = from_instance(inst, configs, not self.cfg.disable_launch_config_check)
+            if node is None:
+                continue
+            if node.status is NodeStatus.TO_TERMINATE:
+                mark(
+                    node,
+                    TerminationCause.OUTDATED,
+                    f"node type {inst.node_type!r} is no longer configured",
+                )
+            self.nodes.append(node)
+        self.last_work = dict(inp.last_work_s)
+        if self.opts.own_idle_clock:
+            self._apply_own_idle_clock()
+
+    def protected(self, node: WorkNode) -> bool:
+        label = self.opts.do_not_disrupt_label
+        return bool(label) and node.labels.get(label) == "true"
+
+    def _apply_own_idle_clock(self) -> None:
+        now = self.inp.now_s
+        for n in self.nodes:
+            if n.instance is None or not n.is_running:
+                continue
+            iid = n.instance_id
+            busy = any(n.avail[Source.DEMAND].get(k, 0) < v for k, v in n.total.items())
+            if busy:
+                self.last_work[iid] = now
+            elif iid not in self.last_work:
+                self.last_work[iid] = now - n.idle_duration_ms / 1000
+            n.idle_duration_ms = round(max(0.0, now - self.last_work[iid]) * 1000)
+
+    # -- pipeline steps ---------------------------------------------------------------
+    def terminate_outdated(self) -> None:
+        if self.cfg.disable_launch_config_check:
+            return
+        for n in self.nodes:
+            if n.status is not NodeStatus.SCHEDULABLE:
+                continue
+            cfg = self.cfg.node_types.get(n.node_type)
+            if cfg is None:
+                why = f"node type {n.node_type!r} is no longer configured"
+            elif cfg.launch_config_hash and cfg.launch_config_hash != n.launch_config_hash:
+                old = n.launch_config_hash or "-"
+                why = f"launch config changed ({old} != {cfg.launch_config_hash})"
+            else:
+                continue
+            if n.kind is NodeKind.HEAD:
+                self.reasons.append(
+                    Decision(
+                        "keep", n.instance_id, f"head is outdated ({why}) but never terminated"
+                    )
+                )
+                continue
+            mark(n, TerminationCause.OUTDATED, why)
+
+    def enforce_min_workers(self) -> None:
+        count: dict[str, int] = defaultdict(int)
+        for n in self.nodes:
+            if n.status is not NodeStatus.TO_TERMINATE:
+                count[n.node_type] += 1
+        new: list[WorkNode] = []
+        for name, cfg in self.cfg.node_types.items():
+            missing = cfg.min_workers - count[name]
+            if missing > 0:
+                new.extend(from_type(cfg) for _ in range(missing))  # distinct nodes, not aliases
+                self.reasons.append(
+                    Decision(
+                        "launch",
+                        name,
+                        f"launch {missing} x {name}: min_workers of {name} is "
+                        f"{cfg.min_workers}, have {count[name]}",
+                    )
+                )
+        self.nodes = new + self.nodes
+
+    def enforce_max_per_type(self) -> None:
+        terminating = [n for n in self.nodes if n.status is NodeStatus.TO_TERMINATE]
+        by_type: dict[str, list[WorkNode]] = {}
+        for n in self.nodes:
+            if n.status is not NodeStatus.TO_TERMINATE:
+                by_type.setdefault(n.node_type, []).append(n)
+        for name, group in by_type.items():
+            cfg = self.cfg.node_types.get(name)
+            if cfg is None:
+                continue  # Ray raises KeyError here; an unknown type has no per-type cap
+            excess = len(group) - cfg.max_workers
+            if excess <= 0:
+                continue
+            gone, kept = select_excess(
+                group,
+                excess,
+                TerminationCause.MAX_NUM_NODE_PER_TYPE,
+                f"{len(group)} nodes of {name} > max_workers {cfg.max_workers}",
+                lambda _n: False,
+            )
+            by_type[name] = kept
+            terminating.extend(gone)
+            self._note_unlaunched(gone, f"max_workers of {name} is {cfg.max_workers}")
+        self.nodes = terminating + [n for g in by_type.values() for n in g]
+
+    def enforce_max_global(self) -> None:
+        cap = self.cfg.max_num_nodes
+        terminating = [n for n in self.nodes if n.status is NodeStatus.TO_TERMINATE]
+        alive = [n for n in self.nodes if n.status is not NodeStatus.TO_TERMINATE]
+        if not cap or len(alive) <= cap:
+            return
+        gone, kept = select_excess(
+            alive,
+            len(alive) - cap,
+            TerminationCause.MAX_NUM_NODES,
+            f"{len(alive)} nodes > max_num_nodes {cap}",
+            lambda _n: False,
+        )
+        self._note_unlaunched(gone, f"max_num_nodes is {cap}")
+        self.nodes = terminating + gone + kept
+
+    def _note_unlaunched(self, gone: list[WorkNode], why: str) -> None:
+        per: dict[str, int] = defaultdict(int)
+        for n in gone:
+            if n.instance is None:
+                per[n.node_type] += 1
+        for t, c in per.items():
+            self.reasons.append(
+                Decision("skip", t, f"not launching {c} x {t} for min_workers: {why}")
+            )
+
+    def schedule_constraints(self) -> list[ClusterConstraint]:
+        infeasible = []
+        for c in self.inp.constraints:
+            res = try_schedule(
+                self.nodes, [(b, b.count) for b in c.bundles], Source.CONSTRAINT, self.pack
+            )
+            if res.leftover:
+                infeasible.append(c)
+                left = ", ".join(f"{n} x {shape_text(d.resources)}" for d, n in res.leftover)
+                self.reasons.append(
+                    Decision(
+                        "infeasible",
+                        "request_resources",
+                        f"constraint cannot be met ({left} do not fit); nothing launched for it",
+                    )
+                )
+                continue
+            self.nodes = res.nodes
+            self.notes.extend(res.launches)
+        return infeasible
+
+    def schedule_gangs(self) -> list[GangRequest]:
+        def key(g: GangRequest) -> tuple[int, int]:
+            constraints = sum(b.count for b in g.bundles if b.affinity or b.anti_affinity)
+            return (constraints, sum(b.count for b in g.bundles))
+
+        infeasible = []
+        for g in sorted(self.inp.gangs, key=key, reverse=True):
+            options = [g.bundles] + (list(g.fallbacks) if self.opts.gang_fallbacks else [])
+            for bundles in options:
+                res = try_schedule(self.nodes, combine_affinity(bundles), Source.DEMAND, self.pack)
+                if not res.leftover:
+                    self.nodes = res.nodes
+                    self.notes.extend(res.launches)
+                    break
+            else:
+                infeasible.append(g)
+                self.reasons.append(
+                    Decision(
+                        "infeasible",
+                        g.details or "placement group",
+                        "gang cannot be placed as a whole within node type limits",
+                    )
+                )
+        return infeasible
+
+    def schedule_demand(self) -> list[ResourceDemand]:
+        res = try_schedule(
+            self.nodes, [(d, d.count) for d in self.inp.demands], Source.DEMAND, self.pack
+        )
+        self.nodes = res.nodes
+        self.notes.extend(res.launches)
+        out = []
+        for d, n in res.leftover:
+            out.append(ResourceDemand(d.resources, n, d.selectors, d.affinity, d.anti_affinity))
+            self.reasons.append(
+                Decision(
+                    "infeasible",
+                    shape_text(d.resources),
+                    f"{n} pending {shape_text(d.resources)} requests fit no node type "
+                    "within limits",
+                )
+            )
+        return out
+
+    def pending_idle(self) -> dict[str, tuple[float, ...]]:
+        """Ray keeps per-type clocks for unneeded pending nodes; we carry them in the reply."""
+        timeout = self.cfg.pending_idle_timeout_s
+        if timeout is None:
+            return {}
+        rank = {
+            InstanceStatus.QUEUED: 0,
+            InstanceStatus.ALLOCATED: 1,
+            InstanceStatus.RAY_INSTALLING: 2,
+        }
+        by_type: dict[str, list[WorkNode]] = defaultdict(list)
+        for n in self.nodes:
+            if (
+                n.status is NodeStatus.SCHEDULABLE
+                and n.kind is NodeKind.WORKER
+                and n.im_status in rank
+                and not n.placed[Source.DEMAND]
+                and not n.placed[Source.CONSTRAINT]
+            ):
+                by_type[n.node_type].append(n)
+        clocks: dict[str, tuple[float, ...]] = {}
+        for t, group in by_type.items():
+            old = sorted(self.inp.pending_since_s.get(t, ()))[: len(group)]
+            stamps = old + [self.inp.now_s] * (len(group) - len(old))
+            group.sort(key=lambda n: rank[n.im_status])  # type: ignore[index]
+            for n, ts in zip(group, stamps, strict=True):
+                n.idle_duration_ms = round((self.inp.now_s - ts) * 1000)
+            clocks[t] = tuple(stamps)
+        return clocks
+
+    def budget(self) -> int | None:
+        o = self.opts
+        limits = []
+        if o.disruption_budget_nodes is not None:
+            limits.append(o.disruption_budget_nodes)
+        if o.disruption_budget_percent is not None:
+            workers = sum(
+                1 for n in self.nodes if n.kind is NodeKind.WORKER and n.instance is not None
+            )
+            limits.append(max(1, math.floor(workers * o.disruption_budget_percent / 100)))
+        return min(limits) if limits else None
+
+    def idle(self) -> None:
+        keep: list[tuple[str, str]] = []
+        enforce_idle(self.nodes, self.cfg, self.protected, self.budget(), keep)
+        for who, why in keep:
+            self.reasons.append(Decision("keep", who, f"keep node {who}: {why}"))
+
+    # -- reply ----------------------------------------------------------------------
+    def launch_reasons(self, launches: dict[str, int]) -> None:
+        by_type: dict[str, list[LaunchNote]] = defaultdict(list)
+        for note in self.notes:
+            by_type[note.node_type].append(note)
+        for t, notes in by_type.items():
+            if t not in launches:
+                continue
+            placed: dict[str, int] = defaultdict(int)
+            for note in notes:
+                for d, k in note.placed:
+                    placed[shape_text(d.resources)] += k
+            what = ", ".join(f"{k} pending {s} requests" for s, k in placed.items())
+            text = f"launch {len(notes)} x {t}: {what}; best score {describe(notes[0].score)}"
+            ru = notes[0].runner_up
+            if ru is not None:
+                text += f"; {ru[0]} scored lower ({describe(ru[1])})"
+            self.reasons.append(Decision("launch", t, text))
+
+    def reply(self, inf_d, inf_g, inf_c, pending_clocks) -> SchedulingReply:
+        launches: dict[str, int] = {}
+        for n in self.nodes:
+            if n.status is NodeStatus.TO_LAUNCH:
+                launches[n.node_type] = launches.get(n.node_type, 0) + 1
+        self.launch_reasons(launches)
+        terms = tuple(
+            n.termination
+            for n in self.nodes
+            if n.status is NodeStatus.TO_TERMINATE and n.termination
+        )
+        for t in terms:
+            self.reasons.append(
+                Decision("terminate", t.instance_id, f"terminate {t.instance_id}: {t.reason}")
+            )
+        cluster: dict[str, float] = defaultdict(float)
+        for n in self.nodes:
+            if n.status is not NodeStatus.TO_TERMINATE:
+                for k, v in n.total.items():
+                    cluster[k] += v
+        running_workers = any(n.is_running and n.kind is NodeKind.WORKER for n in self.nodes)
+        launch_now = (
+            tuple(launches) if self.opts.cold_start_full_batch and not running_workers else ()
+        )
+        if self.blocked:
+            for t in sorted(self.blocked):
+                self.reasons.append(
+                    Decision(
+                        "skip",
+                        t,
+                        f"not launching {t}: a launch failed less than "
+                        f"{self.opts.unavailable_type_ttl_s:g} s ago",
+                    )
+                )
+        return SchedulingReply(
+            launches=launches,
+            terminations=terms,
+            infeasible_demands=tuple(inf_d),
+            infeasible_gangs=tuple(inf_g),
+            infeasible_constraints=tuple(inf_c),
+            cluster_resources=dict(cluster),
+            reasons=tuple(self.reasons),
+            launch_now_types=launch_now,
+            last_work_s=self._next_last_work(),
+            pending_since_s=pending_clocks,
+            unavailable_types=tuple(sorted(self.blocked)),
+        )
+
+    def _next_last_work(self) -> dict[str, float]:
+        if not self.opts.own_idle_clock:
+            return {}
+        out = {}
+        for n in self.nodes:
+            if n.instance is None or n.status is NodeStatus.TO_TERMINATE:
+                continue
+            iid = n.instance_id
+            if n.placed[Source.DEMAND]:
+                out[iid] = self.inp.now_s
+            elif iid in self.last_work:
+                out[iid] = self.last_work[iid]
+        return out
+
+
+def schedule(inp: SchedulingInput) -> SchedulingReply:
+    """Decide launches, terminations and infeasibility for one round. Pure."""
+    r = _Round(inp)
+    r.terminate_outdated()
+    r.enforce_min_workers()
+    r.enforce_max_per_type()
+    r.enforce_max_global()
+    inf_c = r.schedule_constraints()
+    inf_g = r.schedule_gangs()
+    inf_d = r.schedule_demand()
+    clocks = r.pending_idle()
+    r.idle()
+    return r.reply(inf_d, inf_g, inf_c, clocks)

@@ -1,0 +1,275 @@
+"""The bin packer: Ray 2.60's ``_try_schedule`` / ``_sched_best_node``, near-linear.
+
+Ray re-packs every candidate node with every remaining request in every round. We make
+the same choices with less work:
+
+* demand stays grouped; a candidate takes ``k`` copies of a group at once (``fit_count``);
+* candidates that would score identically (same type, same relevant resources, labels
+  and placement history) form one class and only its first member is evaluated: the
+  first member is what Ray's stable sort would pick among equals anyway;
+* a class that fits nothing is dropped (requests only shrink, so it never fits later);
+* only the winning node is copied (copy on write), so a failed gang costs no copies.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_type
+from gcs.autoscaler.scheduler.resources import (
+    fit_count,
+    fits_shape,
+    label_score,
+    positive_shape,
+    subtract,
+)
+from gcs.autoscaler.scheduler.scoring import Score, compute_score
+from gcs.autoscaler.scheduler.types import NodeTypeConfig, ResourceDemand
+
+
+@dataclass(frozen=True)
+class PackContext:
+    configs: Mapping[str, NodeTypeConfig]
+    max_num_nodes: int | None
+    cloud_availability: Mapping[str, float]
+    recoverable_availability: Mapping[str, float]
+    conserve_gpu: bool = True
+    #: Node types not to launch this round (unavailable-type cache).
+    blocked_types: frozenset[str] = frozenset()
+    #: Ray 2.60 lets nodes already marked TO_TERMINATE absorb demand; we do not.
+    skip_terminating: bool = True
+
+
+@dataclass
+class LaunchNote:
+    """Why a new node of ``node_type`` was picked (for the reasons list)."""
+
+    node_type: str
+    placed: list[tuple[ResourceDemand, int]]
+    score: Score
+    runner_up: tuple[str, Score] | None
+
+
+@dataclass
+class PackResult:
+    nodes: list[WorkNode]
+    leftover: list[tuple[ResourceDemand, int]]
+    launches: list[LaunchNote] = field(default_factory=list)
+
+
+@dataclass
+class _Eval:
+    placements: list[tuple[int, int]]
+    avail: dict[str, float]
+    labels: dict[str, str]
+    score: Score
+
+
+class _Demand:
+    """The remaining requests of one ``_try_schedule`` call, in Ray's sorted order."""
+
+    def __init__(self, groups: Sequence[tuple[ResourceDemand, int]]) -> None:
+        from gcs.autoscaler.scheduler.resources import demand_sort_key
+
+        order = sorted(
+            range(len(groups)), key=lambda i: demand_sort_key(groups[i][0]), reverse=True
+        )
+        self.demands = [groups[i][0] for i in order]
+        self.counts = [groups[i][1] for i in order]
+        self.shapes = list({positive_shape(d.resources): None for d in self.demands})
+        names = {"GPU"}
+        keys: set[str] = set()
+        for d in self.demands:
+            names.update(d.resources)
+            for sel in d.selectors:
+                keys.update(c.key for c in sel)
+            if d.anti_affinity:
+                keys.add(d.anti_affinity[0])
+        self.names = frozenset(names)
+        self.label_keys = frozenset(keys)
+
+    def remaining(self) -> int:
+        return sum(self.counts)
+
+    def leftover(self) -> list[tuple[ResourceDemand, int]]:
+        return [(d, c) for d, c in zip(self.demands, self.counts, strict=True) if c > 0]
+
+
+def _evaluate(node: WorkNode, dem: _Demand, source: Source, conserve_gpu: bool) -> _Eval | None:
+    avail = dict(node.avail[source])
+    labels = node.labels
+    placements: list[tuple[int, int]] = []
+    copied_labels = False
+    for i, d in enumerate(dem.demands):
+        rem = dem.counts[i]
+        if rem <= 0:
+            continue
+        if d.selectors and label_score(labels, d.selectors) == 0:
+            continue
+        limit = rem
+        if d.anti_affinity is not None:
+            name, value = d.anti_affinity
+            if labels.get(name) == value:
+                continue
+            limit = 1
+        k = fit_count(avail, d.resources, limit)
+        if k <= 0:
+            continue
+        subtract(avail, d.resources, k)
+        placements.append((i, k))
+        if d.anti_affinity is not None:
+            if not copied_labels:
+                labels = dict(labels)
+                copied_labels = True
+            labels[d.anti_affinity[0]] = d.anti_affinity[1]
+    if not placements:
+        return None
+    placed = [d for d, _ in node.placed[source]] + [dem.demands[i] for i, _ in placements]
+    score = compute_score(node.total, avail, labels, placed, conserve_gpu)
+    return _Eval(placements, avail, dict(labels) if not copied_labels else labels, score)
+
+
+def _apply(node: WorkNode, ev: _Eval, dem: _Demand, source: Source) -> WorkNode:
+    new = node.clone()
+    new.avail[source].clear()
+    new.avail[source].update(ev.avail)
+    new.labels = ev.labels
+    for i, k in ev.placements:
+        new.placed[source].append((dem.demands[i], k))
+        dem.counts[i] -= k
+    return new
+
+
+def _signature(node: WorkNode, dem: _Demand, source: Source) -> tuple:
+    avail = node.avail[source]
+    rel_total = frozenset((k, v) for k, v in node.total.items() if k in dem.names)
+    other = tuple(
+        sorted((v, avail.get(k, -1.0)) for k, v in node.total.items() if k not in dem.names)
+    )
+    rel_avail = frozenset((k, v) for k, v in avail.items() if k in dem.names)
+    labels = frozenset((k, v) for k, v in node.labels.items() if k in dem.label_keys)
+    base = (node.node_type, node.kind, node.priority, rel_total, other, rel_avail, labels)
+    if not node.is_running:
+        return base  # Ray merges identical non-running nodes regardless of history
+    history = tuple(dict.fromkeys(id(d) for d, _ in node.placed[source]))
+    return (*base, True, history)
+
+
+def _rank(ev: _Eval, node: WorkNode, ctx: PackContext) -> tuple:
+    return (
+        ev.score,
+        ctx.recoverable_availability.get(node.node_type, 1.0),
+        node.priority,
+        ctx.cloud_availability.get(node.node_type, 1.0),
+    )
+
+
+def _pick_existing(
+    candidates: list[WorkNode], dem: _Demand, source: Source, ctx: PackContext
+) -> tuple[list[WorkNode], list[bool]]:
+    """Phase A: fill existing nodes; returns winners (modified copies) and who remains."""
+    classes: dict[tuple, deque[int]] = {}
+    for pos, node in enumerate(candidates):
+        classes.setdefault(_signature(node, dem, source), deque()).append(pos)
+    remaining = [True] * len(candidates)
+    winners: list[WorkNode] = []
+    while dem.remaining() > 0 and classes:
+        best = None
+        dead = []
+        for sig, members in classes.items():
+            pos = members[0]
+            ev = _evaluate(candidates[pos], dem, source, ctx.conserve_gpu)
+            if ev is None:
+                dead.append(sig)
+                continue
+            key = _rank(ev, candidates[pos], ctx)
+            if best is None or key > best[0] or (key == best[0] and pos < best[1]):
+                best = (key, pos, sig, ev)
+        for sig in dead:
+            del classes[sig]
+        if best is None:
+            break
+        _, pos, sig, ev = best
+        classes[sig].popleft()
+        if not classes[sig]:
+            del classes[sig]
+        remaining[pos] = False
+        winners.append(_apply(candidates[pos], ev, dem, source))
+    return winners, remaining
+
+
+def _pick_new(
+    nodes: list[WorkNode], dem: _Demand, source: Source, ctx: PackContext
+) -> list[LaunchNote]:
+    """Phase C: launch new nodes, one round per node, Ray's type pool order."""
+    available: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for n in nodes:
+        count[n.node_type] = count.get(n.node_type, 0) + 1
+    for name, cfg in ctx.configs.items():
+        available[name] = cfg.max_workers - count.get(name, 0)
+    pool = [t for t, a in available.items() if a > 0 and t not in ctx.blocked_types]
+    notes: list[LaunchNote] = []
+    while dem.remaining() > 0 and pool:
+        if ctx.max_num_nodes is not None and len(nodes) >= ctx.max_num_nodes:
+            break
+        results = []
+        for idx, t in enumerate(pool):
+            template = from_type(ctx.configs[t])
+            ev = _evaluate(template, dem, source, ctx.conserve_gpu)
+            if ev is not None:
+                results.append((_rank(ev, template, ctx), idx, template, ev))
+        if not results:
+            break
+        results.sort(key=lambda r: r[0], reverse=True)
+        _, idx, template, ev = results[0]
+        runner = next(((r[2].node_type, r[3].score) for r in results[1:]), None)
+        node = _apply(template, ev, dem, source)
+        nodes.append(node)
+        notes.append(
+            LaunchNote(
+                t := pool.pop(idx),
+                [(dem.demands[i], k) for i, k in ev.placements],
+                ev.score,
+                runner,
+            )
+        )
+        available[t] -= 1
+        if available[t] > 0:
+            pool.append(t)
+    return notes
+
+
+def try_schedule(
+    nodes: Sequence[WorkNode],
+    groups: Sequence[tuple[ResourceDemand, int]],
+    source: Source,
+    ctx: PackContext,
+) -> PackResult:
+    """Place grouped demand on ``nodes`` then on new nodes. Inputs are not modified."""
+    dem = _Demand([(d, c) for d, c in groups if c > 0])
+    candidates: list[WorkNode] = []
+    exhausted: list[WorkNode] = []
+    held: list[WorkNode] = []
+    for node in nodes:
+        if ctx.skip_terminating and node.status is NodeStatus.TO_TERMINATE:
+            held.append(node)
+        elif node.is_running and not any(fits_shape(node.avail[source], s) for s in dem.shapes):
+            exhausted.append(node)
+        else:
+            candidates.append(node)
+    winners, remaining = (
+        _pick_existing(candidates, dem, source, ctx)
+        if dem.remaining()
+        else ([], [True] * len(candidates))
+    )
+    out = (
+        winners
+        + [n for n, keep in zip(candidates, remaining, strict=True) if keep]
+        + exhausted
+        + held
+    )
+    notes = _pick_new(out, dem, source, ctx) if dem.remaining() else []
+    return PackResult(out, dem.leftover(), notes)

@@ -1,0 +1,240 @@
+"""Scheduler input and output: frozen dataclasses, no behaviour.
+
+Demand stays grouped as (shape, selectors, constraint, count); the scheduler never
+expands a count into that many objects.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+IMPLICIT_RESOURCE_PREFIX = "node:__internal_implicit_resource_"
+
+
+class InstanceStatus(enum.IntEnum):
+    """Instance manager status (numbers as Ray's Instance.InstanceStatus)."""
+
+    UNKNOWN = 0
+    QUEUED = 1
+    REQUESTED = 2
+    ALLOCATED = 3
+    RAY_INSTALLING = 4
+    RAY_RUNNING = 5
+    RAY_STOP_REQUESTED = 6
+    RAY_STOPPING = 7
+    RAY_STOPPED = 8
+    TERMINATING = 9
+    TERMINATED = 10
+    ALLOCATION_FAILED = 11
+    RAY_INSTALL_FAILED = 12
+    TERMINATION_FAILED = 13
+    ALLOCATION_TIMEOUT = 14
+
+
+#: Statuses from which RAY_RUNNING is still reachable: these nodes take part in scheduling.
+SCHEDULABLE_STATUSES = frozenset(
+    {
+        InstanceStatus.QUEUED,
+        InstanceStatus.REQUESTED,
+        InstanceStatus.ALLOCATED,
+        InstanceStatus.RAY_INSTALLING,
+        InstanceStatus.RAY_RUNNING,
+        InstanceStatus.RAY_STOP_REQUESTED,
+    }
+)
+#: Pending statuses governed by the pending-node idle timeout (REQUESTED cannot be cancelled).
+PENDING_TERMINABLE_STATUSES = frozenset(
+    {InstanceStatus.QUEUED, InstanceStatus.ALLOCATED, InstanceStatus.RAY_INSTALLING}
+)
+
+
+class NodeKind(enum.Enum):
+    HEAD = "HEAD"
+    WORKER = "WORKER"
+
+
+class LabelOp(enum.Enum):
+    IN = "in"
+    NOT_IN = "not_in"
+    EXISTS = "exists"
+    DOES_NOT_EXIST = "does_not_exist"
+
+
+class TerminationCause(enum.Enum):
+    IDLE = "IDLE"
+    MAX_NUM_NODES = "MAX_NUM_NODES"
+    MAX_NUM_NODE_PER_TYPE = "MAX_NUM_NODE_PER_TYPE"
+    OUTDATED = "OUTDATED"
+
+
+@dataclass(frozen=True)
+class LabelConstraint:
+    key: str
+    op: LabelOp
+    values: tuple[str, ...] = ()
+
+
+#: All constraints of a selector must hold; a request's selectors are alternatives,
+#: earlier ones preferred.
+LabelSelector = tuple[LabelConstraint, ...]
+
+
+@dataclass(frozen=True)
+class ResourceDemand:
+    """``count`` identical requests for one bundle (a task/actor shape or a PG bundle)."""
+
+    resources: Mapping[str, float]
+    count: int = 1
+    selectors: tuple[LabelSelector, ...] = ()
+    #: (label name, label value): bundles of one STRICT_PACK group.
+    affinity: tuple[str, str] | None = None
+    #: (label name, label value): bundles of one STRICT_SPREAD group.
+    anti_affinity: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """A placement group: all bundles place or none do."""
+
+    bundles: tuple[ResourceDemand, ...]
+    details: str = ""
+    #: Fallback bundle lists, tried in order when ``fallbacks_enabled`` (Ray 2.60 ignores them).
+    fallbacks: tuple[tuple[ResourceDemand, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterConstraint:
+    """``request_resources``: capacity the cluster must have (packed against totals)."""
+
+    bundles: tuple[ResourceDemand, ...]
+
+
+@dataclass(frozen=True)
+class NodeTypeConfig:
+    name: str
+    resources: Mapping[str, float]
+    min_workers: int = 0
+    #: Ray's max_worker_nodes (already +1 for the head type when built from a cluster YAML).
+    max_workers: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    priority: int = 0
+    idle_timeout_s: float | None = None
+    launch_config_hash: str = ""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Behaviour beyond Ray 2.60; each is off by default."""
+
+    #: Per-node idle clock reset only by work landing on that node (ray#60546).
+    own_idle_clock: bool = False
+    #: With no running worker, release the whole first batch at once (ray#54699).
+    cold_start_full_batch: bool = False
+    #: Try a gang's fallback bundle selectors in order when the primary does not fit.
+    gang_fallbacks: bool = False
+    #: At most this many nodes terminated (idle / max) per round; None = unlimited.
+    disruption_budget_nodes: int | None = None
+    #: Same as a percentage of the non-head nodes (rounded down, at least 1).
+    disruption_budget_percent: float | None = None
+    #: Nodes carrying this label with value "true" are never idle- or max-terminated.
+    do_not_disrupt_label: str | None = None
+    #: Node types whose launch failed less than this long ago are not picked for launches.
+    unavailable_type_ttl_s: float | None = None
+    #: Ray's AUTOSCALER_CONSERVE_GPU_NODES.
+    conserve_gpu_nodes: bool = True
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    node_types: Mapping[str, NodeTypeConfig]
+    #: Cluster node cap including the head; None = uncapped.
+    max_num_nodes: int | None = None
+    idle_timeout_s: float | None = None
+    pending_idle_timeout_s: float | None = None
+    disable_launch_config_check: bool = False
+    options: Options = Options()
+
+
+@dataclass(frozen=True)
+class NodeInstance:
+    """One instance: a pending launch or a node running Ray."""
+
+    instance_id: str
+    node_type: str
+    status: InstanceStatus = InstanceStatus.RAY_RUNNING
+    kind: NodeKind = NodeKind.WORKER
+    #: Hex Ray node id, "" while Ray is not running there.
+    ray_node_id: str = ""
+    #: Ignored unless RAY_RUNNING (pending nodes take the type's resources).
+    total: Mapping[str, float] = field(default_factory=dict)
+    available: Mapping[str, float] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    idle_duration_ms: int = 0
+    launch_config_hash: str = ""
+    cloud_instance_id: str = ""
+
+
+@dataclass(frozen=True)
+class LaunchFailure:
+    node_type: str
+    at_s: float
+
+
+@dataclass(frozen=True)
+class SchedulingInput:
+    config: SchedulerConfig
+    instances: tuple[NodeInstance, ...] = ()
+    demands: tuple[ResourceDemand, ...] = ()
+    gangs: tuple[GangRequest, ...] = ()
+    constraints: tuple[ClusterConstraint, ...] = ()
+    cloud_availability: Mapping[str, float] = field(default_factory=dict)
+    recoverable_availability: Mapping[str, float] = field(default_factory=dict)
+    #: Wall time of the round in seconds; used only by the beyond-Ray options.
+    now_s: float = 0.0
+    #: Recent launch failures (feed of the unavailable-type cache).
+    launch_failures: tuple[LaunchFailure, ...] = ()
+    #: own_idle_clock: when work last landed on each instance (from the previous reply).
+    last_work_s: Mapping[str, float] = field(default_factory=dict)
+    #: Pending-idle clocks per node type (from the previous reply; Ray keeps them in memory).
+    pending_since_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Termination:
+    instance_id: str
+    ray_node_id: str
+    node_type: str
+    cause: TerminationCause
+    instance_status: InstanceStatus
+    reason: str
+    idle_duration_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A human-readable reason; ``subject`` is a node type or instance id."""
+
+    action: str
+    subject: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SchedulingReply:
+    #: Node type -> count, in Ray's order of first appearance.
+    launches: Mapping[str, int]
+    terminations: tuple[Termination, ...]
+    infeasible_demands: tuple[ResourceDemand, ...]
+    infeasible_gangs: tuple[GangRequest, ...]
+    infeasible_constraints: tuple[ClusterConstraint, ...]
+    cluster_resources: Mapping[str, float]
+    reasons: tuple[Decision, ...]
+    #: Node types released at once despite upscaling_speed (cold_start_full_batch).
+    launch_now_types: tuple[str, ...] = ()
+    #: Carry into the next round's input (own_idle_clock / pending idle).
+    last_work_s: Mapping[str, float] = field(default_factory=dict)
+    pending_since_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    #: Node types skipped because a launch failed within the TTL.
+    unavailable_types: tuple[str, ...] = ()
