@@ -157,9 +157,11 @@ def request_resources_cmd(
 
 def _mount_subcommands() -> None:
     """Each subsystem owns its commands; the top level only mounts them."""
+    from gcs.autoscaler.cli import autoscaler
     from gcs.store.cli import db
 
     main.add_command(db)
+    main.add_command(autoscaler)
 
 
 _mount_subcommands()
