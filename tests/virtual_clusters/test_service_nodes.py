@@ -138,9 +138,7 @@ class TestPublish:
             await memory_env.create("div", {"8c16g": 1}, divisible=True)
             created = await memory_env.create("ind", {"4c8g": 2})
             await memory_env.vc.RemoveVirtualCluster(
-                __import__(
-                    "gcs.proto.virtual_cluster_pb2"
-                ).proto.virtual_cluster_pb2.RemoveVirtualClusterRequest(virtual_cluster_id="ind")
+                virtual_cluster_pb2.RemoveVirtualClusterRequest(virtual_cluster_id="ind")
             )
             await eventually(lambda: len(got) >= 2)
             await asyncio.sleep(0.1)
