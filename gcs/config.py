@@ -62,6 +62,10 @@ class GcsConfig:
     max_map_entries: int = 10000
     """Largest resources/labels map accepted in a request."""
     grpc_max_message_bytes: int = 512 * 1024 * 1024
+    node_instances_replenish_interval_ms: int = 30000
+    """Period of virtual-cluster dead-node replenishment (ant-ray's name and default)."""
+    expired_job_clusters_gc_interval_ms: int = 30000
+    """Period of the GC of finished, idle job clusters (ant-ray's name and default)."""
 
     def storage_url(self) -> str:
         if self.storage:
@@ -87,6 +91,8 @@ ENV_VARS: dict[str, str] = {
     "RAY_health_check_failure_threshold": "health.failure_threshold",
     "RAY_gcs_pull_resource_loads_period_milliseconds": "load_poll.period_ms",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
+    "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
+    "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
 }
 
 

@@ -12,6 +12,7 @@ section only when some node's load changed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -76,6 +77,8 @@ class AutoscalerStateManager:
         self.autoscaling_state: autoscaler_pb2.AutoscalingState | None = None
         self._node_bytes: dict[bytes, _NodeBytes] = {}
         self._dead_bytes: dict[bytes, bytes] = {}
+        self.virtual_cluster_section: Callable[[], bytes] | None = None
+        """Serialized ``virtual_cluster_states`` (field 8) entries, set by the server."""
 
     async def load(self) -> None:
         await self.version.load()
@@ -145,6 +148,8 @@ class AutoscalerStateManager:
         if self.constraint is not None:
             parts.append(len_field(6, self.constraint.SerializeToString()))
         parts.append(string_field(7, self._session_name))
+        if self.virtual_cluster_section is not None:
+            parts.append(self.virtual_cluster_section())
         return b"".join(parts)
 
     def _alive_node(

@@ -21,12 +21,27 @@ log = structlog.get_logger("gcs.jobs")
 JOB_COUNTER = "JobCounter"
 
 
+class JobRejected(InvalidArgument):
+    """A validator refused the job; AddJob answers with it in the reply's ``GcsStatus``
+    (gRPC OK), as ant-ray does for a bad ``virtual_cluster_id``."""
+
+
 class JobManager:
     def __init__(self, store: Store, clock: Clock) -> None:
         self._store = store
         self._clock = clock
         self.jobs: dict[bytes, gcs_pb2.JobTableData] = {}
         self._on_finished: list[Callable[[gcs_pb2.JobTableData], None]] = []
+        self._validators: list[Callable[[gcs_pb2.JobTableData], None]] = []
+
+    def add_validator(self, fn: Callable[[gcs_pb2.JobTableData], None]) -> None:
+        """``fn(job)`` runs before AddJob persists anything; it raises ``JobRejected``."""
+        self._validators.append(fn)
+
+    def running_in(self, virtual_cluster_id: str) -> bool:
+        return any(
+            not j.is_dead and j.virtual_cluster_id == virtual_cluster_id for j in self.jobs.values()
+        )
 
     def add_finish_listener(self, fn: Callable[[gcs_pb2.JobTableData], None]) -> None:
         self._on_finished.append(fn)
@@ -42,6 +57,8 @@ class JobManager:
     async def add(self, job: gcs_pb2.JobTableData) -> None:
         if len(job.job_id) != JOB_ID_SIZE:
             raise InvalidArgument(f"data.job_id must be {JOB_ID_SIZE} bytes, got {len(job.job_id)}")
+        for validate in self._validators:
+            validate(job)
         stored = gcs_pb2.JobTableData()
         stored.CopyFrom(job)
         stored.is_dead = False

@@ -3,24 +3,32 @@
 This is the part of Ray's ``GcsPlacementGroupManager`` the autoscaler needs: PGs are created
 PENDING, persisted, listed, removed; pending / rescheduling ones become
 ``GangResourceRequest``s in ``GetClusterResourceState`` (gcs-server.md §2.1).  Bundle
-placement on raylets (the 2PC prepare/commit) is future work; records carry their virtual
-cluster id for VC-aware scheduling.
+placement on raylets (the 2PC prepare/commit) is future work.
+
+Virtual clusters: our ``PlacementGroupTableData`` has no ``virtual_cluster_id`` (ant-ray's
+field 17 collides with Ray 2.60's ``topology_assignments``, and its ``PlacementGroupSpec``
+field 12 with ``topology_strategy``), so a PG's virtual cluster id is resolved at creation by
+a hook (the creator job's cluster) and kept in a sidecar persisted in the same batch under
+``GCS_META`` ``pg_vc:<pg id>``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gcs.clock import Clock, now_ms
 from gcs.labels import parse_selector
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2
 from gcs.rpc.errors import InvalidArgument, NotFound
 from gcs.store import Store, WriteBatch
-from gcs.store.base import TABLE_PLACEMENT_GROUP
+from gcs.store.base import TABLE_META, TABLE_PLACEMENT_GROUP
 
 PG = gcs_pb2.PlacementGroupTableData
 PENDING_STATES = (PG.PENDING, PG.RESCHEDULING)
 MAX_LOAD_REPORT = 1000  # Ray: max_placement_group_load_report_size
+VC_SIDECAR_PREFIX = b"pg_vc:"
+VcResolver = Callable[[common_pb2.PlacementGroupSpec], str]
+RemoveListener = Callable[[gcs_pb2.PlacementGroupTableData, str], None]
 
 
 class PlacementGroupManager:
@@ -28,11 +36,29 @@ class PlacementGroupManager:
         self._store = store
         self._clock = clock
         self.groups: dict[bytes, gcs_pb2.PlacementGroupTableData] = {}
+        self.virtual_cluster_of: dict[bytes, str] = {}
+        """PG id -> virtual cluster id (only PGs created inside one)."""
+        self.version = 0
+        """Bumped on every create/remove (caches of pending gangs key on it)."""
+        self._vc_resolver: VcResolver | None = None
+        self._on_removed: list[RemoveListener] = []
+
+    def set_vc_resolver(self, resolver: VcResolver) -> None:
+        self._vc_resolver = resolver
+
+    def add_remove_listener(self, fn: RemoveListener) -> None:
+        """``fn(pg, virtual_cluster_id)`` after a removal is persisted."""
+        self._on_removed.append(fn)
 
     async def load(self) -> None:
         for raw in (await self._store.get_all(TABLE_PLACEMENT_GROUP)).values():
             pg = PG.FromString(raw)
             self.groups[pg.placement_group_id] = pg
+        sidecar = await self._store.scan_prefix(TABLE_META, VC_SIDECAR_PREFIX)
+        for key, value in sidecar.items():
+            pg_id = key[len(VC_SIDECAR_PREFIX) :]
+            if pg_id in self.groups:
+                self.virtual_cluster_of[pg_id] = value.decode()
 
     async def create(self, spec: common_pb2.PlacementGroupSpec) -> None:
         pg_id = spec.placement_group_id
@@ -69,10 +95,15 @@ class PlacementGroupManager:
         for i, bundle in enumerate(pg.bundles):
             bundle.bundle_id.placement_group_id = pg_id
             bundle.bundle_id.bundle_index = i
-        await self._store.write(
-            WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, pg.SerializeToString())
-        )
+        vc_id = self._vc_resolver(spec) if self._vc_resolver is not None else ""
+        batch = WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, pg.SerializeToString())
+        if vc_id:
+            batch.put(TABLE_META, VC_SIDECAR_PREFIX + pg_id, vc_id.encode())
+        await self._store.write(batch)
         self.groups[pg_id] = pg
+        if vc_id:
+            self.virtual_cluster_of[pg_id] = vc_id
+        self.version += 1
 
     async def remove(self, pg_id: bytes) -> None:
         pg = self.groups.get(pg_id)
@@ -87,6 +118,10 @@ class PlacementGroupManager:
             WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, updated.SerializeToString())
         )
         self.groups[pg_id] = updated
+        self.version += 1
+        vc_id = self.virtual_cluster_of.get(pg_id, "")
+        for fn in self._on_removed:
+            fn(updated, vc_id)
 
     def get(self, pg_id: bytes) -> gcs_pb2.PlacementGroupTableData | None:
         return self.groups.get(pg_id)

@@ -118,7 +118,19 @@ class ResourceCache:
         self._clock = clock
         self.nodes: dict[bytes, NodeResources] = {}
         self.demand = DemandAggregate()
+        self.demand_version = 0
+        """Bumped whenever some node's pending demand changes (caches key on it)."""
         self.updates = 0
+
+    def is_idle(self, node_id: bytes) -> bool:
+        """Unknown nodes are idle; otherwise the raylet says so or nothing is allocated."""
+        entry = self.nodes.get(node_id)
+        if entry is None:
+            return True
+        data = entry.data
+        return data.idle_duration_ms > 0 or dict(data.resources_available) == dict(
+            data.resources_total
+        )
 
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
         if node.node_id in self.nodes:
@@ -137,6 +149,8 @@ class ResourceCache:
         entry = self.nodes.pop(node.node_id, None)
         if entry is not None:
             self.demand.add(entry.demand, -1)
+            if entry.demand:
+                self.demand_version += 1
 
     def apply(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> bool:
         """Replace a node's view with a fresh report; False for unknown (dead) nodes."""
@@ -158,6 +172,7 @@ class ResourceCache:
             self.demand.add(contribution, +1)
             entry.demand = contribution
             entry.load_bytes = load_bytes
+            self.demand_version += 1
         if not data.labels and entry.data.labels:
             data.labels.update(entry.data.labels)
         data.node_id = node_id

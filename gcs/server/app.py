@@ -27,6 +27,7 @@ from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.raylet_clients import RayletClientPool
 from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.proto import node_manager_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.config import PublisherConfig
@@ -40,6 +41,7 @@ from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
 from gcs.services.kv import InternalKVServicer
 from gcs.services.node_info import NodeInfoServicer
 from gcs.services.node_resources import NodeResourceInfoServicer
+from gcs.services.virtual_clusters import VirtualClusterInfoServicer
 from gcs.store import Store, StoreUnavailable, store_from_url
 
 log = structlog.get_logger("gcs.server")
@@ -57,6 +59,7 @@ class Managers:
     poller: LoadPoller
     clients: RayletClientPool
     pubsub: GcsPubSub
+    virtual_clusters: VirtualClusterManager
 
 
 class GcsServer:
@@ -148,6 +151,16 @@ class GcsServer:
             session_name=self.meta.session_name,
             raylet_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
         )
+        virtual_clusters = VirtualClusterManager(
+            store,
+            self.clock,
+            nodes,
+            jobs,
+            pgs,
+            cache,
+            publish=pubsub.control_plane.publish,
+        )
+        autoscaler.virtual_cluster_section = virtual_clusters.autoscaler_section
         poller = LoadPoller(
             nodes, cache, clients, self.clock, cfg.load_poll, on_report=health_checker.mark_healthy
         )
@@ -156,8 +169,20 @@ class GcsServer:
         await pgs.load()
         await jobs.load()
         await autoscaler.load()
+        await virtual_clusters.load()  # replays from the node table loaded above
+        nodes.add_listener(virtual_clusters)  # after the NODE row is persisted, per event
         self.managers = Managers(
-            kv, nodes, cache, pgs, jobs, autoscaler, health_checker, poller, clients, pubsub
+            kv,
+            nodes,
+            cache,
+            pgs,
+            jobs,
+            autoscaler,
+            health_checker,
+            poller,
+            clients,
+            pubsub,
+            virtual_clusters,
         )
         await self._start_grpc()
         await pubsub.start()
@@ -168,6 +193,22 @@ class GcsServer:
             loop.create_task(poller.run(), name="load-poller"),
             loop.create_task(health_checker.run(), name="health-checker"),
             loop.create_task(self._refresh_metrics(), name="metrics"),
+            loop.create_task(
+                virtual_clusters.run_periodic(
+                    cfg.node_instances_replenish_interval_ms,
+                    virtual_clusters.replenish_once,
+                    "replenish",
+                ),
+                name="vc-replenish",
+            ),
+            loop.create_task(
+                virtual_clusters.run_periodic(
+                    cfg.expired_job_clusters_gc_interval_ms,
+                    virtual_clusters.collect_expired_once,
+                    "job-cluster-gc",
+                ),
+                name="vc-job-cluster-gc",
+            ),
         ]
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)
@@ -203,16 +244,27 @@ class GcsServer:
         servicers = [
             (
                 svc.NODE_INFO,
-                NodeInfoServicer(m.nodes, self.meta.cluster_id, max_entries=max_entries),
+                NodeInfoServicer(
+                    m.nodes,
+                    self.meta.cluster_id,
+                    max_entries=max_entries,
+                    virtual_cluster_nodes=m.virtual_clusters.node_filter,
+                ),
             ),
             (
                 svc.NODE_RESOURCE_INFO,
-                NodeResourceInfoServicer(m.nodes, m.resources, m.placement_groups),
+                NodeResourceInfoServicer(
+                    m.nodes,
+                    m.resources,
+                    m.placement_groups,
+                    virtual_cluster_nodes=m.virtual_clusters.node_filter,
+                ),
             ),
             (svc.INTERNAL_KV, InternalKVServicer(m.kv)),
             (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, max_entries=max_entries)),
             (svc.JOB_INFO, JobInfoServicer(m.jobs)),
             (svc.PLACEMENT_GROUP_INFO, PlacementGroupInfoServicer(m.placement_groups)),
+            (svc.VIRTUAL_CLUSTER_INFO, VirtualClusterInfoServicer(m.virtual_clusters)),
         ]
         for descriptor, servicer in servicers:
             server.add_generic_rpc_handlers([service_handler(descriptor, servicer, on_call=hook)])
@@ -290,6 +342,7 @@ class GcsServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.managers is not None:
+            await self.managers.virtual_clusters.close()
             await self.managers.health.close()
             await self.managers.clients.close()
         self.metrics.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcs.managers.jobs import JobManager
+from gcs.managers.jobs import JobManager, JobRejected
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.proto import gcs_service_pb2
 from gcs.rpc.errors import InvalidArgument, NotFound
@@ -18,7 +18,10 @@ class JobInfoServicer:
         self._jobs = jobs
 
     async def AddJob(self, request: Req.AddJobRequest, context: Any) -> Any:
-        await self._jobs.add(request.data)
+        try:
+            await self._jobs.add(request.data)
+        except JobRejected as err:
+            return Req.AddJobReply(status=error_status(err))
         return Req.AddJobReply(status=ok_status())
 
     async def MarkJobFinished(self, request: Req.MarkJobFinishedRequest, context: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gcs
@@ -13,6 +14,8 @@ from gcs.rpc.errors import InvalidArgument
 from gcs.services.common import ok_status
 
 Req = gcs_service_pb2
+NodeFilter = Callable[[str], frozenset[bytes] | None]
+"""virtual cluster id -> its node ids (None: no filter; unknown cluster: empty)."""
 
 
 def validate_node_info(info: gcs_pb2.GcsNodeInfo, *, max_entries: int) -> None:
@@ -30,10 +33,18 @@ def validate_node_info(info: gcs_pb2.GcsNodeInfo, *, max_entries: int) -> None:
 
 
 class NodeInfoServicer:
-    def __init__(self, nodes: NodeManager, cluster_id: bytes, *, max_entries: int) -> None:
+    def __init__(
+        self,
+        nodes: NodeManager,
+        cluster_id: bytes,
+        *,
+        max_entries: int,
+        virtual_cluster_nodes: NodeFilter | None = None,
+    ) -> None:
         self._nodes = nodes
         self._cluster_id = cluster_id
         self._max_entries = max_entries
+        self._vc_nodes = virtual_cluster_nodes
 
     async def GetClusterId(self, request: Any, context: Any) -> Req.GetClusterIdReply:
         return Req.GetClusterIdReply(status=ok_status(), cluster_id=self._cluster_id)
@@ -85,12 +96,15 @@ class NodeInfoServicer:
             candidates = [n for s in selectors if (n := self._nodes.get(s.node_id)) is not None]
         else:
             candidates = list(self._nodes.all_nodes())
+        legacy = _legacy_filter(request, self._vc_nodes)
         out = Req.GetAllNodeInfoReply(status=ok_status(), total=self._nodes.total())
         limit = request.limit if request.HasField("limit") and request.limit > 0 else None
         for node in candidates:
             if request.HasField("state_filter") and node.state != request.state_filter:
                 continue
             if selectors and not any(_matches(node, s) for s in selectors):
+                continue
+            if legacy is not None and not legacy(node):
                 continue
             if limit is not None and len(out.node_info_list) >= limit:
                 break
@@ -125,6 +139,34 @@ class NodeInfoServicer:
         return Req.CheckAliveReply(
             status=ok_status(), ray_version=gcs.RAY_VERSION, raylet_alive=alive, is_leader=True
         )
+
+
+def _legacy_filter(
+    request: Req.GetAllNodeInfoRequest, vc_nodes: NodeFilter | None
+) -> Callable[[gcs_pb2.GcsNodeInfo], bool] | None:
+    """ant-ray's ``filters`` (field 4): every set field must match; ``virtual_cluster_id``
+    keeps the cluster's nodes (dead ones still listed there included)."""
+    if not request.HasField("filters"):
+        return None
+    f = request.filters
+    members = None
+    if f.HasField("virtual_cluster_id") and f.virtual_cluster_id:
+        members = vc_nodes(f.virtual_cluster_id) if vc_nodes is not None else frozenset()
+    if f.HasField("state"):
+        validate.enum_value(f.state, gcs_pb2.GcsNodeInfo.GcsNodeState.DESCRIPTOR, "filters.state")
+
+    def keep(node: gcs_pb2.GcsNodeInfo) -> bool:
+        if f.HasField("node_id") and node.node_id != f.node_id:
+            return False
+        if f.HasField("state") and node.state != f.state:
+            return False
+        if f.HasField("node_name") and node.node_name != f.node_name:
+            return False
+        if f.HasField("node_ip_address") and node.node_manager_address != f.node_ip_address:
+            return False
+        return members is None or node.node_id in members
+
+    return keep
 
 
 def _matches(node: gcs_pb2.GcsNodeInfo, sel: Req.GetAllNodeInfoRequest.NodeSelector) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gcs.managers.nodes import NodeManager
@@ -11,19 +12,35 @@ from gcs.proto import gcs_pb2, gcs_service_pb2
 from gcs.services.common import ok_status
 
 Req = gcs_service_pb2
+NodeFilter = Callable[[str], frozenset[bytes] | None]
 
 
 class NodeResourceInfoServicer:
     def __init__(
-        self, nodes: NodeManager, cache: ResourceCache, pgs: PlacementGroupManager
+        self,
+        nodes: NodeManager,
+        cache: ResourceCache,
+        pgs: PlacementGroupManager,
+        *,
+        virtual_cluster_nodes: NodeFilter | None = None,
     ) -> None:
         self._nodes = nodes
         self._cache = cache
         self._pgs = pgs
+        self._vc_nodes = virtual_cluster_nodes
+
+    def _entries(self, virtual_cluster_id: str) -> Any:
+        """The cache's nodes, restricted to a virtual cluster (unknown id: none)."""
+        if not virtual_cluster_id:
+            return self._cache.nodes.items()
+        members = self._vc_nodes(virtual_cluster_id) if self._vc_nodes is not None else frozenset()
+        if members is None:
+            return self._cache.nodes.items()
+        return [(n, e) for n, e in self._cache.nodes.items() if n in members]
 
     async def GetAllAvailableResources(self, request: Any, context: Any) -> Any:
         out = Req.GetAllAvailableResourcesReply(status=ok_status())
-        for node_id, entry in self._cache.nodes.items():
+        for node_id, entry in self._entries(request.virtual_cluster_id):
             out.resources_list.add(
                 node_id=node_id, resources_available=entry.data.resources_available
             )
@@ -31,7 +48,7 @@ class NodeResourceInfoServicer:
 
     async def GetAllTotalResources(self, request: Any, context: Any) -> Any:
         out = Req.GetAllTotalResourcesReply(status=ok_status())
-        for node_id, entry in self._cache.nodes.items():
+        for node_id, entry in self._entries(request.virtual_cluster_id):
             out.resources_list.add(node_id=node_id, resources_total=entry.data.resources_total)
         return out
 

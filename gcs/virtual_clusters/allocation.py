@@ -6,6 +6,7 @@ node id; shrinking takes dead nodes first, then by ascending node id.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 
 from gcs.virtual_clusters import messages as msg
@@ -56,14 +57,25 @@ def _validate_replica_sets(cluster_id: str, replica_sets: Mapping[str, int]) -> 
 def _pick_grow(
     draft: Draft, donor: Cluster, wanted: Mapping[str, int]
 ) -> tuple[dict[str, list[str]], dict[str, int]]:
-    """Alive undivided nodes of ``donor`` per template, and how many could be had."""
+    """Alive undivided nodes of ``donor`` per template (lowest ids first), and how many could
+    be had. One pass over the donor's members (this is the hot path at 10,000 nodes)."""
+    matching: dict[str, list[str]] = {t: [] for t in wanted}
+    node = draft.node_lookup()
+    for node_id, bucket in donor.members.items():
+        if bucket != UNDIVIDED:
+            continue
+        instance = node(node_id)
+        if instance is None or instance.is_dead:
+            continue
+        found = matching.get(instance.template_id)
+        if found is not None:
+            found.append(node_id)
     chosen: dict[str, list[str]] = {}
     possible: dict[str, int] = {}
-    pool = [n for n in donor.undivided() if not draft.is_dead(n)]
     for template, count in wanted.items():
-        matching = [n for n in pool if draft.template(n) == template]
-        chosen[template] = matching[:count]
-        possible[template] = min(count, len(matching))
+        found = matching[template]
+        chosen[template] = heapq.nsmallest(count, found) if count < len(found) else sorted(found)
+        possible[template] = min(count, len(found))
     return chosen, possible
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID, UNDIVIDED, parent_id
@@ -127,9 +127,14 @@ class Draft:
         return [c for c in self.clusters() if c.kind is Kind.JOB and c.parent_id == parent]
 
     def node(self, node_id: str) -> NodeInstance | None:
-        if node_id in self.node_changes:
-            return self.node_changes[node_id]
+        changes = self.node_changes
+        if changes and node_id in changes:
+            return changes[node_id]
         return self._base_nodes.get(node_id)
+
+    def node_lookup(self) -> Callable[[str], NodeInstance | None]:
+        """``node`` for a hot loop: the committed dict's ``get`` while no node changed."""
+        return self.node if self.node_changes else self._base_nodes.get
 
     def nodes(self) -> Iterator[NodeInstance]:
         for node_id in sorted(set(self._base_nodes) | set(self.node_changes)):

@@ -104,3 +104,55 @@ class Harness:
 @pytest.fixture
 def h200() -> Harness:
     return Harness(200, 10)
+
+
+# --------------------------------------------------------------------------- gRPC-level
+@pytest.fixture(scope="session")
+def redis_server():
+    """A private redis-server on a free port (never the machine's 6379)."""
+    from gcs.testing.servers import RedisServer
+
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def vc_env(request):
+    """A GCS (memory store, or a private Redis) with 3 nodes of type "4c8g" and 2 of "8c16g"."""
+    import uuid
+
+    from gcs.store.memory import MemoryStore
+    from gcs.store.redis import RedisStore
+    from tests.virtual_clusters.service_env import VcEnv
+
+    if request.param == "memory":
+        store = MemoryStore()
+    else:
+        redis = request.getfixturevalue("redis_server")
+        store = RedisStore(redis.url, namespace=f"vc{uuid.uuid4().hex[:10]}")
+        await store.open()
+    env = await VcEnv(store).start()
+    env.small = await env.add_nodes("4c8g", 3)
+    env.large = await env.add_nodes("8c16g", 2, cpus=8)
+    try:
+        yield env
+    finally:
+        await env.close()
+        if request.param == "redis":
+            await store.close()
+
+
+@pytest.fixture
+async def memory_env():
+    """Like ``vc_env`` on the memory store only."""
+    from gcs.store.memory import MemoryStore
+    from tests.virtual_clusters.service_env import VcEnv
+
+    env = await VcEnv(MemoryStore()).start()
+    env.small = await env.add_nodes("4c8g", 3)
+    env.large = await env.add_nodes("8c16g", 2, cpus=8)
+    try:
+        yield env
+    finally:
+        await env.close()

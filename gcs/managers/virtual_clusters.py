@@ -1,0 +1,399 @@
+"""Virtual clusters in the running GCS: owns the registry and does its I/O.
+
+Every mutation follows the model's protocol under ONE asyncio lock: plan (``VcError`` =
+nothing changed) -> one atomic ``WriteBatch`` (``plan.puts``/``plan.deletes`` on table
+VIRTUAL_CLUSTER plus the revision high-water mark in GCS_META) -> ``registry.commit`` ->
+publish ``plan.publishes`` on channel 11.  A failed write drops the plan and raises
+``Unavailable``: memory is unchanged.
+
+Node events come from ``NodeManager`` after the node row is persisted.  They carry nothing to
+persist, so they commit synchronously; while a mutation holds the lock they are queued and
+applied when it releases (its plan was built before them and commits first).
+
+Workload (``UsageView``) is read from the live GCS: a node is idle when the resource view
+says so; a cluster has workload while a running job or a detached, not removed placement
+group is registered in it (PG ids are resolved to the creator job's cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import structlog
+
+from gcs.clock import Clock
+from gcs.managers.jobs import JobManager, JobRejected
+from gcs.managers.nodes import NodeManager
+from gcs.managers.placement_groups import PlacementGroupManager, gang_request
+from gcs.managers.resources import ResourceCache
+from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2
+from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
+from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
+from gcs.rpc.errors import Unavailable
+from gcs.store import Store, WriteBatch
+from gcs.store.base import TABLE_META, TABLE_VIRTUAL_CLUSTER
+from gcs.store.errors import StoreError
+from gcs.virtual_clusters import (
+    CreateJobClusterResult,
+    CreateOrUpdateResult,
+    Plan,
+    RevisionSource,
+    VcError,
+    VirtualClusterRegistry,
+    replay,
+)
+from gcs.virtual_clusters.convert import node_view_from_gcs_node_info
+from gcs.virtual_clusters.ids import is_job_cluster_id
+from gcs.virtual_clusters.model import Cluster
+from gcs.wire_encoding import len_field, string_field
+
+log = structlog.get_logger("gcs.virtual_clusters")
+
+HIGH_WATER_KEY = b"virtual_cluster_revision_high_water"
+PG = gcs_pb2.PlacementGroupTableData
+Publish = Callable[[int, bytes, VirtualClusterTableData], object]
+R = TypeVar("R", Plan, CreateOrUpdateResult, CreateJobClusterResult)
+
+
+def _no_publish(channel: int, key_id: bytes, message: VirtualClusterTableData) -> None:
+    return None
+
+
+class LiveUsage:
+    """``UsageView`` over the GCS's current state; built per operation (workload is indexed
+    once, so planning stays O(clusters + jobs + PGs))."""
+
+    def __init__(
+        self, resources: ResourceCache, jobs: JobManager, pgs: PlacementGroupManager
+    ) -> None:
+        self._resources = resources
+        busy = {j.virtual_cluster_id for j in jobs.jobs.values() if not j.is_dead}
+        for pg_id, vc_id in pgs.virtual_cluster_of.items():
+            pg = pgs.groups.get(pg_id)
+            if pg is not None and pg.is_detached and pg.state != PG.REMOVED:
+                busy.add(vc_id)
+        busy.discard("")
+        self._busy = busy
+
+    def is_node_idle(self, node_id: str) -> bool:
+        return self._resources.is_idle(bytes.fromhex(node_id))
+
+    def has_workload(self, cluster_id: str) -> bool:
+        return cluster_id in self._busy
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeEvent:
+    node: gcs_pb2.GcsNodeInfo
+    dead: bool
+
+
+class VirtualClusterManager:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        nodes: NodeManager,
+        jobs: JobManager,
+        pgs: PlacementGroupManager,
+        resources: ResourceCache,
+        *,
+        publish: Publish = _no_publish,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._nodes = nodes
+        self._jobs = jobs
+        self._pgs = pgs
+        self._resources = resources
+        self._publish = publish
+        self._lock = asyncio.Lock()
+        self._queued: list[_NodeEvent] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.registry = VirtualClusterRegistry(RevisionSource(self._now_ns))
+        self._section_key: tuple[int, int, int] | None = None
+        self._section = b""
+        jobs.add_validator(self._check_job)
+        jobs.add_finish_listener(self._on_job_finished)
+        pgs.set_vc_resolver(self._pg_cluster)
+        pgs.add_remove_listener(self._on_pg_removed)
+
+    def _now_ns(self) -> int:
+        return int(self._clock.now_s() * 1_000_000_000)
+
+    def usage(self) -> LiveUsage:
+        return LiveUsage(self._resources, self._jobs, self._pgs)
+
+    # -- startup -------------------------------------------------------------------------
+    async def load(self) -> None:
+        """Replay after NodeManager/JobManager/PlacementGroupManager loaded; persist repairs;
+        then finish job clusters whose job is already dead. Publishes nothing."""
+        rows = await self._store.get_all(TABLE_VIRTUAL_CLUSTER)
+        records = [VirtualClusterTableData.FromString(raw) for raw in rows.values()]
+        raw_floor = await self._store.get(TABLE_META, HIGH_WATER_KEY)
+        floor = int(raw_floor) if raw_floor else 0
+        node_table = [node_view_from_gcs_node_info(n) for n in self._nodes.all_nodes()]
+        outcome = replay(node_table, records, RevisionSource(self._now_ns), revision_floor=floor)
+        for warning in outcome.warnings:
+            log.warning("virtual_clusters.replay_repair", detail=warning)
+        batch = WriteBatch()
+        for cluster_id, data in outcome.puts.items():
+            batch.put(TABLE_VIRTUAL_CLUSTER, cluster_id.encode(), data.SerializeToString())
+        for cluster_id in outcome.deletes:
+            batch.delete(TABLE_VIRTUAL_CLUSTER, cluster_id.encode())
+        batch.put(TABLE_META, HIGH_WATER_KEY, str(outcome.revision_high_water).encode())
+        await self._store.write(batch)
+        self.registry = outcome.registry
+        dead_jobs = sorted(
+            j.virtual_cluster_id
+            for j in self._jobs.jobs.values()
+            if j.is_dead and is_job_cluster_id(j.virtual_cluster_id)
+        )
+        for cluster_id in dead_jobs:
+            if self.registry.get(cluster_id) is not None:
+                await self._run(lambda c=cluster_id: self.registry.on_job_finished(c, self.usage()))
+        log.info(
+            "virtual_clusters.loaded",
+            clusters=len(records),
+            repaired=len(outcome.puts),
+            deleted=len(outcome.deletes),
+        )
+
+    # -- the mutation protocol -----------------------------------------------------------
+    async def _run(self, make: Callable[[], R], *, publish: bool = True) -> R:
+        async with self._exclusive():
+            result = make()
+            plan = result if isinstance(result, Plan) else result.plan
+            await self._persist(plan)
+            self.registry.commit(plan)
+            if publish:
+                for data in plan.publishes:
+                    self._publish(RAY_VIRTUAL_CLUSTER_CHANNEL, data.id.encode(), data)
+            return result
+
+    async def _persist(self, plan: Plan) -> None:
+        if not (plan.puts or plan.deletes):
+            return
+        batch = WriteBatch()
+        for cluster_id, data in plan.puts.items():
+            batch.put(TABLE_VIRTUAL_CLUSTER, cluster_id.encode(), data.SerializeToString())
+        for cluster_id in plan.deletes:
+            batch.delete(TABLE_VIRTUAL_CLUSTER, cluster_id.encode())
+        batch.put(TABLE_META, HIGH_WATER_KEY, str(plan.revision_high_water).encode())
+        try:
+            await self._store.write(batch)
+        except StoreError as err:
+            log.warning("virtual_clusters.write_failed", error=str(err))
+            raise Unavailable(f"store unavailable, nothing was changed: {err}") from err
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        async with self._lock:
+            try:
+                yield
+            finally:
+                self._drain_node_events()
+
+    # -- node events (NodeManager listener) ----------------------------------------------
+    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        self._node_event(_NodeEvent(node, dead=False))
+
+    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        self._node_event(_NodeEvent(node, dead=True))
+
+    def _node_event(self, event: _NodeEvent) -> None:
+        if self._lock.locked():
+            self._queued.append(event)
+        else:
+            self._apply_node_event(event)
+
+    def _drain_node_events(self) -> None:
+        queued, self._queued = self._queued, []
+        for event in queued:
+            self._apply_node_event(event)
+
+    def _apply_node_event(self, event: _NodeEvent) -> None:
+        if event.dead:
+            plan = self.registry.mark_node_dead(event.node.node_id.hex())
+        else:
+            plan = self.registry.add_node(node_view_from_gcs_node_info(event.node))
+        if not plan.empty:
+            self.registry.commit(plan)
+
+    # -- jobs and placement groups -------------------------------------------------------
+    def _check_job(self, job: gcs_pb2.JobTableData) -> None:
+        try:
+            self.registry.check_job_virtual_cluster(job.virtual_cluster_id)
+        except VcError as err:
+            raise JobRejected(err.message) from None
+
+    def _on_job_finished(self, job: gcs_pb2.JobTableData) -> None:
+        cluster_id = job.virtual_cluster_id
+        if is_job_cluster_id(cluster_id):
+            self._spawn(
+                lambda: self._run(lambda: self.registry.on_job_finished(cluster_id, self.usage())),
+                f"vc-job-finished-{cluster_id}",
+            )
+
+    def _pg_cluster(self, spec: common_pb2.PlacementGroupSpec) -> str:
+        job = self._jobs.jobs.get(spec.creator_job_id)
+        return job.virtual_cluster_id if job is not None else ""
+
+    def _on_pg_removed(self, pg: gcs_pb2.PlacementGroupTableData, cluster_id: str) -> None:
+        if pg.is_detached and is_job_cluster_id(cluster_id):
+            self._spawn(
+                lambda: self._run(lambda: self.registry.on_workload_gone(cluster_id, self.usage())),
+                f"vc-workload-gone-{cluster_id}",
+            )
+
+    def _spawn(self, make: Callable[[], object], name: str) -> None:
+        async def body() -> None:
+            try:
+                await make()  # type: ignore[misc]
+            except (VcError, Unavailable) as err:
+                log.warning("virtual_clusters.background_failed", task=name, error=str(err))
+
+        task = asyncio.get_running_loop().create_task(body(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def settle(self) -> None:
+        """Wait for queued job/PG follow-ups (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # -- periodic passes -----------------------------------------------------------------
+    async def replenish_once(self) -> None:
+        await self._run(self.registry.replenish)
+
+    async def collect_expired_once(self) -> None:
+        await self._run(lambda: self.registry.collect_expired_job_clusters(self.usage()))
+
+    async def run_periodic(self, period_ms: int, step: Callable[[], object], name: str) -> None:
+        """A background loop; a store outage only skips a round."""
+        while True:
+            await asyncio.sleep(period_ms / 1000)
+            try:
+                await step()  # type: ignore[misc]
+            except Unavailable as err:
+                log.warning("virtual_clusters.periodic_skipped", loop=name, error=str(err))
+
+    # -- RPC operations ------------------------------------------------------------------
+    async def create_or_update(
+        self, cluster_id: str, divisible: bool, replica_sets: dict[str, int], revision: int
+    ) -> CreateOrUpdateResult:
+        return await self._run(
+            lambda: self.registry.create_or_update(
+                cluster_id, divisible, replica_sets, revision, self.usage()
+            )
+        )
+
+    async def create_job_cluster(
+        self, cluster_id: str, job_id: str, replica_sets: dict[str, int]
+    ) -> CreateJobClusterResult:
+        return await self._run(
+            lambda: self.registry.create_job_cluster(cluster_id, job_id, replica_sets)
+        )
+
+    async def remove(self, cluster_id: str) -> None:
+        await self._run(lambda: self.registry.remove(cluster_id, self.usage()))
+
+    async def remove_nodes(self, cluster_id: str, node_ids: list[str]) -> None:
+        await self._run(lambda: self.registry.remove_nodes(cluster_id, node_ids, self.usage()))
+
+    async def update_autoscaling_config(
+        self,
+        cluster_id: str,
+        min_replica_sets: dict[str, int],
+        max_replica_sets: dict[str, int],
+        max_nodes: int,
+    ) -> None:
+        await self._run(
+            lambda: self.registry.update_autoscaling_config(
+                cluster_id, min_replica_sets, max_replica_sets, max_nodes
+            )
+        )
+
+    # -- reads ---------------------------------------------------------------------------
+    def resources_of(self, node_id: str) -> tuple[dict[str, float], dict[str, float]]:
+        entry = self._resources.nodes.get(bytes.fromhex(node_id))
+        if entry is None:
+            return {}, {}
+        return dict(entry.data.resources_total), dict(entry.data.resources_available)
+
+    def node_filter(self, cluster_id: str) -> frozenset[bytes] | None:
+        """Node ids (bytes) of a cluster for the GetAllNodeInfo / resources filters; None =
+        no filter (empty id); an unknown cluster matches no node."""
+        hex_ids = self.registry.nodes_in(cluster_id)
+        if hex_ids is None:
+            return None
+        return frozenset(bytes.fromhex(n) for n in hex_ids)
+
+    # -- autoscaler ----------------------------------------------------------------------
+    def autoscaler_section(self) -> bytes:
+        """Serialized ``ClusterResourceState.virtual_cluster_states`` (field 8) entries.
+
+        Empty while only the primary exists (a Ray 2.60 autoscaler never sees the field).
+        Cached on (registry generation, demand version, PG version).
+        """
+        key = (self.registry.generation, self._resources.demand_version, self._pgs.version)
+        if key != self._section_key:
+            self._section = self._build_section()
+            self._section_key = key
+        return self._section
+
+    def _build_section(self) -> bytes:
+        clusters = {c.id: c for c in self.registry.clusters()}
+        if len(clusters) <= 1:
+            return b""
+        states = self.registry.autoscaler_states()
+        gangs: dict[str, list[autoscaler_pb2.GangResourceRequest]] = {}
+        for pg in self._pgs.pending():
+            cluster_id = self._pgs.virtual_cluster_of.get(pg.placement_group_id, "")
+            cluster = clusters.get(cluster_id)
+            if cluster is not None and cluster.indivisible:
+                gangs.setdefault(cluster_id, []).append(gang_request(pg))
+        parts = []
+        for cluster_id in sorted(states):
+            state = states[cluster_id]
+            cluster = clusters[cluster_id]
+            if cluster.indivisible:
+                _add_pending(state, self._demand_of(cluster))
+                state.pending_gang_resource_requests.extend(gangs.get(cluster_id, ()))
+            entry = string_field(1, cluster_id) + len_field(
+                2, state.SerializeToString(deterministic=True)
+            )
+            parts.append(len_field(8, entry))
+        return b"".join(parts)
+
+    def _demand_of(self, cluster: Cluster) -> dict:  # type: ignore[type-arg]
+        total: dict = {}  # type: ignore[type-arg]
+        for node_id in cluster.members:
+            entry = self._resources.nodes.get(bytes.fromhex(node_id))
+            if entry is None:
+                continue
+            for key, counts in entry.demand.items():
+                total[key] = total.get(key, 0) + sum(counts)
+        return total
+
+
+def _add_pending(state: autoscaler_pb2.VirtualClusterState, demand: dict) -> None:  # type: ignore[type-arg]
+    for (shape, selectors), count in sorted(demand.items()):
+        if count <= 0:
+            continue
+        by_count = state.pending_resource_requests.add(count=count)
+        by_count.request.resources_bundle.update(dict(shape))
+        for raw in selectors:
+            by_count.request.label_selectors.add().ParseFromString(raw)
+
+
+__all__ = ["LiveUsage", "VirtualClusterManager"]

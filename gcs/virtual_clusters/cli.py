@@ -1,0 +1,239 @@
+"""``gcs vcluster create|update|remove|list|show`` (the lead mounts ``vcluster``).
+
+Messages follow ant-ray's ``ray vcluster``; failures print to stderr and exit with 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+
+from gcs.virtual_clusters.client import VirtualClusterCallError, VirtualClusterClient
+
+T = TypeVar("T")
+
+
+def _address(address: str | None) -> str:
+    value = address or os.environ.get("GCS_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    if not value:
+        raise click.UsageError("no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS")
+    return value
+
+
+def _call(address: str | None, fn: Callable[[VirtualClusterClient], Awaitable[T]]) -> T:
+    async def run() -> T:
+        async with VirtualClusterClient(_address(address)) as client:
+            return await fn(client)
+
+    return asyncio.run(run())
+
+
+def _fail(text: str) -> None:
+    click.echo(text, err=True)
+    raise SystemExit(1)
+
+
+def _replica_sets(raw: str) -> dict[str, int]:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise click.BadParameter(f"not JSON: {err}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) for k, v in value.items()
+    ):
+        raise click.BadParameter('expected a JSON object of template -> count, e.g. {"4c8g": 2}')
+    return value
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+address_option = click.option(
+    "--address", default=None, help="GCS address (else GCS_ADDRESS, then RAY_ADDRESS)."
+)
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+
+
+@click.group("vcluster")
+def vcluster() -> None:
+    """Manage virtual clusters (ant-ray compatible)."""
+
+
+@vcluster.command("create")
+@click.option("--id", "cluster_id", required=True)
+@click.option("--divisible", is_flag=True, default=False)
+@click.option("--replica-sets", "replica_sets", default="{}", help='JSON, e.g. {"4c8g": 2}')
+@address_option
+@format_option
+def create(
+    cluster_id: str, divisible: bool, replica_sets: str, address: str | None, fmt: str
+) -> None:
+    """Create a virtual cluster (fails if it exists)."""
+    wanted = _replica_sets(replica_sets)
+
+    async def run(client: VirtualClusterClient) -> Any:
+        if await client.list(cluster_id):
+            raise VirtualClusterCallError(0, "already exists")
+        return await client.create_or_update(
+            cluster_id, divisible=divisible, replica_sets=wanted, revision=0
+        )
+
+    try:
+        applied = _call(address, run)
+    except VirtualClusterCallError as err:
+        _fail(f"Failed to create virtual cluster '{cluster_id}': {err.message}")
+        return
+    _report_applied(cluster_id, applied, "created", fmt)
+
+
+@vcluster.command("update")
+@click.option("--id", "cluster_id", required=True)
+@click.option("--divisible", is_flag=True, default=False)
+@click.option("--replica-sets", "replica_sets", default="{}", help='JSON, e.g. {"4c8g": 2}')
+@click.option("--revision", type=int, required=True, help="The cluster's current revision.")
+@address_option
+@format_option
+def update(
+    cluster_id: str,
+    divisible: bool,
+    replica_sets: str,
+    revision: int,
+    address: str | None,
+    fmt: str,
+) -> None:
+    """Update a virtual cluster's replica sets (optimistic: pass the current revision)."""
+    wanted = _replica_sets(replica_sets)
+    try:
+        applied = _call(
+            address,
+            lambda c: c.create_or_update(
+                cluster_id, divisible=divisible, replica_sets=wanted, revision=revision
+            ),
+        )
+    except VirtualClusterCallError as err:
+        extra = f" (can do at most: {json.dumps(err.replica_sets_to_recommend, sort_keys=True)})"
+        _fail(
+            f"Failed to update virtual cluster '{cluster_id}': {err.message}"
+            + (extra if err.replica_sets_to_recommend else "")
+        )
+        return
+    _report_applied(cluster_id, applied, "updated", fmt)
+
+
+def _report_applied(cluster_id: str, applied: Any, verb: str, fmt: str) -> None:
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "virtual_cluster_id": cluster_id,
+                    "revision": applied.revision,
+                    "node_instances": {
+                        k: {"hostname": h, "template_id": t}
+                        for k, (h, t) in applied.node_instances.items()
+                    },
+                },
+                sort_keys=True,
+            )
+        )
+        return
+    counts = Counter(t for _h, t in applied.node_instances.values())
+    click.echo(f"Virtual cluster '{cluster_id}' {verb} successfully")
+    click.echo(f"revision: {applied.revision}")
+    click.echo(f"replica sets: {json.dumps(dict(sorted(counts.items())))}")
+
+
+@vcluster.command("remove")
+@click.argument("cluster_id")
+@address_option
+def remove(cluster_id: str, address: str | None) -> None:
+    """Remove a virtual cluster."""
+    try:
+        _call(address, lambda c: c.remove(cluster_id))
+    except VirtualClusterCallError as err:
+        _fail(f"Failed to remove virtual cluster '{cluster_id}': {err.message}")
+        return
+    click.echo(f"Virtual cluster '{cluster_id}' removed successfully")
+
+
+def _row(view: Any) -> dict[str, Any]:
+    counts = Counter(v.template_id for v in view.node_instance_views.values())
+    return {
+        "virtual_cluster_id": view.id,
+        "divisible": view.divisible,
+        "revision": view.revision,
+        "nodes": len(view.node_instance_views),
+        "replica_sets": dict(sorted(counts.items())),
+    }
+
+
+@vcluster.command("list")
+@click.option("--limit", type=int, default=None)
+@address_option
+@format_option
+def list_command(limit: int | None, address: str | None, fmt: str) -> None:
+    """Every virtual cluster (job clusters and the primary included) with alive nodes."""
+    try:
+        views, total = _call(address, lambda c: c.show(limit))
+    except VirtualClusterCallError as err:
+        _fail(f"Failed to list virtual clusters: {err.message}")
+        return
+    rows = [_row(v) for v in views]
+    if fmt == "json":
+        click.echo(json.dumps({"virtual_clusters": rows, "total": total}, sort_keys=True))
+        return
+    for row in rows:
+        row["replica_sets"] = json.dumps(row["replica_sets"])
+    click.echo(
+        _table(rows, ["virtual_cluster_id", "divisible", "revision", "nodes", "replica_sets"])
+    )
+
+
+@vcluster.command("show")
+@click.argument("cluster_id")
+@address_option
+@format_option
+def show(cluster_id: str, address: str | None, fmt: str) -> None:
+    """One virtual cluster: revision, autoscaling config and every node."""
+    try:
+        views, _total = _call(address, lambda c: c.show())
+    except VirtualClusterCallError as err:
+        _fail(f"Failed to show virtual cluster '{cluster_id}': {err.message}")
+        return
+    found = [v for v in views if v.id == cluster_id]
+    if not found:
+        _fail(f"Virtual cluster '{cluster_id}' does not exist")
+        return
+    view = found[0]
+    nodes = {
+        node_id: {
+            "hostname": v.hostname,
+            "template_id": v.template_id,
+            "resources_total": dict(v.resources_total),
+            "resources_available": dict(v.resources_available),
+        }
+        for node_id, v in sorted(view.node_instance_views.items())
+    }
+    detail = {**_row(view), "node_instances": nodes}
+    if fmt == "json":
+        click.echo(json.dumps(detail, sort_keys=True))
+        return
+    click.echo(f"virtual_cluster_id: {view.id}")
+    click.echo(f"divisible: {view.divisible}")
+    click.echo(f"revision: {view.revision}")
+    click.echo(f"replica_sets: {json.dumps(detail['replica_sets'])}")
+    rows = [{"node_id": k, **v} for k, v in nodes.items()]
+    if rows:
+        click.echo(_table(rows, ["node_id", "hostname", "template_id"]))
