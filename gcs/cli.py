@@ -159,9 +159,11 @@ def _mount_subcommands() -> None:
     """Each subsystem owns its commands; the top level only mounts them."""
     from gcs.autoscaler.cli import autoscaler
     from gcs.store.cli import db
+    from gcs.virtual_clusters.cli import vcluster
 
     main.add_command(db)
     main.add_command(autoscaler)
+    main.add_command(vcluster)
 
 
 _mount_subcommands()

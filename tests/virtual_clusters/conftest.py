@@ -107,16 +107,6 @@ def h200() -> Harness:
 
 
 # --------------------------------------------------------------------------- gRPC-level
-@pytest.fixture(scope="session")
-def redis_server():
-    """A private redis-server on a free port (never the machine's 6379)."""
-    from gcs.testing.servers import RedisServer
-
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
-
-
 @pytest.fixture(params=["memory", "redis"])
 async def vc_env(request):
     """A GCS (memory store, or a private Redis) with 3 nodes of type "4c8g" and 2 of "8c16g"."""
