@@ -199,6 +199,60 @@ class TestRestart:
         finally:
             await second.stop()
 
+    @pytest.mark.parametrize("backend", ["sqlite", "redis"])
+    async def test_state_survives_restart_on_durable_stores(
+        self, backend, tmp_path, request
+    ) -> None:
+        """On the embedded SQLite store and on Redis, a new server process-equivalent (fresh
+        store object, same URL) gets back nodes, constraint, cluster id and versions."""
+        import uuid
+
+        from gcs.store import store_from_url
+
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path}/gcs.sqlite3"
+        else:
+            url = request.getfixturevalue("redis_server").url
+        namespace = f"restart-{uuid.uuid4().hex[:8]}"
+        versions = []
+        cluster_ids = []
+        for round_ in range(2):
+            store = store_from_url(url, namespace=namespace)
+            server = GcsServer(fast_config(), store=store)
+            await store.open()
+            await server.start()
+            try:
+                cluster_ids.append(server.meta.cluster_id)
+                async with grpc.aio.insecure_channel(server.address) as ch:
+                    s = Stubs(ch, server.meta.cluster_id)
+                    if round_ == 0:
+                        await s.node_info.RegisterNode(G.RegisterNodeRequest(node_info=_node()))
+                        await s.autoscaler.RequestClusterResourceConstraint(
+                            A.RequestClusterResourceConstraintRequest(
+                                cluster_resource_constraint=A.ClusterResourceConstraint(
+                                    resource_requests=[
+                                        A.ResourceRequestByCount(
+                                            request=A.ResourceRequest(resources_bundle={"GPU": 1}),
+                                            count=2,
+                                        )
+                                    ]
+                                )
+                            )
+                        )
+                    state = (
+                        await s.autoscaler.GetClusterResourceState(
+                            A.GetClusterResourceStateRequest()
+                        )
+                    ).cluster_resource_state
+                    versions.append(state.cluster_resource_state_version)
+                    assert [n.node_id for n in state.node_states] == [b"\x01" * 28]
+                    assert state.cluster_resource_constraints[0].resource_requests[0].count == 2
+            finally:
+                await server.stop()
+                await store.close()
+        assert cluster_ids[0] == cluster_ids[1]
+        assert versions[1] > versions[0]
+
     async def test_node_that_died_while_gcs_was_down_is_detected(self, memory_store) -> None:
         """A node restored from the store but unreachable is marked dead by health checks."""
         first = GcsServer(fast_config(), store=memory_store)
