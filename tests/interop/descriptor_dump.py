@@ -79,5 +79,5 @@ def dump_modules(module_names: list[str]) -> dict[str, Any]:
     return dump
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and len(sys.argv) > 1:  # not when sent as ``-c`` text
     print(json.dumps(dump_modules(sys.argv[1:]), sort_keys=True))
