@@ -4,7 +4,8 @@
 cluster's resource constraint with one ``RequestClusterResourceConstraint`` call, exactly as
 ``ray.autoscaler.sdk.request_resources`` does against a v2 autoscaler: ``num_cpus`` becomes
 that many ``{"CPU": 1}`` bundles, identical (bundle, selector) pairs are counted, groups keep
-first-seen order, an empty selector sends no ``label_selectors`` entry, and a call with
+first-seen order, an empty selector sends no ``label_selectors`` entry (an empty bundle still
+sends an empty ``request``), and a call with
 nothing to request sends an empty request (which clears the constraint).
 """
 
@@ -90,6 +91,7 @@ def build_constraint_request(
     for key, count in groups.items():
         resources, selector = first_seen[key]
         by_count = constraint.resource_requests.add(count=count)
+        by_count.request.SetInParent()  # Ray sends `request {}` even for an empty bundle
         for name, amount in resources.items():
             by_count.request.resources_bundle[name] = float(amount)
         if selector:

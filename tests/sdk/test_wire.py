@@ -129,6 +129,13 @@ class TestRequestResourcesMessage:
             (c.label_key, c.operator, list(c.label_values)) for c in selector.label_constraints
         ] == [("k", NOT_IN, ["a", " b"]), ("lit", IN, ["(x,y)"]), ("e", IN, [""])]
 
+    async def test_empty_bundle_still_sends_an_empty_request(self, gcs: RecordingGcs) -> None:
+        """Ray's client always sets ``request``, so ``{}`` arrives as ``request {}``."""
+        await request_resources_async(bundles=[{}], address=gcs.address)
+        (group,) = _constraint(gcs).cluster_resource_constraint.resource_requests
+        assert group.HasField("request")
+        assert group.count == 1
+
     async def test_nothing_requested_sends_an_empty_message(self, gcs: RecordingGcs) -> None:
         """No arguments clears the constraint with an empty request, as Ray sends it."""
         await request_resources_async(address=gcs.address)
