@@ -15,12 +15,15 @@ from gcs.sdk._resources import (
     request_resources_async,
     validate_request,
 )
+from gcs.sdk._status import ClusterStatusSummary, ResourceDemand
 
 __all__ = [
     "AddressNotFound",
     "AsyncGcsClient",
+    "ClusterStatusSummary",
     "GcsClient",
     "GcsSdkError",
+    "ResourceDemand",
     "RpcError",
     "build_constraint_request",
     "get_cluster_status",

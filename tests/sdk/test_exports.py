@@ -9,8 +9,10 @@ class TestExports:
         assert gcs.sdk.__all__ == [
             "AddressNotFound",
             "AsyncGcsClient",
+            "ClusterStatusSummary",
             "GcsClient",
             "GcsSdkError",
+            "ResourceDemand",
             "RpcError",
             "build_constraint_request",
             "get_cluster_status",

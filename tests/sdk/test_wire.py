@@ -13,6 +13,8 @@ from gcs.proto import autoscaler_pb2, common_pb2
 from gcs.rpc.services import AUTOSCALER_STATE
 from gcs.sdk import (
     AsyncGcsClient,
+    ClusterStatusSummary,
+    ResourceDemand,
     RpcError,
     get_cluster_status,
     get_cluster_status_async,
@@ -191,3 +193,29 @@ class TestErrors:
             await request_resources_async(num_cpus=1, address=f"127.0.0.1:{port}", timeout_s=5)
         assert info.value.status is grpc.StatusCode.UNAVAILABLE
         assert info.value.method == "/ray.rpc.NodeInfoGcsService/GetClusterId"
+
+
+class TestStatusSummary:
+    def test_summary_counts_nodes_and_sums_live_resources(self) -> None:
+        """Dead nodes are counted by status but their resources are not summed."""
+        reply = autoscaler_pb2.GetClusterStatusReply()
+        state = reply.cluster_resource_state
+        state.cluster_session_name = "s"
+        for status, cpus in ((autoscaler_pb2.RUNNING, 4), (autoscaler_pb2.IDLE, 2)):
+            node = state.node_states.add(status=status)
+            node.total_resources["CPU"] = cpus
+            node.available_resources["CPU"] = cpus / 2
+        state.node_states.add(status=autoscaler_pb2.DEAD).total_resources["CPU"] = 100
+        group = state.cluster_resource_constraints.add().resource_requests.add(count=3)
+        group.request.resources_bundle["GPU"] = 1
+        group.request.label_selectors.add().label_constraints.add(
+            label_key="zone", operator=NOT_IN, label_values=["a", "b"]
+        )
+        reply.autoscaling_state.pending_instances.add()
+        summary = ClusterStatusSummary.from_reply(reply)
+        assert summary.nodes_by_status == {"RUNNING": 1, "IDLE": 1, "DEAD": 1}
+        assert summary.total_resources == {"CPU": 6.0}
+        assert summary.available_resources == {"CPU": 3.0}
+        assert summary.constraints == (ResourceDemand({"GPU": 1.0}, 3, ("zone !in (a,b)",)),)
+        assert summary.pending_instances == 1
+        assert summary.failed_instance_requests == 0
