@@ -171,3 +171,24 @@ class TestRealWheels:
             "g.DESCRIPTOR.services_by_name}))"
         )
         assert venvs.run_in_venv(ant_ray_venv, script) == {"vc": True}
+
+
+class TestUnbuildableVenv:
+    def _broken(self) -> None:
+        raise venvs.VenvError("pip: no network")
+
+    def test_skips_with_the_reason_by_default(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without GCS_INTEROP_REQUIRED an unbuildable venv skips, naming the cause."""
+        from tests.interop.conftest import _obtain
+
+        monkeypatch.delenv("GCS_INTEROP_REQUIRED", raising=False)
+        with pytest.raises(pytest.skip.Exception, match=r"virtualenv: pip: no network"):
+            _obtain(self._broken, "ray==2.60.0")
+
+    def test_fails_when_interop_is_required(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """GCS_INTEROP_REQUIRED=1 (CI) turns the skip into a failure."""
+        from tests.interop.conftest import _obtain
+
+        monkeypatch.setenv("GCS_INTEROP_REQUIRED", "1")
+        with pytest.raises(pytest.fail.Exception, match="no network"):
+            _obtain(self._broken, "ray==2.60.0")
