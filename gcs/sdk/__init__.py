@@ -1,0 +1,35 @@
+"""Client API for a GCS (ours or Ray's): resource requests and cluster status.
+
+from gcs.sdk import request_resources, get_cluster_status
+request_resources(num_cpus=8, bundles=[{"GPU": 1}], address="127.0.0.1:6379")
+"""
+
+from gcs.sdk._address import resolve_address
+from gcs.sdk._client import AsyncGcsClient, GcsClient
+from gcs.sdk._errors import AddressNotFound, GcsSdkError, RpcError
+from gcs.sdk._resources import (
+    build_constraint_request,
+    get_cluster_status,
+    get_cluster_status_async,
+    request_resources,
+    request_resources_async,
+    validate_request,
+)
+from gcs.sdk._status import ClusterStatusSummary, ResourceDemand
+
+__all__ = [
+    "AddressNotFound",
+    "AsyncGcsClient",
+    "ClusterStatusSummary",
+    "GcsClient",
+    "GcsSdkError",
+    "ResourceDemand",
+    "RpcError",
+    "build_constraint_request",
+    "get_cluster_status",
+    "get_cluster_status_async",
+    "request_resources",
+    "request_resources_async",
+    "resolve_address",
+    "validate_request",
+]
