@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from gcs.clock import Clock, now_ms
-from gcs.labels import parse_selector
+from gcs.labels import selector_proto as parse_selector
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2
 from gcs.rpc.errors import InvalidArgument, NotFound
 from gcs.store import Store, WriteBatch

@@ -15,11 +15,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gcs.labels import label_selector_error, selector_proto
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.services import AUTOSCALER_STATE
 from gcs.sdk._address import resolve_address
 from gcs.sdk._client import DEFAULT_TIMEOUT_S, AsyncGcsClient, GcsClient
-from gcs.sdk._labels import label_selector_error, selector_proto
 
 _SELECTOR_SHAPE_MESSAGE = (
     "Bundle label selector must be a list of string dictionary label selectors. For example: "

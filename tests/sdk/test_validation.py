@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from gcs.labels import label_selector_error
 from gcs.sdk import AddressNotFound, GcsSdkError, resolve_address, validate_request
-from gcs.sdk._labels import label_selector_error
 from tests.sdk.cases import BAD_ARGUMENTS, GOOD_ARGUMENTS
 
 
