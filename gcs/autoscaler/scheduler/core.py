@@ -11,6 +11,7 @@ from collections import defaultdict
 
 from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_instance, from_type
 from gcs.autoscaler.scheduler.packing import LaunchNote, PackContext, try_schedule
+from gcs.autoscaler.scheduler.resources import memory_text, shape_text
 from gcs.autoscaler.scheduler.scoring import describe
 from gcs.autoscaler.scheduler.termination import enforce_idle, mark, select_excess
 from gcs.autoscaler.scheduler.types import (
@@ -19,17 +20,14 @@ from gcs.autoscaler.scheduler.types import (
     Decision,
     GangRequest,
     InstanceStatus,
+    IpprStatus,
     NodeKind,
+    Resize,
     ResourceDemand,
     SchedulingInput,
     SchedulingReply,
     TerminationCause,
 )
-
-
-def shape_text(resources: dict[str, float] | object) -> str:
-    items = dict(resources)  # type: ignore[call-overload]
-    return "{" + ", ".join(f"{k}:{v:g}" for k, v in sorted(items.items())) + "}"
 
 
 def combine_affinity(bundles: tuple[ResourceDemand, ...]) -> list[tuple[ResourceDemand, int]]:
@@ -334,7 +332,55 @@ class _Round:
             ru = notes[0].runner_up
             if ru is not None:
                 text += f"; {ru[0]} scored lower ({describe(ru[1])})"
+            spec = self.cfg.node_types[t].ippr
+            if spec is not None:
+                text += (
+                    f"; counted at its IPPR max (CPU {spec.max_cpu:g}, memory "
+                    f"{memory_text(spec.max_memory)}) since it can be resized in place once running"
+                )
             self.reasons.append(Decision("launch", t, text))
+
+    def resizes(self) -> tuple[Resize, ...]:
+        """Ray's ``to_ippr``: every pod with a resize queued and a raylet to sync with."""
+        out = []
+        for n in self.nodes:
+            st = n.ippr
+            if st is None or st.k8s_resize_status != "new":
+                continue
+            reason = n.resize_reason or self._provider_resize_reason(st)
+            if not st.has_resize_to_send():
+                self.reasons.append(
+                    Decision(
+                        "skip",
+                        n.instance_id,
+                        f"resize of {n.instance_id} not sent: no raylet on the pod yet "
+                        f"(wanted: {reason})",
+                    )
+                )
+                continue
+            out.append(
+                Resize(
+                    instance_id=n.instance_id,
+                    cloud_instance_id=n.instance.cloud_instance_id if n.instance else "",
+                    ray_node_id=st.raylet_id,
+                    node_type=n.node_type,
+                    cpu=float(st.desired_cpu),  # type: ignore[arg-type]
+                    memory=float(st.desired_memory),  # type: ignore[arg-type]
+                    current_cpu=st.current_cpu,
+                    current_memory=st.current_memory,
+                    reason=reason,
+                )
+            )
+            self.reasons.append(Decision("resize", n.instance_id, reason))
+        return tuple(out)
+
+    @staticmethod
+    def _provider_resize_reason(st: IpprStatus) -> str:
+        target = f"CPU {st.desired_cpu:g}, memory {memory_text(st.desired_memory)}"  # type: ignore[arg-type,str-format]
+        if st.last_failed_at is not None:
+            why = st.last_failed_reason or "resize failed"
+            return f"revert to {target} after a failed resize ({why}), queued by the provider"
+        return f"resize to {target} queued by the provider"
 
     def reply(self, inf_d, inf_g, inf_c, pending_clocks) -> SchedulingReply:
         launches: dict[str, int] = {}
@@ -342,6 +388,7 @@ class _Round:
             if n.status is NodeStatus.TO_LAUNCH:
                 launches[n.node_type] = launches.get(n.node_type, 0) + 1
         self.launch_reasons(launches)
+        resizes = self.resizes()
         terms = tuple(
             n.termination
             for n in self.nodes
@@ -382,6 +429,7 @@ class _Round:
             last_work_s=self._next_last_work(),
             pending_since_s=pending_clocks,
             unavailable_types=tuple(sorted(self.blocked)),
+            resizes=resizes,
         )
 
     def _next_last_work(self) -> dict[str, float]:
