@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 
 from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_instance, from_type
 from gcs.autoscaler.scheduler.packing import LaunchNote, PackContext, try_schedule
@@ -230,6 +231,11 @@ class _Round:
 
         infeasible = []
         for g in sorted(self.inp.gangs, key=key, reverse=True):
+            placed = self._replace_lost_bundles(g)
+            if placed is not None:
+                if not placed:
+                    infeasible.append(g)
+                continue
             options = [g.bundles] + (list(g.fallbacks) if self.opts.gang_fallbacks else [])
             for bundles in options:
                 res = try_schedule(self.nodes, combine_affinity(bundles), Source.DEMAND, self.pack)
@@ -247,6 +253,83 @@ class _Round:
                     )
                 )
         return infeasible
+
+    def _replace_lost_bundles(self, g: GangRequest) -> bool | None:
+        """ray#40212 (option): place a RESCHEDULING group's lost bundles relative to the
+        nodes holding its surviving bundles. None = not applicable (Ray's way is used),
+        else whether the lost bundles were placed.
+        """
+        if not (self.opts.lost_bundle_replacement and g.rescheduling and g.bundles):
+            return None
+        label = next(
+            (b.affinity or b.anti_affinity for b in g.bundles if b.affinity or b.anti_affinity),
+            None,
+        )
+        ids = set(g.survivor_nodes)
+        survivors = [
+            i
+            for i, n in enumerate(self.nodes)
+            if n.instance is not None
+            and (
+                (label is not None and n.labels.get(label[0]) == label[1])
+                or n.instance_id in ids
+                or (n.ray_node_id and n.ray_node_id in ids)
+            )
+        ]
+        if not survivors or label is None:
+            return None  # nothing known about the survivors, or no strict strategy
+        names = ", ".join(self.nodes[i].instance_id for i in survivors)
+        who = g.details or "placement group"
+        lost = "; ".join(f"{b.count} x {shape_text(b.resources)}" for b in g.bundles)
+        if g.bundles[0].anti_affinity is not None:
+            nodes = list(self.nodes)
+            for i in survivors:
+                if nodes[i].labels.get(label[0]) != label[1]:
+                    nodes[i] = nodes[i].clone()
+                    nodes[i].labels[label[0]] = label[1]
+            res = try_schedule(nodes, combine_affinity(g.bundles), Source.DEMAND, self.pack)
+            if res.leftover:
+                self.reasons.append(
+                    Decision(
+                        "infeasible",
+                        who,
+                        f"lost bundles ({lost}) of a STRICT_SPREAD group need nodes other "
+                        f"than {names} (holding its surviving bundles) within node type limits",
+                    )
+                )
+                return False
+            self.nodes = res.nodes
+            self.notes.extend(res.launches)
+            self.reasons.append(
+                Decision("replace", who, f"lost bundles ({lost}) placed away from {names}")
+            )
+            return True
+        # STRICT_PACK: the lost bundles must join the survivors; no new node can host them.
+        sub = [self.nodes[i] for i in survivors]
+        pack = replace(self.pack, blocked_types=frozenset(self.cfg.node_types))
+        res = try_schedule(sub, combine_affinity(g.bundles), Source.DEMAND, pack)
+        if res.leftover:
+            free = ", ".join(
+                f"{n.instance_id} {shape_text(n.avail[Source.DEMAND])}"
+                + (" (leaving)" if n.status is NodeStatus.TO_TERMINATE else "")
+                for n in sub
+            )
+            self.reasons.append(
+                Decision(
+                    "infeasible",
+                    who,
+                    f"lost bundles ({lost}) of a STRICT_PACK group must join its surviving "
+                    f"bundles on {names}, which lack room (free: {free}); a new node cannot "
+                    "host them",
+                )
+            )
+            return False
+        for i, node in zip(survivors, res.nodes, strict=True):
+            self.nodes[i] = node
+        self.reasons.append(
+            Decision("replace", who, f"lost bundles ({lost}) placed with the survivors on {names}")
+        )
+        return True
 
     def schedule_demand(self) -> list[ResourceDemand]:
         res = try_schedule(
