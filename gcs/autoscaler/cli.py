@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import click
 import grpc
@@ -13,10 +14,12 @@ from gcs.autoscaler.planner import (
     PlanInputError,
     fetch_state,
     load_state_json,
+    parse_ippr_statuses,
     plan,
     render_table,
     reply_to_json,
 )
+from gcs.autoscaler.scheduler import Options
 
 
 @click.group(name="autoscaler")
@@ -30,19 +33,45 @@ def autoscaler() -> None:
 @click.option("--config", "config_path", type=click.Path(), required=True, help="Cluster YAML.")
 @click.option("--now", "now_s", type=float, default=0.0, help="Round time in seconds.")
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json")
+@click.option(
+    "--ippr-status",
+    "ippr_path",
+    type=click.Path(),
+    help="JSON {pod name: ray.io/ippr-status fields + current-cpu/current-memory}.",
+)
+@click.option(
+    "--lost-bundle-replacement",
+    is_flag=True,
+    help="Place a rescheduling group's lost bundles relative to its survivors (ray#40212).",
+)
 def plan_cmd(
-    state_path: str | None, gcs_address: str | None, config_path: str, now_s: float, fmt: str
+    state_path: str | None,
+    gcs_address: str | None,
+    config_path: str,
+    now_s: float,
+    fmt: str,
+    ippr_path: str | None,
+    lost_bundle_replacement: bool,
 ) -> None:
     """Print launches, terminations and infeasible demand, each with its reason."""
     if (state_path is None) == (gcs_address is None):
         raise click.UsageError("give exactly one of --state or --from-gcs")
     try:
-        cluster = load_cluster_config(config_path)
+        options = Options(lost_bundle_replacement=lost_bundle_replacement)
+        cluster = load_cluster_config(config_path, options)
+        statuses = None
+        if ippr_path is not None:
+            try:
+                statuses = parse_ippr_statuses(json.loads(Path(ippr_path).read_text()), ippr_path)
+            except (OSError, ValueError) as exc:
+                if isinstance(exc, PlanInputError):
+                    raise
+                raise PlanInputError(f"{ippr_path}: cannot read IPPR statuses ({exc})") from exc
         if state_path is not None:
             state = load_state_json(state_path)
         else:
             state = asyncio.run(fetch_state(gcs_address))  # type: ignore[arg-type]
-        doc = reply_to_json(plan(state, cluster, now_s))
+        doc = reply_to_json(plan(state, cluster, now_s, statuses))
     except (ConfigError, PlanInputError) as exc:
         raise click.ClickException(str(exc)) from exc
     except grpc.RpcError as exc:

@@ -2,6 +2,17 @@
 
 Follows Ray's ``AutoscalingConfig``: the head type's max gets +1, the cluster cap is
 ``max_workers + 1``, ``idle_timeout_minutes`` becomes seconds. Errors name the place.
+
+KubeRay in-place pod resize lives on the RayCluster (``ray.io/ippr`` annotation), not in a
+cluster YAML; here a node type takes the same group entry under ``ippr``::
+
+    available_node_types:
+      small-group:
+        resources: {CPU: 1, memory: 1073741824}
+        ippr: {max-cpu: "4", max-memory: 4Gi, resize-timeout: 60}
+
+``max-cpu`` / ``max-memory`` accept numbers or Kubernetes quantities; the type's CPU and
+memory resources are the pod template size (the IPPR minimum).
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from gcs.autoscaler.scheduler.types import NodeTypeConfig, Options, SchedulerConfig
+from gcs.autoscaler.scheduler.types import IpprSpec, NodeTypeConfig, Options, SchedulerConfig
 
 
 class ConfigError(ValueError):
@@ -40,6 +51,53 @@ def _int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{where}: expected a non-negative integer, got {value!r}")
     return value
+
+
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "E": 1e18,
+}  # fmt: skip
+
+
+def quantity(value: Any, where: str) -> float:
+    """A Kubernetes quantity ("1500m", "8Gi", 2147483648) as a plain number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _number(value, where)
+    if isinstance(value, str):
+        text = value.strip()
+        for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+            if text.endswith(suffix):
+                number, scale = text[: -len(suffix)], _SUFFIXES[suffix]
+                break
+        else:
+            number, scale = text, 1
+        try:
+            return _number(float(number), where) * scale
+        except ValueError:
+            pass
+    raise ConfigError(f"{where}: expected a number or Kubernetes quantity, got {value!r}")
+
+
+def _ippr(raw: Any, where: str, res: Mapping[str, float]) -> IpprSpec | None:
+    """The ``ray.io/ippr`` group entry (max-cpu, max-memory, resize-timeout; ``_`` also ok)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping")
+    values = {}
+    for key in ("max-cpu", "max-memory", "resize-timeout"):
+        alias = key.replace("-", "_")
+        if key not in raw and alias not in raw:
+            raise ConfigError(f"{where}.{key}: required")
+        values[key] = raw.get(key, raw.get(alias))
+    return IpprSpec(
+        max_cpu=quantity(values["max-cpu"], f"{where}.max-cpu"),
+        max_memory=float(int(quantity(values["max-memory"], f"{where}.max-memory"))),
+        min_cpu=res.get("CPU", 0.0),
+        min_memory=res.get("memory", 0.0),
+        resize_timeout_s=_int(values["resize-timeout"], f"{where}.resize-timeout"),
+    )
 
 
 def _node_type(name: str, raw: Any, is_head: bool) -> NodeTypeConfig:
@@ -70,6 +128,7 @@ def _node_type(name: str, raw: Any, is_head: bool) -> NodeTypeConfig:
         priority=priority,
         idle_timeout_s=None if idle is None else _number(idle, f"{where}.idle_timeout_s"),
         launch_config_hash=str(raw.get("launch_config_hash", "")),
+        ippr=_ippr(raw.get("ippr"), f"{where}.ippr", res),
     )
 
 

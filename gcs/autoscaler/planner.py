@@ -1,6 +1,18 @@
 """Planner: a ClusterResourceState (file or live GCS) + cluster config -> decisions.
 
 Input conversion and output rendering only; the policy is ``scheduler.schedule``.
+
+What a ClusterResourceState alone cannot tell, and what the planner assumes instead:
+
+* every live Ray node is a RAY_RUNNING instance; pending launches are unknown (the
+  instance manager holds them), so they are not counted;
+* IPPR specs come from the cluster YAML (``ippr`` per node type, see ``config``);
+* pod resize state (``ray.io/ippr-status`` and pod conditions) lives on the pods: pass it
+  as ``ippr_statuses`` (keyed by pod name = ``instance_id``); a live node of an IPPR type
+  without one is taken to be at rest at its Ray-reported CPU/memory, i.e. resizable;
+* a placement group's strategy and state are read from the gang ``details``
+  ("<pg hex>:<STRATEGY>|<STATE>"); nodes hosting its surviving bundles carry the
+  ``_PG_<pg hex>`` dynamic label.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ from gcs.autoscaler.scheduler import (
     ClusterConstraint,
     GangRequest,
     InstanceStatus,
+    IpprStatus,
     LabelConstraint,
     LabelOp,
     NodeInstance,
@@ -84,11 +97,52 @@ def _bundles(reqs: Iterable[autoscaler_pb2.ResourceRequest], where: str) -> tupl
     return tuple(_demand(r, 1, f"{where}[{i}]") for i, r in enumerate(reqs))
 
 
+_STATUS_KEYS = {
+    "desired-cpu": "desired_cpu",
+    "desired-memory": "desired_memory",
+    "resizing-at": "resizing_at",
+    "k8s-resize-status": "k8s_resize_status",
+    "suggested-max-cpu": "suggested_max_cpu",
+    "suggested-max-memory": "suggested_max_memory",
+    "last-failed-at": "last_failed_at",
+    "last-failed-reason": "last_failed_reason",
+}
+
+
+def parse_ippr_statuses(raw: Any, where: str = "ippr statuses") -> dict[str, IpprStatus]:
+    """``{pod: {current-cpu, current-memory, raylet-id?, resizing-at?, ...}}`` (§3.2 keys)."""
+    if not isinstance(raw, Mapping):
+        raise PlanInputError(f"{where}: expected a mapping of pod name to status")
+    out = {}
+    for pod, st in raw.items():
+        here = f"{where}.{pod}"
+        if not isinstance(st, Mapping):
+            raise PlanInputError(f"{here}: expected a mapping")
+        try:
+            current = (float(st["current-cpu"]), float(st["current-memory"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanInputError(f"{here}: current-cpu and current-memory are required") from exc
+        extra = {attr: st[key] for key, attr in _STATUS_KEYS.items() if st.get(key) is not None}
+        out[str(pod)] = IpprStatus(*current, raylet_id=st.get("raylet-id") or "", **extra)
+    return out
+
+
+def _gang_meta(details: str) -> tuple[str, bool]:
+    """GCS details "<pg hex>:<STRATEGY>|<STATE>" -> (strategy, is RESCHEDULING)."""
+    _, _, rest = details.partition(":")
+    strategy, _, pg_state = rest.partition("|")
+    return strategy, pg_state == "RESCHEDULING"
+
+
 def state_to_input(
-    state: autoscaler_pb2.ClusterResourceState, cluster: ClusterConfig, now_s: float = 0.0
+    state: autoscaler_pb2.ClusterResourceState,
+    cluster: ClusterConfig,
+    now_s: float = 0.0,
+    ippr_statuses: Mapping[str, IpprStatus] | None = None,
 ) -> SchedulingInput:
     """GCS view -> scheduler input. Every live Ray node is a RAY_RUNNING instance."""
     types = cluster.scheduler.node_types
+    statuses = ippr_statuses or {}
     instances = []
     for i, ns in enumerate(state.node_states):
         where = f"node_states[{i}]"
@@ -100,6 +154,12 @@ def state_to_input(
                 f"(cluster config has {', '.join(types)})"
             )
         node_hex = ns.node_id.hex()
+        total = _resources(ns.total_resources, f"{where}.total_resources")
+        ippr = None
+        if types[ns.ray_node_type_name].ippr is not None:
+            ippr = statuses.get(ns.instance_id) or IpprStatus(
+                total.get("CPU", 0.0), total.get("memory", 0.0)
+            )
         instances.append(
             NodeInstance(
                 instance_id=ns.instance_id or node_hex,
@@ -109,11 +169,12 @@ def state_to_input(
                 if ns.ray_node_type_name == cluster.head_node_type
                 else NodeKind.WORKER,
                 ray_node_id=node_hex,
-                total=_resources(ns.total_resources, f"{where}.total_resources"),
+                total=total,
                 available=_resources(ns.available_resources, f"{where}.available_resources"),
                 labels={**ns.labels, **ns.dynamic_labels},
                 idle_duration_ms=ns.idle_duration_ms,
                 cloud_instance_id=ns.instance_id,
+                ippr=ippr,
             )
         )
     demands = []
@@ -133,7 +194,8 @@ def state_to_input(
             options = [_bundles(g.requests, f"{where}.requests")]
         if not options[0]:
             continue  # GCS emits empty entries for placement groups not pending
-        gangs.append(GangRequest(options[0], g.details, tuple(options[1:])))
+        strategy, rescheduling = _gang_meta(g.details)
+        gangs.append(GangRequest(options[0], g.details, tuple(options[1:]), strategy, rescheduling))
     constraints = []
     for i, c in enumerate(state.cluster_resource_constraints):
         where = f"cluster_resource_constraints[{i}].resource_requests"
@@ -156,9 +218,12 @@ def state_to_input(
 
 
 def plan(
-    state: autoscaler_pb2.ClusterResourceState, cluster: ClusterConfig, now_s: float = 0.0
+    state: autoscaler_pb2.ClusterResourceState,
+    cluster: ClusterConfig,
+    now_s: float = 0.0,
+    ippr_statuses: Mapping[str, IpprStatus] | None = None,
 ) -> SchedulingReply:
-    return schedule(state_to_input(state, cluster, now_s))
+    return schedule(state_to_input(state, cluster, now_s, ippr_statuses))
 
 
 def _demand_json(d: ResourceDemand) -> dict[str, Any]:
@@ -198,7 +263,22 @@ def reply_to_json(reply: SchedulingReply) -> dict[str, Any]:
                 for c in reply.infeasible_constraints
             ],
         },
-        "resize": [],
+        "resize": [
+            {
+                "node_id": r.ray_node_id,
+                "instance_id": r.instance_id,
+                "cloud_instance_id": r.cloud_instance_id,
+                "node_type": r.node_type,
+                "cpu": r.cpu,
+                "memory": int(r.memory) if r.memory == int(r.memory) else r.memory,
+                "current_cpu": r.current_cpu,
+                "current_memory": int(r.current_memory)
+                if r.current_memory == int(r.current_memory)
+                else r.current_memory,
+                "reason": r.reason,
+            }
+            for r in reply.resizes
+        ],
         "reasons": [
             r.reason if r.reason.startswith(r.action) else f"{r.action} {r.subject}: {r.reason}"
             for r in reply.reasons
@@ -213,6 +293,12 @@ def render_table(doc: dict[str, Any]) -> str:
     lines += [
         f"  {t['instance_id']:<24} {t['node_type']:<16} {t['cause']:<22} {t['reason']}"
         for t in doc["terminate"]
+    ] or ["  (none)"]
+    lines.append("RESIZE")
+    lines += [
+        f"  {r['instance_id']:<24} {r['node_type']:<16} CPU {r['current_cpu']:g} -> "
+        f"{r['cpu']:g}, memory {r['current_memory']:g} -> {r['memory']:g}  {r['reason']}"
+        for r in doc.get("resize", [])
     ] or ["  (none)"]
     inf = doc["infeasible"]
     lines.append("INFEASIBLE")

@@ -8,6 +8,8 @@ from gcs.autoscaler.scheduler import (
     ClusterConstraint,
     GangRequest,
     InstanceStatus,
+    IpprSpec,
+    IpprStatus,
     LabelConstraint,
     LabelOp,
     NodeInstance,
@@ -62,7 +64,35 @@ def _gang(raw: dict[str, Any]) -> GangRequest:
     return GangRequest(bundles, raw.get("details", ""), fallbacks)
 
 
+def _ippr_spec(raw: dict[str, Any] | None) -> IpprSpec | None:
+    if raw is None:
+        return None
+    return IpprSpec(
+        max_cpu=float(raw["max_cpu"]),
+        max_memory=float(raw["max_memory"]),
+        min_cpu=float(raw.get("min_cpu", 0)),
+        min_memory=float(raw.get("min_memory", 0)),
+        resize_timeout_s=int(raw.get("resize_timeout", 0)),
+    )
+
+
+def _ippr_status(raw: dict[str, Any] | None) -> IpprStatus | None:
+    if raw is None:
+        return None
+    fields = ("desired_cpu", "desired_memory", "resizing_at", "k8s_resize_status")
+    fields += ("suggested_max_cpu", "suggested_max_memory", "last_failed_at")
+    fields += ("last_failed_reason",)
+    return IpprStatus(
+        current_cpu=float(raw["current_cpu"]),
+        current_memory=float(raw["current_memory"]),
+        raylet_id=raw.get("raylet_id") or "",
+        **{f: raw[f] for f in fields if raw.get(f) is not None},
+    )
+
+
 def scenario_input(inp: dict[str, Any], options: Options | None = None) -> SchedulingInput:
+    ippr_groups = inp.get("ippr", {}).get("groups", {})
+    ippr_statuses = inp.get("ippr", {}).get("statuses", {})
     types = {
         name: NodeTypeConfig(
             name=name,
@@ -73,6 +103,7 @@ def scenario_input(inp: dict[str, Any], options: Options | None = None) -> Sched
             priority=t.get("priority", 0),
             idle_timeout_s=t.get("idle_timeout_s"),
             launch_config_hash=t.get("launch_config_hash", ""),
+            ippr=_ippr_spec(ippr_groups.get(name)),
         )
         for name, t in inp["node_types"].items()
     }
@@ -100,6 +131,7 @@ def scenario_input(inp: dict[str, Any], options: Options | None = None) -> Sched
                     idle_duration_ms=raw.get("idle_duration_ms", 0),
                     launch_config_hash=raw.get("launch_config_hash", ""),
                     cloud_instance_id=raw.get("cloud_instance_id", ""),
+                    ippr=_ippr_status(ippr_statuses.get(raw.get("cloud_instance_id", ""))),
                 )
             )
     constraints = ()
@@ -140,6 +172,11 @@ def ray_decisions(out: dict[str, Any]) -> dict[str, Any]:
         "infeasible": infeasible,
         "infeasible_gangs": len(out["infeasible_gang_resource_requests"]),
         "infeasible_constraints": len(out["infeasible_cluster_resource_constraints"]),
+        "resize": sorted(
+            (r["cloud_instance_id"], float(r["desired_cpu"]), float(r["desired_memory"]))
+            for r in out.get("to_ippr", [])
+        ),
+        "cluster_resources": {k: float(v) for k, v in out["cluster_resources"].items() if v},
     }
 
 
@@ -154,4 +191,6 @@ def our_decisions(reply: SchedulingReply) -> dict[str, Any]:
         "infeasible": infeasible,
         "infeasible_gangs": len(reply.infeasible_gangs),
         "infeasible_constraints": len(reply.infeasible_constraints),
+        "resize": sorted((r.cloud_instance_id, r.cpu, r.memory) for r in reply.resizes),
+        "cluster_resources": {k: v for k, v in reply.cluster_resources.items() if v},
     }

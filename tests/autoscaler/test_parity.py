@@ -24,11 +24,8 @@ DELIBERATE = {
         "it and the request waits a round; we launch the replacement (node count unchanged)"
     ),
 }
-#: Not implemented yet: KubeRay in-place pod resize.
-NOT_IMPLEMENTED = {
-    "ippr/resize_up_instead_of_launch": "IPPR resize",
-    "ippr/suggested_cap": "IPPR resize",
-}
+#: Scenario -> what is not implemented yet (none today).
+NOT_IMPLEMENTED: dict[str, str] = {}
 
 
 def _scenarios() -> list[dict]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 
 from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_instance, from_type
 from gcs.autoscaler.scheduler.packing import LaunchNote, PackContext, try_schedule
+from gcs.autoscaler.scheduler.resources import memory_text, shape_text
 from gcs.autoscaler.scheduler.scoring import describe
 from gcs.autoscaler.scheduler.termination import enforce_idle, mark, select_excess
 from gcs.autoscaler.scheduler.types import (
@@ -19,17 +21,14 @@ from gcs.autoscaler.scheduler.types import (
     Decision,
     GangRequest,
     InstanceStatus,
+    IpprStatus,
     NodeKind,
+    Resize,
     ResourceDemand,
     SchedulingInput,
     SchedulingReply,
     TerminationCause,
 )
-
-
-def shape_text(resources: dict[str, float] | object) -> str:
-    items = dict(resources)  # type: ignore[call-overload]
-    return "{" + ", ".join(f"{k}:{v:g}" for k, v in sorted(items.items())) + "}"
 
 
 def combine_affinity(bundles: tuple[ResourceDemand, ...]) -> list[tuple[ResourceDemand, int]]:
@@ -232,6 +231,11 @@ class _Round:
 
         infeasible = []
         for g in sorted(self.inp.gangs, key=key, reverse=True):
+            placed = self._replace_lost_bundles(g)
+            if placed is not None:
+                if not placed:
+                    infeasible.append(g)
+                continue
             options = [g.bundles] + (list(g.fallbacks) if self.opts.gang_fallbacks else [])
             for bundles in options:
                 res = try_schedule(self.nodes, combine_affinity(bundles), Source.DEMAND, self.pack)
@@ -249,6 +253,83 @@ class _Round:
                     )
                 )
         return infeasible
+
+    def _replace_lost_bundles(self, g: GangRequest) -> bool | None:
+        """ray#40212 (option): place a RESCHEDULING group's lost bundles relative to the
+        nodes holding its surviving bundles. None = not applicable (Ray's way is used),
+        else whether the lost bundles were placed.
+        """
+        if not (self.opts.lost_bundle_replacement and g.rescheduling and g.bundles):
+            return None
+        label = next(
+            (b.affinity or b.anti_affinity for b in g.bundles if b.affinity or b.anti_affinity),
+            None,
+        )
+        ids = set(g.survivor_nodes)
+        survivors = [
+            i
+            for i, n in enumerate(self.nodes)
+            if n.instance is not None
+            and (
+                (label is not None and n.labels.get(label[0]) == label[1])
+                or n.instance_id in ids
+                or (n.ray_node_id and n.ray_node_id in ids)
+            )
+        ]
+        if not survivors or label is None:
+            return None  # nothing known about the survivors, or no strict strategy
+        names = ", ".join(self.nodes[i].instance_id for i in survivors)
+        who = g.details or "placement group"
+        lost = "; ".join(f"{b.count} x {shape_text(b.resources)}" for b in g.bundles)
+        if g.bundles[0].anti_affinity is not None:
+            nodes = list(self.nodes)
+            for i in survivors:
+                if nodes[i].labels.get(label[0]) != label[1]:
+                    nodes[i] = nodes[i].clone()
+                    nodes[i].labels[label[0]] = label[1]
+            res = try_schedule(nodes, combine_affinity(g.bundles), Source.DEMAND, self.pack)
+            if res.leftover:
+                self.reasons.append(
+                    Decision(
+                        "infeasible",
+                        who,
+                        f"lost bundles ({lost}) of a STRICT_SPREAD group need nodes other "
+                        f"than {names} (holding its surviving bundles) within node type limits",
+                    )
+                )
+                return False
+            self.nodes = res.nodes
+            self.notes.extend(res.launches)
+            self.reasons.append(
+                Decision("replace", who, f"lost bundles ({lost}) placed away from {names}")
+            )
+            return True
+        # STRICT_PACK: the lost bundles must join the survivors; no new node can host them.
+        sub = [self.nodes[i] for i in survivors]
+        pack = replace(self.pack, blocked_types=frozenset(self.cfg.node_types))
+        res = try_schedule(sub, combine_affinity(g.bundles), Source.DEMAND, pack)
+        if res.leftover:
+            free = ", ".join(
+                f"{n.instance_id} {shape_text(n.avail[Source.DEMAND])}"
+                + (" (leaving)" if n.status is NodeStatus.TO_TERMINATE else "")
+                for n in sub
+            )
+            self.reasons.append(
+                Decision(
+                    "infeasible",
+                    who,
+                    f"lost bundles ({lost}) of a STRICT_PACK group must join its surviving "
+                    f"bundles on {names}, which lack room (free: {free}); a new node cannot "
+                    "host them",
+                )
+            )
+            return False
+        for i, node in zip(survivors, res.nodes, strict=True):
+            self.nodes[i] = node
+        self.reasons.append(
+            Decision("replace", who, f"lost bundles ({lost}) placed with the survivors on {names}")
+        )
+        return True
 
     def schedule_demand(self) -> list[ResourceDemand]:
         res = try_schedule(
@@ -334,7 +415,55 @@ class _Round:
             ru = notes[0].runner_up
             if ru is not None:
                 text += f"; {ru[0]} scored lower ({describe(ru[1])})"
+            spec = self.cfg.node_types[t].ippr
+            if spec is not None:
+                text += (
+                    f"; counted at its IPPR max (CPU {spec.max_cpu:g}, memory "
+                    f"{memory_text(spec.max_memory)}) since it can be resized in place once running"
+                )
             self.reasons.append(Decision("launch", t, text))
+
+    def resizes(self) -> tuple[Resize, ...]:
+        """Ray's ``to_ippr``: every pod with a resize queued and a raylet to sync with."""
+        out = []
+        for n in self.nodes:
+            st = n.ippr
+            if st is None or st.k8s_resize_status != "new":
+                continue
+            reason = n.resize_reason or self._provider_resize_reason(st)
+            if not st.has_resize_to_send():
+                self.reasons.append(
+                    Decision(
+                        "skip",
+                        n.instance_id,
+                        f"resize of {n.instance_id} not sent: no raylet on the pod yet "
+                        f"(wanted: {reason})",
+                    )
+                )
+                continue
+            out.append(
+                Resize(
+                    instance_id=n.instance_id,
+                    cloud_instance_id=n.instance.cloud_instance_id if n.instance else "",
+                    ray_node_id=st.raylet_id,
+                    node_type=n.node_type,
+                    cpu=float(st.desired_cpu),  # type: ignore[arg-type]
+                    memory=float(st.desired_memory),  # type: ignore[arg-type]
+                    current_cpu=st.current_cpu,
+                    current_memory=st.current_memory,
+                    reason=reason,
+                )
+            )
+            self.reasons.append(Decision("resize", n.instance_id, reason))
+        return tuple(out)
+
+    @staticmethod
+    def _provider_resize_reason(st: IpprStatus) -> str:
+        target = f"CPU {st.desired_cpu:g}, memory {memory_text(st.desired_memory)}"  # type: ignore[arg-type,str-format]
+        if st.last_failed_at is not None:
+            why = st.last_failed_reason or "resize failed"
+            return f"revert to {target} after a failed resize ({why}), queued by the provider"
+        return f"resize to {target} queued by the provider"
 
     def reply(self, inf_d, inf_g, inf_c, pending_clocks) -> SchedulingReply:
         launches: dict[str, int] = {}
@@ -342,6 +471,7 @@ class _Round:
             if n.status is NodeStatus.TO_LAUNCH:
                 launches[n.node_type] = launches.get(n.node_type, 0) + 1
         self.launch_reasons(launches)
+        resizes = self.resizes()
         terms = tuple(
             n.termination
             for n in self.nodes
@@ -382,6 +512,7 @@ class _Round:
             last_work_s=self._next_last_work(),
             pending_since_s=pending_clocks,
             unavailable_types=tuple(sorted(self.blocked)),
+            resizes=resizes,
         )
 
     def _next_last_work(self) -> dict[str, float]:

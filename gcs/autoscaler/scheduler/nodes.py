@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gcs.autoscaler.scheduler.types import (
     InstanceStatus,
+    IpprSpec,
+    IpprStatus,
     NodeInstance,
     NodeKind,
     NodeTypeConfig,
@@ -46,6 +48,11 @@ class WorkNode:
         default_factory=lambda: ([], [])
     )
     termination: Termination | None = None
+    #: Resize state and bounds; both set only for an IPPR-capable pod.
+    ippr: IpprStatus | None = None
+    ippr_spec: IpprSpec | None = None
+    #: Why this round queued a resize of the pod ("" = not queued this round).
+    resize_reason: str = ""
 
     @property
     def instance_id(self) -> str:
@@ -74,7 +81,18 @@ class WorkNode:
             launch_config_hash=self.launch_config_hash,
             placed=(list(self.placed[0]), list(self.placed[1])),
             termination=self.termination,
+            ippr=self.ippr,
+            ippr_spec=self.ippr_spec,
+            resize_reason=self.resize_reason,
         )
+
+    def set_totals(self, totals: dict[str, float]) -> None:
+        """Ray's ``update_total_resources``: move totals, shift every available map alike."""
+        for name, value in totals.items():
+            delta = value - self.total.get(name, 0.0)
+            self.total[name] = max(0.0, value)
+            for avail in self.avail:
+                avail[name] = max(0.0, avail.get(name, 0.0) + delta)
 
 
 def from_type(cfg: NodeTypeConfig, status: NodeStatus = NodeStatus.TO_LAUNCH) -> WorkNode:
@@ -97,6 +115,18 @@ def from_instance(
     inst: NodeInstance, configs: dict[str, NodeTypeConfig], check_launch_config: bool
 ) -> WorkNode | None:
     """Ray's ``SchedulingNode.new``; None when the instance takes no part."""
+    node = _from_instance(inst, configs, check_launch_config)
+    cfg = configs.get(inst.node_type)
+    if node is not None and inst.ippr is not None and cfg is not None and cfg.ippr is not None:
+        # Ray keys statuses by pod name; a running node's raylet id overrides the annotation's.
+        node.ippr = replace(inst.ippr, raylet_id=inst.ray_node_id or inst.ippr.raylet_id)
+        node.ippr_spec = cfg.ippr
+    return node
+
+
+def _from_instance(
+    inst: NodeInstance, configs: dict[str, NodeTypeConfig], check_launch_config: bool
+) -> WorkNode | None:
     cfg = configs.get(inst.node_type)
     if inst.status is InstanceStatus.RAY_RUNNING:
         total = {k: float(v) for k, v in inst.total.items()}

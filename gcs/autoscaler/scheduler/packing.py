@@ -9,24 +9,33 @@ the same choices with less work:
   first member is what Ray's stable sort would pick among equals anyway;
 * a class that fits nothing is dropped (requests only shrink, so it never fits later);
 * only the winning node is copied (copy on write), so a failed gang costs no copies.
+
+KubeRay in-place pod resize (IPPR) follows Ray's three phases: a pod with a resize in
+flight counts at its *desired* size; after existing nodes are filled, resizable pods are
+offered at their IPPR max and each picked pod gets a resize to that max queued; new
+nodes of an IPPR-enabled type count at max(IPPR max, type resources).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_type
 from gcs.autoscaler.scheduler.resources import (
     fit_count,
     fits_shape,
     label_score,
+    memory_text,
     positive_shape,
+    shape_text,
     subtract,
 )
 from gcs.autoscaler.scheduler.scoring import Score, compute_score
 from gcs.autoscaler.scheduler.types import NodeTypeConfig, ResourceDemand
+
+_SOURCE_WORDS = {Source.DEMAND: "pending", Source.CONSTRAINT: "request_resources"}
 
 
 @dataclass(frozen=True)
@@ -168,13 +177,13 @@ def _rank(ev: _Eval, node: WorkNode, ctx: PackContext) -> tuple:
 
 def _pick_existing(
     candidates: list[WorkNode], dem: _Demand, source: Source, ctx: PackContext
-) -> tuple[list[WorkNode], list[bool]]:
-    """Phase A: fill existing nodes; returns winners (modified copies) and who remains."""
+) -> tuple[list[tuple[int, WorkNode]], list[bool]]:
+    """Fill existing nodes; returns (position, modified copy) per winner and who remains."""
     classes: dict[tuple, deque[int]] = {}
     for pos, node in enumerate(candidates):
         classes.setdefault(_signature(node, dem, source), deque()).append(pos)
     remaining = [True] * len(candidates)
-    winners: list[WorkNode] = []
+    winners: list[tuple[int, WorkNode]] = []
     while dem.remaining() > 0 and classes:
         best = None
         dead = []
@@ -196,8 +205,97 @@ def _pick_existing(
         if not classes[sig]:
             del classes[sig]
         remaining[pos] = False
-        winners.append(_apply(candidates[pos], ev, dem, source))
+        winners.append((pos, _apply(candidates[pos], ev, dem, source)))
     return winners, remaining
+
+
+def _with_resize_in_flight(node: WorkNode) -> WorkNode:
+    """A pod whose resize is in flight or queued counts at its desired size (a copy)."""
+    st = node.ippr
+    if st is None or not st.is_in_progress():
+        return node
+    want = {"CPU": float(st.desired_cpu), "memory": float(st.desired_memory)}  # type: ignore[arg-type]
+    if all(node.total.get(k) == v and all(k in a for a in node.avail) for k, v in want.items()):
+        return node
+    new = node.clone()
+    new.set_totals(want)
+    return new
+
+
+def _resizable(node: WorkNode) -> bool:
+    return (
+        node.ippr is not None
+        and node.ippr_spec is not None
+        and node.status is not NodeStatus.TO_TERMINATE
+        and node.ippr.can_resize_up(node.ippr_spec)
+    )
+
+
+def _resize_up(
+    nodes: list[WorkNode], dem: _Demand, source: Source, ctx: PackContext
+) -> list[WorkNode]:
+    """Phase B: offer resizable pods at their IPPR max; queue a resize on each one picked.
+
+    Ray's order afterwards: other nodes, picked pods in pick order, unpicked pods as
+    they were (at their current size).
+    """
+    flags = [_resizable(n) for n in nodes]
+    if not any(flags):
+        return nodes
+    others = [n for n, f in zip(nodes, flags, strict=True) if not f]
+    originals = [n for n, f in zip(nodes, flags, strict=True) if f]
+    raised = []
+    for n in originals:
+        st, spec = n.ippr, n.ippr_spec
+        r = n.clone()
+        r.set_totals({"CPU": float(st.max_cpu(spec)), "memory": float(st.max_memory(spec))})  # type: ignore[union-attr,arg-type]
+        raised.append(r)
+    winners, remaining = (
+        _pick_existing(raised, dem, source, ctx) if dem.remaining() else ([], [True] * len(raised))
+    )
+    for pos, w in winners:
+        _queue_resize(w, len(originals[pos].placed[source]), source)
+    return (
+        others
+        + [w for _, w in winners]
+        + [n for n, keep in zip(originals, remaining, strict=True) if keep]
+    )
+
+
+def _queue_resize(node: WorkNode, placed_before: int, source: Source) -> None:
+    """Ray's ``queue_resize_request(max_cpu, max_memory)`` with the reason for it."""
+    st, spec = node.ippr, node.ippr_spec
+    assert st is not None and spec is not None
+    cpu, mem = st.max_cpu(spec), st.max_memory(spec)
+    if cpu == st.desired_cpu and mem == st.desired_memory:
+        return
+    node.ippr = replace(
+        st, desired_cpu=cpu, desired_memory=mem, resizing_at=None, k8s_resize_status="new"
+    )
+    took: dict[str, int] = {}
+    for d, k in node.placed[source][placed_before:]:
+        took[shape_text(d.resources)] = took.get(shape_text(d.resources), 0) + k
+    what = ", ".join(f"{k} x {s}" for s, k in took.items())
+    suggested = st.suggested_max_cpu is not None or st.suggested_max_memory is not None
+    cap = "suggested caps from a deferred/infeasible resize" if suggested else "IPPR max"
+    node.resize_reason = (
+        f"resize in place from CPU {st.current_cpu:g}, memory {memory_text(st.current_memory)} "
+        f"to CPU {cpu:g}, memory {memory_text(mem)} ({cap}): {what} "
+        f"{_SOURCE_WORDS[source]} requests fit no node at its current size"
+    )
+
+
+def template(cfg: NodeTypeConfig) -> WorkNode:
+    """A node to launch; an IPPR-enabled type counts at max(IPPR max, its resources)."""
+    node = from_type(cfg)
+    if cfg.ippr is not None:
+        node.set_totals(
+            {
+                "CPU": float(max(cfg.ippr.max_cpu, node.total.get("CPU", 0.0))),
+                "memory": float(max(cfg.ippr.max_memory, node.total.get("memory", 0.0))),
+            }
+        )
+    return node
 
 
 def _pick_new(
@@ -217,16 +315,16 @@ def _pick_new(
             break
         results = []
         for idx, t in enumerate(pool):
-            template = from_type(ctx.configs[t])
-            ev = _evaluate(template, dem, source, ctx.conserve_gpu)
+            new = template(ctx.configs[t])
+            ev = _evaluate(new, dem, source, ctx.conserve_gpu)
             if ev is not None:
-                results.append((_rank(ev, template, ctx), idx, template, ev))
+                results.append((_rank(ev, new, ctx), idx, new, ev))
         if not results:
             break
         results.sort(key=lambda r: r[0], reverse=True)
-        _, idx, template, ev = results[0]
+        _, idx, new, ev = results[0]
         runner = next(((r[2].node_type, r[3].score) for r in results[1:]), None)
-        node = _apply(template, ev, dem, source)
+        node = _apply(new, ev, dem, source)
         nodes.append(node)
         notes.append(
             LaunchNote(
@@ -253,7 +351,8 @@ def try_schedule(
     candidates: list[WorkNode] = []
     exhausted: list[WorkNode] = []
     held: list[WorkNode] = []
-    for node in nodes:
+    for original in nodes:
+        node = _with_resize_in_flight(original)
         if ctx.skip_terminating and node.status is NodeStatus.TO_TERMINATE:
             held.append(node)
         elif node.is_running and not any(fits_shape(node.avail[source], s) for s in dem.shapes):
@@ -266,10 +365,10 @@ def try_schedule(
         else ([], [True] * len(candidates))
     )
     out = (
-        winners
+        [w for _, w in winners]
         + [n for n, keep in zip(candidates, remaining, strict=True) if keep]
         + exhausted
-        + held
     )
+    out = _resize_up(out, dem, source, ctx) + held
     notes = _pick_new(out, dem, source, ctx) if dem.remaining() else []
     return PackResult(out, dem.leftover(), notes)

@@ -108,3 +108,16 @@ def positive_shape(resources: Mapping[str, float]) -> tuple[tuple[str, float], .
 
 def fits_shape(avail: Mapping[str, float], shape: tuple[tuple[str, float], ...]) -> bool:
     return all(avail.get(k, default_available(k)) >= v for k, v in shape)
+
+
+def shape_text(resources: Mapping[str, float]) -> str:
+    """``{CPU:1, GPU:2}``: a resource map as the reasons print it."""
+    return "{" + ", ".join(f"{k}:{v:g}" for k, v in sorted(resources.items())) + "}"
+
+
+def memory_text(value: float) -> str:
+    """Bytes as a Kubernetes-style quantity when whole GiB/MiB, else plain."""
+    for unit, size in (("Gi", 2**30), ("Mi", 2**20)):
+        if value >= size and value % size == 0:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}"

@@ -102,6 +102,13 @@ class GangRequest:
     details: str = ""
     #: Fallback bundle lists, tried in order when ``fallbacks_enabled`` (Ray 2.60 ignores them).
     fallbacks: tuple[tuple[ResourceDemand, ...], ...] = ()
+    #: "PACK" | "SPREAD" | "STRICT_PACK" | "STRICT_SPREAD" ("" = unknown).
+    strategy: str = ""
+    #: The group lost bundles to a dead node; ``bundles`` lists only the lost ones.
+    rescheduling: bool = False
+    #: Instance or Ray node ids holding the surviving bundles, when known. Nodes labelled with
+    #: the group's ``_PG_<id>`` label are survivors too.
+    survivor_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,76 @@ class ClusterConstraint:
     """``request_resources``: capacity the cluster must have (packed against totals)."""
 
     bundles: tuple[ResourceDemand, ...]
+
+
+@dataclass(frozen=True)
+class IpprSpec:
+    """KubeRay in-place pod resize bounds of one node type (the ``ray.io/ippr`` group entry).
+
+    CPU in cores, memory in bytes. ``min_*`` are the pod template's size (informational:
+    the scheduler never shrinks a pod), ``max_*`` the most a pod may be resized to.
+    """
+
+    max_cpu: float
+    max_memory: float
+    min_cpu: float = 0.0
+    min_memory: float = 0.0
+    resize_timeout_s: int = 0
+
+
+@dataclass(frozen=True)
+class IpprStatus:
+    """One pod's resize state (the ``ray.io/ippr-status`` annotation plus pod conditions).
+
+    ``desired_*`` default to ``current_*`` (no resize asked). ``k8s_resize_status`` is None
+    when Kubernetes has nothing in flight, "new" for a resize queued but not sent yet,
+    else the lower-cased condition ("inprogress", "deferred", "infeasible", "error").
+    """
+
+    current_cpu: float
+    current_memory: float
+    desired_cpu: float | None = None
+    desired_memory: float | None = None
+    #: Unix seconds when a resize was sent to Kubernetes; None once Ray has been synced.
+    resizing_at: float | None = None
+    k8s_resize_status: str | None = None
+    #: Caps learned from a deferred / infeasible resize; they win over the spec's max.
+    suggested_max_cpu: float | None = None
+    suggested_max_memory: float | None = None
+    #: Set after a failed or timed-out resize: the pod is never resized up again.
+    last_failed_at: float | None = None
+    last_failed_reason: str | None = None
+    #: Raylet on the pod ("" = unknown; a running node's own id takes precedence).
+    raylet_id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.desired_cpu is None:
+            object.__setattr__(self, "desired_cpu", self.current_cpu)
+        if self.desired_memory is None:
+            object.__setattr__(self, "desired_memory", self.current_memory)
+
+    def max_cpu(self, spec: IpprSpec) -> float:
+        return spec.max_cpu if self.suggested_max_cpu is None else self.suggested_max_cpu
+
+    def max_memory(self, spec: IpprSpec) -> float:
+        return spec.max_memory if self.suggested_max_memory is None else self.suggested_max_memory
+
+    def has_resize_to_send(self) -> bool:
+        return bool(self.raylet_id) and self.k8s_resize_status == "new"
+
+    def is_in_progress(self) -> bool:
+        """Sent and not yet synced to the raylet, or queued to send."""
+        return self.resizing_at is not None or self.has_resize_to_send()
+
+    def can_resize_up(self, spec: IpprSpec) -> bool:
+        return (
+            self.last_failed_at is None
+            and self.k8s_resize_status is None
+            and self.resizing_at is None
+            and (
+                self.current_cpu < self.max_cpu(spec) or self.current_memory < self.max_memory(spec)
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -122,6 +199,8 @@ class NodeTypeConfig:
     priority: int = 0
     idle_timeout_s: float | None = None
     launch_config_hash: str = ""
+    #: In-place pod resize bounds; None = pods of this type are never resized.
+    ippr: IpprSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +223,9 @@ class Options:
     unavailable_type_ttl_s: float | None = None
     #: Ray's AUTOSCALER_CONSERVE_GPU_NODES.
     conserve_gpu_nodes: bool = True
+    #: A RESCHEDULING group's lost bundles honour its strategy relative to the nodes holding
+    #: the surviving bundles (ray#40212): STRICT_PACK only on those nodes, STRICT_SPREAD never.
+    lost_bundle_replacement: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,6 +256,8 @@ class NodeInstance:
     idle_duration_ms: int = 0
     launch_config_hash: str = ""
     cloud_instance_id: str = ""
+    #: Resize state of this pod; used only when its node type has an ``ippr`` spec.
+    ippr: IpprStatus | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +306,21 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Resize:
+    """Resize a pod in place to ``cpu`` cores / ``memory`` bytes (both dims, as Ray does)."""
+
+    instance_id: str
+    cloud_instance_id: str
+    ray_node_id: str
+    node_type: str
+    cpu: float
+    memory: float
+    current_cpu: float
+    current_memory: float
+    reason: str
+
+
+@dataclass(frozen=True)
 class SchedulingReply:
     #: Node type -> count, in Ray's order of first appearance.
     launches: Mapping[str, int]
@@ -238,3 +337,5 @@ class SchedulingReply:
     pending_since_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     #: Node types skipped because a launch failed within the TTL.
     unavailable_types: tuple[str, ...] = ()
+    #: In-place pod resizes to send (Ray's ``to_ippr``).
+    resizes: tuple[Resize, ...] = ()
