@@ -105,10 +105,13 @@ def status(address: str | None, fmt: str) -> None:
     """Cluster status in the spirit of `ray status`."""
     from google.protobuf import json_format
 
-    from gcs.sdk import get_cluster_status
+    from gcs.sdk import GcsSdkError, get_cluster_status
     from gcs.status import render
 
-    reply = get_cluster_status(address=resolve_address(address))
+    try:
+        reply = get_cluster_status(address=resolve_address(address))
+    except GcsSdkError as err:
+        raise click.ClickException(str(err)) from None
     if fmt == "json":
         click.echo(json_format.MessageToJson(reply))
     else:
@@ -133,7 +136,7 @@ def request_resources_cmd(
     """Ask the autoscaler to scale to fit these resources (replaces the previous request)."""
     import json
 
-    from gcs.sdk import request_resources
+    from gcs.sdk import GcsSdkError, request_resources
 
     def parse(text: str | None, flag: str) -> Any:
         if text is None:
@@ -152,6 +155,8 @@ def request_resources_cmd(
         )
     except (TypeError, ValueError) as err:
         raise click.UsageError(str(err)) from None
+    except GcsSdkError as err:
+        raise click.ClickException(str(err)) from None
     click.echo("request_resources constraint set")
 
 
