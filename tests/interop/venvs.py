@@ -54,6 +54,8 @@ class VenvSpec:
     """Optional pre-downloaded wheels, used with ``--no-index`` only when present."""
     extra: tuple[str, ...] = ("grpcio",)
     """Packages the checks need that the wheel's base requirements may not bring."""
+    wheel_extras: tuple[str, ...] = ()
+    """The wheel's own extras to install (``ant-ray[default]`` brings the CLI's aiohttp)."""
     checks: tuple[str, ...] = (
         "import ray",
         "from ray._raylet import GcsClient",
@@ -79,6 +81,15 @@ ANT_RAY = VenvSpec(
     version="2.44.1.1",
     wheel_glob="ant_ray-2.44.1.1-*.whl",
     local_wheel_dir=pathlib.Path("/tmp/wheels/antray"),
+    wheel_extras=("default",),
+    checks=(
+        "import ray",
+        "from ray._raylet import GcsClient",
+        "import ray.autoscaler.v2.sdk",
+        "import ray.core.generated.autoscaler_pb2",
+        "import ray.scripts.scripts",  # `ray vcluster` needs the dashboard's aiohttp
+        "import aiohttp_cors",
+    ),
 )
 SPECS: Mapping[str, VenvSpec] = {"ray": RAY, "ant-ray": ANT_RAY}
 
@@ -163,6 +174,7 @@ def _stamp(spec: VenvSpec) -> str:
             "harness": HARNESS_VERSION,
             "requirement": spec.requirement,
             "extra": list(spec.extra),
+            "wheel_extras": list(spec.wheel_extras),
             "python": sys.version.split()[0],
         },
         sort_keys=True,
@@ -181,7 +193,8 @@ def ensure_venv(spec: VenvSpec) -> Venv:
         shutil.rmtree(venv.path, ignore_errors=True)
         _run([sys.executable, "-m", "venv", str(venv.path)], timeout=300)
         pip = [str(venv.python), "-m", "pip", "install", "--no-input"]
-        _run([*pip, str(wheel), *spec.extra])
+        target = f"{wheel}[{','.join(spec.wheel_extras)}]" if spec.wheel_extras else str(wheel)
+        _run([*pip, target, *spec.extra])
         _run([str(venv.python), "-c", "; ".join(spec.checks)], timeout=300)
         stamp.write_text(_stamp(spec))  # last: its presence means "complete"
     return venv
