@@ -11,9 +11,9 @@ import pytest
 
 from gcs.clock import FakeClock
 from gcs.raylet.agent import RayletAgent, RayletConfig
+from gcs.raylet.testing import FakeGcs
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import NODE_MANAGER
-from tests.raylet.fake_gcs import FakeGcs
 
 FAST = {"liveness_check_interval_ms": 50, "reconnect_backoff_initial_ms": 20,
         "reconnect_backoff_max_ms": 100, "register_timeout_s": 5.0}  # fmt: skip

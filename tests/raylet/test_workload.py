@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.cli import cli
 from gcs.raylet.resources import LABEL_IN
+from gcs.raylet.testing import FakeGcs
 from gcs.raylet.wire import parse_selector
 from gcs.raylet.workload import NodeTarget, TaskSpec, plan, submit
 from tests.raylet.conftest import eventually
-from tests.raylet.fake_gcs import FakeGcs
 
 
 def node(i: int, cpu: float, **labels: str) -> NodeTarget:

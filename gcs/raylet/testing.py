@@ -1,4 +1,4 @@
-"""A small fake GCS: NodeInfoGcsService only, recording what raylets send."""
+"""A small fake GCS for tests and benchmarks: NodeInfoGcsService only, recording calls."""
 
 from __future__ import annotations
 
