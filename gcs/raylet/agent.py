@@ -1,0 +1,326 @@
+"""A lightweight raylet: serves NodeManagerService + gRPC health, registers with a GCS.
+
+Lifecycle (``start`` → ``wait`` → ``stop``; ``stop`` is idempotent):
+
+1. Bind a grpc.aio server on ``host:port`` serving ``ray.rpc.NodeManagerService`` and
+   ``grpc.health.v1.Health`` (service ``""`` and ``<node id hex>`` → SERVING).
+2. ``GetClusterId`` without metadata, then every call carries ``ray_cluster_id``;
+   ``RegisterNode`` with a full ``GcsNodeInfo``.
+3. Every ``liveness_check_interval_ms`` (Ray's ``raylet_liveness_self_check_interval_ms``,
+   60 s) ``CheckAlive`` with our id.  ``raylet_alive=false`` → exit ``DECLARED_DEAD`` (Ray
+   semantics) unless ``reregister_when_dead``.
+
+Reconnection policy (our decision; Ray's raylet never re-registers): when the GCS is
+unreachable the agent retries ``GetClusterId`` with capped exponential backoff.  When it
+answers with the *same* cluster id (a persistent GCS came back) the agent calls
+``RegisterNode`` again — idempotent for the same node id on our GCS, and it restores the
+node if the GCS lost it.  A *different* cluster id means a new, non-persistent GCS: the
+agent fate-shares (exit ``CLUSTER_CHANGED``) unless ``rejoin_new_cluster``, in which case it
+registers with the new cluster.  ``NotifyGCSRestart`` triggers the same check at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import socket
+from dataclasses import dataclass, field
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from gcs.clock import Clock, SystemClock, now_ms
+from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
+from gcs.raylet import wire
+from gcs.raylet.resources import LocalResources
+from gcs.raylet.servicer import NodeIdentity, NodeManagerServicer
+from gcs.rpc import ServiceStub, service_handler
+from gcs.rpc.services import NODE_INFO, NODE_MANAGER
+
+log = structlog.get_logger("gcs.raylet")
+
+CLUSTER_ID_METADATA_KEY = "ray_cluster_id"
+_GCS_DOWN = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+
+
+class ExitReason(enum.Enum):
+    STOPPED = "stopped"
+    """``stop()`` was called by the owner."""
+    DRAINED_IDLE = "drained_idle"
+    """An IDLE_TERMINATION drain was accepted; the node unregistered itself."""
+    SHUTDOWN_REQUESTED = "shutdown_requested"
+    """``ShutdownRaylet`` was called."""
+    DECLARED_DEAD = "declared_dead"
+    """``CheckAlive`` said this node is dead."""
+    CLUSTER_CHANGED = "cluster_changed"
+    """The GCS came back with a different cluster id (fate-sharing)."""
+
+
+@dataclass(frozen=True)
+class RayletConfig:
+    gcs_address: str
+    """``host:port`` of the GCS."""
+    resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    node_type: str = ""
+    """Reported as ``GcsNodeInfo.node_type_name``."""
+    labels: dict[str, str] = field(default_factory=dict)
+    node_id: bytes | None = None
+    """28 bytes; random when not given."""
+    host: str = "127.0.0.1"
+    port: int = 0
+    """0 picks a free port."""
+    node_name: str = ""
+    """Defaults to ``host``."""
+    instance_id: str = ""
+    is_head: bool = False
+    liveness_check_interval_ms: int = 60_000
+    rpc_timeout_s: float = 10.0
+    reconnect_backoff_initial_ms: int = 200
+    reconnect_backoff_max_ms: int = 5_000
+    register_timeout_s: float = 30.0
+    """How long ``start()`` keeps retrying the first registration."""
+    rejoin_new_cluster: bool = False
+    reregister_when_dead: bool = False
+
+
+class RayletAgent:
+    """One synthetic raylet.  ``gcs_channel`` lets a fleet share one channel to the GCS."""
+
+    def __init__(
+        self,
+        config: RayletConfig,
+        *,
+        clock: Clock | None = None,
+        gcs_channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        node_id = config.node_id if config.node_id is not None else os.urandom(28)
+        if len(node_id) != 28:
+            raise ValueError("node_id must be 28 bytes")
+        self.config = config
+        self.node_id = node_id
+        self._clock = clock or SystemClock()
+        self._own_channel = gcs_channel is None
+        self._channel = gcs_channel
+        labels = {**config.labels, wire.NODE_ID_LABEL: node_id.hex()}
+        self.resources = LocalResources(total=dict(config.resources), labels=labels)
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self.servicer: NodeManagerServicer | None = None
+        self.port = 0
+        self.cluster_id: bytes | None = None
+        self.registrations = 0
+        self.gcs_connected = False
+        """False from the moment a GCS call fails as unreachable until re-registration."""
+        self._start_time_ms = 0
+        self._stub: ServiceStub | None = None
+        self._bare_stub: ServiceStub | None = None
+        self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._exit: ExitReason | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._link: asyncio.Task[None] | None = None
+
+    # -- public --------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    @property
+    def exit_reason(self) -> ExitReason | None:
+        return self._exit
+
+    async def start(self) -> None:
+        """Serve, then register (retrying up to ``register_timeout_s``)."""
+        await self.serve()
+        try:
+            await asyncio.wait_for(self._connect(first=True), self.config.register_timeout_s)
+        except BaseException:
+            await self.stop()
+            raise
+        self._link = asyncio.get_running_loop().create_task(self._run_link())
+
+    async def serve(self) -> None:
+        """Only the server half (fleets start servers first, then register in bulk)."""
+        if self._server is not None:
+            return
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        self.port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        identity = NodeIdentity(self.node_id, self.config.host, self.port)
+        self.servicer = NodeManagerServicer(identity, self.resources, self, self._clock)
+        server.add_generic_rpc_handlers((service_handler(NODE_MANAGER, self.servicer),))
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self._health.set(self.node_id.hex(), health_pb2.HealthCheckResponse.SERVING)
+        await server.start()
+        self._server = server
+        self._start_time_ms = now_ms(self._clock)
+
+    async def wait(self) -> ExitReason:
+        await self._stopped.wait()
+        assert self._exit is not None
+        return self._exit
+
+    async def stop(self, reason: ExitReason = ExitReason.STOPPED, grace_s: float = 0.5) -> None:
+        if self._exit is not None:
+            await self._stopped.wait()
+            return
+        self._exit = reason
+        current = asyncio.current_task()
+        for task in [self._link, *self._tasks]:
+            if task is not None and task is not current:
+                task.cancel()
+        if self.servicer is not None:
+            self.servicer.close()
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+        if self._own_channel and self._channel is not None:
+            await self._channel.close()
+        log.info("raylet.stopped", node_id=self.node_id.hex(), reason=reason.value)
+        self._stopped.set()
+
+    def node_info(self) -> gcs_pb2.GcsNodeInfo:
+        cfg = self.config
+        return gcs_pb2.GcsNodeInfo(
+            node_id=self.node_id,
+            node_manager_address=cfg.host,
+            node_manager_port=self.port,
+            object_manager_port=self.port,
+            node_manager_hostname=socket.gethostname(),
+            resources_total=self.resources.total,
+            node_name=cfg.node_name or cfg.host,
+            instance_id=cfg.instance_id,
+            node_type_name=cfg.node_type,
+            start_time_ms=self._start_time_ms,
+            is_head_node=cfg.is_head,
+            labels=self.resources.labels,
+            state=gcs_pb2.GcsNodeInfo.ALIVE,
+        )
+
+    # -- AgentControl (called by the servicer) -------------------------------------------
+
+    def on_idle_drain_accepted(self, reason_message: str) -> None:
+        death = common_pb2.NodeDeathInfo(
+            reason=common_pb2.NodeDeathInfo.AUTOSCALER_DRAIN_IDLE, reason_message=reason_message
+        )
+        self._spawn(self._unregister_and_stop(death, ExitReason.DRAINED_IDLE))
+
+    def on_shutdown_requested(self, graceful: bool) -> None:
+        death = common_pb2.NodeDeathInfo(
+            reason=common_pb2.NodeDeathInfo.EXPECTED_TERMINATION,
+            reason_message="ShutdownRaylet was called",
+        )
+        self._spawn(self._unregister_and_stop(death, ExitReason.SHUTDOWN_REQUESTED))
+
+    def on_gcs_restarted(self) -> None:
+        self._wake.set()
+
+    # -- GCS link ------------------------------------------------------------------------
+
+    def _stubs(self) -> tuple[ServiceStub, ServiceStub]:
+        if self._stub is None or self._bare_stub is None:
+            if self._channel is None:
+                self._channel = grpc.aio.insecure_channel(self.config.gcs_address)
+            timeout = self.config.rpc_timeout_s
+            self._bare_stub = ServiceStub(self._channel, NODE_INFO, timeout_s=timeout)
+            self._stub = ServiceStub(self._channel, NODE_INFO, timeout_s=timeout)
+        return self._bare_stub, self._stub
+
+    async def _connect(self, *, first: bool) -> None:
+        """GetClusterId (retrying while the GCS is down), check it, RegisterNode."""
+        bare, stub = self._stubs()
+        backoff_ms = self.config.reconnect_backoff_initial_ms
+        while True:
+            try:
+                reply = await bare.GetClusterId(gcs_service_pb2.GetClusterIdRequest())
+                break
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in _GCS_DOWN:
+                    raise
+                self.gcs_connected = False
+                log.info("raylet.gcs_unreachable", node_id=self.node_id.hex(), code=err.code())
+                await asyncio.sleep(backoff_ms / 1000)
+                backoff_ms = min(backoff_ms * 2, self.config.reconnect_backoff_max_ms)
+        cluster_id = reply.cluster_id
+        if not first and cluster_id != self.cluster_id and not self.config.rejoin_new_cluster:
+            log.warning(
+                "raylet.cluster_changed",
+                node_id=self.node_id.hex(),
+                old=(self.cluster_id or b"").hex(),
+                new=cluster_id.hex(),
+            )
+            await self.stop(ExitReason.CLUSTER_CHANGED)
+            return
+        self.cluster_id = cluster_id
+        stub.set_metadata([(CLUSTER_ID_METADATA_KEY, cluster_id.hex())])
+        await stub.RegisterNode(gcs_service_pb2.RegisterNodeRequest(node_info=self.node_info()))
+        self.registrations += 1
+        self.gcs_connected = True
+        log.info("raylet.registered", node_id=self.node_id.hex(), address=self.address)
+
+    async def _run_link(self) -> None:
+        """Liveness self-check; reconnect/re-register when the GCS restarts."""
+        interval_s = self.config.liveness_check_interval_ms / 1000
+        while self._exit is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval_s)
+            if self._exit is not None:
+                return
+            try:
+                if self._wake.is_set():
+                    self._wake.clear()
+                    await self._connect(first=False)
+                    continue
+                await self._check_alive()
+            except grpc.aio.AioRpcError as err:
+                # e.g. RegisterNode refused mid-reconnect: try the whole reconnect again
+                log.warning("raylet.link_error", code=err.code(), details=err.details())
+                await asyncio.sleep(self.config.reconnect_backoff_initial_ms / 1000)
+                self._wake.set()
+
+    async def _check_alive(self) -> None:
+        _, stub = self._stubs()
+        try:
+            reply = await stub.CheckAlive(
+                gcs_service_pb2.CheckAliveRequest(node_ids=[self.node_id])
+            )
+        except grpc.aio.AioRpcError as err:
+            if err.code() in _GCS_DOWN or err.code() == grpc.StatusCode.UNAUTHENTICATED:
+                self.gcs_connected = False
+                await self._connect(first=False)
+                return
+            log.warning("raylet.check_alive_failed", code=err.code(), details=err.details())
+            return
+        if reply.raylet_alive and reply.raylet_alive[0]:
+            return
+        if self.config.reregister_when_dead:
+            await self._connect(first=False)
+            return
+        log.warning("raylet.declared_dead", node_id=self.node_id.hex())
+        await self.stop(ExitReason.DECLARED_DEAD)
+
+    async def _unregister_and_stop(
+        self, death: common_pb2.NodeDeathInfo, reason: ExitReason
+    ) -> None:
+        await asyncio.sleep(0)  # let the accepting reply go out first
+        _, stub = self._stubs()
+        try:
+            await stub.UnregisterNode(
+                gcs_service_pb2.UnregisterNodeRequest(node_id=self.node_id, node_death_info=death)
+            )
+        except grpc.aio.AioRpcError as err:
+            log.warning("raylet.unregister_failed", code=err.code(), details=err.details())
+        await self.stop(reason)
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

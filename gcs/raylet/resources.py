@@ -1,0 +1,223 @@
+"""Local resource accounting of one raylet: pure policy, no I/O, no clock reads.
+
+A lease asks for a resource *shape* (and optionally a label selector).  On arrival it is
+
+* **granted** when the shape fits what is available now (and no older request of the
+  same node is waiting: grants are FIFO),
+* **queued** (ready, waiting for resources) when it fits the node's totals but not what is
+  available now,
+* **infeasible** when it can never run here: the shape exceeds the totals, names a resource
+  the node does not have, or the selector does not match the node's labels.
+
+Freeing a lease (or resizing the node) grants queued requests in FIFO order and re-checks
+infeasible ones.  :meth:`LocalResources.load` summarises the queues the way a raylet reports
+them in ``ResourcesData.resource_load_by_shape``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gcs.rpc.errors import InvalidArgument, NotFound
+
+EPSILON = 1e-9
+
+UNIT_INSTANCE_RESOURCES = frozenset({"GPU", "TPU", "NPU", "HPU", "RBLN", "neuron_cores"})
+"""Resources Ray allocates as whole unit instances; a raylet refuses to resize them."""
+
+LabelConstraint = tuple[str, int, tuple[str, ...]]
+"""(label key, LabelSelectorOperator number: IN=1 / NOT_IN=2, values)."""
+
+LABEL_IN = 1
+LABEL_NOT_IN = 2
+
+
+class Placement(enum.Enum):
+    GRANTED = "granted"
+    QUEUED = "queued"
+    INFEASIBLE = "infeasible"
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """What a lease asks for; ``lease_id`` identifies it for return and cancel."""
+
+    lease_id: bytes
+    shape: Mapping[str, float]
+    selector: tuple[LabelConstraint, ...] = ()
+    backlog_size: int = 0
+
+
+@dataclass(frozen=True)
+class Demand:
+    """One ``ResourceDemand`` row: queued requests of one (shape, selector)."""
+
+    shape: dict[str, float]
+    selector: tuple[LabelConstraint, ...]
+    ready: int = 0
+    infeasible: int = 0
+    backlog_size: int = 0
+
+
+@dataclass
+class _Entry:
+    request: LeaseRequest
+    state: Placement
+
+
+def _fits(shape: Mapping[str, float], pool: Mapping[str, float]) -> bool:
+    return all(pool.get(name, 0.0) + EPSILON >= amount for name, amount in shape.items())
+
+
+def selector_matches(selector: Iterable[LabelConstraint], labels: Mapping[str, str]) -> bool:
+    """IN: the node has the key with one of the values; NOT_IN: it has none of them."""
+    for key, op, values in selector:
+        value = labels.get(key)
+        if op == LABEL_IN and value not in values:
+            return False
+        if op == LABEL_NOT_IN and value in values:
+            return False
+    return True
+
+
+@dataclass
+class LocalResources:
+    """Totals, availability and the lease queues of one node."""
+
+    total: dict[str, float]
+    labels: dict[str, str] = field(default_factory=dict)
+    available: dict[str, float] = field(init=False)
+    _granted: dict[bytes, LeaseRequest] = field(init=False, default_factory=dict)
+    _waiting: deque[_Entry] = field(init=False, default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self.total = {k: float(v) for k, v in self.total.items() if v > 0}
+        self.available = dict(self.total)
+
+    # -- queries -------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """A node is busy while any lease holds resources (queued demand alone is not)."""
+        return bool(self._granted)
+
+    def granted_ids(self) -> list[bytes]:
+        return list(self._granted)
+
+    def granted_request(self, lease_id: bytes) -> LeaseRequest:
+        return self._granted[lease_id]
+
+    def state_of(self, lease_id: bytes) -> Placement | None:
+        if lease_id in self._granted:
+            return Placement.GRANTED
+        for entry in self._waiting:
+            if entry.request.lease_id == lease_id:
+                return entry.state
+        return None
+
+    def feasible(self, request: LeaseRequest) -> bool:
+        return selector_matches(request.selector, self.labels) and _fits(request.shape, self.total)
+
+    def load(self) -> tuple[dict[str, float], list[Demand]]:
+        """(sum of queued shapes, one row per (shape, selector) in first-seen order)."""
+        summed: dict[str, float] = {}
+        rows: dict[tuple[tuple[tuple[str, float], ...], tuple[LabelConstraint, ...]], Demand] = {}
+        for entry in self._waiting:
+            req = entry.request
+            for name, amount in req.shape.items():
+                summed[name] = summed.get(name, 0.0) + amount
+            key = (tuple(sorted(req.shape.items())), req.selector)
+            row = rows.get(key) or Demand(shape=dict(req.shape), selector=req.selector)
+            rows[key] = Demand(
+                shape=row.shape,
+                selector=row.selector,
+                ready=row.ready + (entry.state is Placement.QUEUED),
+                infeasible=row.infeasible + (entry.state is Placement.INFEASIBLE),
+                backlog_size=row.backlog_size + req.backlog_size,
+            )
+        return summed, list(rows.values())
+
+    # -- changes -------------------------------------------------------------------------
+
+    def submit(self, request: LeaseRequest) -> Placement:
+        """Place a new request; the caller learns of later grants from :meth:`release`."""
+        if request.lease_id in self._granted or self.state_of(request.lease_id) is not None:
+            raise InvalidArgument(f"lease {request.lease_id.hex()} is already known")
+        if not self.feasible(request):
+            self._waiting.append(_Entry(request, Placement.INFEASIBLE))
+            return Placement.INFEASIBLE
+        no_older_ready = not any(e.state is Placement.QUEUED for e in self._waiting)
+        if no_older_ready and _fits(request.shape, self.available):
+            self._take(request)
+            return Placement.GRANTED
+        self._waiting.append(_Entry(request, Placement.QUEUED))
+        return Placement.QUEUED
+
+    def try_grant_now(self, request: LeaseRequest) -> bool:
+        """Grant-or-reject: take the resources if they are free now, never queue."""
+        if self.state_of(request.lease_id) is not None:
+            raise InvalidArgument(f"lease {request.lease_id.hex()} is already known")
+        if self.feasible(request) and _fits(request.shape, self.available):
+            self._take(request)
+            return True
+        return False
+
+    def release(self, lease_id: bytes) -> list[bytes]:
+        """Free a granted lease; returns the lease ids granted as a result (FIFO)."""
+        request = self._granted.pop(lease_id, None)
+        if request is None:
+            raise NotFound(f"lease {lease_id.hex()} is not granted on this node")
+        for name, amount in request.shape.items():
+            self.available[name] = self.available.get(name, 0.0) + amount
+        return self._grant_waiting()
+
+    def cancel(self, lease_id: bytes) -> bool:
+        """Drop a waiting (queued or infeasible) request; False if it is not waiting."""
+        for entry in self._waiting:
+            if entry.request.lease_id == lease_id:
+                self._waiting.remove(entry)
+                return True
+        return False
+
+    def resize(self, new_totals: Mapping[str, float]) -> list[bytes]:
+        """Set totals of existing, non-unit resources, keeping in-use amounts.
+
+        Validates the whole request before changing anything.  Availability becomes
+        ``new total - in use`` (may go negative until leases return, as in Ray).  Returns
+        lease ids granted because of the change.
+        """
+        for name, amount in new_totals.items():
+            if name in UNIT_INSTANCE_RESOURCES:
+                raise InvalidArgument(f"resizing unit-instance resource {name} is not supported")
+            if name not in self.total:
+                raise InvalidArgument(f"resource {name} does not exist on this node")
+            if amount < 0:
+                raise InvalidArgument(f"resource {name} cannot be resized to {amount}")
+        for name, amount in new_totals.items():
+            in_use = self.total[name] - self.available.get(name, 0.0)
+            self.total[name] = float(amount)
+            self.available[name] = float(amount) - in_use
+        for entry in self._waiting:
+            entry.state = Placement.QUEUED if self.feasible(entry.request) else Placement.INFEASIBLE
+        return self._grant_waiting()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _take(self, request: LeaseRequest) -> None:
+        for name, amount in request.shape.items():
+            self.available[name] = self.available.get(name, 0.0) - amount
+        self._granted[request.lease_id] = request
+
+    def _grant_waiting(self) -> list[bytes]:
+        """Grant ready requests strictly in arrival order; stop at the first that waits."""
+        granted: list[bytes] = []
+        while True:
+            head = next((e for e in self._waiting if e.state is Placement.QUEUED), None)
+            if head is None or not _fits(head.request.shape, self.available):
+                return granted
+            self._waiting.remove(head)
+            self._take(head.request)
+            granted.append(head.request.lease_id)

@@ -1,0 +1,194 @@
+"""Synthetic work: place N tasks, each holding a resource shape for S seconds, on raylets.
+
+Placement mirrors what a Ray driver sees: tasks go to alive nodes whose totals fit the shape
+(and whose labels match the selector), spread evenly (least tasks placed so far, then node
+id).  A task that fits no node is still sent, to one node, where it waits as *infeasible* so
+the demand shows up in ``resource_load_by_shape`` and the autoscaler can react.
+
+Attached mode (default): this process holds each lease, sleeps S seconds after the grant and
+returns it.  Detached mode: requests carry metadata ``gcs-synthetic-seconds`` and
+``gcs-synthetic-detach: 1``; each raylet replies at once and frees the lease itself S seconds
+after granting it, so demand outlives the submitting process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, node_manager_pb2
+from gcs.raylet import wire
+from gcs.raylet.agent import CLUSTER_ID_METADATA_KEY
+from gcs.raylet.resources import LabelConstraint, selector_matches
+from gcs.rpc import ServiceStub
+from gcs.rpc.services import NODE_INFO, NODE_MANAGER
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    resources: Mapping[str, float]
+    seconds: float
+    label_selector: tuple[LabelConstraint, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    node_id: bytes
+    address: str
+    """``host:port`` of the raylet's NodeManagerService."""
+    total: Mapping[str, float]
+    labels: Mapping[str, str]
+
+
+@dataclass
+class SubmitResult:
+    placed: Counter[str] = field(default_factory=Counter)
+    """Tasks sent per raylet address."""
+    granted: int = 0
+    queued: int = 0
+    """Detached only: accepted by a raylet but still waiting (ready or infeasible)."""
+    infeasible: int = 0
+    """Tasks that fit no alive node (sent anyway, to wait as infeasible)."""
+    rejected: int = 0
+    canceled: int = 0
+    returned: int = 0
+
+
+def plan(task: TaskSpec, count: int, nodes: Sequence[NodeTarget]) -> list[tuple[NodeTarget, bool]]:
+    """Pure placement: (node, feasible) per task; infeasible tasks go to the first node."""
+    if not nodes:
+        raise ValueError("no alive nodes to place tasks on")
+    ordered = sorted(nodes, key=lambda n: n.node_id)
+    fitting = [
+        n
+        for n in ordered
+        if selector_matches(task.label_selector, n.labels)
+        and all(n.total.get(k, 0.0) >= v for k, v in task.resources.items())
+    ]
+    if not fitting:
+        return [(ordered[0], False)] * count
+    return [(fitting[i % len(fitting)], True) for i in range(count)]
+
+
+async def alive_nodes(gcs_address: str, *, timeout_s: float = 10.0) -> list[NodeTarget]:
+    async with grpc.aio.insecure_channel(gcs_address) as channel:
+        stub = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
+        cluster = await stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest())
+        stub.set_metadata([(CLUSTER_ID_METADATA_KEY, cluster.cluster_id.hex())])
+        reply = await stub.GetAllNodeInfo(
+            gcs_service_pb2.GetAllNodeInfoRequest(state_filter=gcs_pb2.GcsNodeInfo.ALIVE)
+        )
+    return [
+        NodeTarget(
+            node_id=n.node_id,
+            address=f"{n.node_manager_address}:{n.node_manager_port}",
+            total=dict(n.resources_total),
+            labels=dict(n.labels),
+        )
+        for n in reply.node_info_list
+        if n.state == gcs_pb2.GcsNodeInfo.ALIVE
+    ]
+
+
+def _lease_request(task: TaskSpec) -> node_manager_pb2.RequestWorkerLeaseRequest:
+    return node_manager_pb2.RequestWorkerLeaseRequest(
+        lease_spec=common_pb2.LeaseSpec(
+            lease_id=os.urandom(28),
+            required_resources=dict(task.resources),
+            label_selector=wire.selector_to_proto(task.label_selector),
+            task_name="gcs-synthetic",
+        )
+    )
+
+
+async def submit(
+    gcs_address: str,
+    task: TaskSpec,
+    count: int,
+    *,
+    detach: bool = False,
+    timeout_s: float | None = None,
+) -> SubmitResult:
+    """Place ``count`` tasks; attached mode returns once all finished (or ``timeout_s``)."""
+    nodes = await alive_nodes(gcs_address)
+    placements = plan(task, count, nodes)
+    result = SubmitResult()
+    channels: dict[str, grpc.aio.Channel] = {}
+    try:
+        stubs: dict[str, ServiceStub] = {}
+        for node, _ in placements:
+            if node.address not in stubs:
+                channels[node.address] = grpc.aio.insecure_channel(node.address)
+                stubs[node.address] = ServiceStub(
+                    channels[node.address], NODE_MANAGER, timeout_s=None
+                )
+        for node, feasible in placements:
+            result.placed[node.address] += 1
+            result.infeasible += not feasible
+        runs = [_run_one(stubs[node.address], task, detach, result) for node, _ in placements]
+        if timeout_s is None:
+            await asyncio.gather(*runs)
+        else:
+            pending = [asyncio.ensure_future(r) for r in runs]
+            _, late = await asyncio.wait(pending, timeout=timeout_s)
+            for fut in late:
+                fut.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+    finally:
+        for channel in channels.values():
+            await channel.close()
+    return result
+
+
+async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: SubmitResult) -> None:
+    request = _lease_request(task)
+    lease_id = request.lease_spec.lease_id
+    if detach:
+        metadata = [
+            (wire.SYNTHETIC_SECONDS_KEY, repr(float(task.seconds))),
+            (wire.SYNTHETIC_DETACH_KEY, "1"),
+        ]
+        reply = await stub.RequestWorkerLease(request, metadata=metadata, timeout=30)
+        _count_reply(reply, result, detached=True)
+        return
+    try:
+        reply = await stub.RequestWorkerLease(request)
+    except asyncio.CancelledError:
+        # timed out while waiting: withdraw the request so it stops counting as demand
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await stub.CancelWorkerLease(
+                node_manager_pb2.CancelWorkerLeaseRequest(lease_id=lease_id), timeout=5
+            )
+        raise
+    _count_reply(reply, result, detached=False)
+    if not reply.HasField("worker_address"):
+        return
+    try:
+        await asyncio.sleep(task.seconds)
+    finally:
+        await stub.ReturnWorkerLease(
+            node_manager_pb2.ReturnWorkerLeaseRequest(
+                lease_id=lease_id, worker_port=reply.worker_address.port
+            ),
+            timeout=5,
+        )
+        result.returned += 1
+
+
+def _count_reply(
+    reply: node_manager_pb2.RequestWorkerLeaseReply, result: SubmitResult, *, detached: bool
+) -> None:
+    if reply.rejected:
+        result.rejected += 1
+    elif reply.canceled:
+        result.canceled += 1
+    elif reply.HasField("worker_address"):
+        result.granted += 1
+    elif detached:
+        result.queued += 1
