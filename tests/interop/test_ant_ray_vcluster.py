@@ -57,14 +57,18 @@ async def get_clusters(venv: venvs.Venv, address: str, cluster_id: str) -> dict:
 class TestAntRayVclusterCli:
     async def test_create_list_update_stale_update_remove(self, ant_ray_venv, gcs_server) -> None:
         """The whole lifecycle through ant-ray's CLI, with its own success/failure lines."""
-        from tests.server.fake_raylet import FakeRaylet
+        from gcs.raylet.agent import RayletAgent, RayletConfig
 
-        raylets = [FakeRaylet({"CPU": 4}, "4c8g") for _ in range(3)]
-        raylets += [FakeRaylet({"CPU": 8}, "8c16g") for _ in range(2)]
+        address = gcs_server.address
+        raylets = [
+            RayletAgent(
+                RayletConfig(gcs_address=address, node_type=node_type, resources={"CPU": cpus})
+            )
+            for node_type, cpus, count in (("4c8g", 4.0, 3), ("8c16g", 8.0, 2))
+            for _ in range(count)
+        ]
         for raylet in raylets:
             await raylet.start()
-            await gcs_server.managers.nodes.register(raylet.node_info())
-        address = gcs_server.address
         try:
             rc, out = await ray_cli(
                 ant_ray_venv,

@@ -13,7 +13,6 @@ import textwrap
 
 import pytest
 
-from gcs.proto import gcs_pb2
 from tests.interop import venvs
 
 pytestmark = pytest.mark.interop
@@ -57,35 +56,49 @@ class TestRay260Clients:
     async def test_gcs_client_sdk_status_and_drain(self, ray_venv, gcs_server, stubs) -> None:
         """Ray's own client reads nodes and demand, sets a constraint, parses the status and
         gets the raylet's drain answers."""
-        from tests.server.fake_raylet import FakeRaylet
+        from gcs.raylet.agent import RayletAgent, RayletConfig
+        from gcs.raylet.workload import TaskSpec, submit
+        from tests.conftest import eventually
 
-        busy, idle = FakeRaylet({"CPU": 4}, "cpu4"), FakeRaylet({"CPU": 8, "GPU": 1}, "gpu")
-        for raylet in (busy, idle):
-            await raylet.start()
-            await gcs_server.managers.nodes.register(raylet.node_info())
-        busy.load = gcs_pb2.ResourcesData()
-        demand = busy.load.resource_load_by_shape.resource_demands.add(
-            shape={"CPU": 2}, backlog_size=5
+        address = gcs_server.address
+        busy = RayletAgent(
+            RayletConfig(gcs_address=address, node_type="cpu4", resources={"CPU": 4.0, "work": 2.0})
         )
-        demand.label_selectors.add()
-        idle.load = gcs_pb2.ResourcesData(idle_duration_ms=30_000)
-        busy.drain_accept = False  # the busy raylet refuses an IDLE drain
+        idle = RayletAgent(
+            RayletConfig(gcs_address=address, node_type="gpu", resources={"CPU": 8.0, "GPU": 1.0})
+        )
+        for agent in (busy, idle):
+            await agent.start()
         try:
-            from tests.conftest import eventually
+            # Two leases run on the busy node, a third waits there: real demand.
+            result = await submit(address, TaskSpec({"work": 1.0}, 300.0), 3, detach=True)
+            assert result.granted == 2 and result.queued == 1
+            cache = gcs_server.managers.resources
 
-            await eventually(lambda: busy.polls > 1 and idle.polls > 1)
+            def polled() -> bool:
+                busy_entry, idle_entry = (
+                    cache.nodes.get(busy.node_id),
+                    cache.nodes.get(idle.node_id),
+                )
+                return bool(
+                    busy_entry
+                    and idle_entry
+                    and len(cache.demand)
+                    and idle_entry.data.idle_duration_ms > 0
+                )
+
+            await eventually(polled, timeout_s=10)
             out = await asyncio.to_thread(
-                run_script, ray_venv, gcs_server.address, busy.node_id.hex(), idle.node_id.hex()
+                run_script, ray_venv, address, busy.node_id.hex(), idle.node_id.hex()
             )
         finally:
             await busy.stop()
             await idle.stop()
         assert out["nodes"] == {busy.node_id.hex(): "cpu4", idle.node_id.hex(): "gpu"}
         assert out["statuses"] == [1, 3]  # RUNNING, IDLE
-        assert out["pending"] == [[json.dumps({"CPU": 2.0}), 5]]
+        assert out["pending"] == [[json.dumps({"work": 1.0}), 1]]
         assert out["status_active"] == ["cpu4"] and out["status_idle"] == ["gpu"]
-        assert out["rejected"] == [False, "busy: 1 lease running"]
-        assert idle.drains[0].reason == 2 and idle.drains[0].reason_message == "spot preemption"
+        assert out["rejected"] == [False, "The node to be idle terminated is no longer idle."]
         assert out["accepted"][0] is True
         constraint = gcs_server.managers.autoscaler.constraint
         assert constraint is not None
