@@ -308,6 +308,7 @@ class GcsServer:
             self.metrics.poll_round_seconds.set(m.poller.stats.last_round_s)
             self.metrics.poll_staleness_seconds.set(m.poller.stats.max_staleness_s)
             self.metrics.poll_failures.set(m.poller.stats.polls_failed)
+            self.metrics.poll_ok.set(m.poller.stats.polls_ok)
             self.metrics.health_failures.set(m.health.failures)
             self.metrics.pending_shapes.set(len(m.resources.demand))
             await asyncio.sleep(1.0)

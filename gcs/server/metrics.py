@@ -34,6 +34,11 @@ class GcsMetrics:
             "Failed GetResourceLoad calls since start",
             registry=self.registry,
         )
+        self.poll_ok = Gauge(
+            "gcs_load_poll_ok_total",
+            "Successful GetResourceLoad calls since start",
+            registry=self.registry,
+        )
         self.health_failures = Gauge(
             "gcs_health_check_failures",
             "Failed health checks since start",
