@@ -10,11 +10,9 @@ import pytest
 from gcs.autoscaler.scheduler import schedule
 from tests.autoscaler.scenario_io import our_decisions, ray_decisions, scenario_input
 
-SCENARIOS = Path("/work/shared/reference/scheduler_scenarios_dev.json")
-if not SCENARIOS.exists():
-    SCENARIOS = (
-        Path(__file__).resolve().parents[3] / "shared/reference/scheduler_scenarios_dev.json"
-    )
+# A copy of shared/reference/scheduler_scenarios_dev.json (Ray 2.60's recorded decisions),
+# kept in the repository so the suite does not depend on a sibling checkout.
+SCENARIOS = Path(__file__).resolve().parent / "data" / "scheduler_scenarios_dev.json"
 
 #: Scenario -> why we decide differently. We never hold more nodes than Ray does before its
 #: terminations take effect (a replacement for a leaving node is the only extra launch).
