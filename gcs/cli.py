@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from typing import Any
@@ -14,11 +13,16 @@ from gcs.config import ConfigError, load_config
 
 
 def resolve_address(address: str | None) -> str:
-    """Explicit flag, else ``GCS_ADDRESS``, else ``RAY_ADDRESS``."""
-    value = address or os.environ.get("GCS_ADDRESS") or os.environ.get("RAY_ADDRESS")
-    if not value:
-        raise click.UsageError("no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS")
-    return value
+    """Explicit flag, else ``GCS_ADDRESS``, else ``RAY_ADDRESS`` (the SDK's one resolver)."""
+    from gcs.sdk import AddressNotFound
+    from gcs.sdk import resolve_address as sdk_resolve
+
+    try:
+        return sdk_resolve(address)
+    except AddressNotFound:
+        raise click.UsageError(
+            "no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS"
+        ) from None
 
 
 @click.group()

@@ -31,6 +31,7 @@ from gcs.proto import gcs_service_pb2, pubsub_pb2
 from gcs.pubsub.channels import channel_name, wrap
 from gcs.pubsub.config import Overflow, PublisherConfig
 from gcs.rpc.errors import InvalidArgument, RayStatusCode, RayStatusError
+from gcs.wire_encoding import varint
 
 log = structlog.get_logger("gcs.pubsub")
 
@@ -39,18 +40,6 @@ NIL_PUBLISHER_ID = b"\xff" * PUBLISHER_ID_BYTES
 """What a Ray subscriber sends before it has seen any reply."""
 
 _ALL_KEYS = b""
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 _PUB_MESSAGES_TAG = b"\x0a"  # GcsSubscriberPollReply.pub_messages = 1, length-delimited
@@ -94,7 +83,7 @@ class PollReply:
     def encode(self) -> bytes:
         pid = self.publisher_id
         parts = [env.frame for env in self.messages]
-        parts.append(_PUBLISHER_ID_TAG + _varint(len(pid)) + pid + _OK_STATUS)
+        parts.append(_PUBLISHER_ID_TAG + varint(len(pid)) + pid + _OK_STATUS)
         return b"".join(parts)
 
     def SerializeToString(self) -> bytes:
@@ -198,7 +187,7 @@ class Publisher:
             log.warning("pubsub.message_too_large", channel=channel_name(channel), size=len(data))
             return 0
         env = Envelope(
-            self._seq, channel, key_id, msg, _PUB_MESSAGES_TAG + _varint(len(data)) + data
+            self._seq, channel, key_id, msg, _PUB_MESSAGES_TAG + varint(len(data)) + data
         )
         lagging: list[_Subscriber] = []
         for sub in self._interested(channel, key_id):

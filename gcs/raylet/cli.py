@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 from typing import Any
@@ -25,10 +24,14 @@ FATAL_EXITS = frozenset({ExitReason.DECLARED_DEAD, ExitReason.CLUSTER_CHANGED})
 
 
 def _gcs_address(value: str | None) -> str:
-    address = value or os.environ.get("GCS_ADDRESS") or os.environ.get("RAY_ADDRESS")
-    if not address:
-        raise click.UsageError("--gcs-address is required (or set GCS_ADDRESS / RAY_ADDRESS)")
-    return address
+    from gcs.sdk import AddressNotFound, resolve_address
+
+    try:
+        return resolve_address(value)
+    except AddressNotFound:
+        raise click.UsageError(
+            "--gcs-address is required (or set GCS_ADDRESS / RAY_ADDRESS)"
+        ) from None
 
 
 def _json_dict(ctx: Any, param: Any, value: str | None) -> dict[str, Any]:

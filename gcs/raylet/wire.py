@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gcs.labels import selector_proto
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.raylet.resources import Demand, LabelConstraint
 
@@ -32,19 +33,9 @@ def selector_to_proto(selector: tuple[LabelConstraint, ...]) -> common_pb2.Label
 
 
 def parse_selector(selector: Mapping[str, str]) -> tuple[LabelConstraint, ...]:
-    """Ray's string form: ``{"zone": "in(a,b)"}``, ``"!in(a)"``, ``"a"``, ``"!a"``."""
-    out: list[LabelConstraint] = []
-    for key, raw in selector.items():
-        text = raw.strip()
-        negate = text.startswith("!")
-        if negate:
-            text = text[1:].strip()
-        if text.startswith("in(") and text.endswith(")"):
-            values = tuple(v.strip() for v in text[3:-1].split(",") if v.strip())
-        else:
-            values = (text,)
-        out.append((key, 2 if negate else 1, values))
-    return tuple(out)
+    """Ray's string form (``{"zone": "in(a,b)"}``, ``"!a"``...) as Ray's client sends it."""
+    proto = selector_proto(selector)
+    return tuple((c.label_key, c.operator, tuple(c.label_values)) for c in proto.label_constraints)
 
 
 def demand_to_proto(row: Demand) -> gcs_pb2.ResourceDemand:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -20,10 +19,9 @@ T = TypeVar("T")
 
 
 def _address(address: str | None) -> str:
-    value = address or os.environ.get("GCS_ADDRESS") or os.environ.get("RAY_ADDRESS")
-    if not value:
-        raise click.UsageError("no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS")
-    return value
+    from gcs.cli import resolve_address
+
+    return resolve_address(address)
 
 
 def _call(address: str | None, fn: Callable[[VirtualClusterClient], Awaitable[T]]) -> T:

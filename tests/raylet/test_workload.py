@@ -48,8 +48,8 @@ class TestPlan:
             plan(TaskSpec({"CPU": 1}, 1), 1, [])
 
     def test_ray_selector_strings_parse(self) -> None:
-        """in(...), !in(...), plain and negated values."""
-        assert parse_selector({"a": "in(x, y)", "b": "!in(z)", "c": "v", "d": "!w"}) == (
+        """in(...), !in(...), plain and negated values, parsed as Ray's client sends them."""
+        assert parse_selector({"a": "in(x,y)", "b": "!in(z)", "c": "v", "d": "!w"}) == (
             ("a", 1, ("x", "y")),
             ("b", 2, ("z",)),
             ("c", 1, ("v",)),
