@@ -86,7 +86,10 @@ class Members(Mapping[str, str]):
         changes = dict(self._changes)
         length = self._len
         for node_id in remove:
-            if self.get(node_id) is None:
+            current = changes.get(node_id, _MISSING)
+            if current is _MISSING:
+                current = base.get(node_id)
+            if current is None:
                 continue
             length -= 1
             if node_id in base:
