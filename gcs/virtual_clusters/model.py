@@ -190,13 +190,20 @@ class Draft:
             return []
         candidates = cluster.undivided_index(self.template).get(template, frozenset())
         node = self.node_lookup()
-        want = count
-        while True:
+        for want in (count, 4 * count + 32):
             picked = heapq.nsmallest(want, candidates)
             alive = [n for n in picked if (found := node(n)) is not None and not found.is_dead]
             if len(alive) >= count or len(picked) < want:
                 return alive[:count]
-            want *= 2  # dead ones among the lowest: look further (O(log) rounds)
+        # Many dead among the lowest (the primary keeps its dead nodes): one sorted scan.
+        alive = []
+        for node_id in sorted(candidates):
+            found = node(node_id)
+            if found is not None and not found.is_dead:
+                alive.append(node_id)
+                if len(alive) == count:
+                    break
+        return alive
 
     def replica_sets(self, cluster: Cluster, bucket: str | None = None) -> dict[str, int]:
         """template -> count over all entries (dead included), optionally of one bucket."""

@@ -3,6 +3,7 @@ follows every move, and picks at scale stay lowest-alive-first without touching 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,13 +87,17 @@ class TestMembers:
 
 
 class TestPicksAtScale:
-    def test_growing_takes_the_lowest_alive_ids_when_many_lowest_are_dead(self) -> None:
-        """Dead nodes among the lowest candidates are skipped, however many there are."""
+    @pytest.mark.parametrize("dead", [0, 2, 20, 150])
+    def test_growing_takes_the_lowest_alive_ids_however_many_lowest_are_dead(
+        self, dead: int
+    ) -> None:
+        """Dead nodes among the lowest candidates are skipped (every search depth)."""
         h = Harness(400, 2)
-        for i in range(0, 300, 2):  # template "0": the 150 lowest are dead
+        for i in range(0, 2 * dead, 2):  # template "0" = even ids: the lowest `dead` die
             h.kill(nid(i))
         h.create("v", {"0": 3}, divisible=False)
-        assert sorted(h.registry.get("v").members) == [nid(300), nid(302), nid(304)]
+        first = 2 * dead
+        assert sorted(h.registry.get("v").members) == [nid(first), nid(first + 2), nid(first + 4)]
 
     def test_resizing_repeatedly_matches_a_plain_lowest_ids_model(self) -> None:
         """Hundreds of grow/shrink plans (overlays folded along the way) pick exactly what a
