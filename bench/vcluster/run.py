@@ -6,7 +6,9 @@ serving <= 2 s), on a private redis-server (gcs.testing.servers).
 are created over gRPC, then CreateOrUpdate is timed over gRPC (resizing clusters 5 <-> 6), then
 the GCS is restarted on the same Redis namespace and start() is timed.
 
-    python -m bench.vcluster.run [--nodes 10000] [--clusters 1000] [--updates 300]
+    python -m bench.vcluster.run [--nodes 10000] [--clusters NODES/10] [--updates 300]
+
+(``--clusters`` defaults to a tenth of ``--nodes``, so half the nodes end up in clusters.)
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=10_000)
-    parser.add_argument("--clusters", type=int, default=1_000)
+    parser.add_argument("--clusters", type=int, default=None)
     parser.add_argument("--updates", type=int, default=300)
-    asyncio.run(main(parser.parse_args()))
+    arguments = parser.parse_args()
+    if arguments.clusters is None:
+        arguments.clusters = arguments.nodes // 10
+    asyncio.run(main(arguments))

@@ -64,26 +64,34 @@ def _no_publish(channel: int, key_id: bytes, message: VirtualClusterTableData) -
 
 
 class LiveUsage:
-    """``UsageView`` over the GCS's current state; built per operation (workload is indexed
-    once, so planning stays O(clusters + jobs + PGs))."""
+    """``UsageView`` over the GCS's current state; built per operation. Workload is indexed
+    on the first ``has_workload`` (O(jobs + PGs), which include finished ones), so operations
+    that only ask about nodes, like CreateOrUpdate, never pay for it."""
 
     def __init__(
         self, resources: ResourceCache, jobs: JobManager, pgs: PlacementGroupManager
     ) -> None:
         self._resources = resources
-        busy = {j.virtual_cluster_id for j in jobs.jobs.values() if not j.is_dead}
-        for pg_id, vc_id in pgs.virtual_cluster_of.items():
-            pg = pgs.groups.get(pg_id)
-            if pg is not None and pg.is_detached and pg.state != PG.REMOVED:
-                busy.add(vc_id)
-        busy.discard("")
-        self._busy = busy
+        self._jobs = jobs
+        self._pgs = pgs
+        self._busy: set[str] | None = None
 
     def is_node_idle(self, node_id: str) -> bool:
         return self._resources.is_idle(bytes.fromhex(node_id))
 
     def has_workload(self, cluster_id: str) -> bool:
+        if self._busy is None:
+            self._busy = self._busy_clusters()
         return cluster_id in self._busy
+
+    def _busy_clusters(self) -> set[str]:
+        busy = {j.virtual_cluster_id for j in self._jobs.jobs.values() if not j.is_dead}
+        for pg_id, vc_id in self._pgs.virtual_cluster_of.items():
+            pg = self._pgs.groups.get(pg_id)
+            if pg is not None and pg.is_detached and pg.state != PG.REMOVED:
+                busy.add(vc_id)
+        busy.discard("")
+        return busy
 
 
 @dataclass(frozen=True, slots=True)

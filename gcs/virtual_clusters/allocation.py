@@ -6,7 +6,6 @@ node id; shrinking takes dead nodes first, then by ascending node id.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Mapping
 
 from gcs.virtual_clusters import messages as msg
@@ -58,24 +57,13 @@ def _pick_grow(
     draft: Draft, donor: Cluster, wanted: Mapping[str, int]
 ) -> tuple[dict[str, list[str]], dict[str, int]]:
     """Alive undivided nodes of ``donor`` per template (lowest ids first), and how many could
-    be had. One pass over the donor's members (this is the hot path at 10,000 nodes)."""
-    matching: dict[str, list[str]] = {t: [] for t in wanted}
-    node = draft.node_lookup()
-    for node_id, bucket in donor.members.items():
-        if bucket != UNDIVIDED:
-            continue
-        instance = node(node_id)
-        if instance is None or instance.is_dead:
-            continue
-        found = matching.get(instance.template_id)
-        if found is not None:
-            found.append(node_id)
+    be had. Only the wanted templates' candidates are looked at (the donor's undivided index):
+    this is the hot path, with a 10,000-node primary as donor."""
     chosen: dict[str, list[str]] = {}
     possible: dict[str, int] = {}
     for template, count in wanted.items():
-        found = matching[template]
-        chosen[template] = heapq.nsmallest(count, found) if count < len(found) else sorted(found)
-        possible[template] = min(count, len(found))
+        chosen[template] = draft.lowest_alive_undivided(donor, template, count)
+        possible[template] = len(chosen[template])
     return chosen, possible
 
 
@@ -84,12 +72,12 @@ def _pick_shrink(
 ) -> tuple[dict[str, list[str]], dict[str, int]]:
     chosen: dict[str, list[str]] = {}
     possible: dict[str, int] = {}
+    index = cluster.undivided_index(draft.template)
     for template, count in unwanted.items():
         matching = [
             n
-            for n in cluster.undivided()
-            if draft.template(n) == template
-            and (cluster.divisible or draft.is_dead(n) or usage.is_node_idle(n))
+            for n in index.get(template, ())
+            if cluster.divisible or draft.is_dead(n) or usage.is_node_idle(n)
         ]
         matching.sort(key=lambda n: (not draft.is_dead(n), n))
         chosen[template] = matching[:count]
@@ -146,12 +134,18 @@ def create_or_update(
     kind = Kind.DIVISIBLE if divisible else Kind.INDIVISIBLE
     base = existing or Cluster(id=cluster_id, kind=kind, revision=0)
     cluster = base.moved(
-        add=dict.fromkeys(adding, UNDIVIDED), remove=removing, revision=revisions.next()
+        add=dict.fromkeys(adding, UNDIVIDED),
+        remove=removing,
+        revision=revisions.next(),
+        template=draft.template,
     )
     draft.put(cluster)
     draft.put(
         primary.moved(
-            add=dict.fromkeys(removing, UNDIVIDED), remove=adding, revision=revisions.next()
+            add=dict.fromkeys(removing, UNDIVIDED),
+            remove=adding,
+            revision=revisions.next(),
+            template=draft.template,
         )
     )
     builder.flush(cluster_id)
@@ -183,7 +177,13 @@ def create_job_cluster(
             msg.no_enough_for_job(job_cluster_id), replica_sets_to_recommend=possible
         )
     nodes = _flatten(chosen)
-    draft.put(cluster.moved(add=dict.fromkeys(nodes, job_cluster_id), revision=revisions.next()))
+    draft.put(
+        cluster.moved(
+            add=dict.fromkeys(nodes, job_cluster_id),
+            revision=revisions.next(),
+            template=draft.template,
+        )
+    )
     draft.put(
         Cluster(
             id=job_cluster_id,
@@ -202,7 +202,13 @@ def remove_job_cluster(builder: PlanBuilder, revisions: RevisionSource, job: Clu
     draft = builder.draft
     parent = draft.get(job.parent_id)
     assert parent is not None
-    draft.put(parent.moved(add=dict.fromkeys(job.members, UNDIVIDED), revision=revisions.next()))
+    draft.put(
+        parent.moved(
+            add=dict.fromkeys(job.members, UNDIVIDED),
+            revision=revisions.next(),
+            template=draft.template,
+        )
+    )
     draft.drop(job.id)
     builder.flush(parent.id)
     builder.flush_removed(job)
@@ -233,7 +239,11 @@ def remove_cluster(
         raise VcUnsafeToRemove(msg.still_in_use(cluster_id))
     primary = draft.primary()
     draft.put(
-        primary.moved(add=dict.fromkeys(cluster.members, UNDIVIDED), revision=revisions.next())
+        primary.moved(
+            add=dict.fromkeys(cluster.members, UNDIVIDED),
+            revision=revisions.next(),
+            template=draft.template,
+        )
     )
     draft.drop(cluster_id)
     builder.flush_removed(cluster)
@@ -263,9 +273,15 @@ def remove_nodes(
     ]
     if failed:
         raise VcUnsafeToRemove(msg.REMOVE_NODES_FAILED, nodes_with_failure=failed)
-    draft.put(cluster.moved(remove=wanted))
+    draft.put(cluster.moved(remove=wanted, template=draft.template))
     primary = draft.primary()
-    draft.put(primary.moved(add=dict.fromkeys(wanted, UNDIVIDED), revision=revisions.next()))
+    draft.put(
+        primary.moved(
+            add=dict.fromkeys(wanted, UNDIVIDED),
+            revision=revisions.next(),
+            template=draft.template,
+        )
+    )
     builder.flush(cluster_id)
 
 

@@ -13,11 +13,19 @@ cluster ``J`` and vice versa.
 from __future__ import annotations
 
 import enum
+import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID, UNDIVIDED, parent_id
+from gcs.virtual_clusters.members import (
+    Members,
+    TemplateOf,
+    UndividedIndex,
+    build_index,
+    moved_index,
+)
 
 
 @dataclass(frozen=True)
@@ -75,20 +83,45 @@ class Cluster:
     def in_bucket(self, bucket: str) -> list[str]:
         return sorted(n for n, b in self.members.items() if b == bucket)
 
+    _undivided: UndividedIndex | None = field(default=None, init=False, repr=False, compare=False)
+    """Cache of ``undivided_index`` (not a value: ``replace`` drops it, it is rebuilt)."""
+
+    def undivided_index(self, template: TemplateOf) -> UndividedIndex:
+        """template -> undivided member ids (dead included); built once, then carried along
+        by ``moved(template=...)``."""
+        index = self._undivided
+        if index is None:
+            index = build_index(self.members, template)
+            object.__setattr__(self, "_undivided", index)
+        return index
+
     def moved(
         self,
         *,
         add: Mapping[str, str] | None = None,
         remove: Iterable[str] = (),
         revision: int | None = None,
+        template: TemplateOf | None = None,
     ) -> Cluster:
-        members = dict(self.members)
-        for node_id in remove:
-            members.pop(node_id, None)
-        members.update(add or {})
-        return replace(
+        """A new version with ``remove`` taken out, then ``add`` put in. O(change) plus an
+        amortised O(sqrt(size)) (``Members``); pass ``template`` (node id -> template) to
+        keep the undivided index instead of having the next pick rebuild it."""
+        add = add or {}
+        removed = list(remove)
+        changed = bool(add or removed)
+        members = Members.of(self.members).moved(add, removed) if changed else self.members
+        cluster = replace(
             self, members=members, revision=self.revision if revision is None else revision
         )
+        index = self._undivided
+        if changed and index is not None:
+            index = (
+                moved_index(index, self.members, members, [*removed, *add], template)
+                if template is not None
+                else None
+            )
+        object.__setattr__(cluster, "_undivided", index)
+        return cluster
 
 
 class Draft:
@@ -150,6 +183,28 @@ class Draft:
         node = self.node(node_id)
         return node.template_id if node else ""
 
+    def lowest_alive_undivided(self, cluster: Cluster, template: str, count: int) -> list[str]:
+        """The ``count`` lowest alive undivided ids of ``template`` in ``cluster`` (fewer when
+        there are not enough). Looks at that template's candidates only."""
+        if count <= 0:
+            return []
+        candidates = cluster.undivided_index(self.template).get(template, frozenset())
+        node = self.node_lookup()
+        for want in (count, 4 * count + 32):
+            picked = heapq.nsmallest(want, candidates)
+            alive = [n for n in picked if (found := node(n)) is not None and not found.is_dead]
+            if len(alive) >= count or len(picked) < want:
+                return alive[:count]
+        # Many dead among the lowest (the primary keeps its dead nodes): one sorted scan.
+        alive = []
+        for node_id in sorted(candidates):
+            found = node(node_id)
+            if found is not None and not found.is_dead:
+                alive.append(node_id)
+                if len(alive) == count:
+                    break
+        return alive
+
     def replica_sets(self, cluster: Cluster, bucket: str | None = None) -> dict[str, int]:
         """template -> count over all entries (dead included), optionally of one bucket."""
         return dict(
@@ -172,6 +227,9 @@ def check_invariants(draft: Draft) -> list[str]:
     problems: list[str] = []
     seen: dict[str, str] = {}
     for cluster in draft.clusters():
+        index = cluster._undivided
+        if index is not None and index != build_index(cluster.members, draft.template):
+            problems.append(f"{cluster.id}'s undivided index disagrees with its members")
         if cluster.kind is Kind.JOB:
             continue
         for node_id, bucket in cluster.members.items():

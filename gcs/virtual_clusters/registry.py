@@ -147,7 +147,11 @@ class VirtualClusterRegistry:
                 return
             b.draft.put_node(node)
             if not node.is_dead:
-                b.draft.put(b.draft.primary().moved(add={node.node_id: UNDIVIDED}))
+                b.draft.put(
+                    b.draft.primary().moved(
+                        add={node.node_id: UNDIVIDED}, template=b.draft.template
+                    )
+                )
 
         return self._plan(step)
 

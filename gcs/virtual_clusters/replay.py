@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gcs.proto import virtual_cluster_data_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
@@ -53,9 +53,14 @@ class _Replayer:
 
     @property
     def primary_members(self) -> dict[str, str]:
-        members = self.clusters[PRIMARY_CLUSTER_ID].members
-        assert isinstance(members, dict)
-        return members
+        """The primary's members as a dict private to replay (mutated in place by ``_take``);
+        after a ``moved`` (a shared ``Members``) it is copied back into one first."""
+        primary = self.clusters[PRIMARY_CLUSTER_ID]
+        if not isinstance(primary.members, dict):
+            primary = replace(primary, members=dict(primary.members))
+            self.clusters[PRIMARY_CLUSTER_ID] = primary
+        assert isinstance(primary.members, dict)
+        return primary.members
 
     def warn(self, text: str) -> None:
         self.outcome_warnings.append(text)

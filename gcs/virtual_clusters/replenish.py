@@ -30,10 +30,8 @@ def _dead_per_template(draft: Draft, node_ids: list[str]) -> list[str]:
 
 
 def _alive_donor(draft: Draft, pool: Cluster, template: str) -> str | None:
-    for node_id in pool.undivided():
-        if not draft.is_dead(node_id) and draft.template(node_id) == template:
-            return node_id
-    return None
+    found = draft.lowest_alive_undivided(pool, template, 1)
+    return found[0] if found else None
 
 
 def _swap_from_primary(draft: Draft, holder: Cluster, dead: str, donor: str, bucket: str) -> None:
@@ -41,10 +39,10 @@ def _swap_from_primary(draft: Draft, holder: Cluster, dead: str, donor: str, buc
     ``dead`` from ``holder`` into the primary's undivided pool."""
     primary = draft.primary()
     if holder.id == PRIMARY_CLUSTER_ID:
-        draft.put(primary.moved(add={donor: bucket, dead: UNDIVIDED}))
+        draft.put(primary.moved(add={donor: bucket, dead: UNDIVIDED}, template=draft.template))
         return
-    draft.put(primary.moved(add={dead: UNDIVIDED}, remove=[donor]))
-    draft.put(holder.moved(add={donor: bucket}, remove=[dead]))
+    draft.put(primary.moved(add={dead: UNDIVIDED}, remove=[donor], template=draft.template))
+    draft.put(holder.moved(add={donor: bucket}, remove=[dead], template=draft.template))
 
 
 def _replenish_job(builder: PlanBuilder, job_id: str) -> None:
@@ -62,8 +60,8 @@ def _replenish_job(builder: PlanBuilder, job_id: str) -> None:
             donor = _alive_donor(draft, parent, template)
             if donor is None:
                 continue
-            draft.put(parent.moved(add={donor: job.id, dead: UNDIVIDED}))
-        job = job.moved(add={donor: UNDIVIDED}, remove=[dead])
+            draft.put(parent.moved(add={donor: job.id, dead: UNDIVIDED}, template=draft.template))
+        job = job.moved(add={donor: UNDIVIDED}, remove=[dead], template=draft.template)
         draft.put(job)
         builder.flush(job.id)
         builder.flush(job.parent_id)
