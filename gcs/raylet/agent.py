@@ -33,12 +33,15 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from gcs.clock import Clock, SystemClock, now_ms
-from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
+from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2, virtual_cluster_pb2
+from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
+from gcs.pubsub.subscriber import GcsSubscriber
 from gcs.raylet import wire
 from gcs.raylet.resources import LocalResources
 from gcs.raylet.servicer import NodeIdentity, NodeManagerServicer
+from gcs.raylet.vc_view import VirtualClusterView
 from gcs.rpc import ServiceStub, service_handler
-from gcs.rpc.services import NODE_INFO, NODE_MANAGER
+from gcs.rpc.services import NODE_INFO, NODE_MANAGER, VIRTUAL_CLUSTER_INFO
 
 log = structlog.get_logger("gcs.raylet")
 
@@ -86,6 +89,9 @@ class RayletConfig:
     """How long ``start()`` keeps retrying the first registration."""
     rejoin_new_cluster: bool = False
     reregister_when_dead: bool = False
+    subscribe_virtual_clusters: bool = True
+    """Keep a view of indivisible virtual clusters from pubsub channel 11 (fleets turn it
+    off: 2,000 long polls from one process cost more than the fleet itself)."""
 
 
 class RayletAgent:
@@ -124,6 +130,8 @@ class RayletAgent:
         self._exit: ExitReason | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._link: asyncio.Task[None] | None = None
+        self.virtual_clusters = VirtualClusterView()
+        self._vc_subscriber: GcsSubscriber | None = None
 
     # -- public --------------------------------------------------------------------------
 
@@ -144,6 +152,8 @@ class RayletAgent:
             await self.stop()
             raise
         self._link = asyncio.get_running_loop().create_task(self._run_link())
+        if self.config.subscribe_virtual_clusters:
+            await self._subscribe_virtual_clusters()
 
     async def serve(self) -> None:
         """Only the server half (fleets start servers first, then register in bulk)."""
@@ -176,6 +186,8 @@ class RayletAgent:
         for task in [self._link, *self._tasks]:
             if task is not None and task is not current:
                 task.cancel()
+        if self._vc_subscriber is not None:
+            await self._vc_subscriber.close()
         if self.servicer is not None:
             self.servicer.close()
         if self._health is not None:
@@ -222,6 +234,47 @@ class RayletAgent:
 
     def on_gcs_restarted(self) -> None:
         self._wake.set()
+
+    # -- virtual clusters (pubsub channel 11) --------------------------------------------
+
+    async def _subscribe_virtual_clusters(self) -> None:
+        """Subscribe, then fetch the snapshot; refetch whenever the publisher restarts."""
+        assert self._channel is not None and self.cluster_id is not None
+        metadata = [(CLUSTER_ID_METADATA_KEY, self.cluster_id.hex())]
+        subscriber = GcsSubscriber(
+            self._channel,
+            on_message=self._on_vc_message,
+            on_publisher_restart=self._refetch_virtual_clusters,
+            metadata=metadata,
+        )
+        self._vc_subscriber = subscriber
+        await subscriber.start()
+        await subscriber.subscribe(RAY_VIRTUAL_CLUSTER_CHANNEL)
+        await self._refetch_virtual_clusters(b"")
+
+    def _on_vc_message(self, message: pubsub_pb2.PubMessage) -> None:
+        if message.HasField("virtual_cluster_message"):
+            self.virtual_clusters.apply(message.virtual_cluster_message)
+
+    async def _refetch_virtual_clusters(self, publisher_id: bytes) -> None:
+        assert self._channel is not None and self.cluster_id is not None
+        stub = ServiceStub(
+            self._channel,
+            VIRTUAL_CLUSTER_INFO,
+            metadata=[(CLUSTER_ID_METADATA_KEY, self.cluster_id.hex())],
+            timeout_s=self.config.rpc_timeout_s,
+        )
+        try:
+            reply = await stub.GetVirtualClusters(
+                virtual_cluster_pb2.GetVirtualClustersRequest(
+                    include_job_clusters=True, only_include_indivisible_clusters=True
+                )
+            )
+        except grpc.aio.AioRpcError as err:
+            log.warning("raylet.vc_refetch_failed", code=err.code().name)
+            return
+        self.virtual_clusters.replace_all(reply.virtual_cluster_data_list)
+        log.info("raylet.vc_view_refreshed", clusters=len(self.virtual_clusters.clusters))
 
     # -- GCS link ------------------------------------------------------------------------
 

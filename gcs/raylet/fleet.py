@@ -88,6 +88,7 @@ class RayletFleet:
             node_name=f"{cfg.name_prefix}-{index}",
             instance_id=f"{cfg.name_prefix}-{index}",
             liveness_check_interval_ms=cfg.liveness_check_interval_ms,
+            subscribe_virtual_clusters=False,
         )
 
     async def start(self) -> None:
