@@ -41,6 +41,8 @@ S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = 1,
 NO_ERROR, PROTOCOL_ERROR, CANCEL = 0x0, 0x1, 0x8
 
 MAX_WINDOW = 2**31 - 1
+MAX_FRAME_SIZE = 16384
+"""We never raise SETTINGS_MAX_FRAME_SIZE, so the receive buffer stays below ~16 KiB + a read."""
 DEFAULT_WINDOW = 65535
 _CONN_TOPUP_AT = 2**30
 _HEADER = struct.Struct(">IBI")  # (24-bit length << 8 | type), flags, stream id
@@ -189,6 +191,8 @@ class H2Connection(asyncio.Protocol):
         try:
             while n - pos >= 9:
                 length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
+                if length > MAX_FRAME_SIZE:
+                    raise _ProtocolError(f"{length}-byte frame above SETTINGS_MAX_FRAME_SIZE")
                 if n - pos < 9 + length:
                     break
                 ftype = buf[pos + 3]
@@ -534,6 +538,8 @@ class H2UnaryClient:
             return conn
         if self._connecting is None:
             self._connecting = asyncio.ensure_future(self._connect())
+            # the awaiting call may have timed out: mark a failure as seen either way
+            self._connecting.add_done_callback(lambda f: f.cancelled() or f.exception())
         connecting = self._connecting
         try:
             return await asyncio.shield(connecting)

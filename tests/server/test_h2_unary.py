@@ -222,6 +222,25 @@ class TestProtocolDetails:
         client.close()
         server.close()
 
+    async def test_an_oversized_frame_fails_the_connection(self) -> None:
+        """A frame above the 16 KiB maximum we advertise is a protocol error, not a buffer."""
+
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readexactly(24)
+            writer.write(frame(4, 0, 0, b"") + (1 << 20).to_bytes(3) + b"\x00\x00" + bytes(4))
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = H2UnaryClient(f"127.0.0.1:{port}", PATH)
+        with pytest.raises(H2CallError) as err:
+            await client.call(b"", 2.0)
+        assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "protocol error" in err.value.details
+        client.close()
+        server.close()
+
 
 def frame(ftype: int, flags: int, stream_id: int, payload: bytes) -> bytes:
     return len(payload).to_bytes(3) + bytes((ftype, flags)) + stream_id.to_bytes(4) + payload
