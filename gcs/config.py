@@ -36,6 +36,8 @@ class LoadPollConfig:
     timeout_ms: int = 2000
     """Per-call deadline; a slow raylet only delays its own entry."""
     max_concurrent: int = 1024
+    transport: str = "grpc"
+    """``grpc`` (grpc.aio) or ``h2``: the lean HTTP/2 client of ``gcs.managers.h2_unary``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ ENV_VARS: dict[str, str] = {
     "RAY_health_check_timeout_ms": "health.timeout_ms",
     "RAY_health_check_failure_threshold": "health.failure_threshold",
     "RAY_gcs_pull_resource_loads_period_milliseconds": "load_poll.period_ms",
+    "GCS_LOAD_POLL_TRANSPORT": "load_poll.transport",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
@@ -181,4 +184,6 @@ def load_config(
         raise ConfigError(f"{where}.log_format: must be json, console or auto")
     if not 0 <= config.port <= 65535:
         raise ConfigError(f"{where}.port: out of range: {config.port}")
+    if config.load_poll.transport not in {"grpc", "h2"}:
+        raise ConfigError(f"{where}.load_poll.transport: must be grpc or h2")
     return config

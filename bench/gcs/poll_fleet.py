@@ -117,6 +117,8 @@ def run(nodes: int, processes: int, window_s: float) -> None:
             f"last round {after.get('gcs_load_poll_round_seconds', 0):.2f} s; "
             f"oldest report {after.get('gcs_load_poll_max_staleness_seconds', 0):.2f} s; "
             f"alive {after['alive']:.0f}; "
+            f"poll failures {before.get('gcs_load_poll_failures', 0):.0f} before window, "
+            f"{after.get('gcs_load_poll_failures', 0):.0f} after; "
             f"health failures {after.get('gcs_health_check_failures', 0):.0f}"
         )
     finally:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import grpc
 from grpc_health.v1 import health_pb2_grpc
 
+from gcs.managers.h2_unary import H2UnaryClient
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import NODE_MANAGER
+
+GET_RESOURCE_LOAD_PATH = "/ray.rpc.NodeManagerService/GetResourceLoad"
 
 _CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 512 * 1024 * 1024),
@@ -19,13 +22,25 @@ _CHANNEL_OPTIONS = (
 
 
 class RayletClient:
-    __slots__ = ("address", "channel", "health", "node_manager")
+    __slots__ = ("_h2_load", "address", "channel", "health", "node_manager")
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
         self.node_manager = ServiceStub(self.channel, NODE_MANAGER, timeout_s=30.0)
         self.health = health_pb2_grpc.HealthStub(self.channel)
+        self._h2_load: H2UnaryClient | None = None
+
+    def h2_load(self) -> H2UnaryClient:
+        """Lean HTTP/2 client for GetResourceLoad (own connection, created on first use)."""
+        if self._h2_load is None:
+            self._h2_load = H2UnaryClient(self.address, GET_RESOURCE_LOAD_PATH)
+        return self._h2_load
+
+    def close_h2(self) -> None:
+        if self._h2_load is not None:
+            self._h2_load.close()
+            self._h2_load = None
 
 
 class RayletClientPool:
@@ -49,10 +64,12 @@ class RayletClientPool:
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
+            client.close_h2()
             await client.channel.close(grace=None)
 
 
 def _close_soon(client: RayletClient) -> None:
     import asyncio
 
+    client.close_h2()
     asyncio.get_running_loop().create_task(client.channel.close(grace=None))

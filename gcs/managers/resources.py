@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 
 from gcs.clock import Clock
 from gcs.config import LoadPollConfig
+from gcs.managers.h2_unary import H2CallError
 from gcs.managers.nodes import NodeManager
 from gcs.managers.raylet_clients import RayletClientPool
 from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
@@ -238,6 +240,11 @@ class LoadPoller:
         self._in_flight: set[bytes] = set()
         self._sem = asyncio.Semaphore(config.max_concurrent)
         self._failures: dict[bytes, int] = {}
+        if config.transport not in ("grpc", "h2"):
+            raise ValueError(
+                f"load_poll.transport must be 'grpc' or 'h2', not {config.transport!r}"
+            )
+        self._h2 = config.transport == "h2"
         self.stats = PollStats()
 
     async def poll_once(self) -> None:
@@ -264,11 +271,18 @@ class LoadPoller:
         try:
             async with self._sem:
                 client = self._clients.get(node_id, address)
-                reply = await client.node_manager.GetResourceLoad(
-                    node_manager_pb2.GetResourceLoadRequest(),
-                    timeout=self._config.timeout_ms / 1000,
-                )
-        except grpc.aio.AioRpcError as err:
+                if self._h2:
+                    raw = await client.h2_load().call(b"", self._config.timeout_ms / 1000)
+                    try:
+                        reply = node_manager_pb2.GetResourceLoadReply.FromString(raw)
+                    except DecodeError:
+                        raise H2CallError(grpc.StatusCode.INTERNAL, "undecodable reply") from None
+                else:
+                    reply = await client.node_manager.GetResourceLoad(
+                        node_manager_pb2.GetResourceLoadRequest(),
+                        timeout=self._config.timeout_ms / 1000,
+                    )
+        except (grpc.aio.AioRpcError, H2CallError) as err:
             self.stats.polls_failed += 1
             count = self._failures.get(node_id, 0) + 1
             self._failures[node_id] = count
