@@ -35,7 +35,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from gcs.clock import Clock, SystemClock, now_ms
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2, virtual_cluster_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
-from gcs.pubsub.subscriber import GcsSubscriber
+from gcs.pubsub.subscriber import GcsSubscriber, SubscribeError
 from gcs.raylet import wire
 from gcs.raylet.resources import LocalResources
 from gcs.raylet.servicer import NodeIdentity, NodeManagerServicer
@@ -153,7 +153,9 @@ class RayletAgent:
             raise
         self._link = asyncio.get_running_loop().create_task(self._run_link())
         if self.config.subscribe_virtual_clusters:
-            await self._subscribe_virtual_clusters()
+            task = asyncio.get_running_loop().create_task(self._subscribe_virtual_clusters())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def serve(self) -> None:
         """Only the server half (fleets start servers first, then register in bulk)."""
@@ -249,7 +251,14 @@ class RayletAgent:
         )
         self._vc_subscriber = subscriber
         await subscriber.start()
-        await subscriber.subscribe(RAY_VIRTUAL_CLUSTER_CHANNEL)
+        try:
+            await subscriber.subscribe(RAY_VIRTUAL_CLUSTER_CHANNEL)
+        except SubscribeError as err:
+            # A GCS without virtual clusters (e.g. Ray's own) refuses channel 11: run without.
+            log.info("raylet.vc_unavailable", code=err.code.name, details=err.details)
+            await subscriber.close()
+            self._vc_subscriber = None
+            return
         await self._refetch_virtual_clusters(b"")
 
     def _on_vc_message(self, message: pubsub_pb2.PubMessage) -> None:
