@@ -59,12 +59,14 @@ async def _server(conn: Connection, subscribers: int, publishes: int, budget_s: 
     from gcs.pubsub.runtime import GcsPubSub
 
     pubsub = GcsPubSub.create(SystemClock())
-    options = [("grpc.max_concurrent_streams", 100_000)]
-    if os.environ.get("BENCH_PENDING_FIX", "1") == "1":
-        options += [
-            ("grpc.server.max_pending_requests", 100_000),
-            ("grpc.server.max_pending_requests_hard_limit", 100_000),
-        ]
+    from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
+
+    options: list[tuple[str, int | str]] = [("grpc.max_concurrent_streams", 100_000)]
+    if os.environ.get("BENCH_PENDING_CAP") != "default":  # for before/after comparisons
+        options = list(LONG_POLL_SERVER_OPTIONS)
+    for item in filter(None, os.environ.get("BENCH_SERVER_OPTIONS", "").split(",")):
+        key, _, value = item.partition("=")
+        options.append((key, int(value) if value.lstrip("-").isdigit() else value))
     server = grpc.aio.server(options=options)
     last_reply = [0.0]
 
@@ -264,7 +266,15 @@ def main() -> None:
     )
     parser.add_argument("--budget-s", type=float, default=50.0)
     parser.add_argument("--profile", action="store_true", help="cProfile the server")
+    parser.add_argument(
+        "--server-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra grpc server channel argument, e.g. grpc.optimization_target=throughput",
+    )
     args = parser.parse_args()
+    os.environ["BENCH_SERVER_OPTIONS"] = ",".join(args.server_option)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no GOAWAY chatter at shutdown
     ctx = mp.get_context("spawn")
     srv_parent, srv_child = ctx.Pipe()
