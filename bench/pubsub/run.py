@@ -1,15 +1,22 @@
 """Publish-to-last-subscriber latency with many long-poll subscribers over loopback gRPC.
 
-    python bench/pubsub/run.py [--subscribers 2000] [--publishes 20] [--client-procs 2]
+    python bench/pubsub/run.py [--subscribers 2000] [--publishes 20] [--client-procs 4]
+                               [--subs-per-channel 1] [--server-option KEY=VALUE ...]
 
-A server process hosts the pubsub services; client processes run ``GcsSubscriber``s spread
-over several channels, all subscribed to GCS_NODE_INFO.  Once every subscriber holds a
-poll, the server publishes one message (its send time in ``node_name``), waits until every
-subscriber polls again, and repeats.  Latency of a publish = last subscriber's receive time
-minus the send time (same host clock).  Reports p50/p99/max over the publishes, the
-publisher's CPU per ``publish()`` call and the server's CPU per publish (gRPC included).
-Target: p99 <= 200 ms at 2,000 subscribers.  Bounded: gives up after --budget-s seconds.
-Compare runs by re-running with the same arguments; the machine's load matters.
+A server process hosts the pubsub services (with ``LONG_POLL_SERVER_OPTIONS``; set
+``BENCH_PENDING_CAP=default`` to see gRPC's stock 1,000-pending-call cap).  Client processes
+host raylet-cheap subscribers: raw ``unary_unary`` with spliced request bytes, one
+long-lived coroutine each, one parse per distinct reply, ``--subs-per-channel``
+subscribers per HTTP/2 connection (1 = one connection each, as separate raylets).  Once
+every subscriber holds a poll the server publishes one message (send time in
+``node_name``), waits until every subscriber polls again, and repeats.
+
+Reports, per publish: end-to-end latency (last subscriber's receive time minus send
+time, same host clock), server-side latency (publish -> last poll handler returned its
+reply to gRPC), the publisher's CPU per ``publish()``, the server process CPU (all
+threads, gRPC included) and the client processes' CPU, each also per RPC event /
+per subscriber.  Target: p99 <= 200 ms at 2,000 subscribers.  Bounded by --budget-s.
+The machine's load matters: compare runs made back to back.
 """
 
 from __future__ import annotations
