@@ -34,6 +34,7 @@ from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import service_handler, wire_service_name
 from gcs.rpc import services as svc
+from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.interceptors import ClusterIdInterceptor
 from gcs.server.metrics import GcsMetrics
 from gcs.services.autoscaler import AutoscalerStateServicer
@@ -238,6 +239,7 @@ class GcsServer:
                 ("grpc.keepalive_time_ms", 10000),
                 ("grpc.keepalive_timeout_ms", 20000),
                 ("grpc.so_reuseport", 0),
+                *LONG_POLL_SERVER_OPTIONS,
             ],
         )
         hook = self.metrics.on_call
