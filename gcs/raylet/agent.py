@@ -255,7 +255,7 @@ class RayletAgent:
             await subscriber.subscribe(RAY_VIRTUAL_CLUSTER_CHANNEL)
         except SubscribeError as err:
             # A GCS without virtual clusters (e.g. Ray's own) refuses channel 11: run without.
-            log.info("raylet.vc_unavailable", code=err.code.name, details=err.details)
+            log.debug("raylet.vc_unavailable", code=err.code.name, details=err.details)
             await subscriber.close()
             self._vc_subscriber = None
             return

@@ -1,7 +1,8 @@
 """The raylet's view of indivisible virtual clusters (ant-ray's raylet-side cache).
 
 Fed by channel 11 (``RAY_VIRTUAL_CLUSTER_CHANNEL``) full snapshots: a message whose revision
-is not newer than the one held is stale and dropped; ``is_removed`` deletes the cluster but
+is not newer than the one held is stale and dropped -- except a removal, which carries the
+cluster's last revision (removing does not bump it); ``is_removed`` deletes the cluster but
 remembers its revision so a delayed older snapshot cannot resurrect it.  After a GCS restart
 the owner refetches with ``GetVirtualClusters`` and replaces the view (subscribe, then
 snapshot: anything published in between is newer and still applies).
@@ -24,16 +25,18 @@ class VirtualClusterView:
 
     def apply(self, data: TableData) -> bool:
         """Apply one published snapshot; False if it was stale and dropped."""
-        if data.revision <= self._revisions.get(data.id, -1):
+        held = self._revisions.get(data.id, -1)
+        removal_of_held = data.is_removed and data.revision == held and data.id in self.clusters
+        if data.revision <= held and not removal_of_held:
             self.dropped_stale += 1
             return False
         self._revisions[data.id] = data.revision
         if data.is_removed:
             self.clusters.pop(data.id, None)
         else:
-            held = TableData()
-            held.CopyFrom(data)
-            self.clusters[data.id] = held
+            copy = TableData()
+            copy.CopyFrom(data)
+            self.clusters[data.id] = copy
         return True
 
     def replace_all(self, snapshot: Iterable[TableData]) -> None:

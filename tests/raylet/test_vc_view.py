@@ -19,8 +19,9 @@ class TestView:
         assert not view.apply(TableData(id="vc", revision=5))
         assert not view.apply(TableData(id="vc", revision=3, is_removed=True))
         assert "vc" in view.clusters and view.dropped_stale == 2
-        assert view.apply(TableData(id="vc", revision=6, is_removed=True))
+        assert view.apply(TableData(id="vc", revision=5, is_removed=True))  # same revision
         assert "vc" not in view.clusters
+        assert not view.apply(TableData(id="vc", revision=5, is_removed=True))
         assert not view.apply(TableData(id="vc", revision=4))  # no resurrection
 
 

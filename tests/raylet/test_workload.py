@@ -103,7 +103,11 @@ class TestCli:
         thread.start()
         fake_gcs = FakeGcs()
         asyncio.run_coroutine_threadsafe(fake_gcs.start(), loop).result(10)
-        agent = RayletAgent(RayletConfig(gcs_address=fake_gcs.address, resources={"CPU": 4}))
+        agent = RayletAgent(
+            RayletConfig(
+                gcs_address=fake_gcs.address, resources={"CPU": 4}, subscribe_virtual_clusters=False
+            )
+        )
         try:
             asyncio.run_coroutine_threadsafe(agent.start(), loop).result(10)
             result = CliRunner().invoke(
