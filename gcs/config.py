@@ -36,8 +36,9 @@ class LoadPollConfig:
     timeout_ms: int = 2000
     """Per-call deadline; a slow raylet only delays its own entry."""
     max_concurrent: int = 1024
-    transport: str = "grpc"
-    """``grpc`` (grpc.aio) or ``h2``: the lean HTTP/2 client of ``gcs.managers.h2_unary``."""
+    transport: str = "h2"
+    """``h2``: the lean HTTP/2 client of ``gcs.managers.h2_unary`` (~3x less GCS CPU per poll;
+    a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""
 
 
 @dataclass(frozen=True, slots=True)

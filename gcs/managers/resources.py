@@ -220,6 +220,11 @@ class PollStats:
     max_staleness_s: float = 0.0
 
 
+_H2_FALLBACK_CODES = frozenset(
+    {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+)
+
+
 class LoadPoller:
     def __init__(
         self,
@@ -245,6 +250,8 @@ class LoadPoller:
                 f"load_poll.transport must be 'grpc' or 'h2', not {config.transport!r}"
             )
         self._h2 = config.transport == "h2"
+        self._grpc_only: set[bytes] = set()
+        """Nodes whose raylet the lean HTTP/2 client could not talk to: polled with grpc."""
         self.stats = PollStats()
 
     async def poll_once(self) -> None:
@@ -271,7 +278,7 @@ class LoadPoller:
         try:
             async with self._sem:
                 client = self._clients.get(node_id, address)
-                if self._h2:
+                if self._h2 and node_id not in self._grpc_only:
                     raw = await client.h2_load().call(b"", self._config.timeout_ms / 1000)
                     try:
                         reply = node_manager_pb2.GetResourceLoadReply.FromString(raw)
@@ -283,6 +290,15 @@ class LoadPoller:
                         timeout=self._config.timeout_ms / 1000,
                     )
         except (grpc.aio.AioRpcError, H2CallError) as err:
+            if isinstance(err, H2CallError) and err.code() in _H2_FALLBACK_CODES:
+                # The peer speaks something our lean client does not: use grpc from now on.
+                self._grpc_only.add(node_id)
+                log.warning(
+                    "load_poll.h2_fallback",
+                    node_id=node_id.hex(),
+                    code=err.code().name,
+                    details=err.details,
+                )
             self.stats.polls_failed += 1
             count = self._failures.get(node_id, 0) + 1
             self._failures[node_id] = count

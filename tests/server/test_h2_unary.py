@@ -295,7 +295,30 @@ class TestPollerOverH2:
 class TestConfig:
     def test_transport_comes_from_the_environment(self) -> None:
         """GCS_LOAD_POLL_TRANSPORT selects the transport; anything but grpc/h2 is refused."""
-        assert load_config(env={}).load_poll.transport == "grpc"
+        assert load_config(env={}).load_poll.transport == "h2"
         assert load_config(env={"GCS_LOAD_POLL_TRANSPORT": "h2"}).load_poll.transport == "h2"
         with pytest.raises(ConfigError, match="transport"):
             load_config(env={"GCS_LOAD_POLL_TRANSPORT": "http3"})
+
+
+class TestFallback:
+    async def test_a_raylet_the_h2_client_cannot_read_is_polled_with_grpc(
+        self, gcs_server, raylets, monkeypatch
+    ) -> None:
+        """A protocol-level failure (INTERNAL) moves that node to grpc; its polls succeed."""
+        from gcs.managers.h2_unary import H2CallError
+        from gcs.managers.raylet_clients import RayletClient
+        from tests.conftest import eventually
+
+        class Broken:
+            async def call(self, message: bytes, timeout_s: float) -> bytes:
+                raise H2CallError(grpc.StatusCode.INTERNAL, "unsupported peer")
+
+            async def close(self) -> None:
+                return None
+
+        monkeypatch.setattr(RayletClient, "h2_load", lambda self: Broken())
+        raylet = await raylets()
+        await gcs_server.managers.nodes.register(raylet.node_info())
+        await eventually(lambda: raylet.polls >= 2)
+        assert raylet.node_id in gcs_server.managers.poller._grpc_only
