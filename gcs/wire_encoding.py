@@ -8,6 +8,11 @@ rebuild of every sub-message per call.
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Mapping
+
+_DOUBLE = struct.Struct("<d")
+
 VARINT = 0
 LEN = 2
 
@@ -55,3 +60,14 @@ def string_field(field_number: int, value: str) -> bytes:
     if not value:
         return b""
     return len_field(field_number, value.encode())
+
+
+def double_map_field(field_number: int, values: Mapping[str, float]) -> bytes:
+    """A ``map<string, double>`` field, entries in key order (what deterministic output does)."""
+    out = []
+    head = tag(field_number, LEN)
+    for key in sorted(values):
+        raw = key.encode()
+        entry = b"\x0a" + varint(len(raw)) + raw + b"\x11" + _DOUBLE.pack(values[key])
+        out.append(head + varint(len(entry)) + entry)
+    return b"".join(out)

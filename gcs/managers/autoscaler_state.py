@@ -24,12 +24,22 @@ from gcs.managers.kv import KvManager
 from gcs.managers.nodes import DrainRecord, NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.raylet_clients import RayletClientPool
-from gcs.managers.resources import ResourceCache
+from gcs.managers.resources import NodeResources, ResourceCache
 from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.errors import GcsError, InvalidArgument, RayStatusCode, RayStatusError, Unavailable
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META
-from gcs.wire_encoding import int_field, len_field, len_field_parts, string_field
+from gcs.wire_encoding import (
+    LEN,
+    VARINT,
+    double_map_field,
+    int_field,
+    len_field,
+    len_field_parts,
+    string_field,
+    tag,
+    varint,
+)
 
 log = structlog.get_logger("gcs.autoscaler_state")
 
@@ -40,6 +50,8 @@ VERSION_COUNTER = "cluster_resource_state_version"
 _STATUS_RUNNING = int_field(8, NodeStatus.RUNNING)
 _STATUS_IDLE = int_field(8, NodeStatus.IDLE)
 _STATUS_DRAINING = int_field(8, NodeStatus.DRAINING)
+_IDLE_TAG = tag(9, VARINT)  # NodeState.idle_duration_ms
+_NODE_STATE_TAG = tag(3, LEN)  # ClusterResourceState.node_states
 
 
 @dataclass(slots=True)
@@ -47,6 +59,7 @@ class _NodeBytes:
     generation: int
     node_info: gcs_pb2.GcsNodeInfo
     static: bytes
+    info: bytes
 
 
 class AutoscalerStateManager:
@@ -120,11 +133,43 @@ class AutoscalerStateManager:
                 if bundle.node_id:
                     pg_labels.setdefault(bundle.node_id, []).append(pg.placement_group_id)
         version_bytes = int_field(7, version)
+        running = version_bytes + _STATUS_RUNNING
+        draining = version_bytes + _STATUS_DRAINING
+        idle_prefix = version_bytes + _STATUS_IDLE
+        resource_nodes = self._resources.nodes
+        node_bytes = self._node_bytes
+        append = parts.append
+        # The hot loop (2,000+ nodes per read): inlined, no per-node calls on the common path.
         for node_id, node in self._nodes.alive.items():
-            static, dynamic = self._alive_node(
-                node_id, node, now_mono, version_bytes, pg_labels.get(node_id)
-            )
-            parts.extend(len_field_parts(3, static, dynamic))
+            entry = resource_nodes.get(node_id)
+            cached = node_bytes.get(node_id)
+            if (
+                entry is None
+                or cached is None
+                or cached.generation != entry.generation
+                or cached.node_info is not node
+            ):
+                cached = self._rebuild_node(node_id, node, entry)
+            if entry is None:
+                dynamic = running
+            else:
+                data = entry.data
+                if data.is_draining:
+                    dynamic = draining
+                elif data.idle_duration_ms > 0:
+                    idle = data.idle_duration_ms + int((now_mono - entry.updated_mono_s) * 1000)
+                    dynamic = idle_prefix + _IDLE_TAG + varint(idle)
+                else:
+                    dynamic = running
+            pgs = pg_labels.get(node_id)
+            if pgs:
+                for pg_id in pgs:
+                    dynamic += len_field(6, len_field(1, f"_PG_{pg_id.hex()}".encode()))
+            static = cached.static
+            append(_NODE_STATE_TAG)
+            append(varint(len(static) + len(dynamic)))
+            append(static)
+            append(dynamic)
         for node_id, node in self._nodes.dead.items():
             static = self._dead_bytes.get(node_id)
             if static is None:
@@ -152,19 +197,19 @@ class AutoscalerStateManager:
             parts.append(self.virtual_cluster_section())
         return b"".join(parts)
 
-    def _alive_node(
-        self,
-        node_id: bytes,
-        node: gcs_pb2.GcsNodeInfo,
-        now_mono: float,
-        version_bytes: bytes,
-        pgs: list[bytes] | None,
-    ) -> tuple[bytes, bytes]:
-        entry = self._resources.nodes.get(node_id)
-        generation = entry.generation if entry is not None else -1
+    def _rebuild_node(
+        self, node_id: bytes, node: gcs_pb2.GcsNodeInfo, entry: NodeResources | None
+    ) -> _NodeBytes:
+        """The node's NodeState bytes without the per-read fields (version, status, idle).
+
+        Identity fields are serialized once per registration; the two resource maps are
+        encoded by hand because they change with every report that moves resources.
+        """
         cached = self._node_bytes.get(node_id)
-        if cached is None or cached.generation != generation or cached.node_info is not node:
-            state = autoscaler_pb2.NodeState(
+        if cached is not None and cached.node_info is node:
+            info = cached.info
+        else:
+            info = autoscaler_pb2.NodeState(
                 node_id=node_id,
                 instance_id=node.instance_id,
                 ray_node_type_name=node.node_type_name,
@@ -172,25 +217,16 @@ class AutoscalerStateManager:
                 instance_type_name=node.instance_type_name,
                 labels=node.labels,
                 node_activity=node.state_snapshot.node_activity,
-            )
-            if entry is not None:
-                state.available_resources.update(entry.data.resources_available)
-                state.total_resources.update(entry.data.resources_total)
-            else:
-                state.available_resources.update(node.resources_total)
-                state.total_resources.update(node.resources_total)
-            cached = _NodeBytes(generation, node, state.SerializeToString(deterministic=True))
-            self._node_bytes[node_id] = cached
-        if entry is not None and entry.data.is_draining:
-            dynamic = version_bytes + _STATUS_DRAINING
-        elif entry is not None and entry.data.idle_duration_ms > 0:
-            idle = entry.data.idle_duration_ms + int((now_mono - entry.updated_mono_s) * 1000)
-            dynamic = version_bytes + _STATUS_IDLE + int_field(9, idle)
+            ).SerializeToString(deterministic=True)
+        if entry is not None:
+            available, total = entry.data.resources_available, entry.data.resources_total
         else:
-            dynamic = version_bytes + _STATUS_RUNNING
-        for pg_id in pgs or ():
-            dynamic += len_field(6, len_field(1, f"_PG_{pg_id.hex()}".encode()))
-        return cached.static, dynamic
+            available = total = node.resources_total
+        static = info + double_map_field(4, available) + double_map_field(5, total)
+        generation = entry.generation if entry is not None else -1
+        cached = _NodeBytes(generation, node, static, info)
+        self._node_bytes[node_id] = cached
+        return cached
 
     async def cluster_status(self) -> autoscaler_pb2.GetClusterStatusReply:
         reply = autoscaler_pb2.GetClusterStatusReply()

@@ -59,3 +59,13 @@ class TestWireEncoding:
     def test_small_varints(self) -> None:
         """The single-byte fast path agrees with the general case."""
         assert varint(0) == b"\x00" and varint(127) == b"\x7f" and varint(128) == b"\x80\x01"
+
+
+class TestDoubleMap:
+    @given(st.dictionaries(st.text(max_size=20), st.floats(allow_nan=False), max_size=8))
+    def test_hand_encoded_map_parses_like_protobufs(self, values) -> None:
+        """Our map<string,double> bytes parse to exactly the map protobuf would hold."""
+        from gcs.wire_encoding import double_map_field
+
+        parsed = autoscaler_pb2.NodeState.FromString(double_map_field(4, values))
+        assert dict(parsed.available_resources) == values
