@@ -143,7 +143,10 @@ class H2Connection(asyncio.Protocol):
         self._headers_base = encode_request_headers(path, authority)
         self._timeout_blocks: dict[str, bytes] = {}
         self._decoder = hpack.Decoder()
-        self._decoder.max_allowed_table_size = 0
+        # We advertise HEADER_TABLE_SIZE=0, but a server may still use the RFC default of 4096
+        # before it applies our SETTINGS, and not every encoder sends the size update
+        # afterwards: decode statefully and only cache blocks decoded with an empty table.
+        self._decoder.max_allowed_table_size = 4096
         self._decode_cache: dict[bytes, list[tuple[str, str]]] = {}
         self._conn_recv_consumed = 0
         self._send_window = DEFAULT_WINDOW
@@ -223,6 +226,7 @@ class H2Connection(asyncio.Protocol):
             if not flags & ACK:
                 self._on_settings(payload)
                 self._write(_frame(SETTINGS, ACK, 0))
+
         elif ftype == PING:
             if not flags & ACK:
                 self._control.append(_frame(PING, ACK, 0, payload))
