@@ -65,6 +65,10 @@ class GcsConfig:
     max_map_entries: int = 10000
     """Largest resources/labels map accepted in a request."""
     grpc_max_message_bytes: int = 512 * 1024 * 1024
+    gc_gen0_threshold: int = 50_000
+    """Python's cyclic-GC gen-0 threshold (default 700): the GCS allocates many short-lived
+    protobuf objects per poll round, and frequent full collections showed up as snapshot
+    latency spikes.  0 leaves Python's default."""
     node_instances_replenish_interval_ms: int = 30000
     """Period of virtual-cluster dead-node replenishment (ant-ray's name and default)."""
     expired_job_clusters_gc_interval_ms: int = 30000

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import pathlib
 from dataclasses import dataclass
 
@@ -185,6 +186,7 @@ class GcsServer:
             pubsub,
             virtual_clusters,
         )
+        self._tune_gc()
         await self._start_grpc()
         await pubsub.start()
         if cfg.metrics_port >= 0:
@@ -226,6 +228,15 @@ class GcsServer:
             alive_nodes=len(nodes.alive),
             new_cluster=self.meta.created,
         )
+
+    def _tune_gc(self) -> None:
+        """Freeze what start-up loaded (long-lived) and collect less often (see config)."""
+        if self.config.gc_gen0_threshold > 0:
+            if gc.get_freeze_count() == 0:  # once per process: only what start-up loaded
+                gc.collect()
+                gc.freeze()
+            _, gen1, gen2 = gc.get_threshold()
+            gc.set_threshold(self.config.gc_gen0_threshold, max(gen1, 50), max(gen2, 100))
 
     async def _start_grpc(self) -> None:
         assert self.meta is not None and self.managers is not None
