@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import grpc
 import structlog
 
-from gcs.clock import Clock, now_ms
+from gcs.clock import Clock
 from gcs.managers.counters import DurableCounter
 from gcs.managers.kv import KvManager
 from gcs.managers.nodes import DrainRecord, NodeManager
@@ -90,6 +90,8 @@ class AutoscalerStateManager:
         self.autoscaling_state: autoscaler_pb2.AutoscalingState | None = None
         self._node_bytes: dict[bytes, _NodeBytes] = {}
         self._dead_bytes: dict[bytes, bytes] = {}
+        self._pg_version = -1
+        self._pg_sections: tuple[dict[bytes, list[bytes]], bytes] = ({}, b"")
         self.virtual_cluster_section: Callable[[], bytes] | None = None
         """Serialized ``virtual_cluster_states`` (field 8) entries, set by the server."""
 
@@ -125,13 +127,7 @@ class AutoscalerStateManager:
     def _build(self, version: int) -> bytes:
         now_mono = self._clock.monotonic_s()
         parts = [int_field(1, version)]
-        pg_labels: dict[bytes, list[bytes]] = {}
-        for pg in self._pgs.groups.values():
-            if pg.state == gcs_pb2.PlacementGroupTableData.REMOVED:
-                continue
-            for bundle in pg.bundles:
-                if bundle.node_id:
-                    pg_labels.setdefault(bundle.node_id, []).append(pg.placement_group_id)
+        pg_labels, gang_bytes = self._placement_group_sections()
         version_bytes = int_field(7, version)
         running = version_bytes + _STATUS_RUNNING
         draining = version_bytes + _STATUS_DRAINING
@@ -188,14 +184,31 @@ class AutoscalerStateManager:
         if len(self._node_bytes) > len(live) + 64:
             self._node_bytes = {k: v for k, v in self._node_bytes.items() if k in live}
         parts.append(self._resources.demand.serialized_requests())
-        for gang in self._pgs.gang_requests():
-            parts.append(len_field(5, gang.SerializeToString()))
+        parts.append(gang_bytes)
         if self.constraint is not None:
             parts.append(len_field(6, self.constraint.SerializeToString()))
         parts.append(string_field(7, self._session_name))
         if self.virtual_cluster_section is not None:
             parts.append(self.virtual_cluster_section())
         return b"".join(parts)
+
+    def _placement_group_sections(self) -> tuple[dict[bytes, list[bytes]], bytes]:
+        """PG ids per node (``_PG_<id>`` labels) and the pending-gang bytes, rebuilt only when
+        the placement-group table changed (its ``version``), not on every read."""
+        if self._pg_version != self._pgs.version:
+            labels: dict[bytes, list[bytes]] = {}
+            for pg in self._pgs.groups.values():
+                if pg.state == gcs_pb2.PlacementGroupTableData.REMOVED:
+                    continue
+                for bundle in pg.bundles:
+                    if bundle.node_id:
+                        labels.setdefault(bundle.node_id, []).append(pg.placement_group_id)
+            gangs = b"".join(
+                len_field(5, gang.SerializeToString()) for gang in self._pgs.gang_requests()
+            )
+            self._pg_sections = (labels, gangs)
+            self._pg_version = self._pgs.version
+        return self._pg_sections
 
     def _rebuild_node(
         self, node_id: bytes, node: gcs_pb2.GcsNodeInfo, entry: NodeResources | None
@@ -343,9 +356,6 @@ class AutoscalerStateManager:
         return autoscaler_pb2.ResizeRayletResourceInstancesReply(
             total_resources=reply.total_resources
         )
-
-    def now_ms(self) -> int:
-        return now_ms(self._clock)
 
 
 _RAYLET_CODES = {

@@ -8,11 +8,12 @@ in a bounded cache (Ray: ``maximum_gcs_dead_node_cached_count``); evicted ones a
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
+from google.protobuf.message import Message
 
 from gcs.clock import Clock, now_ms
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, pubsub_pb2
@@ -29,7 +30,9 @@ HEALTH_CHECK_DEATH_MESSAGE = "health check failed due to missing too many heartb
 
 
 class Publish(Protocol):
-    def __call__(self, channel: int, key_id: bytes, message: pubsub_pb2.PubMessage) -> None: ...
+    """``Publisher.publish``: ``message`` is the channel's payload (or a whole PubMessage)."""
+
+    def __call__(self, channel: int, key_id: bytes, message: Message) -> object: ...
 
 
 class NodeListener(Protocol):
@@ -45,7 +48,7 @@ class DrainRecord:
     deadline_timestamp_ms: int
 
 
-def _no_publish(channel: int, key_id: bytes, message: pubsub_pb2.PubMessage) -> None:
+def _no_publish(channel: int, key_id: bytes, message: Message) -> None:
     return None
 
 
@@ -79,7 +82,6 @@ class NodeManager:
         self.dead: OrderedDict[bytes, gcs_pb2.GcsNodeInfo] = OrderedDict()
         self._draining: dict[bytes, DrainRecord] = {}
         self._listeners: list[NodeListener] = []
-        self._changed: list[Callable[[], None]] = []
 
     # -- wiring --------------------------------------------------------------------------
     def add_listener(self, listener: NodeListener) -> None:
@@ -219,32 +221,16 @@ class NodeManager:
         )
 
     def _publish_node(self, node: gcs_pb2.GcsNodeInfo, *, full: bool) -> None:
+        """The full record on registration; on death Ray publishes only a delta."""
         if full:
-            info = node
-        else:  # Ray publishes a delta on death: id, state, end time, death info
+            info, liveness = node, address_and_liveness(node)
+        else:
             info = gcs_pb2.GcsNodeInfo(
                 node_id=node.node_id, state=node.state, end_time_ms=node.end_time_ms
             )
             info.death_info.CopyFrom(node.death_info)
-        self._publish(
-            pubsub_pb2.GCS_NODE_INFO_CHANNEL,
-            node.node_id,
-            pubsub_pb2.PubMessage(
-                channel_type=pubsub_pb2.GCS_NODE_INFO_CHANNEL,
-                key_id=node.node_id,
-                node_info_message=info,
-            ),
-        )
-        liveness = address_and_liveness(node)
-        if not full:
             liveness = gcs_pb2.GcsNodeAddressAndLiveness(node_id=node.node_id, state=node.state)
             liveness.death_info.CopyFrom(node.death_info)
-        self._publish(
-            pubsub_pb2.GCS_NODE_ADDRESS_AND_LIVENESS_CHANNEL,
-            node.node_id,
-            pubsub_pb2.PubMessage(
-                channel_type=pubsub_pb2.GCS_NODE_ADDRESS_AND_LIVENESS_CHANNEL,
-                key_id=node.node_id,
-                node_address_and_liveness_message=liveness,
-            ),
-        )
+        # The publisher wraps a payload in the channel's PubMessage field itself.
+        self._publish(pubsub_pb2.GCS_NODE_INFO_CHANNEL, node.node_id, info)
+        self._publish(pubsub_pb2.GCS_NODE_ADDRESS_AND_LIVENESS_CHANNEL, node.node_id, liveness)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from grpc_health.v1 import health_pb2_grpc
 
@@ -69,7 +71,6 @@ class RayletClientPool:
 
 
 def _close_soon(client: RayletClient) -> None:
-    import asyncio
 
     client.close_h2()
     asyncio.get_running_loop().create_task(client.channel.close(grace=None))

@@ -34,8 +34,35 @@ def _cluster_id_from(reply: gcs_service_pb2.GetClusterIdReply) -> bytes:
     return reply.cluster_id
 
 
-class AsyncGcsClient:
+class _StubCache:
+    """One stub per service, built with the cluster-id metadata once the handshake is done.
+
+    ServiceStub only calls ``channel.unary_unary``, which sync channels have too, so the sync
+    and async clients share this.
+    """
+
+    _channel: Any
+    _stubs: dict[str, ServiceStub]
+    _metadata: tuple[tuple[str, str], ...]
+    timeout_s: float
+    _CONNECT_HINT = "call connect()"
+
+    def _stub(self, service: ServiceDescriptor) -> ServiceStub:
+        if self._channel is None:
+            raise GcsSdkError(f"client is not connected: {self._CONNECT_HINT}")
+        stub = self._stubs.get(service.full_name)
+        if stub is None:
+            stub = ServiceStub(
+                self._channel, service, metadata=self._metadata, timeout_s=self.timeout_s
+            )
+            self._stubs[service.full_name] = stub
+        return stub
+
+
+class AsyncGcsClient(_StubCache):
     """Use as ``async with AsyncGcsClient(addr) as c: await c.call(SERVICE, "Method", req)``."""
+
+    _CONNECT_HINT = "call connect() or use 'async with'"
 
     def __init__(self, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.address = address
@@ -60,17 +87,6 @@ class AsyncGcsClient:
         self._metadata = ((CLUSTER_ID_METADATA, self.cluster_id.hex()),)
         self._stubs.clear()  # stubs built before the handshake carry no metadata
         return self
-
-    def _stub(self, service: ServiceDescriptor) -> ServiceStub:
-        if self._channel is None:
-            raise GcsSdkError("client is not connected: call connect() or use 'async with'")
-        stub = self._stubs.get(service.full_name)
-        if stub is None:
-            stub = ServiceStub(
-                self._channel, service, metadata=self._metadata, timeout_s=self.timeout_s
-            )
-            self._stubs[service.full_name] = stub
-        return stub
 
     async def _invoke(
         self, service: ServiceDescriptor, method: str, request: Any, timeout_s: float | None = None
@@ -105,8 +121,10 @@ class AsyncGcsClient:
         await self.close()
 
 
-class GcsClient:
+class GcsClient(_StubCache):
     """Blocking twin of :class:`AsyncGcsClient` on a plain ``grpc`` channel (no event loop)."""
+
+    _CONNECT_HINT = "call connect() or use 'with'"
 
     def __init__(self, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.address = address
@@ -129,18 +147,6 @@ class GcsClient:
         self._metadata = ((CLUSTER_ID_METADATA, self.cluster_id.hex()),)
         self._stubs.clear()
         return self
-
-    def _stub(self, service: ServiceDescriptor) -> ServiceStub:
-        if self._channel is None:
-            raise GcsSdkError("client is not connected: call connect() or use 'with'")
-        stub = self._stubs.get(service.full_name)
-        if stub is None:
-            # ServiceStub only calls channel.unary_unary, which sync channels have too.
-            stub = ServiceStub(
-                self._channel, service, metadata=self._metadata, timeout_s=self.timeout_s
-            )  # type: ignore[arg-type]
-            self._stubs[service.full_name] = stub
-        return stub
 
     def _invoke(
         self, service: ServiceDescriptor, method: str, request: Any, timeout_s: float | None = None

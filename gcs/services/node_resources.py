@@ -8,7 +8,7 @@ from typing import Any
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import ResourceCache
-from gcs.proto import gcs_pb2, gcs_service_pb2
+from gcs.proto import gcs_service_pb2
 from gcs.services.common import ok_status
 
 Req = gcs_service_pb2
@@ -75,6 +75,3 @@ class NodeResourceInfoServicer:
         for pg in self._pgs.pending():
             usage.placement_group_load.placement_group_data.append(pg)
         return out
-
-
-__all__ = ["NodeResourceInfoServicer", "gcs_pb2"]

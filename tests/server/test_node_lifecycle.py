@@ -184,3 +184,40 @@ class TestDeath:
             await nodes.mark_dead(node_id, 2, "gone")
         assert list(nodes.dead) == ids[2:]
         assert set(await memory_store.get_all(TABLE_NODE)) == set(ids[2:])
+
+
+class TestNodePubsub:
+    async def test_subscriber_gets_full_record_then_death_delta(
+        self, gcs_server, stubs, raylets
+    ) -> None:
+        """Over real long polls: registration publishes the whole GcsNodeInfo and the address;
+        an unregister publishes the death delta on both channels."""
+        from gcs.pubsub.subscriber import GcsSubscriber
+
+        got: list[pubsub_pb2.PubMessage] = []
+        async with grpc.aio.insecure_channel(gcs_server.address) as ch:
+            sub = GcsSubscriber(ch, on_message=got.append)
+            await sub.start()
+            await sub.subscribe(pubsub_pb2.GCS_NODE_INFO_CHANNEL)
+            await sub.subscribe(pubsub_pb2.GCS_NODE_ADDRESS_AND_LIVENESS_CHANNEL)
+            r = await raylets({"CPU": 2}, "cpu2")
+            await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=r.node_info()))
+            await stubs.node_info.UnregisterNode(
+                G.UnregisterNodeRequest(
+                    node_id=r.node_id, node_death_info=common_pb2.NodeDeathInfo(reason=1)
+                )
+            )
+            await eventually(lambda: len(got) == 4)
+            await sub.close()
+        info = [m.node_info_message for m in got if m.HasField("node_info_message")]
+        live = [
+            m.node_address_and_liveness_message
+            for m in got
+            if m.HasField("node_address_and_liveness_message")
+        ]
+        assert info[0].node_type_name == "cpu2" and info[0].state == ALIVE
+        assert info[1].state == DEAD and not info[1].node_type_name  # delta only
+        assert info[1].death_info.reason == common_pb2.NodeDeathInfo.EXPECTED_TERMINATION
+        assert live[0].node_manager_port == r.port and live[1].state == DEAD
+        assert all(m.key_id == r.node_id for m in got)
+        assert [m.sequence_id for m in got] == sorted(m.sequence_id for m in got)
