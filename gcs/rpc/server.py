@@ -4,6 +4,10 @@ A servicer is any object with ``async def Method(self, request, context) -> repl
 RPCs it implements.  Unimplemented methods answer UNIMPLEMENTED.  Exceptions are mapped in
 one place: :class:`GcsError` -> its status; anything else -> INTERNAL (never UNKNOWN, which
 Ray's clients retry forever).  Cancellation passes through.
+
+Requests are decoded inside the wrapper, not by gRPC's deserializer: a decode failure there
+becomes UNKNOWN before any of our code runs (no log line, no metric).  Here it is
+INVALID_ARGUMENT naming the message type, logged and counted like any other call.
 """
 
 from __future__ import annotations
@@ -16,14 +20,16 @@ from typing import Any
 import grpc
 import structlog
 from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
-from gcs.rpc.errors import status_for
+from gcs.rpc.errors import InvalidArgument, status_for
 from gcs.rpc.wire import method_path, wire_service_name
 
 log = structlog.get_logger("gcs.rpc")
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+Decoder = Callable[[bytes], Any]
 CallHook = Callable[[str, str, float], None]
 """(method path, grpc code name, seconds) after every call: metrics."""
 
@@ -42,11 +48,19 @@ CANCELLED (measured), each then retried after the client's backoff.
 """
 
 
-def _wrap(path: str, fn: Handler, on_call: CallHook | None) -> Handler:
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+def _wrap(path: str, fn: Handler, message_cls: Any, on_call: CallHook | None) -> Handler:
+    decode: Decoder = message_cls.FromString
+    type_name = message_cls.DESCRIPTOR.name
+
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         start = time.perf_counter()
         code = "OK"
         try:
+            try:
+                request = decode(raw)
+            except DecodeError as exc:
+                log.warning("rpc.undecodable_request", method=path, bytes=len(raw))
+                raise InvalidArgument(f"request is not a valid {type_name}: {exc}") from None
             return await fn(request, context)
         except asyncio.CancelledError:
             code = "CANCELLED"
@@ -85,10 +99,11 @@ def service_handler(
             continue
         path = method_path(method)
         fn = getattr(servicer, method.name, None)
-        impl = _wrap(path, fn, on_call) if fn is not None else _unimplemented(path)
+        message_cls = GetMessageClass(method.input_type)
+        impl = _wrap(path, fn, message_cls, on_call) if fn is not None else _unimplemented(path)
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             impl,
-            request_deserializer=GetMessageClass(method.input_type).FromString,
+            request_deserializer=None,  # raw bytes: decoded in the wrapper (see module doc)
             response_serializer=_serialize,
         )
     return grpc.method_handlers_generic_handler(wire_service_name(service), handlers)

@@ -21,3 +21,16 @@ AUTOSCALER_STATE = autoscaler_pb2.DESCRIPTOR.services_by_name["AutoscalerStateSe
 NODE_MANAGER = node_manager_pb2.DESCRIPTOR.services_by_name["NodeManagerService"]
 _VC = virtual_cluster_pb2.DESCRIPTOR.services_by_name
 VIRTUAL_CLUSTER_INFO = _VC["VirtualClusterInfoGcsService"]
+
+SERVED_BY_GCS = (
+    NODE_INFO,
+    NODE_RESOURCE_INFO,
+    INTERNAL_KV,
+    AUTOSCALER_STATE,
+    JOB_INFO,
+    PLACEMENT_GROUP_INFO,
+    VIRTUAL_CLUSTER_INFO,
+    CONTROL_PLANE_PUBSUB,
+    OBSERVABILITY_PUBSUB,
+)
+"""The services ``gcs serve`` answers (the others are UNIMPLEMENTED)."""

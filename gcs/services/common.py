@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gcs.proto import gcs_service_pb2
-from gcs.rpc.errors import GcsError, RayStatusCode
+from gcs.rpc.errors import GcsError, RayStatusCode, ray_code_for
 
 
 def ok_status() -> gcs_service_pb2.GcsStatus:
@@ -12,4 +12,4 @@ def ok_status() -> gcs_service_pb2.GcsStatus:
 
 def error_status(err: GcsError) -> gcs_service_pb2.GcsStatus:
     """Ray's in-reply status for services that report errors in ``GcsStatus``."""
-    return gcs_service_pb2.GcsStatus(code=int(err.ray_code), message=err.message)
+    return gcs_service_pb2.GcsStatus(code=int(ray_code_for(err)), message=err.message)

@@ -1,0 +1,98 @@
+"""Domain errors raised by managers and policy code.  They carry no transport codes.
+
+    GcsError                      base
+    ├── InvalidArgument           a request field is bad (the message names it)
+    ├── NotFound                  unknown entity
+    ├── AlreadyExists
+    ├── FailedPrecondition        the state does not allow it, e.g. a dead node re-registering
+    ├── Unauthenticated           wrong cluster id / missing or wrong token
+    ├── Unavailable               store or raylet unreachable; nothing was acknowledged
+    └── RayStatusError            an error Ray reports by its ``StatusCode`` name
+
+How each maps to a gRPC status and to Ray's in-reply ``GcsStatus.code`` is decided in one
+place: :mod:`gcs.rpc.errors`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RayStatusCode(enum.IntEnum):
+    """Ray's ``StatusCode`` numbers, as they appear in ``GcsStatus.code``."""
+
+    OK = 0
+    OutOfMemory = 1
+    KeyError = 2
+    TypeError = 3
+    Invalid = 4
+    IOError = 5
+    UnknownError = 9
+    NotImplemented = 10
+    RedisError = 11
+    TimedOut = 12
+    Interrupted = 13
+    IntentionalSystemExit = 14
+    UnexpectedSystemExit = 15
+    CreationTaskError = 16
+    NotFound = 17
+    Disconnected = 18
+    SchedulingCancelled = 19
+    AlreadyExists = 20
+    ObjectExists = 21
+    ObjectNotFound = 22
+    ObjectAlreadySealed = 23
+    ObjectStoreFull = 24
+    TransientObjectStoreFull = 25
+    OutOfDisk = 28
+    ObjectUnknownOwner = 29
+    RpcError = 30
+    OutOfResource = 31
+    ObjectRefEndOfStream = 32
+    AuthError = 33
+    InvalidArgument = 34
+    ChannelError = 35
+    ChannelTimeoutError = 36
+    PermissionDenied = 37
+
+
+class GcsError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(GcsError):
+    pass
+
+
+class NotFound(GcsError):
+    pass
+
+
+class AlreadyExists(GcsError):
+    pass
+
+
+class FailedPrecondition(GcsError):
+    pass
+
+
+class Unauthenticated(GcsError):
+    pass
+
+
+class Unavailable(GcsError):
+    pass
+
+
+class RayStatusError(GcsError):
+    """An error Ray reports with its ``StatusCode`` *name* (e.g. "InvalidArgument").
+
+    Ray's AutoscalerStateService and pubsub do this; the message follows after a colon so
+    people see it while Ray clients still match the prefix.
+    """
+
+    def __init__(self, ray_code: RayStatusCode, message: str) -> None:
+        super().__init__(message)
+        self.ray_code = ray_code
