@@ -72,12 +72,17 @@ def grpc_details(err: GcsError) -> str:
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     """The status for ``exc``, or None when it is not ours (the caller answers INTERNAL)."""
-    from gcs.store.errors import StoreConflict, StoreError, StoreUnavailable
+    from gcs.store.errors import StoreConflict, StoreError, StoreOutcomeUnknown, StoreUnavailable
 
     if isinstance(exc, GcsError):
         return _row(exc)[0], grpc_details(exc)
     if isinstance(exc, StoreUnavailable):
         return grpc.StatusCode.UNAVAILABLE, f"store unavailable, nothing was written: {exc}"
+    if isinstance(exc, StoreOutcomeUnknown):
+        return (
+            grpc.StatusCode.UNAVAILABLE,
+            f"store unavailable; the write may have been applied, retry to learn: {exc}",
+        )
     if isinstance(exc, StoreConflict):
         return grpc.StatusCode.ABORTED, f"concurrent update, retry: {exc}"
     if isinstance(exc, StoreError):

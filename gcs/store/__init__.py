@@ -1,7 +1,13 @@
 """Storage: one async interface (:class:`Store`), backends chosen by URL."""
 
 from gcs.store.base import Condition, Store, WriteBatch
-from gcs.store.errors import StoreConflict, StoreCorrupt, StoreError, StoreUnavailable
+from gcs.store.errors import (
+    StoreConflict,
+    StoreCorrupt,
+    StoreError,
+    StoreOutcomeUnknown,
+    StoreUnavailable,
+)
 from gcs.store.factory import open_store, store_from_url
 
 __all__ = [
@@ -10,6 +16,7 @@ __all__ = [
     "StoreConflict",
     "StoreCorrupt",
     "StoreError",
+    "StoreOutcomeUnknown",
     "StoreUnavailable",
     "WriteBatch",
     "open_store",

@@ -12,6 +12,7 @@ go backwards (``INCR`` semantics).
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -38,11 +39,16 @@ class Condition:
 
 @dataclass(slots=True)
 class WriteBatch:
-    """Puts and deletes applied atomically, guarded by optional conditions."""
+    """Puts and deletes applied atomically, guarded by optional conditions.
+
+    ``write_id`` (16 random bytes) names the batch so an ambiguous failure can be resolved
+    with :meth:`Store.landed`.
+    """
 
     puts: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     deletes: list[tuple[str, bytes]] = field(default_factory=list)
     conditions: list[Condition] = field(default_factory=list)
+    write_id: bytes = field(default_factory=lambda: os.urandom(16))
 
     def put(self, table: str, key: bytes, value: bytes) -> WriteBatch:
         self.puts.append((table, key, value))
@@ -88,7 +94,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def write(self, batch: WriteBatch) -> None:
-        """Apply ``batch`` atomically.  Raises StoreConflict if a condition fails."""
+        """Apply ``batch`` atomically.
+
+        Raises StoreConflict if a condition fails, StoreUnavailable only when the batch
+        certainly did not land, and StoreOutcomeUnknown when it may have.
+        """
+
+    async def landed(self, write_id: bytes) -> bool:
+        """Whether the batch ``write_id`` was applied.  Raises StoreUnavailable while the
+        backend cannot tell yet.  Backends that can fail ambiguously must override this."""
+        raise NotImplementedError(f"{type(self).__name__} cannot resolve write ids")
 
     @abc.abstractmethod
     async def increment(self, counter: str, by: int = 1) -> int:

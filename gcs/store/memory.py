@@ -17,6 +17,7 @@ class MemoryStore(Store):
         self._counters: dict[str, int] = {}
         self.fail_writes = False
         self.writes = 0
+        self._landed: set[bytes] = set()
 
     async def open(self) -> None:
         return None
@@ -51,6 +52,10 @@ class MemoryStore(Store):
         for table, key in batch.deletes:
             self._table(table).pop(key, None)
         self.writes += 1
+        self._landed.add(batch.write_id)
+
+    async def landed(self, write_id: bytes) -> bool:
+        return write_id in self._landed
 
     async def increment(self, counter: str, by: int = 1) -> int:
         if self.fail_writes:

@@ -17,7 +17,7 @@ import enum
 from collections.abc import Iterable
 
 from gcs.store.base import Store, WriteBatch
-from gcs.store.errors import StoreUnavailable
+from gcs.store.errors import StoreOutcomeUnknown, StoreUnavailable
 
 __all__ = ["FaultyStore", "WriteFault", "YieldingStore"]
 
@@ -47,6 +47,9 @@ class _Delegating(Store):
 
     async def write(self, batch: WriteBatch) -> None:
         await self.inner.write(batch)
+
+    async def landed(self, write_id: bytes) -> bool:
+        return await self.inner.landed(write_id)
 
     async def increment(self, counter: str, by: int = 1) -> int:
         return await self.inner.increment(counter, by)
@@ -100,7 +103,7 @@ class WriteFault(enum.Enum):
     BEFORE = "before"
     """Raise StoreUnavailable without writing: nothing landed."""
     AFTER = "after"
-    """Write, then raise StoreUnavailable: the write landed, the caller is told otherwise."""
+    """Write, then raise StoreOutcomeUnknown: the write landed, the caller cannot know."""
     STALL = "stall"
     """Block the write until :meth:`FaultyStore.release` (then it is applied)."""
 
@@ -135,4 +138,4 @@ class FaultyStore(_Delegating):
             await self._release.wait()
         await self.inner.write(batch)
         if fault is WriteFault.AFTER:
-            raise StoreUnavailable("faulty store: injected failure after the write landed")
+            raise StoreOutcomeUnknown(batch.write_id, "faulty store: failed after the write")
