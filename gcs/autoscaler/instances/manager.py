@@ -117,6 +117,13 @@ class InstanceManager:
         async with self._lane:
             await self._reload()
 
+    async def ensure_loaded(self) -> None:
+        """Load (or re-load after a storage failure) unless memory is current."""
+        if not self._loaded:
+            async with self._lane:
+                if not self._loaded:
+                    await self._reload()
+
     async def _reload(self) -> None:
         version, instances = await self._storage.load()
         self._version, self._instances, self._loaded = version, instances, True

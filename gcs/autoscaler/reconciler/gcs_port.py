@@ -1,0 +1,103 @@
+"""What the reconciler needs from a GCS, as a small port, and its gRPC adapter.
+
+The same AutoscalerStateService serves the embedded autoscaler and a standalone one (ours or
+Ray 2.60's GCS), so the adapter speaks only Ray's wire protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from gcs.errors import Unavailable
+from gcs.proto import autoscaler_pb2, gcs_service_pb2
+from gcs.rpc import ServiceStub
+from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
+
+
+@dataclass(frozen=True, slots=True)
+class DrainResult:
+    accepted: bool
+    rejection_reason: str = ""
+
+
+class AutoscalerGcs(Protocol):
+    async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState: ...
+
+    async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> None: ...
+
+    async def drain_idle(self, node_id_hex: str, message: str) -> DrainResult:
+        """DrainNode(IDLE_TERMINATION, deadline 0): a busy raylet rejects it."""
+        ...
+
+    async def stop_node(self, node_id_hex: str) -> bool:
+        """Ray's ``drain_nodes``: stop the node now (legacy NodeInfo DrainNode)."""
+        ...
+
+
+class GrpcAutoscalerGcs:
+    """:class:`AutoscalerGcs` over one channel; learns the cluster id on first use."""
+
+    def __init__(self, channel: grpc.aio.Channel, *, timeout_s: float = 10.0) -> None:
+        self._channel = channel
+        self._timeout_s = timeout_s
+        self._node_info = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
+        self._autoscaler: ServiceStub | None = None
+
+    async def _stub(self) -> ServiceStub:
+        if self._autoscaler is None:
+            try:
+                cid = await self._node_info.GetClusterId(gcs_service_pb2.GetClusterIdRequest())
+            except grpc.aio.AioRpcError as err:
+                raise Unavailable(f"GCS unreachable: {err.details()}") from None
+            md = [("ray_cluster_id", cid.cluster_id.hex())]
+            self._node_info.set_metadata(md)
+            self._autoscaler = ServiceStub(
+                self._channel, AUTOSCALER_STATE, metadata=md, timeout_s=self._timeout_s
+            )
+        return self._autoscaler
+
+    async def _call(self, name: str, request: object) -> object:
+        stub = await self._stub()
+        try:
+            return await getattr(stub, name)(request)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNAUTHENTICATED:
+                self._autoscaler = None  # GCS restarted with a new cluster id: re-learn it
+            raise Unavailable(f"{name} failed: {err.code().name} {err.details()}") from None
+
+    async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:
+        reply = await self._call(
+            "GetClusterResourceState", autoscaler_pb2.GetClusterResourceStateRequest()
+        )
+        return reply.cluster_resource_state  # type: ignore[attr-defined,no-any-return]
+
+    async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> None:
+        await self._call(
+            "ReportAutoscalingState",
+            autoscaler_pb2.ReportAutoscalingStateRequest(autoscaling_state=state),
+        )
+
+    async def drain_idle(self, node_id_hex: str, message: str) -> DrainResult:
+        reply = await self._call(
+            "DrainNode",
+            autoscaler_pb2.DrainNodeRequest(
+                node_id=bytes.fromhex(node_id_hex),
+                reason=autoscaler_pb2.DRAIN_NODE_REASON_IDLE_TERMINATION,
+                reason_message=message,
+                deadline_timestamp_ms=0,
+            ),
+        )
+        return DrainResult(reply.is_accepted, reply.rejection_reason_message)  # type: ignore[attr-defined]
+
+    async def stop_node(self, node_id_hex: str) -> bool:
+        await self._stub()
+        request = gcs_service_pb2.DrainNodeRequest()
+        request.drain_node_data.add(node_id=bytes.fromhex(node_id_hex))
+        try:
+            reply = await self._node_info.DrainNode(request)
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"DrainNode failed: {err.code().name} {err.details()}") from None
+        return len(reply.drain_node_status) > 0

@@ -1,0 +1,86 @@
+"""Scheduler input for one round: the instance manager's instances joined with the Ray
+nodes the GCS reports, plus the demand of the same ClusterResourceState."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gcs.autoscaler.config import ClusterConfig
+from gcs.autoscaler.instances.model import Instance
+from gcs.autoscaler.instances.transitions import is_ray_running_reachable
+from gcs.autoscaler.planner import state_to_input
+from gcs.autoscaler.reconciler.observed import RayNode, RayNodeStatus
+from gcs.autoscaler.scheduler.types import (
+    InstanceStatus,
+    NodeInstance,
+    NodeKind,
+    SchedulingInput,
+)
+from gcs.proto import autoscaler_pb2
+
+_LIVE = (RayNodeStatus.RUNNING, RayNodeStatus.IDLE)
+
+
+def scheduling_input(
+    state: autoscaler_pb2.ClusterResourceState,
+    instances: Mapping[str, Instance],
+    ray_nodes: Sequence[RayNode],
+    cluster: ClusterConfig,
+    now_s: float,
+) -> SchedulingInput:
+    demand_only = autoscaler_pb2.ClusterResourceState(
+        pending_resource_requests=state.pending_resource_requests,
+        pending_gang_resource_requests=state.pending_gang_resource_requests,
+        cluster_resource_constraints=state.cluster_resource_constraints,
+    )
+    base = state_to_input(demand_only, cluster, now_s)
+    nodes = {n.node_id: n for n in ray_nodes}
+    out: list[NodeInstance] = []
+    claimed: set[str] = set()
+    for inst in instances.values():
+        if not is_ray_running_reachable(inst.status):
+            continue
+        node = nodes.get(inst.node_id) if inst.node_id else None
+        if node is not None and node.status in _LIVE:
+            claimed.add(node.node_id)
+            out.append(_from_node(node, inst.instance_id, inst.status, inst))
+        else:
+            out.append(
+                NodeInstance(
+                    instance_id=inst.instance_id,
+                    node_type=inst.instance_type,
+                    status=inst.status,
+                    kind=inst.node_kind,
+                    ray_node_id=inst.node_id,
+                    cloud_instance_id=inst.cloud_instance_id,
+                )
+            )
+    for node in ray_nodes:  # nodes no instance tracks (unmanaged): capacity, never terminated
+        if node.node_id not in claimed and node.status in _LIVE:
+            out.append(_from_node(node, f"ray:{node.node_id}", InstanceStatus.RAY_RUNNING, None))
+    return SchedulingInput(
+        config=base.config,
+        instances=tuple(out),
+        demands=base.demands,
+        gangs=base.gangs,
+        constraints=base.constraints,
+        now_s=now_s,
+    )
+
+
+def _from_node(
+    node: RayNode, instance_id: str, status: InstanceStatus, inst: Instance | None
+) -> NodeInstance:
+    kind = NodeKind.HEAD if node.is_head else (inst.node_kind if inst else NodeKind.WORKER)
+    return NodeInstance(
+        instance_id=instance_id,
+        node_type=node.node_type or (inst.instance_type if inst else ""),
+        status=status,
+        kind=kind,
+        ray_node_id=node.node_id,
+        total=node.total,
+        available=node.available,
+        labels=node.labels,
+        idle_duration_ms=node.idle_duration_ms,
+        cloud_instance_id=node.instance_id,
+    )

@@ -1,0 +1,74 @@
+"""What a reconcile round observes: Ray nodes (from the GCS) and its settings."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gcs.proto import autoscaler_pb2
+
+HEAD_RESOURCE = "node:__internal_head__"
+
+
+class RayNodeStatus(enum.Enum):
+    UNSPECIFIED = 0
+    RUNNING = 1
+    DEAD = 2
+    IDLE = 3
+    DRAINING = 4
+
+
+@dataclass(frozen=True, slots=True)
+class RayNode:
+    node_id: str
+    """Hex Ray node id."""
+    status: RayNodeStatus
+    instance_id: str = ""
+    """The cloud instance id the raylet reports (its ``instance_id``); "" if unmanaged."""
+    node_type: str = ""
+    is_head: bool = False
+    total: Mapping[str, float] = field(default_factory=dict)
+    available: Mapping[str, float] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    idle_duration_ms: int = 0
+    ip_address: str = ""
+
+
+def ray_nodes_from_state(state: autoscaler_pb2.ClusterResourceState) -> list[RayNode]:
+    out = []
+    for ns in state.node_states:
+        out.append(
+            RayNode(
+                node_id=ns.node_id.hex(),
+                status=RayNodeStatus(ns.status)
+                if ns.status in (0, 1, 2, 3, 4)
+                else RayNodeStatus.UNSPECIFIED,
+                instance_id=ns.instance_id,
+                node_type=ns.ray_node_type_name,
+                is_head=HEAD_RESOURCE in ns.total_resources,
+                total=dict(ns.total_resources),
+                available=dict(ns.available_resources),
+                labels={**ns.labels, **ns.dynamic_labels},
+                idle_duration_ms=ns.idle_duration_ms,
+                ip_address=ns.node_ip_address,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileConfig:
+    """Ray 2.60's ``InstanceReconcileConfig`` defaults and the launch-rate knobs (§1.13, §2.5)."""
+
+    request_status_timeout_s: float = 600
+    max_num_retry_request_to_allocate: int = 3
+    allocate_status_timeout_s: float = 3600
+    ray_install_status_timeout_s: float = 1800
+    terminating_status_timeout_s: float = 300
+    ray_stop_requested_status_timeout_s: float = 300
+    transient_status_warn_interval_s: float = 90
+    upscaling_speed: float = 0.0
+    max_concurrent_launches: int = 10
+    install_ray: bool = False
+    """Node updaters: ALLOCATED -> RAY_INSTALLING (off: providers start Ray themselves)."""

@@ -1,0 +1,216 @@
+"""One reconcile round: observe, then act (Ray 2.60 §2.4), and report.
+
+``Reconciler.reconcile_once`` reads the GCS and the provider, runs the sync steps (mirror
+what they report), then the step phase (timeouts, the scheduler's decisions, terminations,
+launches), each step applied as its own instance-manager batch against the version it
+read.  Any failure aborts this round only (:class:`RoundAborted`); the loop
+(:meth:`Reconciler.run`) logs it, counts it and tries again next interval.
+
+The scheduler runs in a worker thread so a large snapshot never holds the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import structlog
+
+from gcs.autoscaler.config import ClusterConfig
+from gcs.autoscaler.instances.manager import InstanceManager
+from gcs.autoscaler.instances.model import InstanceUpdate
+from gcs.autoscaler.providers.base import CloudProvider, LaunchNodeError, TerminateNodeError
+from gcs.autoscaler.reconciler import steps
+from gcs.autoscaler.reconciler.events import EventLog
+from gcs.autoscaler.reconciler.gcs_port import AutoscalerGcs
+from gcs.autoscaler.reconciler.inputs import scheduling_input
+from gcs.autoscaler.reconciler.observed import RayNode, ReconcileConfig, ray_nodes_from_state
+from gcs.autoscaler.reconciler.report import autoscaling_state
+from gcs.autoscaler.reconciler.subscribers import CloudInstanceUpdater, RayStopper
+from gcs.autoscaler.scheduler import schedule
+from gcs.autoscaler.scheduler.types import (
+    InstanceStatus,
+    NodeKind,
+    SchedulingInput,
+    SchedulingReply,
+)
+from gcs.clock import Clock
+from gcs.proto import autoscaler_pb2
+
+log = structlog.get_logger("gcs.autoscaler")
+
+Scheduler = Callable[[SchedulingInput], SchedulingReply]
+
+
+class RoundAborted(Exception):
+    """A step could not be applied; nothing after it ran this round."""
+
+
+@dataclass(slots=True)
+class RoundResult:
+    state: autoscaler_pb2.AutoscalingState
+    reply: SchedulingReply | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        instances: InstanceManager,
+        provider: CloudProvider,
+        gcs: AutoscalerGcs,
+        cluster: ClusterConfig,
+        clock: Clock,
+        events: EventLog,
+        updater: CloudInstanceUpdater,
+        stopper: RayStopper,
+        config: ReconcileConfig | None = None,
+        scheduler: Scheduler = schedule,
+        new_instance_id: Callable[[], str] = _new_id,
+        new_request_id: Callable[[], str] = _new_id,
+        provider_timeout_s: float = 30.0,
+        schedule_in_thread: bool = True,
+    ) -> None:
+        self._im = instances
+        self._provider = provider
+        self._gcs = gcs
+        self.cluster = cluster
+        self._clock = clock
+        self.events = events
+        self._updater = updater
+        self._stopper = stopper
+        self.config = config or ReconcileConfig(upscaling_speed=cluster.upscaling_speed)
+        self._scheduler = scheduler
+        self._new_instance_id = new_instance_id
+        self._new_request_id = new_request_id
+        self._provider_timeout_s = provider_timeout_s
+        self._in_thread = schedule_in_thread
+        self._carry_last_work: dict[str, float] = {}
+        self._carry_pending: dict[str, tuple[float, ...]] = {}
+        self.rounds = 0
+        self.failed_rounds = 0
+        self.last_error = ""
+
+    # -- the loop -------------------------------------------------------------------------
+    async def run(self, interval_s: float) -> None:
+        """Reconcile every ``interval_s`` until cancelled; a failed round costs one round."""
+        while True:
+            await self.reconcile_safely()
+            await asyncio.sleep(interval_s)
+
+    async def reconcile_safely(self) -> RoundResult | None:
+        try:
+            return await self.reconcile_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self.failed_rounds += 1
+            self.last_error = f"{type(err).__name__}: {err}"
+            log.warning("autoscaler.round_failed", error=self.last_error)
+            return None
+
+    # -- one round ------------------------------------------------------------------------
+    async def reconcile_once(self) -> RoundResult:
+        self.rounds += 1
+        await self._im.ensure_loaded()
+        state = await self._gcs.get_cluster_resource_state()
+        ray_nodes = ray_nodes_from_state(state)
+        try:
+            cloud = dict(
+                await asyncio.wait_for(
+                    self._provider.get_non_terminated(), self._provider_timeout_s
+                )
+            )
+        except TimeoutError:
+            raise RoundAborted(
+                f"provider did not list instances within {self._provider_timeout_s:g} s"
+            ) from None
+        errors = [*self._provider.poll_errors(), *self._updater.poll_errors()]
+        launch_errors = [e for e in errors if isinstance(e, LaunchNodeError)]
+        term_errors = [e for e in errors if isinstance(e, TerminateNodeError)]
+        stop_errors = self._stopper.poll_errors()
+        read_only = bool(getattr(self._provider, "read_only", False))
+
+        # sync: mirror what the cloud and Ray report
+        await self._step("allocate", steps.allocate(self._im.instances, cloud, launch_errors))
+        await self._step("cloud-terminated", steps.cloud_terminated(self._im.instances, cloud))
+        await self._step(
+            "termination-errors", steps.termination_errors(self._im.instances, term_errors)
+        )
+        await self._step(
+            "adopt",
+            steps.adopt_extra(self._im.instances, ray_nodes, cloud, self._new_instance_id),
+        )
+        await self._step(
+            "ray-status", steps.ray_status(self._im.instances, ray_nodes, read_only=read_only)
+        )
+        await self._step("stop-failed", steps.stop_failed(self._im.instances, stop_errors))
+
+        # step: act
+        await self._step(
+            "missing-ray-nodes",
+            steps.missing_ray_nodes(self._im.instances, {n.node_id for n in ray_nodes}),
+        )
+        now_ns = int(self._clock.now_s() * 1e9)
+        stuck, warnings = steps.stuck(self._im.instances, self.config, now_ns)
+        for line in warnings:
+            log.warning("autoscaler.instance_stuck", detail=line)
+        await self._step("stuck", stuck)
+        reply = await self._schedule(state, ray_nodes)
+        if not read_only and self._head_running():
+            await self._step("scale", steps.scale(self._im.instances, reply, self._new_instance_id))
+        await self._step("terminate", steps.terminate_finished(self._im.instances))
+        if not read_only:
+            await self._step(
+                "launch", steps.launches(self._im.instances, self.config, self._new_request_id)
+            )
+        if self.config.install_ray:
+            await self._step("install", steps.install_ray(self._im.instances, cloud))
+
+        report = autoscaling_state(
+            self._im.instances, reply, im_version=self._im.version, cluster_state=state
+        )
+        await self._gcs.report_autoscaling_state(report)
+        return RoundResult(report, reply, warnings)
+
+    def _head_running(self) -> bool:
+        return any(
+            i.node_kind is NodeKind.HEAD and i.status is InstanceStatus.RAY_RUNNING
+            for i in self._im.instances.values()
+        )
+
+    async def _schedule(
+        self, state: autoscaler_pb2.ClusterResourceState, ray_nodes: Sequence[RayNode]
+    ) -> SchedulingReply:
+        inp = scheduling_input(
+            state, self._im.instances, ray_nodes, self.cluster, self._clock.now_s()
+        )
+        inp = replace(inp, last_work_s=self._carry_last_work, pending_since_s=self._carry_pending)
+        if self._in_thread:
+            reply = await asyncio.to_thread(self._scheduler, inp)
+        else:
+            reply = self._scheduler(inp)
+        self._carry_last_work = dict(reply.last_work_s)
+        self._carry_pending = dict(reply.pending_since_s)
+        for decision in reply.reasons:
+            log.debug(
+                "autoscaler.decision",
+                action=decision.action,
+                subject=decision.subject,
+                reason=decision.reason,
+            )
+        return reply
+
+    async def _step(self, name: str, updates: Sequence[InstanceUpdate]) -> None:
+        if not updates:
+            return
+        result = await self._im.update(list(updates), expected_version=self._im.version)
+        if not result.ok:
+            raise RoundAborted(f"step {name}: {result.status.value} {result.message}")

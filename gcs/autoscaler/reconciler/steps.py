@@ -1,0 +1,486 @@
+"""The reconcile steps of Ray 2.60 (§2.4) as pure functions: instances + observations in,
+instance updates out.  The reconciler applies each step's updates as one batch before the
+next step reads the instances again.  Ids and time are passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from gcs.autoscaler.instances.model import Instance, InstanceUpdate, TerminationCause
+from gcs.autoscaler.instances.transitions import (
+    CLOUD_ALLOCATED_STATUSES,
+    TERMINAL_STATUSES,
+    VALID_TRANSITIONS,
+    reachable_from,
+)
+from gcs.autoscaler.providers.base import CloudInstance, LaunchNodeError, TerminateNodeError
+from gcs.autoscaler.reconciler.observed import RayNode, RayNodeStatus, ReconcileConfig
+from gcs.autoscaler.scheduler.types import InstanceStatus as S
+from gcs.autoscaler.scheduler.types import NodeKind, SchedulingReply
+
+NewId = Callable[[], str]
+
+_DEAD_ROWS = frozenset({S.TERMINATED, S.ALLOCATION_FAILED})
+
+
+def _entered(inst: Instance, status: S | None = None) -> int:
+    return inst.entered_at_ns(status) or 0
+
+
+def _live(instances: Iterable[Instance]) -> list[Instance]:
+    return [i for i in instances if i.status not in _DEAD_ROWS]
+
+
+# -- sync phase (passive: mirror what the cloud and Ray report) ---------------------------
+def allocate(
+    instances: Mapping[str, Instance],
+    cloud: Mapping[str, CloudInstance],
+    launch_errors: Sequence[LaunchNodeError],
+) -> list[InstanceUpdate]:
+    """Step 1: REQUESTED -> ALLOCATED on an unassigned cloud instance of its type, or
+    ALLOCATION_FAILED up to the count of launch errors for (request id, type)."""
+    owned = {i.cloud_instance_id for i in _live(instances.values()) if i.cloud_instance_id}
+    free: dict[str, list[CloudInstance]] = defaultdict(list)
+    for cid, ci in cloud.items():
+        if cid not in owned:
+            free[ci.node_type].append(ci)
+    failures: dict[tuple[str, str], int] = defaultdict(int)
+    details: dict[tuple[str, str], str] = {}
+    for err in launch_errors:
+        failures[(err.request_id, err.node_type)] += err.count
+        details[(err.request_id, err.node_type)] = err.details
+    requested = sorted(
+        (i for i in instances.values() if i.status is S.REQUESTED),
+        key=lambda i: (_entered(i, S.REQUESTED), i.instance_id),
+    )
+    out = []
+    for inst in requested:
+        pool = free.get(inst.instance_type)
+        if pool:
+            ci = pool.pop()
+            out.append(
+                InstanceUpdate(
+                    inst.instance_id,
+                    S.ALLOCATED,
+                    details=f"allocated cloud instance {ci.cloud_instance_id}",
+                    cloud_instance_id=ci.cloud_instance_id,
+                    node_kind=ci.node_kind,
+                    instance_type=ci.node_type,
+                )
+            )
+            continue
+        key = (inst.launch_request_id, inst.instance_type)
+        if failures.get(key, 0) > 0:
+            failures[key] -= 1
+            out.append(
+                InstanceUpdate(
+                    inst.instance_id,
+                    S.ALLOCATION_FAILED,
+                    details=details[key] or "the provider failed to launch it",
+                )
+            )
+    return out
+
+
+def cloud_terminated(
+    instances: Mapping[str, Instance], cloud: Mapping[str, CloudInstance]
+) -> list[InstanceUpdate]:
+    """Step 2: an instance whose cloud instance is gone is TERMINATED."""
+    return [
+        InstanceUpdate(
+            i.instance_id,
+            S.TERMINATED,
+            details=f"cloud instance {i.cloud_instance_id} is terminated",
+            cloud_instance_id=i.cloud_instance_id,
+        )
+        for i in instances.values()
+        if i.cloud_instance_id
+        and i.status not in TERMINAL_STATUSES
+        and i.status in CLOUD_ALLOCATED_STATUSES
+        and i.cloud_instance_id not in cloud
+    ]
+
+
+def termination_errors(
+    instances: Mapping[str, Instance], errors: Sequence[TerminateNodeError]
+) -> list[InstanceUpdate]:
+    """Step 3: TERMINATING with a terminate error -> TERMINATION_FAILED (retried later)."""
+    terminating = {i.cloud_instance_id: i for i in instances.values() if i.status is S.TERMINATING}
+    out: dict[str, InstanceUpdate] = {}
+    for err in errors:
+        inst = terminating.get(err.cloud_instance_id)
+        if inst is not None:
+            out[inst.instance_id] = InstanceUpdate(
+                inst.instance_id, S.TERMINATION_FAILED, details=err.details or "terminate failed"
+            )
+    return list(out.values())
+
+
+def adopt_extra(
+    instances: Mapping[str, Instance],
+    ray_nodes: Sequence[RayNode],
+    cloud: Mapping[str, CloudInstance],
+    new_id: NewId,
+) -> list[InstanceUpdate]:
+    """Step 4: Ray nodes and cloud instances nobody tracks become ALLOCATED instances
+    (so a restarted autoscaler adopts what it launched before, instead of leaking it)."""
+    rows = list(instances.values())
+    known_nodes = {i.node_id for i in rows if i.node_id}
+    out: list[InstanceUpdate] = []
+    # (a) Ray nodes on a cloud instance, unknown by node id.
+    for node in ray_nodes:
+        if not node.instance_id or node.node_id in known_nodes:
+            continue
+        waiting = any(
+            i.cloud_instance_id == node.instance_id and not i.node_id and i.status not in _DEAD_ROWS
+            for i in rows
+        )
+        if waiting:
+            continue  # an instance waits for this node's raylet: step 5 matches it
+        iid = new_id()
+        upd = InstanceUpdate(
+            iid,
+            S.ALLOCATED,
+            upsert=True,
+            details=f"adopted Ray node {node.node_id}",
+            cloud_instance_id=node.instance_id,
+            node_kind=NodeKind.HEAD if node.is_head else NodeKind.WORKER,
+            instance_type=node.node_type or _cloud_type(cloud, node.instance_id),
+            ray_node_id=node.node_id,
+        )
+        out.append(upd)
+        known_nodes.add(node.node_id)
+        rows.append(
+            Instance(
+                iid,
+                S.ALLOCATED,
+                upd.instance_type,
+                cloud_instance_id=node.instance_id,
+                node_id=node.node_id,
+            )
+        )
+    # (b) cloud instances no live instance owns.
+    owned = {i.cloud_instance_id for i in _live(rows) if i.cloud_instance_id}
+    for cid, ci in cloud.items():
+        if cid in owned:
+            continue
+        out.append(
+            InstanceUpdate(
+                new_id(),
+                S.ALLOCATED,
+                upsert=True,
+                details=f"adopted cloud instance {cid}",
+                cloud_instance_id=cid,
+                node_kind=ci.node_kind,
+                instance_type=ci.node_type,
+            )
+        )
+        owned.add(cid)
+    return [u for u in out if u.instance_type]
+
+
+def _cloud_type(cloud: Mapping[str, CloudInstance], cid: str) -> str:
+    ci = cloud.get(cid)
+    return ci.node_type if ci else ""
+
+
+class UnknownRayNodeStatus(ValueError):
+    """A Ray node reported UNSPECIFIED: the round is aborted (Ray raises too)."""
+
+
+_FROM_RAY = {
+    RayNodeStatus.RUNNING: S.RAY_RUNNING,
+    RayNodeStatus.IDLE: S.RAY_RUNNING,
+    RayNodeStatus.DEAD: S.RAY_STOPPED,
+    RayNodeStatus.DRAINING: S.RAY_STOPPING,
+}
+
+
+def ray_status(
+    instances: Mapping[str, Instance], ray_nodes: Sequence[RayNode], *, read_only: bool = False
+) -> list[InstanceUpdate]:
+    """Step 5: mirror each Ray node's status onto its instance (never backwards)."""
+    by_node: dict[str, Instance] = {}
+    by_cloud: dict[str, Instance] = {}
+    for inst in sorted(instances.values(), key=lambda i: i.status not in TERMINAL_STATUSES):
+        # live rows sort last, so they win a shared node or cloud id
+        if inst.node_id:
+            by_node[inst.node_id] = inst
+        if inst.cloud_instance_id:
+            by_cloud[inst.cloud_instance_id] = inst
+    out: dict[str, InstanceUpdate] = {}
+    for node in ray_nodes:
+        target = _FROM_RAY.get(node.status)
+        if target is None:
+            raise UnknownRayNodeStatus(f"Ray node {node.node_id} has status UNSPECIFIED")
+        inst = by_node.get(node.node_id)
+        if inst is None:
+            cloud_id = node.node_id if read_only else node.instance_id
+            inst = by_cloud.get(cloud_id) if cloud_id else None
+        if inst is None:
+            continue
+        if inst.status == target or inst.status in reachable_from(target):
+            continue
+        out[inst.instance_id] = InstanceUpdate(
+            inst.instance_id,
+            target,
+            details=f"Ray node {node.node_id} is {node.status.name}",
+            ray_node_id=node.node_id,
+        )
+    return list(out.values())
+
+
+def install_failed(
+    instances: Mapping[str, Instance], install_errors: Mapping[str, str]
+) -> list[InstanceUpdate]:
+    """Step 6: RAY_INSTALLING with an installer error -> RAY_INSTALL_FAILED."""
+    return [
+        InstanceUpdate(iid, S.RAY_INSTALL_FAILED, details=why)
+        for iid, why in install_errors.items()
+        if (i := instances.get(iid)) is not None and i.status is S.RAY_INSTALLING
+    ]
+
+
+def stop_failed(
+    instances: Mapping[str, Instance], stop_errors: Mapping[str, str]
+) -> list[InstanceUpdate]:
+    """Step 7: a drain the raylet rejected: RAY_STOP_REQUESTED -> back to RAY_RUNNING."""
+    return [
+        InstanceUpdate(iid, S.RAY_RUNNING, details=why, ray_node_id=i.node_id)
+        for iid, why in stop_errors.items()
+        if (i := instances.get(iid)) is not None and i.status is S.RAY_STOP_REQUESTED and i.node_id
+    ]
+
+
+# -- step phase (active) ----------------------------------------------------------------
+def missing_ray_nodes(
+    instances: Mapping[str, Instance], gcs_node_ids: set[str]
+) -> list[InstanceUpdate]:
+    """Step 8: a non-head instance whose Ray node the GCS no longer lists: RAY_STOPPED."""
+    return [
+        InstanceUpdate(
+            i.instance_id,
+            S.RAY_STOPPED,
+            details=f"Ray node {i.node_id} is missing from the GCS",
+            ray_node_id=i.node_id,
+        )
+        for i in instances.values()
+        if i.status in (S.RAY_RUNNING, S.RAY_STOP_REQUESTED, S.RAY_STOPPING)
+        and i.node_kind is not NodeKind.HEAD
+        and i.node_id
+        and i.node_id not in gcs_node_ids
+    ]
+
+
+_WARN_ONLY = frozenset(
+    {S.RAY_STOPPING, S.RAY_INSTALL_FAILED, S.RAY_STOPPED, S.TERMINATION_FAILED, S.QUEUED}
+)
+
+
+def stuck(
+    instances: Mapping[str, Instance], cfg: ReconcileConfig, now_ns: int
+) -> tuple[list[InstanceUpdate], list[str]]:
+    """Step 9: timeouts of §2.5.  Returns (updates, warnings)."""
+    out: list[InstanceUpdate] = []
+    warnings: list[str] = []
+
+    def waited(inst: Instance) -> float:
+        return (now_ns - _entered(inst)) / 1e9
+
+    for inst in instances.values():
+        s, age = inst.status, waited(inst)
+        iid = inst.instance_id
+        if s is S.REQUESTED and age > cfg.request_status_timeout_s:
+            if inst.times_entered(S.REQUESTED) > cfg.max_num_retry_request_to_allocate:
+                out.append(
+                    InstanceUpdate(
+                        iid,
+                        S.ALLOCATION_FAILED,
+                        details=f"no cloud instance after {inst.times_entered(S.REQUESTED)} "
+                        f"requests of {cfg.request_status_timeout_s:g} s",
+                    )
+                )
+            else:
+                out.append(
+                    InstanceUpdate(
+                        iid,
+                        S.QUEUED,
+                        details=f"launch not allocated within {cfg.request_status_timeout_s:g} s;"
+                        " retrying",
+                    )
+                )
+        elif s is S.ALLOCATED and age > cfg.allocate_status_timeout_s:
+            out.append(
+                InstanceUpdate(
+                    iid,
+                    S.ALLOCATION_TIMEOUT,
+                    details=f"no Ray node within {cfg.allocate_status_timeout_s:g} s",
+                )
+            )
+        elif s is S.RAY_INSTALLING and age > cfg.ray_install_status_timeout_s:
+            out.append(
+                InstanceUpdate(
+                    iid,
+                    S.RAY_INSTALL_FAILED,
+                    details=f"Ray not installed within {cfg.ray_install_status_timeout_s:g} s",
+                )
+            )
+        elif s is S.TERMINATING and age > cfg.terminating_status_timeout_s:
+            out.append(
+                InstanceUpdate(
+                    iid,
+                    S.TERMINATION_FAILED,
+                    details=f"not terminated within {cfg.terminating_status_timeout_s:g} s",
+                )
+            )
+        elif s is S.RAY_STOP_REQUESTED and age > cfg.ray_stop_requested_status_timeout_s:
+            out.append(
+                InstanceUpdate(
+                    iid,
+                    S.RAY_RUNNING,
+                    details=f"drain not done within {cfg.ray_stop_requested_status_timeout_s:g} s",
+                    ray_node_id=inst.node_id,
+                )
+            )
+        elif s in _WARN_ONLY and age > cfg.transient_status_warn_interval_s:
+            warnings.append(f"instance {iid} has been {s.name} for {age:.0f} s")
+    return out, warnings
+
+
+def scale(
+    instances: Mapping[str, Instance], reply: SchedulingReply, new_id: NewId
+) -> list[InstanceUpdate]:
+    """Step 10: the scheduler's terminations and launches as instance updates."""
+    out: list[InstanceUpdate] = []
+    for term in reply.terminations:
+        inst = instances.get(term.instance_id)
+        if inst is None or inst.status in TERMINAL_STATUSES:
+            continue
+        cause = TerminationCause(term.cause.value, term.idle_duration_ms, term.reason)
+        if inst.status is S.QUEUED:
+            out.append(
+                InstanceUpdate(
+                    inst.instance_id, S.TERMINATED, details=f"allocation canceled: {term.reason}"
+                )
+            )
+        elif inst.status in (S.ALLOCATED, S.RAY_INSTALLING):
+            out.append(
+                InstanceUpdate(
+                    inst.instance_id,
+                    S.TERMINATING,
+                    details=term.reason,
+                    cloud_instance_id=inst.cloud_instance_id,
+                )
+            )
+        elif S.RAY_STOP_REQUESTED in VALID_TRANSITIONS[inst.status]:
+            out.append(
+                InstanceUpdate(
+                    inst.instance_id,
+                    S.RAY_STOP_REQUESTED,
+                    details=term.reason,
+                    termination=cause,
+                )
+            )
+    for node_type, count in reply.launches.items():
+        for _ in range(count):
+            out.append(
+                InstanceUpdate(
+                    new_id(),
+                    S.QUEUED,
+                    upsert=True,
+                    instance_type=node_type,
+                    details="queued by the scheduler",
+                )
+            )
+    return out
+
+
+_TO_TERMINATE = frozenset(
+    {S.RAY_STOPPED, S.ALLOCATION_TIMEOUT, S.RAY_INSTALL_FAILED, S.TERMINATION_FAILED}
+)
+
+
+def terminate_finished(instances: Mapping[str, Instance]) -> list[InstanceUpdate]:
+    """Step 11: stopped or failed instances -> TERMINATING; a stale RAY_STOPPED row whose
+    cloud instance another active row now owns (raylet restarted) -> TERMINATED directly."""
+    active_clouds = {
+        i.cloud_instance_id
+        for i in instances.values()
+        if i.cloud_instance_id and i.status not in _TO_TERMINATE and i.status not in _DEAD_ROWS
+    }
+    out = []
+    for inst in instances.values():
+        if inst.status not in _TO_TERMINATE:
+            continue
+        if inst.status is S.RAY_STOPPED and inst.cloud_instance_id in active_clouds:
+            out.append(
+                InstanceUpdate(
+                    inst.instance_id,
+                    S.TERMINATED,
+                    details="stale row: its cloud instance runs a newer Ray node",
+                )
+            )
+        elif inst.cloud_instance_id:
+            out.append(
+                InstanceUpdate(
+                    inst.instance_id,
+                    S.TERMINATING,
+                    details=f"terminating after {inst.status.name}",
+                    cloud_instance_id=inst.cloud_instance_id,
+                )
+            )
+    return out
+
+
+def launches(
+    instances: Mapping[str, Instance], cfg: ReconcileConfig, new_request_id: NewId
+) -> list[InstanceUpdate]:
+    """Step 12: QUEUED -> REQUESTED at Ray's rate (§1.13)."""
+    queued: dict[str, list[Instance]] = defaultdict(list)
+    running: dict[str, int] = defaultdict(int)
+    total_requested = 0
+    for inst in instances.values():
+        if inst.status is S.QUEUED:
+            queued[inst.instance_type].append(inst)
+        elif inst.status is S.REQUESTED:
+            total_requested += 1
+        elif inst.status is S.RAY_RUNNING:
+            running[inst.instance_type] += 1
+    if not queued:
+        return []
+    request_id = new_request_id()
+    out = []
+    for node_type, rows in queued.items():
+        desired = max(1, math.ceil(cfg.upscaling_speed * max(running[node_type], 1)))
+        n = min(cfg.max_concurrent_launches - total_requested, desired)
+        n = max(0, min(n, len(rows)))
+        rows.sort(key=lambda i: (_entered(i, S.QUEUED), i.instance_id))
+        for inst in rows[:n]:
+            out.append(
+                InstanceUpdate(
+                    inst.instance_id,
+                    S.REQUESTED,
+                    details="launch requested",
+                    launch_request_id=inst.launch_request_id or request_id,
+                    instance_type=inst.instance_type,
+                )
+            )
+        total_requested += n
+    return out
+
+
+def install_ray(
+    instances: Mapping[str, Instance], cloud: Mapping[str, CloudInstance]
+) -> list[InstanceUpdate]:
+    """Step 13 (node updaters only): ALLOCATED and running -> RAY_INSTALLING."""
+    return [
+        InstanceUpdate(i.instance_id, S.RAY_INSTALLING, details="installing Ray")
+        for i in instances.values()
+        if i.status is S.ALLOCATED
+        and i.node_kind is not NodeKind.HEAD
+        and (ci := cloud.get(i.cloud_instance_id)) is not None
+        and ci.is_running
+    ]

@@ -1,0 +1,144 @@
+"""A recording fake cloud provider and a fake GCS port for autoscaler tests.
+
+:class:`FakeCloudProvider` follows the provider contract (idempotent per request id, errors
+reported through ``poll_errors``) and can be told to fail, hang or cap capacity, Karpenter
+fake-provider style.  Launched instances appear at once unless ``launch_delay_s`` is set
+(then after that much time on the injected clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gcs.autoscaler.providers.base import (
+    CloudInstance,
+    LaunchNodeError,
+    ProviderError,
+    TerminateNodeError,
+)
+from gcs.autoscaler.reconciler.gcs_port import DrainResult
+from gcs.autoscaler.scheduler.types import NodeKind
+from gcs.clock import Clock
+from gcs.proto import autoscaler_pb2
+
+
+@dataclass
+class _Pending:
+    ready_at_s: float
+    instance: CloudInstance
+
+
+class FakeCloudProvider:
+    read_only = False
+
+    def __init__(self, clock: Clock, *, launch_delay_s: float = 0.0) -> None:
+        self._clock = clock
+        self._ids = itertools.count(1)
+        self.launch_delay_s = launch_delay_s
+        self.instances: dict[str, CloudInstance] = {}
+        self._pending: list[_Pending] = []
+        self.launch_calls: list[tuple[dict[str, int], str]] = []
+        self.terminate_calls: list[tuple[list[str], str]] = []
+        self._seen_launch: set[str] = set()
+        self._seen_terminate: set[str] = set()
+        self._errors: list[ProviderError] = []
+        self.next_launch_error: str | None = None
+        self.next_terminate_error: str | None = None
+        self.raise_on_list: Exception | None = None
+        self.hang_next_launch = False
+        self.capacity: dict[str, int] = {}
+        """node type -> most instances that may exist (missing: unlimited)."""
+
+    def add(self, cloud_id: str, node_type: str, kind: NodeKind = NodeKind.WORKER) -> None:
+        self.instances[cloud_id] = CloudInstance(cloud_id, node_type, kind, True)
+
+    async def get_non_terminated(self) -> Mapping[str, CloudInstance]:
+        if self.raise_on_list is not None:
+            err, self.raise_on_list = self.raise_on_list, None
+            raise err
+        now = self._clock.now_s()
+        for p in [p for p in self._pending if p.ready_at_s <= now]:
+            self._pending.remove(p)
+            self.instances[p.instance.cloud_instance_id] = p.instance
+        return dict(self.instances)
+
+    async def launch(self, shape: Mapping[str, int], request_id: str) -> None:
+        self.launch_calls.append((dict(shape), request_id))
+        if self.hang_next_launch:
+            self.hang_next_launch = False
+            await asyncio.Event().wait()
+        if request_id in self._seen_launch:
+            return
+        self._seen_launch.add(request_id)
+        now = self._clock.now_s()
+        for node_type, count in shape.items():
+            if self.next_launch_error is not None:
+                msg, self.next_launch_error = self.next_launch_error, None
+                self._errors.append(
+                    LaunchNodeError(node_type, count, request_id, int(now * 1e9), msg)
+                )
+                continue
+            cap = self.capacity.get(node_type)
+            existing = sum(1 for i in self.instances.values() if i.node_type == node_type)
+            existing += sum(1 for p in self._pending if p.instance.node_type == node_type)
+            allowed = count if cap is None else max(0, min(count, cap - existing))
+            if allowed < count:
+                self._errors.append(
+                    LaunchNodeError(
+                        node_type, count - allowed, request_id, int(now * 1e9), "out of capacity"
+                    )
+                )
+            for _ in range(allowed):
+                cid = f"cloud-{next(self._ids)}"
+                inst = CloudInstance(cid, node_type, NodeKind.WORKER, True, request_id)
+                self._pending.append(_Pending(now + self.launch_delay_s, inst))
+        await self.get_non_terminated()
+
+    async def terminate(self, cloud_instance_ids: Sequence[str], request_id: str) -> None:
+        self.terminate_calls.append((list(cloud_instance_ids), request_id))
+        if request_id in self._seen_terminate:
+            return
+        self._seen_terminate.add(request_id)
+        now = int(self._clock.now_s() * 1e9)
+        for cid in cloud_instance_ids:
+            if self.next_terminate_error is not None:
+                msg, self.next_terminate_error = self.next_terminate_error, None
+                self._errors.append(TerminateNodeError(cid, request_id, now, msg))
+                continue
+            self.instances.pop(cid, None)
+
+    def poll_errors(self) -> list[ProviderError]:
+        errors, self._errors = self._errors, []
+        return errors
+
+
+@dataclass
+class FakeAutoscalerGcs:
+    """Returns ``state``; records reports and drains; ``busy`` nodes reject idle drains."""
+
+    state: autoscaler_pb2.ClusterResourceState = field(
+        default_factory=autoscaler_pb2.ClusterResourceState
+    )
+    busy: set[str] = field(default_factory=set)
+    reports: list[autoscaler_pb2.AutoscalingState] = field(default_factory=list)
+    drains: list[str] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)
+
+    async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:
+        return self.state
+
+    async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> None:
+        self.reports.append(state)
+
+    async def drain_idle(self, node_id_hex: str, message: str) -> DrainResult:
+        self.drains.append(node_id_hex)
+        if node_id_hex in self.busy:
+            return DrainResult(False, "The node has running work")
+        return DrainResult(True)
+
+    async def stop_node(self, node_id_hex: str) -> bool:
+        self.stops.append(node_id_hex)
+        return True
