@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,35 @@ class ConfigError(ValueError):
     """A cluster config that cannot be used; the message names the offending place."""
 
 
+PROVIDER_TYPES = ("local", "command", "read-only", "kuberay")
+
+
+@dataclass(frozen=True)
+class NodeCommandsConfig:
+    start: str
+    stop: str = ""
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """``provider:`` of the cluster YAML.  ``type`` is one of :data:`PROVIDER_TYPES`."""
+
+    type: str = "local"
+    state_dir: str = ""
+    """Where local/command providers remember their processes ("" = under the data dir)."""
+    commands: Mapping[str, NodeCommandsConfig] = field(default_factory=dict)
+    """command provider: per node type, from ``node_config.start_command/stop_command``."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Provider-specific keys kept as given (e.g. kuberay's namespace and cluster name)."""
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     scheduler: SchedulerConfig
     head_node_type: str
     upscaling_speed: float = 0.0
+    provider: ProviderConfig = field(default_factory=ProviderConfig)
+    cluster_name: str = "default"
 
 
 def _number(value: Any, where: str, *, minimum: float | None = 0) -> float:
@@ -100,10 +124,80 @@ def _ippr(raw: Any, where: str, res: Mapping[str, float]) -> IpprSpec | None:
     )
 
 
+# Keys of Ray's cluster-launcher schema we accept (most are for `ray up` and unused here),
+# plus ours (``ippr``, ``priority``, ``idle_timeout_s``, ``launch_config_hash``).
+_TOP_KEYS = frozenset(
+    {
+        "cluster_name", "max_workers", "upscaling_speed", "idle_timeout_minutes", "docker",
+        "provider", "auth", "available_node_types", "head_node_type", "file_mounts",
+        "cluster_synced_files", "file_mounts_sync_continuously", "rsync_exclude",
+        "rsync_filter", "initialization_commands", "setup_commands", "head_setup_commands",
+        "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands",
+        "no_restart", "min_workers",
+    }
+)  # fmt: skip
+_NODE_TYPE_KEYS = frozenset(
+    {
+        "node_config", "resources", "min_workers", "max_workers", "labels",
+        "worker_setup_commands", "docker", "priority", "idle_timeout_s",
+        "launch_config_hash", "ippr",
+    }
+)  # fmt: skip
+_PROVIDER_KEYS = frozenset({"type", "state_dir", "namespace", "cluster_name", "head_ip",
+                            "worker_ips", "disable_launch_config_check",
+                            "disable_node_updaters", "foreground_node_launch"})  # fmt: skip
+
+
+def _no_unknown(raw: Mapping[Any, Any], allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(str(k) for k in raw if str(k) not in allowed)
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(
+            f"{prefix}{unknown[0]}: unknown key"
+            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+        )
+
+
+def _provider(raw: Any, types_raw: Mapping[Any, Any]) -> ProviderConfig:
+    if raw is None:
+        return ProviderConfig()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("provider: expected a mapping")
+    _no_unknown(raw, _PROVIDER_KEYS, "provider")
+    kind = raw.get("type", "local")
+    if kind not in PROVIDER_TYPES:
+        raise ConfigError(
+            f"provider.type: {kind!r} is not supported here (one of {', '.join(PROVIDER_TYPES)})"
+        )
+    state_dir = raw.get("state_dir", "")
+    if not isinstance(state_dir, str):
+        raise ConfigError(f"provider.state_dir: expected a string, got {state_dir!r}")
+    commands: dict[str, NodeCommandsConfig] = {}
+    for name, node in types_raw.items():
+        node_config = node.get("node_config") if isinstance(node, Mapping) else None
+        if node_config is None:
+            continue
+        where = f"available_node_types.{name}.node_config"
+        if not isinstance(node_config, Mapping):
+            raise ConfigError(f"{where}: expected a mapping")
+        start, stop = node_config.get("start_command"), node_config.get("stop_command", "")
+        if kind == "command":
+            if not isinstance(start, str) or not start.strip():
+                raise ConfigError(f"{where}.start_command: required for provider type command")
+            if not isinstance(stop, str):
+                raise ConfigError(f"{where}.stop_command: expected a string")
+            commands[str(name)] = NodeCommandsConfig(start, stop)
+    if kind == "command" and not commands:
+        raise ConfigError("provider.type command: no node type has node_config.start_command")
+    options = {k: v for k, v in raw.items() if k not in ("type", "state_dir")}
+    return ProviderConfig(str(kind), state_dir, commands, options)
+
+
 def _node_type(name: str, raw: Any, is_head: bool) -> NodeTypeConfig:
     where = f"available_node_types.{name}"
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping")
+    _no_unknown(raw, _NODE_TYPE_KEYS, where)
     resources = raw.get("resources", {})
     if not isinstance(resources, Mapping):
         raise ConfigError(f"{where}.resources: expected a mapping")
@@ -135,6 +229,7 @@ def _node_type(name: str, raw: Any, is_head: bool) -> NodeTypeConfig:
 def parse_cluster_config(raw: Any, options: Options | None = None) -> ClusterConfig:
     if not isinstance(raw, Mapping):
         raise ConfigError("cluster config: expected a mapping at the top level")
+    _no_unknown(raw, _TOP_KEYS, "")
     types_raw = raw.get("available_node_types")
     if not isinstance(types_raw, Mapping) or not types_raw:
         raise ConfigError("available_node_types: expected a non-empty mapping")
@@ -153,7 +248,16 @@ def parse_cluster_config(raw: Any, options: Options | None = None) -> ClusterCon
     sched = SchedulerConfig(
         node_types=types, max_num_nodes=cap, idle_timeout_s=idle, options=options or Options()
     )
-    return ClusterConfig(scheduler=sched, head_node_type=str(head), upscaling_speed=speed)
+    name = raw.get("cluster_name", "default")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"cluster_name: expected a non-empty string, got {name!r}")
+    return ClusterConfig(
+        scheduler=sched,
+        head_node_type=str(head),
+        upscaling_speed=speed,
+        provider=_provider(raw.get("provider"), types_raw),
+        cluster_name=name,
+    )
 
 
 def load_cluster_config(path: str | Path, options: Options | None = None) -> ClusterConfig:

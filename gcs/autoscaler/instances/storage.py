@@ -7,11 +7,13 @@ only if the stored version still equals the one the writer read; otherwise
 - :class:`StoreInstanceStorage`: embedded in ``gcs serve``, in the GCS's own store (one row
   per instance plus the version row, one atomic batch guarded by a condition on the
   version row), so a restarted GCS resumes its launches.
+- :class:`KvInstanceStorage`: a standalone autoscaler, in the target GCS's InternalKV.
 - :class:`MemoryInstanceStorage`: tests and throwaway runs.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -22,6 +24,8 @@ from gcs.store.errors import StoreConflict
 
 __all__ = [
     "InstanceStorage",
+    "KvInstanceStorage",
+    "KvPort",
     "MemoryInstanceStorage",
     "StoreInstanceStorage",
     "VersionConflict",
@@ -106,3 +110,57 @@ class StoreInstanceStorage:
             raw = await self._store.get(TABLE_META, self._version_key)
             raise VersionConflict(expected_version, int(raw) if raw else 0) from None
         return new_version
+
+
+class KvInstanceStorage:
+    """Standalone autoscaler: all instances in ONE InternalKV value of the target GCS.
+
+    One value per write makes every batch atomic on any GCS (Ray's has no compare-and-set),
+    at the price of rewriting the whole table each batch (a few hundred bytes per instance).
+    The version check is done against the last value read: a single writer is assumed, as in
+    Ray (two standalone autoscalers on one cluster are a misconfiguration).
+    """
+
+    NAMESPACE = b"gcs_autoscaler"
+    KEY = b"instances"
+
+    def __init__(self, kv: KvPort) -> None:
+        self._kv = kv
+        self._rows: dict[str, Instance] = {}
+        self._version = 0
+
+    async def load(self) -> tuple[int, dict[str, Instance]]:
+        raw = await self._kv.get(self.NAMESPACE, self.KEY)
+        if raw is None:
+            self._version, self._rows = 0, {}
+        else:
+            doc = json.loads(raw)
+            self._version = int(doc["version"])
+            self._rows = {
+                r["id"]: decode_instance(json.dumps(r).encode()) for r in doc["instances"]
+            }
+        return self._version, dict(self._rows)
+
+    async def write(
+        self, expected_version: int, upserts: Sequence[Instance], deletes: Sequence[str]
+    ) -> int:
+        if expected_version != self._version:
+            raise VersionConflict(expected_version, self._version)
+        rows = dict(self._rows)
+        for inst in upserts:
+            rows[inst.instance_id] = inst
+        for iid in deletes:
+            rows.pop(iid, None)
+        doc = {
+            "version": expected_version + 1,
+            "instances": [json.loads(encode_instance(i)) for i in rows.values()],
+        }
+        await self._kv.put(self.NAMESPACE, self.KEY, json.dumps(doc).encode())
+        self._rows, self._version = rows, expected_version + 1
+        return self._version
+
+
+class KvPort(Protocol):
+    async def get(self, namespace: bytes, key: bytes) -> bytes | None: ...
+
+    async def put(self, namespace: bytes, key: bytes, value: bytes) -> None: ...

@@ -14,7 +14,7 @@ import grpc
 from gcs.errors import Unavailable
 from gcs.proto import autoscaler_pb2, gcs_service_pb2
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
+from gcs.rpc.services import AUTOSCALER_STATE, INTERNAL_KV, NODE_INFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,7 @@ class GrpcAutoscalerGcs:
         self._timeout_s = timeout_s
         self._node_info = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
         self._autoscaler: ServiceStub | None = None
+        self._kv: ServiceStub | None = None
 
     async def _stub(self) -> ServiceStub:
         if self._autoscaler is None:
@@ -56,6 +57,9 @@ class GrpcAutoscalerGcs:
             self._node_info.set_metadata(md)
             self._autoscaler = ServiceStub(
                 self._channel, AUTOSCALER_STATE, metadata=md, timeout_s=self._timeout_s
+            )
+            self._kv = ServiceStub(
+                self._channel, INTERNAL_KV, metadata=md, timeout_s=self._timeout_s
             )
         return self._autoscaler
 
@@ -101,3 +105,30 @@ class GrpcAutoscalerGcs:
         except grpc.aio.AioRpcError as err:
             raise Unavailable(f"DrainNode failed: {err.code().name} {err.details()}") from None
         return len(reply.drain_node_status) > 0
+
+    # -- InternalKV (instance storage and the event log of a standalone autoscaler) --------
+    async def _kv_call(self, name: str, request: object) -> object:
+        await self._stub()
+        assert self._kv is not None
+        try:
+            return await getattr(self._kv, name)(request)
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"{name} failed: {err.code().name} {err.details()}") from None
+
+    async def get(self, namespace: bytes, key: bytes) -> bytes | None:
+        reply = await self._kv_call(
+            "InternalKVGet", gcs_service_pb2.InternalKVGetRequest(namespace=namespace, key=key)
+        )
+        if reply.status.code == 17:  # type: ignore[attr-defined]  # NotFound
+            return None
+        return reply.value  # type: ignore[attr-defined,no-any-return]
+
+    async def put(self, namespace: bytes, key: bytes, value: bytes) -> None:
+        reply = await self._kv_call(
+            "InternalKVPut",
+            gcs_service_pb2.InternalKVPutRequest(
+                namespace=namespace, key=key, value=value, overwrite=True
+            ),
+        )
+        if reply.status.code != 0:  # type: ignore[attr-defined]
+            raise Unavailable(f"InternalKVPut failed: {reply.status.message}")  # type: ignore[attr-defined]

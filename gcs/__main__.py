@@ -1,0 +1,5 @@
+"""``python -m gcs``: the ``gcs`` CLI (used to start child processes with this interpreter)."""
+
+from gcs.cli import main
+
+main()

@@ -1,0 +1,186 @@
+"""``command`` provider: a start and a stop command per node type.
+
+Commands come from each node type's ``node_config`` (``start_command``, optional
+``stop_command``) and are templated with ``{cloud_instance_id}``, ``{node_type}`` and
+``{gcs_address}``; they also get ``RAY_CLOUD_INSTANCE_ID`` and ``RAY_NODE_TYPE_NAME`` in their
+environment, which Ray's raylet reports as its instance id and node type, so a plain
+``ray start --address {gcs_address} --block`` worker joins its instance.
+
+A start command that stays in the foreground (``--block``) is tracked by its process; one
+that daemonizes and exits 0 is tracked by its record until terminated (the stop command is
+then the only way to stop it, and is required).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from gcs.autoscaler.providers.base import (
+    CloudInstance,
+    LaunchNodeError,
+    ProviderError,
+    TerminateNodeError,
+)
+from gcs.autoscaler.providers.processes import (
+    ProcessRecord,
+    ProcessRecords,
+    kill_group,
+    pid_alive,
+)
+from gcs.autoscaler.scheduler.types import NodeKind
+
+log = structlog.get_logger("gcs.autoscaler.providers")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCommands:
+    start: str
+    stop: str = ""
+
+
+class CommandProvider:
+    read_only = False
+
+    def __init__(
+        self,
+        commands: Mapping[str, NodeCommands],
+        gcs_address: str,
+        state_dir: str | Path,
+        *,
+        head_node_type: str = "",
+        command_timeout_s: float = 120.0,
+    ) -> None:
+        self._commands = dict(commands)
+        self._gcs_address = gcs_address
+        self._records = ProcessRecords(state_dir)
+        self._head = head_node_type
+        self._timeout_s = command_timeout_s
+        self._errors: list[ProviderError] = []
+
+    def _env(self, cloud_id: str, node_type: str) -> dict[str, str]:
+        return {**os.environ, "RAY_CLOUD_INSTANCE_ID": cloud_id, "RAY_NODE_TYPE_NAME": node_type}
+
+    def _render(self, template: str, cloud_id: str, node_type: str) -> list[str]:
+        text = template.format(
+            cloud_instance_id=cloud_id, node_type=node_type, gcs_address=self._gcs_address
+        )
+        return shlex.split(text)
+
+    async def get_non_terminated(self) -> Mapping[str, CloudInstance]:
+        out = {}
+        for cid, rec in self._records.load().items():
+            alive = pid_alive(rec.pid) or rec.pid == 0
+            if alive:
+                out[cid] = CloudInstance(
+                    cid, rec.node_type, NodeKind(rec.kind), True, rec.request_id
+                )
+            else:
+                self._records.forget(cid)
+        return out
+
+    async def launch(self, shape: Mapping[str, int], request_id: str) -> None:
+        if self._records.seen_request(request_id):
+            return
+        self._records.mark_request(request_id)
+        for node_type, count in shape.items():
+            cmds = self._commands.get(node_type)
+            if cmds is None:
+                self._launch_error(node_type, count, request_id, "no start_command for this type")
+                continue
+            for _ in range(count):
+                await self._start(node_type, cmds, request_id)
+
+    async def _start(self, node_type: str, cmds: NodeCommands, request_id: str) -> None:
+        cloud_id = f"cmd-{node_type}-{uuid.uuid4().hex[:10]}"
+        log_path = self._records.logs / f"{cloud_id}.log"
+        try:
+            argv = self._render(cmds.start, cloud_id, node_type)
+            out = await asyncio.to_thread(log_path.open, "ab")
+            with out:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    start_new_session=True,
+                    env=self._env(cloud_id, node_type),
+                )
+        except (OSError, ValueError, KeyError) as err:
+            self._launch_error(node_type, 1, request_id, f"start command failed: {err}")
+            return
+        kind = NodeKind.HEAD if node_type == self._head else NodeKind.WORKER
+        record = ProcessRecord(
+            cloud_id, node_type, kind.value, request_id, proc.pid, time.time(), str(log_path)
+        )
+        self._records.save(record)
+        # A start command that exits at once either failed or daemonized.
+        try:
+            code = await asyncio.wait_for(proc.wait(), timeout=2.0)
+        except TimeoutError:
+            return  # still running in the foreground: tracked by pid
+        if code != 0:
+            self._records.forget(cloud_id)
+            self._launch_error(
+                node_type, 1, request_id, f"start command exited {code} (log: {log_path})"
+            )
+            return
+        # Daemonized: keep the record with pid 0 ("tracked by record only").
+        self._records.save(
+            ProcessRecord(
+                cloud_id, node_type, kind.value, request_id, 0, record.started_s, str(log_path)
+            )
+        )
+
+    async def terminate(self, cloud_instance_ids: Sequence[str], request_id: str) -> None:
+        if self._records.seen_request(request_id):
+            return
+        self._records.mark_request(request_id)
+        known = self._records.load()
+        for cid in cloud_instance_ids:
+            rec = known.get(cid)
+            if rec is None:
+                continue
+            cmds = self._commands.get(rec.node_type)
+            if cmds is not None and cmds.stop:
+                ok = await self._run_stop(cmds.stop, cid, rec.node_type, request_id)
+                if not ok:
+                    continue
+            if rec.pid:
+                await kill_group(rec.pid)
+            self._records.forget(cid)
+
+    async def _run_stop(self, template: str, cid: str, node_type: str, request_id: str) -> bool:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._render(template, cid, node_type),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env(cid, node_type),
+            )
+            _, err = await asyncio.wait_for(proc.communicate(), self._timeout_s)
+        except (OSError, ValueError, KeyError, TimeoutError) as exc:
+            self._errors.append(TerminateNodeError(cid, request_id, time.time_ns(), str(exc)))
+            return False
+        if proc.returncode != 0:
+            why = f"stop command exited {proc.returncode}: {err.decode(errors='replace')[-300:]}"
+            self._errors.append(TerminateNodeError(cid, request_id, time.time_ns(), why))
+            return False
+        return True
+
+    def poll_errors(self) -> list[ProviderError]:
+        errors, self._errors = self._errors, []
+        return errors
+
+    def _launch_error(self, node_type: str, count: int, request_id: str, why: str) -> None:
+        self._errors.append(LaunchNodeError(node_type, count, request_id, time.time_ns(), why))
+        log.warning("provider.launch_failed", node_type=node_type, error=why)

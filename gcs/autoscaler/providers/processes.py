@@ -1,0 +1,130 @@
+"""Local processes a provider started, remembered on disk so a restarted autoscaler finds
+them again (and never launches a request id twice).
+
+Layout under ``state_dir``: ``instances/<cloud id>.json`` (pid, node type, kind, request
+id, start time) and ``requests/<request id>`` (a launch or terminate already done).  A record
+whose process is gone is a terminated instance.  Every process runs in its own session, so
+terminating kills its whole process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import structlog
+
+from gcs.autoscaler.providers.base import CloudInstance
+from gcs.autoscaler.scheduler.types import NodeKind
+
+log = structlog.get_logger("gcs.autoscaler.providers")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    cloud_instance_id: str
+    node_type: str
+    kind: str
+    request_id: str
+    pid: int
+    started_s: float
+    log_path: str
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child counts as gone
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            return False
+    return True
+
+
+class ProcessRecords:
+    def __init__(self, state_dir: str | Path) -> None:
+        self.root = Path(state_dir)
+        self._instances = self.root / "instances"
+        self._requests = self.root / "requests"
+        self.logs = self.root / "logs"
+        for d in (self._instances, self._requests, self.logs):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def seen_request(self, request_id: str) -> bool:
+        return (self._requests / _safe(request_id)).exists()
+
+    def mark_request(self, request_id: str) -> None:
+        (self._requests / _safe(request_id)).touch()
+
+    def save(self, record: ProcessRecord) -> None:
+        tmp = self._instances / f".{record.cloud_instance_id}.tmp"
+        tmp.write_text(json.dumps(asdict(record)))
+        tmp.replace(self._instances / f"{record.cloud_instance_id}.json")
+
+    def forget(self, cloud_instance_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self._instances / f"{_safe(cloud_instance_id)}.json").unlink()
+
+    def load(self) -> dict[str, ProcessRecord]:
+        out = {}
+        for path in self._instances.glob("*.json"):
+            try:
+                rec = ProcessRecord(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError) as err:
+                log.warning("provider.bad_record", path=str(path), error=str(err))
+                continue
+            out[rec.cloud_instance_id] = rec
+        return out
+
+    def non_terminated(self) -> Mapping[str, CloudInstance]:
+        out = {}
+        for cid, rec in self.load().items():
+            if pid_alive(rec.pid):
+                out[cid] = CloudInstance(
+                    cid, rec.node_type, NodeKind(rec.kind), True, rec.request_id
+                )
+            else:
+                self.forget(cid)
+        return out
+
+
+async def kill_group(pid: int, *, grace_s: float = 5.0) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    # Polling: a process we may not be the parent of offers nothing to wait on.
+    while pid_alive(pid) and loop.time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+async def terminate_records(records: ProcessRecords, ids: Sequence[str]) -> None:
+    known = records.load()
+    for cid in ids:
+        rec = known.get(cid)
+        if rec is not None:
+            await kill_group(rec.pid)
+        records.forget(cid)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:200]

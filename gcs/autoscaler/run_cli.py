@@ -1,0 +1,76 @@
+"""``gcs autoscaler run``: the standalone autoscaler against any GCS (ours or Ray 2.60's)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import click
+
+from gcs.autoscaler.config import ConfigError, load_cluster_config
+from gcs.autoscaler.runtime import DEFAULT_INTERVAL_S, AutoscalerRuntime
+
+
+def _interval_default() -> float:
+    raw = os.environ.get("AUTOSCALER_UPDATE_INTERVAL_S")
+    if raw is None:
+        return DEFAULT_INTERVAL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise click.BadParameter(f"AUTOSCALER_UPDATE_INTERVAL_S={raw!r} is not a number") from None
+    if not value > 0:
+        raise click.BadParameter(f"AUTOSCALER_UPDATE_INTERVAL_S must be > 0, got {raw}")
+    return value
+
+
+@click.command("run")
+@click.option("--gcs-address", default=None, help="GCS host:port (else GCS_ADDRESS, RAY_ADDRESS).")
+@click.option("--config", "config_path", type=click.Path(), required=True, help="Cluster YAML.")
+@click.option(
+    "--interval-s",
+    type=click.FloatRange(min=0.05),
+    default=None,
+    help="Seconds between rounds (default AUTOSCALER_UPDATE_INTERVAL_S, else 5).",
+)
+@click.option(
+    "--state-dir",
+    default=".gcs-data/autoscaler",
+    show_default=True,
+    help="Where local/command providers remember their processes.",
+)
+def run_command(
+    gcs_address: str | None, config_path: str, interval_s: float | None, state_dir: str
+) -> None:
+    """Reconcile the cluster against CONFIG until interrupted (instances keep running)."""
+    address = gcs_address or os.environ.get("GCS_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise click.UsageError("no GCS address: pass --gcs-address or set GCS_ADDRESS")
+    try:
+        cluster = load_cluster_config(config_path)
+    except ConfigError as err:
+        raise click.ClickException(str(err)) from None
+    interval = interval_s if interval_s is not None else _interval_default()
+
+    async def main() -> None:
+        runtime = AutoscalerRuntime(
+            cluster, address, state_dir=Path(state_dir), interval_s=interval
+        )
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await runtime.start()
+        click.echo(
+            f"autoscaler reconciling {address} every {interval:g} s "
+            f"(provider {cluster.provider.type})",
+            err=True,
+        )
+        waiter = asyncio.create_task(runtime.wait())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        await runtime.stop()
+
+    asyncio.run(main())

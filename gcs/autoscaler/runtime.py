@@ -1,0 +1,176 @@
+"""The autoscaler as a running thing: provider + instance manager + reconciler + loop.
+
+Used two ways, with the same code:
+- embedded in ``gcs serve --autoscaler-config``: instances persist in the GCS's own store;
+- standalone, ``gcs autoscaler run --gcs-address``: instances persist in the target GCS's
+  InternalKV, so it works against Ray 2.60's GCS too.
+Both talk to the GCS over its gRPC AutoscalerStateService.
+
+At start, a local or command provider brings up the head node type if no head instance
+runs yet (as ``ray up`` would), so a cluster YAML and one command are all a user needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc
+import structlog
+
+from gcs.autoscaler.config import ClusterConfig
+from gcs.autoscaler.instances import (
+    InstanceManager,
+    InstanceStorage,
+    StoreInstanceStorage,
+)
+from gcs.autoscaler.instances.storage import KvInstanceStorage
+from gcs.autoscaler.providers.base import CloudProvider
+from gcs.autoscaler.providers.command import CommandProvider, NodeCommands
+from gcs.autoscaler.providers.local import LocalProvider
+from gcs.autoscaler.providers.read_only import ReadOnlyProvider
+from gcs.autoscaler.reconciler import (
+    CloudInstanceUpdater,
+    EventLog,
+    GrpcAutoscalerGcs,
+    RayStopper,
+    ReconcileConfig,
+    Reconciler,
+)
+from gcs.autoscaler.scheduler.types import NodeKind
+from gcs.clock import Clock, SystemClock
+from gcs.store import Store
+
+log = structlog.get_logger("gcs.autoscaler")
+
+EVENTS_NAMESPACE = b"gcs_autoscaler"
+EVENTS_KEY = b"events"
+DEFAULT_INTERVAL_S = 5.0
+"""Ray's ``AUTOSCALER_UPDATE_INTERVAL_S``."""
+
+
+def build_provider(
+    cluster: ClusterConfig, gcs_address: str, gcs: GrpcAutoscalerGcs, state_dir: Path
+) -> CloudProvider:
+    kind = cluster.provider.type
+    if kind == "local":
+        host = gcs_address.rsplit(":", 1)[0] or "127.0.0.1"
+        return LocalProvider(cluster, gcs_address, state_dir, host=host)
+    if kind == "command":
+        commands: Mapping[str, NodeCommands] = {
+            t: NodeCommands(c.start, c.stop) for t, c in cluster.provider.commands.items()
+        }
+        return CommandProvider(
+            commands, gcs_address, state_dir, head_node_type=cluster.head_node_type
+        )
+    if kind == "read-only":
+        return ReadOnlyProvider(gcs)
+    raise ValueError(f"provider.type {kind!r} is not available in this build")
+
+
+class AutoscalerRuntime:
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        gcs_address: str,
+        *,
+        state_dir: str | Path,
+        store: Store | None = None,
+        clock: Clock | None = None,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        config: ReconcileConfig | None = None,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.gcs_address = gcs_address
+        self.clock = clock or SystemClock()
+        self.interval_s = interval_s
+        self._channel = channel or grpc.aio.insecure_channel(gcs_address)
+        self._owns_channel = channel is None
+        self.gcs = GrpcAutoscalerGcs(self._channel)
+        root = Path(cluster.provider.state_dir or state_dir)
+        self.provider = build_provider(cluster, gcs_address, self.gcs, root)
+        storage: InstanceStorage = (
+            StoreInstanceStorage(store) if store is not None else KvInstanceStorage(self.gcs)
+        )
+        self.events = EventLog(self.clock)
+        self.updater = CloudInstanceUpdater(self.provider, self.clock, self.events)
+        self.stopper = RayStopper(self.gcs, self.events)
+        self.instances = InstanceManager(
+            storage, self.clock, subscribers=[self.updater, self.stopper]
+        )
+        self.reconciler = Reconciler(
+            instances=self.instances,
+            provider=self.provider,
+            gcs=self.gcs,
+            cluster=cluster,
+            clock=self.clock,
+            events=self.events,
+            updater=self.updater,
+            stopper=self.stopper,
+            config=config,
+        )
+        self._published_events = -1
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.instances.load()
+        await self.ensure_head()
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="autoscaler")
+        log.info(
+            "autoscaler.started",
+            provider=self.cluster.provider.type,
+            gcs=self.gcs_address,
+            interval_s=self.interval_s,
+            instances=len(self.instances.instances),
+        )
+
+    async def ensure_head(self) -> None:
+        """Launch the head node type if the provider runs no head (local/command only)."""
+        if self.provider.read_only or self.cluster.provider.type not in ("local", "command"):
+            return
+        running = await self.provider.get_non_terminated()
+        if any(ci.node_kind is NodeKind.HEAD for ci in running.values()):
+            return
+        head = self.cluster.head_node_type
+        await self.provider.launch({head: 1}, f"head-{uuid.uuid4().hex}")
+        self.events.add("launch", f"Adding 1 x {head} (head node)")
+
+    async def _loop(self) -> None:
+        while True:
+            await self.reconciler.reconcile_safely()
+            await self._publish_events()
+            await asyncio.sleep(self.interval_s)
+
+    async def _publish_events(self) -> None:
+        if self.events.version == self._published_events:
+            return
+        try:
+            await self.gcs.put(EVENTS_NAMESPACE, EVENTS_KEY, self.events.to_json())
+            self._published_events = self.events.version
+        except Exception as err:  # the next round tries again
+            log.warning("autoscaler.events_not_published", error=str(err))
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            await self._task
+
+    async def stop(self) -> None:
+        """Stop reconciling.  Launched instances keep running (a restart adopts them)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.updater.close()
+        await self.stopper.close()
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def shutdown_cluster(self) -> None:
+        """Terminate every instance the provider runs (for demos and tests)."""
+        running = await self.provider.get_non_terminated()
+        if running:
+            await self.provider.terminate(sorted(running), f"shutdown-{uuid.uuid4().hex}")
