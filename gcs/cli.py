@@ -61,7 +61,15 @@ def main() -> None:
     default=0,
     help="Also start N local raylet agents with synthetic load (a demo cluster).",
 )
-def serve(demo_nodes: int, config_file: str | None, **flags: Any) -> None:
+@click.option(
+    "--autoscaler-config",
+    type=click.Path(),
+    default=None,
+    help="Cluster YAML: run the embedded autoscaler (a local provider also starts the head).",
+)
+def serve(
+    demo_nodes: int, config_file: str | None, autoscaler_config: str | None, **flags: Any
+) -> None:
     """Run the GCS server."""
     from gcs.server import GcsServer
     from gcs.server.logging import configure_logging
@@ -71,10 +79,24 @@ def serve(demo_nodes: int, config_file: str | None, **flags: Any) -> None:
     except ConfigError as err:
         raise click.BadParameter(str(err)) from err
     configure_logging(config.log_format, config.log_level)
+    cluster = None
+    if autoscaler_config:
+        from gcs.autoscaler.config import ConfigError as ClusterConfigError
+        from gcs.autoscaler.config import load_cluster_config
+
+        try:
+            cluster = load_cluster_config(autoscaler_config)
+        except ClusterConfigError as err:
+            raise click.ClickException(str(err)) from None
 
     async def run() -> None:
         server = GcsServer(config)
         await server.start()
+        embedded = None
+        if cluster is not None:
+            from gcs.autoscaler.runtime import embedded_autoscaler
+
+            embedded = await embedded_autoscaler(server, cluster)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -95,6 +117,8 @@ def serve(demo_nodes: int, config_file: str | None, **flags: Any) -> None:
         await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if demo is not None:
             await demo.stop()
+        if embedded is not None:
+            await embedded.stop_embedded()
         await server.stop()
         if waiter.done() and waiter.exception() is not None:
             raise waiter.exception()  # type: ignore[misc]

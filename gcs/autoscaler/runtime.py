@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
@@ -43,6 +45,9 @@ from gcs.autoscaler.reconciler import (
 from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.clock import Clock, SystemClock
 from gcs.store import Store
+
+if TYPE_CHECKING:
+    from gcs.server import GcsServer
 
 log = structlog.get_logger("gcs.autoscaler")
 
@@ -169,8 +174,28 @@ class AutoscalerRuntime:
         if self._owns_channel:
             await self._channel.close()
 
+    async def stop_embedded(self) -> None:
+        """``gcs serve`` exiting: a local cluster lives and dies with its server."""
+        await self.stop()
+        if self.cluster.provider.type == "local":
+            await self.shutdown_cluster()
+
     async def shutdown_cluster(self) -> None:
         """Terminate every instance the provider runs (for demos and tests)."""
         running = await self.provider.get_non_terminated()
         if running:
             await self.provider.terminate(sorted(running), f"shutdown-{uuid.uuid4().hex}")
+
+
+async def embedded_autoscaler(server: GcsServer, cluster: ClusterConfig) -> AutoscalerRuntime:
+    """Start the autoscaler inside ``gcs serve``: instances in the GCS's own store."""
+    interval = float(os.environ.get("AUTOSCALER_UPDATE_INTERVAL_S", DEFAULT_INTERVAL_S))
+    runtime = AutoscalerRuntime(
+        cluster,
+        server.address,
+        state_dir=Path(server.config.data_dir) / "autoscaler",
+        store=server.store,
+        interval_s=interval if interval > 0 else DEFAULT_INTERVAL_S,
+    )
+    await runtime.start()
+    return runtime
