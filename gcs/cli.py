@@ -191,13 +191,14 @@ def request_resources_cmd(
 def _mount_subcommands() -> None:
     """Each subsystem owns its commands; the top level only mounts them."""
     from gcs.autoscaler.cli import autoscaler
-    from gcs.autoscaler.run_cli import run_command
+    from gcs.autoscaler.run_cli import run_command, simulate_command
     from gcs.raylet.cli import raylet_command, raylet_fleet_command, submit_command
     from gcs.store.cli import db
     from gcs.virtual_clusters.cli import vcluster
 
     main.add_command(db)
     autoscaler.add_command(run_command)
+    autoscaler.add_command(simulate_command)
     main.add_command(autoscaler)
     main.add_command(vcluster)
     main.add_command(raylet_command)

@@ -74,3 +74,42 @@ def run_command(
         await runtime.stop()
 
     asyncio.run(main())
+
+
+@click.command("simulate")
+@click.option("--config", "config_path", type=click.Path(), required=True, help="Cluster YAML.")
+@click.option(
+    "--workload", "workload_path", type=click.Path(), required=True, help="Workload YAML."
+)
+@click.option("--out", "out_dir", type=click.Path(), default="report", show_default=True)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def simulate_command(config_path: str, workload_path: str, out_dir: str, no_progress: bool) -> None:
+    """Run the real reconciler and scheduler against a simulated cloud on a virtual clock;
+    write a PNG timeline and a summary to OUT."""
+    import logging
+
+    import structlog
+
+    from gcs.autoscaler.simulator import (
+        WorkloadError,
+        load_workload,
+        simulate,
+        summary,
+        write_report,
+    )
+    from gcs.autoscaler.simulator.report import summary_text
+
+    try:
+        cluster = load_cluster_config(config_path)
+        workload = load_workload(workload_path)
+    except (ConfigError, WorkloadError) as err:
+        raise click.ClickException(str(err)) from None
+    # Per-round log lines would drown the progress bar: warnings and up only.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    result = asyncio.run(simulate(cluster, workload, progress=not no_progress))
+    try:
+        files = write_report(result, out_dir)
+    except OSError as err:
+        raise click.ClickException(f"--out {out_dir}: {err.strerror or err}") from None
+    click.echo(summary_text(summary(result)))
+    click.echo(f"timeline: {files['timeline']}\nsummary:  {files['summary']}")

@@ -1,0 +1,214 @@
+"""Run the real reconciler and scheduler against the simulated world on a virtual clock.
+
+Quiet rounds are skipped: when the last round changed nothing (no instance update, no
+change in the world) and nothing changed since, the next round is the same computation on
+the same inputs and would change nothing either, unless time alone makes a difference: an
+idle node passing its idle timeout, or an instance passing a status timeout.  The runner
+computes the earliest such moment (:func:`_next_wake`) and runs every round from then on.
+This is what makes a simulated day of a 500-node cluster take seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gcs.autoscaler.config import ClusterConfig
+from gcs.autoscaler.instances import InstanceManager, MemoryInstanceStorage
+from gcs.autoscaler.reconciler import (
+    CloudInstanceUpdater,
+    EventLog,
+    RayStopper,
+    ReconcileConfig,
+    Reconciler,
+)
+from gcs.autoscaler.scheduler.types import InstanceStatus as S
+from gcs.autoscaler.simulator.workload import Workload
+from gcs.autoscaler.simulator.world import SimCloud, SimRay
+from gcs.clock import FakeClock
+
+PENDING = frozenset({S.QUEUED, S.REQUESTED, S.ALLOCATED, S.RAY_INSTALLING})
+STOPPING = frozenset({S.RAY_STOP_REQUESTED, S.RAY_STOPPING, S.RAY_STOPPED, S.TERMINATING})
+
+
+@dataclass
+class Sample:
+    t_s: float
+    nodes_by_type: dict[str, int]
+    pending_instances: int
+    running_instances: int
+    stopping_instances: int
+    pending_tasks: int
+    cpu_used: float
+    cpu_total: float
+    idle_nodes: int
+
+
+@dataclass
+class SimResult:
+    samples: list[Sample] = field(default_factory=list)
+    events: list[tuple[float, str, str]] = field(default_factory=list)
+    launched: int = 0
+    failed_launches: int = 0
+    terminated: int = 0
+    failed_rounds: int = 0
+    tasks_started: int = 0
+    tasks_total: int = 0
+    pending_task_s: float = 0.0
+    batch_latency_s: list[float] = field(default_factory=list)
+    unfinished_batches: int = 0
+    interval_s: float = 5.0
+    skipped_rounds: int = 0
+
+
+async def simulate(
+    cluster: ClusterConfig,
+    workload: Workload,
+    *,
+    progress: bool = False,
+    reconcile: ReconcileConfig | None = None,
+    skip_quiet: bool = True,
+) -> SimResult:
+    clock = FakeClock(start_s=0.0)
+    cloud = SimCloud(clock, workload.cloud)
+    ray = SimRay(clock, cluster, cloud, workload.cloud)
+    cloud.add_head(cluster.head_node_type)
+    events = EventLog(clock, capacity=100_000)
+    updater = CloudInstanceUpdater(cloud, clock, events)
+    stopper = RayStopper(ray, events)
+    im = InstanceManager(MemoryInstanceStorage(), clock, subscribers=[updater, stopper])
+    ids = itertools.count(1)
+    reconciler = Reconciler(
+        instances=im,
+        provider=cloud,
+        gcs=ray,
+        cluster=cluster,
+        clock=clock,
+        events=events,
+        updater=updater,
+        stopper=stopper,
+        config=reconcile or ReconcileConfig(upscaling_speed=cluster.upscaling_speed),
+        new_instance_id=lambda: f"i-{next(ids)}",
+        new_request_id=lambda: f"r-{next(ids)}",
+        schedule_in_thread=False,
+    )
+    result = SimResult(interval_s=workload.interval_s)
+    rounds = int(workload.duration_s // workload.interval_s) + 1
+    batches = list(workload.batches)
+    next_batch = 0
+    quiet, seen_changes, wake_at = False, -1, 0.0
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=rounds, unit="round", desc="simulating", leave=False)
+    try:
+        for n in range(rounds):
+            now = n * workload.interval_s
+            clock.advance(now - clock.now_s())
+            while next_batch < len(batches) and batches[next_batch].at_s <= now:
+                ray.arrive(next_batch, batches[next_batch])
+                result.tasks_total += batches[next_batch].count
+                next_batch += 1
+            ray.step(now)
+            if skip_quiet and quiet and ray.changes == seen_changes and now < wake_at:
+                result.skipped_rounds += 1  # provably a no-op round (see module doc)
+            else:
+                before = (ray.changes, im.version)
+                if await reconciler.reconcile_safely() is None:
+                    result.failed_rounds += 1
+                await updater.settle()
+                await stopper.settle()
+                ray.step(now)
+                seen_changes = ray.changes
+                quiet = before == (ray.changes, im.version) and not cloud.busy()
+                wake_at = _next_wake(ray, im, cluster, reconciler.config) if quiet else 0.0
+            result.samples.append(_sample(now, ray, im))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    await asyncio.sleep(0)
+    result.events = [(e.time_s, e.kind, e.message) for e in events.recent(100_000)]
+    result.launched = cloud.launched
+    result.failed_launches = cloud.failed
+    result.terminated = cloud.terminated
+    result.tasks_started = ray.started
+    result.pending_task_s = ray.wait_s_total + sum(
+        (workload.duration_s - arrived) for q in ray.pending.values() for arrived, _ in q
+    )
+    for index, arrival in ray.batch_arrival.items():
+        done = ray.batch_done_at.get(index)
+        if done is None:
+            result.unfinished_batches += 1
+        else:
+            result.batch_latency_s.append(done - arrival)
+    return result
+
+
+def _sample(now: float, ray: SimRay, im: InstanceManager) -> Sample:
+    by_type: Counter[str] = Counter()
+    used = total = 0.0
+    idle = 0
+    for node in ray.nodes.values():
+        if node.dead:
+            continue
+        by_type[node.node_type] += 1
+        cpu = node.total.get("CPU", 0.0)
+        total += cpu
+        used += cpu - node.available.get("CPU", 0.0)
+        if node.running == 0 and not node.is_head:
+            idle += 1
+    statuses = Counter(i.status for i in im.instances.values())
+    return Sample(
+        t_s=now,
+        nodes_by_type=dict(by_type),
+        pending_instances=sum(statuses[s] for s in PENDING),
+        running_instances=statuses[S.RAY_RUNNING],
+        stopping_instances=sum(statuses[s] for s in STOPPING),
+        pending_tasks=ray.pending_count(),
+        cpu_used=used,
+        cpu_total=total,
+        idle_nodes=idle,
+    )
+
+
+_TIMED = {
+    S.REQUESTED: "request_status_timeout_s",
+    S.ALLOCATED: "allocate_status_timeout_s",
+    S.RAY_INSTALLING: "ray_install_status_timeout_s",
+    S.TERMINATING: "terminating_status_timeout_s",
+    S.RAY_STOP_REQUESTED: "ray_stop_requested_status_timeout_s",
+}
+
+
+def _next_wake(
+    ray: SimRay, im: InstanceManager, cluster: ClusterConfig, cfg: ReconcileConfig
+) -> float:
+    """The earliest time at which a round could change something although nothing else did."""
+    wake = math.inf
+    sched = cluster.scheduler
+    for node in ray.nodes.values():
+        if node.dead or node.running or node.is_head:
+            continue
+        type_cfg = sched.node_types.get(node.node_type)
+        timeout = (
+            type_cfg.idle_timeout_s
+            if type_cfg and type_cfg.idle_timeout_s is not None
+            else sched.idle_timeout_s
+        )
+        if timeout is not None:
+            wake = min(wake, node.idle_since_s + timeout)
+    pending_idle = sched.pending_idle_timeout_s
+    for inst in im.instances.values():
+        entered = (inst.entered_at_ns() or 0) / 1e9
+        attr = _TIMED.get(inst.status)
+        if attr is not None:
+            wake = min(wake, entered + getattr(cfg, attr))
+        if pending_idle is not None and inst.status in PENDING:
+            wake = min(wake, entered + pending_idle)
+    return wake
