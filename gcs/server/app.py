@@ -25,6 +25,7 @@ from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
 from gcs.managers.health import HealthChecker
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
+from gcs.managers.lane import ResolvePolicy
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.raylet_clients import RayletClientPool
@@ -72,9 +73,12 @@ class GcsServer:
         *,
         store: Store | None = None,
         clock: Clock | None = None,
+        lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
+        self._lane_policy = lane_policy
+        """How each manager's lane asks the store about ambiguous writes (default if None)."""
         self._store = store
         self._owns_store = store is None
         self.metrics = GcsMetrics()
@@ -143,13 +147,18 @@ class GcsServer:
             events=node_events,
             publish=pubsub.control_plane.publish,
             max_dead_cached=cfg.max_dead_nodes_cached,
+            lane_policy=self._lane_policy,
         )
         health_checker = HealthChecker(
             nodes, clients, self.clock, cfg.health, node_events=node_events
         )
-        jobs = JobManager(store, self.clock, events=job_events)
+        jobs = JobManager(store, self.clock, events=job_events, lane_policy=self._lane_policy)
         pgs = PlacementGroupManager(
-            store, self.clock, events=pg_events, job_cluster=jobs.virtual_cluster_of
+            store,
+            self.clock,
+            events=pg_events,
+            job_cluster=jobs.virtual_cluster_of,
+            lane_policy=self._lane_policy,
         )
         # Hears node events only once its load() replayed the node table loaded below.
         virtual_clusters = VirtualClusterManager(
@@ -163,6 +172,7 @@ class GcsServer:
             job_events=job_events,
             pg_events=pg_events,
             publish=pubsub.control_plane.publish,
+            lane_policy=self._lane_policy,
         )
         autoscaler = AutoscalerStateManager(
             store,
@@ -175,6 +185,7 @@ class GcsServer:
             session_name=self.meta.session_name,
             raylet_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
             virtual_cluster_section=virtual_clusters.autoscaler_section,
+            lane_policy=self._lane_policy,
         )
         poller = LoadPoller(
             nodes, cache, clients, self.clock, cfg.load_poll, on_report=health_checker.mark_healthy
