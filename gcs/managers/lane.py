@@ -19,6 +19,17 @@ applied") and the lane keeps ``(write_id, apply)``: the next mutation first reso
 applies the step if the write landed, so memory never diverges from the store.  While it
 stays unresolved every later mutation fails with :class:`~gcs.errors.Unavailable` without
 writing anything.
+
+A caller cancelled mid-write (a cancelled RPC) does not cut a mutation in half: the write and
+its apply finish before the lane lets the next mutation in; then the cancellation goes on.
+
+Usage (see NodeManager)::
+
+    async with self._lane:
+        if node_id not in self.alive:        # checked under the lane
+            return False
+        def apply() -> None: ...             # memory, listeners, publish; no awaits
+        await self._lane.commit(batch, apply)
 """
 
 from __future__ import annotations
