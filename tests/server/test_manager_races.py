@@ -27,9 +27,9 @@ from gcs.proto import common_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
 from gcs.store import Store
-from gcs.store.errors import StoreOutcomeUnknown, StoreUnavailable
+from gcs.store.errors import StoreOutcomeUnknown
 from gcs.store.memory import MemoryStore
-from gcs.testing.stores import FaultyStore, WriteFault, YieldingStore
+from gcs.testing.stores import FaultyStore, UnsureStore, WriteFault, YieldingStore
 from tests.conftest import Stubs, fast_config
 
 ALIVE, DEAD = gcs_pb2.GcsNodeInfo.ALIVE, gcs_pb2.GcsNodeInfo.DEAD
@@ -358,18 +358,6 @@ class TestJobRace:
         assert sorted(results) == [False, False, True]
         again = managers(await restarted(backend, server)).jobs
         assert again.jobs[job_id].is_dead
-
-
-class UnsureStore(FaultyStore):
-    """FaultyStore whose ``landed`` cannot tell (StoreUnavailable) the next ``unsure`` times."""
-
-    unsure = 0
-
-    async def landed(self, write_id: bytes) -> bool:
-        if self.unsure > 0:
-            self.unsure -= 1
-            raise StoreUnavailable("cannot tell yet")
-        return await self.inner.landed(write_id)
 
 
 class TestAmbiguousWrites:

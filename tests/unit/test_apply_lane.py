@@ -11,23 +11,7 @@ from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.store import WriteBatch
 from gcs.store.errors import StoreOutcomeUnknown, StoreUnavailable
 from gcs.store.memory import MemoryStore
-from gcs.testing.stores import FaultyStore, WriteFault, YieldingStore
-
-
-class UnsureStore(FaultyStore):
-    """A FaultyStore whose ``landed`` cannot tell (StoreUnavailable) the next ``n`` times."""
-
-    def __init__(self, inner: MemoryStore) -> None:
-        super().__init__(inner)
-        self.unsure = 0
-        self.asked = 0
-
-    async def landed(self, write_id: bytes) -> bool:
-        self.asked += 1
-        if self.unsure > 0:
-            self.unsure -= 1
-            raise StoreUnavailable("cannot tell yet")
-        return await self.inner.landed(write_id)
+from gcs.testing.stores import FaultyStore, UnsureStore, WriteFault, YieldingStore
 
 
 class Sleeps:
