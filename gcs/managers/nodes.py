@@ -88,10 +88,6 @@ class NodeManager:
         self.dead: OrderedDict[bytes, gcs_pb2.GcsNodeInfo] = OrderedDict()
         self._draining: dict[bytes, DrainRecord] = {}
 
-    @property
-    def lane(self) -> ApplyLane:
-        return self._lane
-
     # -- startup -------------------------------------------------------------------------
     async def load(self) -> None:
         """Replay the NODE table: alive nodes back into the alive set, dead into the cache."""

@@ -346,7 +346,7 @@ class TestAutoscalingStateRace:
         assert status.autoscaling_state.autoscaler_state_version == 6
 
 
-class TestJobRace:
+class TestJobAndPlacementGroupRaces:
     async def test_concurrent_finish_is_one_transition(self, backend: Backend) -> None:
         """Three MarkJobFinished at once: one transition (old code: three, each telling the
         finish listeners again)."""
@@ -358,6 +358,24 @@ class TestJobRace:
         assert sorted(results) == [False, False, True]
         again = managers(await restarted(backend, server)).jobs
         assert again.jobs[job_id].is_dead
+
+    async def test_concurrent_creates_of_one_placement_group_are_one_write(
+        self, backend: Backend
+    ) -> None:
+        """A client retrying CreatePlacementGroup while the first is being written: one
+        creation (old code: each retry passed the "exists?" check and wrote again, bumping
+        the table version the pending-gang caches key on once per retry)."""
+        server = await backend.server()
+        pgs = managers(server).placement_groups
+        spec = common_pb2.PlacementGroupSpec(
+            placement_group_id=b"\x05" * 18,
+            bundles=[common_pb2.Bundle(unit_resources={"CPU": 1})],
+        )
+        version = pgs.version
+        await asyncio.gather(*(pgs.create(spec) for _ in range(3)))
+        assert pgs.version == version + 1
+        again = managers(await restarted(backend, server)).placement_groups
+        assert set(again.groups) == {spec.placement_group_id}
 
 
 class TestAmbiguousWrites:
