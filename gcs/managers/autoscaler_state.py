@@ -7,6 +7,10 @@ the ``request_resources`` constraint and the last autoscaling state are persiste
 The snapshot is assembled from cached serialized parts (see :mod:`gcs.wire_encoding`):
 per-node static bytes are rebuilt only when that node's report changes, the pending-demand
 section only when some node's load changed.
+
+The constraint and the autoscaling state change on the manager's
+:class:`~gcs.managers.lane.ApplyLane` (the version check of a report is made under it, so of
+two concurrent reports the higher version wins); snapshot reads never take it.
 """
 
 from __future__ import annotations
@@ -19,14 +23,15 @@ import grpc
 import structlog
 
 from gcs.clock import Clock
+from gcs.errors import GcsError, InvalidArgument, RayStatusCode, RayStatusError, Unavailable
 from gcs.managers.counters import DurableCounter
 from gcs.managers.kv import KvManager
+from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import DrainRecord, NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.raylet_clients import RayletClientPool
 from gcs.managers.resources import NodeResources, ResourceCache
 from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
-from gcs.rpc.errors import GcsError, InvalidArgument, RayStatusCode, RayStatusError, Unavailable
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META
 from gcs.wire_encoding import (
@@ -75,6 +80,8 @@ class AutoscalerStateManager:
         *,
         session_name: str = "",
         raylet_timeout_s: float = 30.0,
+        virtual_cluster_section: Callable[[], bytes] | None = None,
+        lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self._store = store
         self._kv = kv
@@ -85,6 +92,7 @@ class AutoscalerStateManager:
         self._clients = clients
         self._session_name = session_name
         self._raylet_timeout_s = raylet_timeout_s
+        self._lane = ApplyLane(store, "autoscaler_state", policy=lane_policy)
         self.version = DurableCounter(store, VERSION_COUNTER)
         self.constraint: autoscaler_pb2.ClusterResourceConstraint | None = None
         self.autoscaling_state: autoscaler_pb2.AutoscalingState | None = None
@@ -92,8 +100,8 @@ class AutoscalerStateManager:
         self._dead_bytes: dict[bytes, bytes] = {}
         self._pg_version = -1
         self._pg_sections: tuple[dict[bytes, list[bytes]], bytes] = ({}, b"")
-        self.virtual_cluster_section: Callable[[], bytes] | None = None
-        """Serialized ``virtual_cluster_states`` (field 8) entries, set by the server."""
+        self._virtual_cluster_section = virtual_cluster_section
+        """Serialized ``virtual_cluster_states`` (field 8) entries (the VC manager's)."""
 
     async def load(self) -> None:
         await self.version.load()
@@ -188,8 +196,8 @@ class AutoscalerStateManager:
         if self.constraint is not None:
             parts.append(len_field(6, self.constraint.SerializeToString()))
         parts.append(string_field(7, self._session_name))
-        if self.virtual_cluster_section is not None:
-            parts.append(self.virtual_cluster_section())
+        if self._virtual_cluster_section is not None:
+            parts.append(self._virtual_cluster_section())
         return b"".join(parts)
 
     def _placement_group_sections(self) -> tuple[dict[bytes, list[bytes]], bytes]:
@@ -264,31 +272,39 @@ class AutoscalerStateManager:
                     )
         stored = autoscaler_pb2.ClusterResourceConstraint()
         stored.CopyFrom(constraint)
-        await self._store.write(
-            WriteBatch().put(TABLE_META, _KEY_CONSTRAINT, stored.SerializeToString())
-        )
-        self.constraint = stored
+
+        def apply() -> None:
+            self.constraint = stored
+
+        async with self._lane:
+            batch = WriteBatch().put(TABLE_META, _KEY_CONSTRAINT, stored.SerializeToString())
+            await self._lane.commit(batch, apply)
 
     async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> bool:
-        """Keep the newest report; an older ``autoscaler_state_version`` is ignored (False)."""
-        current = self.autoscaling_state
-        if (
-            current is not None
-            and state.autoscaler_state_version < current.autoscaler_state_version
-        ):
-            log.info(
-                "autoscaling_state.stale",
-                got=state.autoscaler_state_version,
-                have=current.autoscaler_state_version,
-            )
-            return False
+        """Keep the newest report; an older ``autoscaler_state_version`` is ignored (False),
+        as Ray does.  The check is made on the lane, against the state a concurrent report
+        may just have applied."""
         stored = autoscaler_pb2.AutoscalingState()
         stored.CopyFrom(state)
-        await self._store.write(
-            WriteBatch().put(TABLE_META, _KEY_AUTOSCALING_STATE, stored.SerializeToString())
-        )
-        self.autoscaling_state = stored
-        return True
+        async with self._lane:
+            current = self.autoscaling_state
+            if (
+                current is not None
+                and stored.autoscaler_state_version < current.autoscaler_state_version
+            ):
+                log.info(
+                    "autoscaling_state.stale",
+                    got=stored.autoscaler_state_version,
+                    have=current.autoscaler_state_version,
+                )
+                return False
+
+            def apply() -> None:
+                self.autoscaling_state = stored
+
+            batch = WriteBatch().put(TABLE_META, _KEY_AUTOSCALING_STATE, stored.SerializeToString())
+            await self._lane.commit(batch, apply)
+            return True
 
     async def report_cluster_config(self, config: autoscaler_pb2.ClusterConfig) -> None:
         await self._kv.put(

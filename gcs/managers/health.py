@@ -4,6 +4,10 @@ One loop for all nodes instead of a timer per node: every tick it starts the che
 are due, bounded by a semaphore, so 2,000 nodes cost 2,000 small RPCs per period and a
 hung raylet only holds its own slot until its deadline.  A check passes iff the RPC is OK and
 SERVING; each failure takes one from the node's budget; at zero the node is failed.
+
+Death goes through :meth:`NodeManager.fail_unhealthy`, on the node manager's lane: a node
+that unregistered or was drained meanwhile is a no-op there, never a second death.  The
+checker hears node events through the :class:`~gcs.managers.events.NodeEvents` it is given.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from grpc_health.v1 import health_pb2
 
 from gcs.clock import Clock
 from gcs.config import HealthCheckConfig
+from gcs.managers.events import NodeEvents
 from gcs.managers.nodes import NodeManager
 from gcs.managers.raylet_clients import RayletClientPool
 from gcs.proto import gcs_pb2
@@ -40,6 +45,8 @@ class HealthChecker:
         clients: RayletClientPool,
         clock: Clock,
         config: HealthCheckConfig,
+        *,
+        node_events: NodeEvents,
     ) -> None:
         self._nodes = nodes
         self._clients = clients
@@ -50,6 +57,7 @@ class HealthChecker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.checks = 0
         self.failures = 0
+        node_events.subscribe(self)
 
     # NodeListener
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:

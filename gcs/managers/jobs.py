@@ -1,19 +1,21 @@
 """Jobs (``ray.rpc.JobInfoGcsService``): the JOB table and the job id counter.
 
 Ray's JobCounter is a durable counter (``GetNextJobID``); job ids are its value as 4 bytes
-little-endian (Ray's ``JobID::FromInt``).
+little-endian (Ray's ``JobID::FromInt``).  AddJob and MarkJobFinished run on the manager's
+:class:`~gcs.managers.lane.ApplyLane`; listeners (:class:`~gcs.managers.events.JobEvents`)
+check a job before it is persisted and hear of it when it finished.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import structlog
 
 from gcs.clock import Clock, now_ms
+from gcs.errors import InvalidArgument
 from gcs.ids import JOB_ID_SIZE
+from gcs.managers.events import JobEvents
+from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import gcs_pb2
-from gcs.rpc.errors import InvalidArgument
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_JOB
 
@@ -27,24 +29,29 @@ class JobRejected(InvalidArgument):
 
 
 class JobManager:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        events: JobEvents | None = None,
+        lane_policy: ResolvePolicy | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._events = events if events is not None else JobEvents()
+        self._lane = ApplyLane(store, "jobs", policy=lane_policy)
         self.jobs: dict[bytes, gcs_pb2.JobTableData] = {}
-        self._on_finished: list[Callable[[gcs_pb2.JobTableData], None]] = []
-        self._validators: list[Callable[[gcs_pb2.JobTableData], None]] = []
-
-    def add_validator(self, fn: Callable[[gcs_pb2.JobTableData], None]) -> None:
-        """``fn(job)`` runs before AddJob persists anything; it raises ``JobRejected``."""
-        self._validators.append(fn)
 
     def running_in(self, virtual_cluster_id: str) -> bool:
         return any(
             not j.is_dead and j.virtual_cluster_id == virtual_cluster_id for j in self.jobs.values()
         )
 
-    def add_finish_listener(self, fn: Callable[[gcs_pb2.JobTableData], None]) -> None:
-        self._on_finished.append(fn)
+    def virtual_cluster_of(self, job_id: bytes) -> str:
+        """The virtual cluster a known job runs in ("" for unknown jobs / the primary)."""
+        job = self.jobs.get(job_id)
+        return job.virtual_cluster_id if job is not None else ""
 
     async def load(self) -> None:
         for raw in (await self._store.get_all(TABLE_JOB)).values():
@@ -57,29 +64,37 @@ class JobManager:
     async def add(self, job: gcs_pb2.JobTableData) -> None:
         if len(job.job_id) != JOB_ID_SIZE:
             raise InvalidArgument(f"data.job_id must be {JOB_ID_SIZE} bytes, got {len(job.job_id)}")
-        for validate in self._validators:
-            validate(job)
         stored = gcs_pb2.JobTableData()
         stored.CopyFrom(job)
         stored.is_dead = False
         if not stored.start_time:
             stored.start_time = now_ms(self._clock)
-        await self._store.write(WriteBatch().put(TABLE_JOB, job.job_id, stored.SerializeToString()))
-        self.jobs[job.job_id] = stored
+        async with self._lane:
+            self._events.check(stored)
+
+            def apply() -> None:
+                self.jobs[stored.job_id] = stored
+
+            batch = WriteBatch().put(TABLE_JOB, job.job_id, stored.SerializeToString())
+            await self._lane.commit(batch, apply)
 
     async def mark_finished(self, job_id: bytes) -> bool:
         """Idempotent: finishing a finished (or unknown) job is a no-op returning False."""
         if len(job_id) != JOB_ID_SIZE:
             raise InvalidArgument(f"job_id must be {JOB_ID_SIZE} bytes, got {len(job_id)}")
-        job = self.jobs.get(job_id)
-        if job is None or job.is_dead:
-            return False
-        updated = gcs_pb2.JobTableData()
-        updated.CopyFrom(job)
-        updated.is_dead = True
-        updated.end_time = now_ms(self._clock)
-        await self._store.write(WriteBatch().put(TABLE_JOB, job_id, updated.SerializeToString()))
-        self.jobs[job_id] = updated
-        for fn in self._on_finished:
-            fn(updated)
-        return True
+        async with self._lane:
+            job = self.jobs.get(job_id)
+            if job is None or job.is_dead:
+                return False
+            updated = gcs_pb2.JobTableData()
+            updated.CopyFrom(job)
+            updated.is_dead = True
+            updated.end_time = now_ms(self._clock)
+
+            def apply() -> None:
+                self.jobs[job_id] = updated
+                self._events.finished(updated)
+
+            batch = WriteBatch().put(TABLE_JOB, job_id, updated.SerializeToString())
+            await self._lane.commit(batch, apply)
+            return True

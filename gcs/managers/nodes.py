@@ -1,8 +1,12 @@
 """Node registry (``GcsNodeManager``): alive and dead nodes, death, and who hears of it.
 
-Write path: validate -> persist the NODE row -> apply in memory -> notify listeners ->
-publish (node info + address/liveness channels) -> reply.  Dead nodes stay in the table and
-in a bounded cache (Ray: ``maximum_gcs_dead_node_cached_count``); evicted ones are deleted.
+Write path, on the manager's :class:`~gcs.managers.lane.ApplyLane`: validate -> persist the
+NODE row -> apply in memory -> notify listeners (:class:`~gcs.managers.events.NodeEvents`)
+-> publish (node info + address/liveness channels) -> reply.  Registration, graceful exit,
+legacy drain and health-check death all take the lane, so concurrent calls about one node
+are applied one after the other against current state (a second death is a no-op, as in
+Ray).  Dead nodes stay in the table and in a bounded cache (Ray:
+``maximum_gcs_dead_node_cached_count``); evicted ones are deleted.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ import structlog
 from google.protobuf.message import Message
 
 from gcs.clock import Clock, now_ms
+from gcs.errors import FailedPrecondition
+from gcs.managers.events import NodeEvents, NodeListener
+from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, pubsub_pb2
-from gcs.rpc.errors import FailedPrecondition
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_NODE
+
+__all__ = ["DrainRecord", "NodeListener", "NodeManager", "address_and_liveness"]
 
 log = structlog.get_logger("gcs.nodes")
 
@@ -33,12 +41,6 @@ class Publish(Protocol):
     """``Publisher.publish``: ``message`` is the channel's payload (or a whole PubMessage)."""
 
     def __call__(self, channel: int, key_id: bytes, message: Message) -> object: ...
-
-
-class NodeListener(Protocol):
-    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None: ...
-
-    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,24 +73,20 @@ class NodeManager:
         store: Store,
         clock: Clock,
         *,
+        events: NodeEvents | None = None,
         publish: Publish = _no_publish,
         max_dead_cached: int = 1000,
+        lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
+        self._events = events if events is not None else NodeEvents()
         self._publish = publish
         self._max_dead = max_dead_cached
+        self._lane = ApplyLane(store, "nodes", policy=lane_policy)
         self.alive: dict[bytes, gcs_pb2.GcsNodeInfo] = {}
         self.dead: OrderedDict[bytes, gcs_pb2.GcsNodeInfo] = OrderedDict()
         self._draining: dict[bytes, DrainRecord] = {}
-        self._listeners: list[NodeListener] = []
-
-    # -- wiring --------------------------------------------------------------------------
-    def add_listener(self, listener: NodeListener) -> None:
-        self._listeners.append(listener)
-
-    def set_publisher(self, publish: Publish) -> None:
-        self._publish = publish
 
     # -- startup -------------------------------------------------------------------------
     async def load(self) -> None:
@@ -104,11 +102,10 @@ class NodeManager:
         for node in sorted(dead, key=lambda n: n.end_time_ms):
             self.dead[node.node_id] = node
         for node in self.alive.values():
-            for listener in self._listeners:
-                listener.on_node_added(node)
+            self._events.node_added(node)
         log.info("nodes.loaded", alive=len(self.alive), dead=len(self.dead))
 
-    # -- queries -------------------------------------------------------------------------
+    # -- queries (never wait for the lane) -----------------------------------------------
     def get(self, node_id: bytes) -> gcs_pb2.GcsNodeInfo | None:
         return self.alive.get(node_id) or self.dead.get(node_id)
 
@@ -122,9 +119,13 @@ class NodeManager:
     def total(self) -> int:
         return len(self.alive) + len(self.dead)
 
-    # -- mutations -----------------------------------------------------------------------
+    # -- mutations (each on the lane) ----------------------------------------------------
     async def register(self, node: gcs_pb2.GcsNodeInfo) -> None:
         """Register (or re-register, idempotently) a validated node."""
+        async with self._lane:
+            await self._register(node)
+
+    async def _register(self, node: gcs_pb2.GcsNodeInfo) -> None:
         node_id = node.node_id
         if node_id in self.dead:
             raise FailedPrecondition(
@@ -137,63 +138,82 @@ class NodeManager:
         if not node.start_time_ms:
             node.start_time_ms = now_ms(self._clock)
         if node.is_head_node:
-            for other in list(self.alive.values()):
-                if other.is_head_node and other.node_id != node_id:
-                    await self.mark_dead(
+            for other in [n for n in self.alive.values() if n.is_head_node]:
+                if other.node_id != node_id and other.node_id in self.alive:
+                    await self._kill(
                         other.node_id,
-                        Reason.UNEXPECTED_TERMINATION,
-                        "a new head node registered; the old head is presumed dead",
+                        common_pb2.NodeDeathInfo(
+                            reason=Reason.UNEXPECTED_TERMINATION,
+                            reason_message=(
+                                "a new head node registered; the old head is presumed dead"
+                            ),
+                        ),
                     )
-        await self._store.write(WriteBatch().put(TABLE_NODE, node_id, node.SerializeToString()))
-        rejoin = node_id in self.alive
-        self.alive[node_id] = node
-        if not rejoin:
-            for listener in self._listeners:
-                listener.on_node_added(node)
-        self._publish_node(node, full=True)
-        log.info(
-            "node.registered",
-            node_id=node_id.hex(),
-            rejoin=rejoin,
-            node_type=node.node_type_name,
-            address=node.node_manager_address,
-        )
+
+        def apply() -> None:
+            rejoin = node_id in self.alive
+            self.alive[node_id] = node
+            if not rejoin:
+                self._events.node_added(node)
+            self._publish_node(node, full=True)
+            log.info(
+                "node.registered",
+                node_id=node_id.hex(),
+                rejoin=rejoin,
+                node_type=node.node_type_name,
+                address=node.node_manager_address,
+            )
+
+        batch = WriteBatch().put(TABLE_NODE, node_id, node.SerializeToString())
+        await self._lane.commit(batch, apply)
 
     async def unregister(self, node_id: bytes, death_info: common_pb2.NodeDeathInfo) -> bool:
         """Graceful exit reported by the raylet.  Unknown or dead ids are a no-op (False)."""
-        if node_id not in self.alive:
-            return False
-        await self._kill(node_id, death_info)
-        return True
+        async with self._lane:
+            if node_id not in self.alive:
+                return False
+            await self._kill(node_id, death_info)
+            return True
 
     async def mark_dead(self, node_id: bytes, reason: int, message: str) -> bool:
-        if node_id not in self.alive:
-            return False
-        info = common_pb2.NodeDeathInfo(reason=reason, reason_message=message)
-        await self._kill(node_id, info)
-        return True
+        """Unknown or already dead ids are a no-op (False)."""
+        async with self._lane:
+            if node_id not in self.alive:
+                return False
+            info = common_pb2.NodeDeathInfo(reason=reason, reason_message=message)
+            await self._kill(node_id, info)
+            return True
 
     async def fail_unhealthy(self, node_id: bytes) -> bool:
-        """Health checks gave up on the node: infer the death reason as Ray does."""
-        drain = self._draining.get(node_id)
-        if (
-            drain is not None
-            and drain.reason == autoscaler_pb2.DRAIN_NODE_REASON_PREEMPTION
-            and drain.deadline_timestamp_ms
-            and now_ms(self._clock) > drain.deadline_timestamp_ms
-        ):
-            return await self.mark_dead(
-                node_id, Reason.AUTOSCALER_DRAIN_PREEMPTED, drain.reason_message
-            )
-        return await self.mark_dead(
-            node_id, Reason.UNEXPECTED_TERMINATION, HEALTH_CHECK_DEATH_MESSAGE
-        )
+        """Health checks gave up on the node: infer the death reason as Ray does.  A node
+        that left meanwhile (unregistered, drained) is a no-op (False)."""
+        async with self._lane:
+            if node_id not in self.alive:
+                return False
+            drain = self._draining.get(node_id)
+            if (
+                drain is not None
+                and drain.reason == autoscaler_pb2.DRAIN_NODE_REASON_PREEMPTION
+                and drain.deadline_timestamp_ms
+                and now_ms(self._clock) > drain.deadline_timestamp_ms
+            ):
+                info = common_pb2.NodeDeathInfo(
+                    reason=Reason.AUTOSCALER_DRAIN_PREEMPTED, reason_message=drain.reason_message
+                )
+            else:
+                info = common_pb2.NodeDeathInfo(
+                    reason=Reason.UNEXPECTED_TERMINATION, reason_message=HEALTH_CHECK_DEATH_MESSAGE
+                )
+            await self._kill(node_id, info)
+            return True
 
     def record_drain(self, node_id: bytes, record: DrainRecord) -> None:
+        """Memory only (a hint for the death reason); a dead or unknown node is ignored."""
         if node_id in self.alive:
             self._draining[node_id] = record
 
     async def _kill(self, node_id: bytes, death_info: common_pb2.NodeDeathInfo) -> None:
+        """Persist and apply the death of an alive node.  Hold the lane."""
         node = gcs_pb2.GcsNodeInfo()
         node.CopyFrom(self.alive[node_id])
         node.state = DEAD
@@ -204,21 +224,23 @@ class NodeManager:
         evicted = list(self.dead)[: max(excess, 0)]
         for old_id in evicted:
             batch.delete(TABLE_NODE, old_id)
-        await self._store.write(batch)
-        for old_id in evicted:
-            self.dead.pop(old_id, None)
-        del self.alive[node_id]
-        self._draining.pop(node_id, None)
-        self.dead[node_id] = node
-        for listener in self._listeners:
-            listener.on_node_dead(node)
-        self._publish_node(node, full=False)
-        log.info(
-            "node.dead",
-            node_id=node_id.hex(),
-            reason=common_pb2.NodeDeathInfo.Reason.Name(death_info.reason),
-            message=death_info.reason_message,
-        )
+
+        def apply() -> None:
+            for old_id in evicted:
+                self.dead.pop(old_id, None)
+            self.alive.pop(node_id, None)
+            self._draining.pop(node_id, None)
+            self.dead[node_id] = node
+            self._events.node_dead(node)
+            self._publish_node(node, full=False)
+            log.info(
+                "node.dead",
+                node_id=node_id.hex(),
+                reason=common_pb2.NodeDeathInfo.Reason.Name(death_info.reason),
+                message=death_info.reason_message,
+            )
+
+        await self._lane.commit(batch, apply)
 
     def _publish_node(self, node: gcs_pb2.GcsNodeInfo, *, full: bool) -> None:
         """The full record on registration; on death Ray publishes only a delta."""

@@ -8,8 +8,11 @@ placement on raylets (the 2PC prepare/commit) is future work.
 Virtual clusters: our ``PlacementGroupTableData`` has no ``virtual_cluster_id`` (ant-ray's
 field 17 collides with Ray 2.60's ``topology_assignments``, and its ``PlacementGroupSpec``
 field 12 with ``topology_strategy``), so a PG's virtual cluster id is resolved at creation by
-a hook (the creator job's cluster) and kept in a sidecar persisted in the same batch under
-``GCS_META`` ``pg_vc:<pg id>``.
+``job_cluster`` (the creator job's cluster, given at construction) and kept in a sidecar
+persisted in the same batch under ``GCS_META`` ``pg_vc:<pg id>``.
+
+Create and remove run on the manager's :class:`~gcs.managers.lane.ApplyLane`; removals are
+told to :class:`~gcs.managers.events.PlacementGroupEvents` listeners after they are persisted.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from gcs.clock import Clock, now_ms
+from gcs.errors import InvalidArgument, NotFound
 from gcs.labels import selector_proto as parse_selector
+from gcs.managers.events import PlacementGroupEvents
+from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2
-from gcs.rpc.errors import InvalidArgument, NotFound
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META, TABLE_PLACEMENT_GROUP
 
@@ -27,28 +32,34 @@ PG = gcs_pb2.PlacementGroupTableData
 PENDING_STATES = (PG.PENDING, PG.RESCHEDULING)
 MAX_LOAD_REPORT = 1000  # Ray: max_placement_group_load_report_size
 VC_SIDECAR_PREFIX = b"pg_vc:"
-VcResolver = Callable[[common_pb2.PlacementGroupSpec], str]
-RemoveListener = Callable[[gcs_pb2.PlacementGroupTableData, str], None]
+JobCluster = Callable[[bytes], str]
+"""creator job id -> its virtual cluster id ("" = none / the primary)."""
+
+
+def _no_cluster(job_id: bytes) -> str:
+    return ""
 
 
 class PlacementGroupManager:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        events: PlacementGroupEvents | None = None,
+        job_cluster: JobCluster = _no_cluster,
+        lane_policy: ResolvePolicy | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._events = events if events is not None else PlacementGroupEvents()
+        self._job_cluster = job_cluster
+        self._lane = ApplyLane(store, "placement_groups", policy=lane_policy)
         self.groups: dict[bytes, gcs_pb2.PlacementGroupTableData] = {}
         self.virtual_cluster_of: dict[bytes, str] = {}
         """PG id -> virtual cluster id (only PGs created inside one)."""
         self.version = 0
         """Bumped on every create/remove (caches of pending gangs key on it)."""
-        self._vc_resolver: VcResolver | None = None
-        self._on_removed: list[RemoveListener] = []
-
-    def set_vc_resolver(self, resolver: VcResolver) -> None:
-        self._vc_resolver = resolver
-
-    def add_remove_listener(self, fn: RemoveListener) -> None:
-        """``fn(pg, virtual_cluster_id)`` after a removal is persisted."""
-        self._on_removed.append(fn)
 
     async def load(self) -> None:
         for raw in (await self._store.get_all(TABLE_PLACEMENT_GROUP)).values():
@@ -66,8 +77,6 @@ class PlacementGroupManager:
             raise InvalidArgument(
                 f"placement_group_spec.placement_group_id must be 18 bytes, got {len(pg_id)}"
             )
-        if pg_id in self.groups:
-            return  # idempotent retry
         if not spec.bundles:
             raise InvalidArgument("placement_group_spec.bundles must not be empty")
         for i, bundle in enumerate(spec.bundles):
@@ -80,48 +89,55 @@ class PlacementGroupManager:
                     )
         if spec.strategy not in common_pb2.PlacementStrategy.values():
             raise InvalidArgument(f"placement_group_spec.strategy: unknown value {spec.strategy}")
-        pg = PG(
-            placement_group_id=pg_id,
-            name=spec.name,
-            bundles=spec.bundles,
-            strategy=spec.strategy,
-            state=PG.PENDING,
-            creator_job_id=spec.creator_job_id,
-            creator_actor_id=spec.creator_actor_id,
-            is_detached=spec.is_detached,
-            soft_target_node_id=spec.soft_target_node_id,
-            placement_group_creation_timestamp_ms=now_ms(self._clock),
-        )
-        for i, bundle in enumerate(pg.bundles):
-            bundle.bundle_id.placement_group_id = pg_id
-            bundle.bundle_id.bundle_index = i
-        vc_id = self._vc_resolver(spec) if self._vc_resolver is not None else ""
-        batch = WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, pg.SerializeToString())
-        if vc_id:
-            batch.put(TABLE_META, VC_SIDECAR_PREFIX + pg_id, vc_id.encode())
-        await self._store.write(batch)
-        self.groups[pg_id] = pg
-        if vc_id:
-            self.virtual_cluster_of[pg_id] = vc_id
-        self.version += 1
+        async with self._lane:
+            if pg_id in self.groups:
+                return  # idempotent retry
+            pg = PG(
+                placement_group_id=pg_id,
+                name=spec.name,
+                bundles=spec.bundles,
+                strategy=spec.strategy,
+                state=PG.PENDING,
+                creator_job_id=spec.creator_job_id,
+                creator_actor_id=spec.creator_actor_id,
+                is_detached=spec.is_detached,
+                soft_target_node_id=spec.soft_target_node_id,
+                placement_group_creation_timestamp_ms=now_ms(self._clock),
+            )
+            for i, bundle in enumerate(pg.bundles):
+                bundle.bundle_id.placement_group_id = pg_id
+                bundle.bundle_id.bundle_index = i
+            vc_id = self._job_cluster(spec.creator_job_id)
+            batch = WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, pg.SerializeToString())
+            if vc_id:
+                batch.put(TABLE_META, VC_SIDECAR_PREFIX + pg_id, vc_id.encode())
+
+            def apply() -> None:
+                self.groups[pg_id] = pg
+                if vc_id:
+                    self.virtual_cluster_of[pg_id] = vc_id
+                self.version += 1
+
+            await self._lane.commit(batch, apply)
 
     async def remove(self, pg_id: bytes) -> None:
-        pg = self.groups.get(pg_id)
-        if pg is None:
-            raise NotFound(f"placement group {pg_id.hex()} does not exist")
-        if pg.state == PG.REMOVED:
-            return
-        updated = PG()
-        updated.CopyFrom(pg)
-        updated.state = PG.REMOVED
-        await self._store.write(
-            WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, updated.SerializeToString())
-        )
-        self.groups[pg_id] = updated
-        self.version += 1
-        vc_id = self.virtual_cluster_of.get(pg_id, "")
-        for fn in self._on_removed:
-            fn(updated, vc_id)
+        async with self._lane:
+            pg = self.groups.get(pg_id)
+            if pg is None:
+                raise NotFound(f"placement group {pg_id.hex()} does not exist")
+            if pg.state == PG.REMOVED:
+                return
+            updated = PG()
+            updated.CopyFrom(pg)
+            updated.state = PG.REMOVED
+
+            def apply() -> None:
+                self.groups[pg_id] = updated
+                self.version += 1
+                self._events.removed(updated, self.virtual_cluster_of.get(pg_id, ""))
+
+            batch = WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, updated.SerializeToString())
+            await self._lane.commit(batch, apply)
 
     def get(self, pg_id: bytes) -> gcs_pb2.PlacementGroupTableData | None:
         return self.groups.get(pg_id)

@@ -1,14 +1,17 @@
 """Virtual clusters in the running GCS: owns the registry and does its I/O.
 
-Every mutation follows the model's protocol under ONE asyncio lock: plan (``VcError`` =
-nothing changed) -> one atomic ``WriteBatch`` (``plan.puts``/``plan.deletes`` on table
-VIRTUAL_CLUSTER plus the revision high-water mark in GCS_META) -> ``registry.commit`` ->
-publish ``plan.publishes`` on channel 11.  A failed write drops the plan and raises
-``Unavailable``: memory is unchanged.
+Every mutation follows the model's protocol on the manager's
+:class:`~gcs.managers.lane.ApplyLane`: plan (``VcError`` = nothing changed) -> one atomic
+``WriteBatch`` (``plan.puts``/``plan.deletes`` on table VIRTUAL_CLUSTER plus the revision
+high-water mark in GCS_META) -> ``registry.commit`` -> publish ``plan.publishes`` on channel
+11.  A write that certainly failed drops the plan (memory unchanged, UNAVAILABLE); an
+ambiguous one is resolved by the lane (now, or before the next mutation).
 
-Node events come from ``NodeManager`` after the node row is persisted.  They carry nothing to
-persist, so they commit synchronously; while a mutation holds the lock they are queued and
-applied when it releases (its plan was built before them and commits first).
+Node events come from :class:`~gcs.managers.events.NodeEvents` after the node row is
+persisted.  They carry nothing to persist, so they commit synchronously; while a mutation
+holds the lane (or its write is still unresolved) they are queued and applied after it (its
+plan was built before them and commits first).  Events before :meth:`load` are ignored: the
+replay reads the loaded node table itself.
 
 Workload (``UsageView``) is read from the live GCS: a node is idle when the resource view
 says so; a cluster has workload while a running job or a detached, not removed placement
@@ -26,14 +29,16 @@ from typing import TypeVar
 import structlog
 
 from gcs.clock import Clock
+from gcs.errors import Unavailable
+from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
 from gcs.managers.jobs import JobManager, JobRejected
+from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager, gang_request
 from gcs.managers.resources import ResourceCache
-from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2
+from gcs.proto import autoscaler_pb2, gcs_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
-from gcs.rpc.errors import Unavailable
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META, TABLE_VIRTUAL_CLUSTER
 from gcs.store.errors import StoreError
@@ -110,7 +115,11 @@ class VirtualClusterManager:
         pgs: PlacementGroupManager,
         resources: ResourceCache,
         *,
+        node_events: NodeEvents,
+        job_events: JobEvents,
+        pg_events: PlacementGroupEvents,
         publish: Publish = _no_publish,
+        lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -119,16 +128,16 @@ class VirtualClusterManager:
         self._pgs = pgs
         self._resources = resources
         self._publish = publish
-        self._lock = asyncio.Lock()
+        self._lane = ApplyLane(store, "virtual_clusters", policy=lane_policy)
+        self._loaded = False
         self._queued: list[_NodeEvent] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.registry = VirtualClusterRegistry(RevisionSource(self._now_ns))
         self._section_key: tuple[int, int, int] | None = None
         self._section = b""
-        jobs.add_validator(self._check_job)
-        jobs.add_finish_listener(self._on_job_finished)
-        pgs.set_vc_resolver(self._pg_cluster)
-        pgs.add_remove_listener(self._on_pg_removed)
+        node_events.subscribe(self)
+        job_events.subscribe(self)
+        pg_events.subscribe(self)
 
     def _now_ns(self) -> int:
         return int(self._clock.now_s() * 1_000_000_000)
@@ -154,8 +163,13 @@ class VirtualClusterManager:
         for cluster_id in outcome.deletes:
             batch.delete(TABLE_VIRTUAL_CLUSTER, cluster_id.encode())
         batch.put(TABLE_META, HIGH_WATER_KEY, str(outcome.revision_high_water).encode())
-        await self._store.write(batch)
-        self.registry = outcome.registry
+
+        def apply() -> None:
+            self.registry = outcome.registry
+            self._loaded = True
+
+        async with self._lane:
+            await self._lane.commit(batch, apply)
         dead_jobs = sorted(
             j.virtual_cluster_id
             for j in self._jobs.jobs.values()
@@ -176,31 +190,32 @@ class VirtualClusterManager:
         async with self._exclusive():
             result = make()
             plan = result if isinstance(result, Plan) else result.plan
-            await self._persist(plan)
-            self.registry.commit(plan)
-            if publish:
-                for data in plan.publishes:
-                    self._publish(RAY_VIRTUAL_CLUSTER_CHANNEL, data.id.encode(), data)
+
+            def apply() -> None:
+                self.registry.commit(plan)
+                if publish:
+                    for data in plan.publishes:
+                        self._publish(RAY_VIRTUAL_CLUSTER_CHANNEL, data.id.encode(), data)
+
+            await self._lane.commit(self._batch(plan), apply)
             return result
 
-    async def _persist(self, plan: Plan) -> None:
-        if not (plan.puts or plan.deletes):
-            return
+    @staticmethod
+    def _batch(plan: Plan) -> WriteBatch:
+        """The plan's rows plus the revision high-water mark; empty when nothing to store."""
         batch = WriteBatch()
+        if not (plan.puts or plan.deletes):
+            return batch
         for cluster_id, data in plan.puts.items():
             batch.put(TABLE_VIRTUAL_CLUSTER, cluster_id.encode(), data.SerializeToString())
         for cluster_id in plan.deletes:
             batch.delete(TABLE_VIRTUAL_CLUSTER, cluster_id.encode())
         batch.put(TABLE_META, HIGH_WATER_KEY, str(plan.revision_high_water).encode())
-        try:
-            await self._store.write(batch)
-        except StoreError as err:
-            log.warning("virtual_clusters.write_failed", error=str(err))
-            raise Unavailable(f"store unavailable, nothing was changed: {err}") from err
+        return batch
 
     @contextlib.asynccontextmanager
     async def _exclusive(self) -> AsyncIterator[None]:
-        async with self._lock:
+        async with self._lane:
             try:
                 yield
             finally:
@@ -214,12 +229,16 @@ class VirtualClusterManager:
         self._node_event(_NodeEvent(node, dead=True))
 
     def _node_event(self, event: _NodeEvent) -> None:
-        if self._lock.locked():
+        if not self._loaded:
+            return  # load() replays from the node table, which has this node already
+        if self._lane.busy or self._lane.unresolved:
             self._queued.append(event)
         else:
             self._apply_node_event(event)
 
     def _drain_node_events(self) -> None:
+        if self._lane.unresolved:
+            return  # an unresolved plan commits first, once the store can tell
         queued, self._queued = self._queued, []
         for event in queued:
             self._apply_node_event(event)
@@ -232,14 +251,14 @@ class VirtualClusterManager:
         if not plan.empty:
             self.registry.commit(plan)
 
-    # -- jobs and placement groups -------------------------------------------------------
-    def _check_job(self, job: gcs_pb2.JobTableData) -> None:
+    # -- jobs and placement groups (JobListener, PlacementGroupListener) -----------------
+    def check_job(self, job: gcs_pb2.JobTableData) -> None:
         try:
             self.registry.check_job_virtual_cluster(job.virtual_cluster_id)
         except VcError as err:
             raise JobRejected(err.message) from None
 
-    def _on_job_finished(self, job: gcs_pb2.JobTableData) -> None:
+    def on_job_finished(self, job: gcs_pb2.JobTableData) -> None:
         cluster_id = job.virtual_cluster_id
         if is_job_cluster_id(cluster_id):
             self._spawn(
@@ -247,11 +266,9 @@ class VirtualClusterManager:
                 f"vc-job-finished-{cluster_id}",
             )
 
-    def _pg_cluster(self, spec: common_pb2.PlacementGroupSpec) -> str:
-        job = self._jobs.jobs.get(spec.creator_job_id)
-        return job.virtual_cluster_id if job is not None else ""
-
-    def _on_pg_removed(self, pg: gcs_pb2.PlacementGroupTableData, cluster_id: str) -> None:
+    def on_placement_group_removed(
+        self, pg: gcs_pb2.PlacementGroupTableData, cluster_id: str
+    ) -> None:
         if pg.is_detached and is_job_cluster_id(cluster_id):
             self._spawn(
                 lambda: self._run(lambda: self.registry.on_workload_gone(cluster_id, self.usage())),
@@ -262,7 +279,7 @@ class VirtualClusterManager:
         async def body() -> None:
             try:
                 await make()  # type: ignore[misc]
-            except (VcError, Unavailable) as err:
+            except (VcError, Unavailable, StoreError) as err:
                 log.warning("virtual_clusters.background_failed", task=name, error=str(err))
 
         task = asyncio.get_running_loop().create_task(body(), name=name)
@@ -292,7 +309,7 @@ class VirtualClusterManager:
             await asyncio.sleep(period_ms / 1000)
             try:
                 await step()  # type: ignore[misc]
-            except Unavailable as err:
+            except (Unavailable, StoreError) as err:
                 log.warning("virtual_clusters.periodic_skipped", loop=name, error=str(err))
 
     # -- RPC operations ------------------------------------------------------------------

@@ -21,15 +21,17 @@ from gcs.clock import Clock, SystemClock
 from gcs.config import GcsConfig
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
+from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
 from gcs.managers.health import HealthChecker
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
+from gcs.managers.lane import ResolvePolicy
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.raylet_clients import RayletClientPool
 from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.managers.virtual_clusters import VirtualClusterManager
-from gcs.proto import node_manager_pb2
+from gcs.proto import gcs_pb2, node_manager_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.runtime import GcsPubSub
@@ -71,9 +73,12 @@ class GcsServer:
         *,
         store: Store | None = None,
         clock: Clock | None = None,
+        lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
+        self._lane_policy = lane_policy
+        """How each manager's lane asks the store about ambiguous writes (default if None)."""
         self._store = store
         self._owns_store = store is None
         self.metrics = GcsMetrics()
@@ -129,19 +134,46 @@ class GcsServer:
                 RAY_VIRTUAL_CLUSTER_CHANNEL
             ),
         )
+        # Wiring, all at construction.  Event fan-outs come first: emitters and listeners
+        # take them as constructor arguments (listeners subscribe in their constructors),
+        # so node events reach, in order: resource cache, client pool, health checker, VC.
+        cache = ResourceCache(self.clock)
+        node_events = NodeEvents(cache, _DropClient(clients))
+        job_events = JobEvents()
+        pg_events = PlacementGroupEvents()
         nodes = NodeManager(
             store,
             self.clock,
+            events=node_events,
             publish=pubsub.control_plane.publish,
             max_dead_cached=cfg.max_dead_nodes_cached,
+            lane_policy=self._lane_policy,
         )
-        cache = ResourceCache(self.clock)
-        health_checker = HealthChecker(nodes, clients, self.clock, cfg.health)
-        nodes.add_listener(cache)
-        nodes.add_listener(health_checker)
-        nodes.add_listener(_DropClient(clients))
-        pgs = PlacementGroupManager(store, self.clock)
-        jobs = JobManager(store, self.clock)
+        health_checker = HealthChecker(
+            nodes, clients, self.clock, cfg.health, node_events=node_events
+        )
+        jobs = JobManager(store, self.clock, events=job_events, lane_policy=self._lane_policy)
+        pgs = PlacementGroupManager(
+            store,
+            self.clock,
+            events=pg_events,
+            job_cluster=jobs.virtual_cluster_of,
+            lane_policy=self._lane_policy,
+        )
+        # Hears node events only once its load() replayed the node table loaded below.
+        virtual_clusters = VirtualClusterManager(
+            store,
+            self.clock,
+            nodes,
+            jobs,
+            pgs,
+            cache,
+            node_events=node_events,
+            job_events=job_events,
+            pg_events=pg_events,
+            publish=pubsub.control_plane.publish,
+            lane_policy=self._lane_policy,
+        )
         autoscaler = AutoscalerStateManager(
             store,
             kv,
@@ -152,17 +184,9 @@ class GcsServer:
             clients,
             session_name=self.meta.session_name,
             raylet_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
+            virtual_cluster_section=virtual_clusters.autoscaler_section,
+            lane_policy=self._lane_policy,
         )
-        virtual_clusters = VirtualClusterManager(
-            store,
-            self.clock,
-            nodes,
-            jobs,
-            pgs,
-            cache,
-            publish=pubsub.control_plane.publish,
-        )
-        autoscaler.virtual_cluster_section = virtual_clusters.autoscaler_section
         poller = LoadPoller(
             nodes, cache, clients, self.clock, cfg.load_poll, on_report=health_checker.mark_healthy
         )
@@ -172,7 +196,6 @@ class GcsServer:
         await jobs.load()
         await autoscaler.load()
         await virtual_clusters.load()  # replays from the node table loaded above
-        nodes.add_listener(virtual_clusters)  # after the NODE row is persisted, per event
         self.managers = Managers(
             kv,
             nodes,
@@ -374,11 +397,13 @@ class GcsServer:
 
 
 class _DropClient:
+    """Node listener: forget a dead node's raylet channel."""
+
     def __init__(self, clients: RayletClientPool) -> None:
         self._clients = clients
 
-    def on_node_added(self, node: object) -> None:
+    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
         return None
 
-    def on_node_dead(self, node) -> None:  # type: ignore[no-untyped-def]
+    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._clients.drop(node.node_id)

@@ -6,8 +6,9 @@
 - :class:`FaultyStore` fails or stalls writes on demand: before the write (nothing landed),
   after it (the write landed but the caller is told it did not: the ambiguous failure a
   Redis timeout or a dropped SQL connection produces), or holds it until released.
+- :class:`UnsureStore` (a FaultyStore) also cannot tell, for a while, whether a write landed.
 
-Both wrap any :class:`~gcs.store.Store`; reads and counters pass through.
+All wrap any :class:`~gcs.store.Store`; reads and counters pass through.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from gcs.store.base import Store, WriteBatch
 from gcs.store.errors import StoreOutcomeUnknown, StoreUnavailable
 
-__all__ = ["FaultyStore", "WriteFault", "YieldingStore"]
+__all__ = ["FaultyStore", "UnsureStore", "WriteFault", "YieldingStore"]
 
 
 class _Delegating(Store):
@@ -139,3 +140,20 @@ class FaultyStore(_Delegating):
         await self.inner.write(batch)
         if fault is WriteFault.AFTER:
             raise StoreOutcomeUnknown(batch.write_id, "faulty store: failed after the write")
+
+
+class UnsureStore(FaultyStore):
+    """A FaultyStore whose :meth:`landed` cannot tell (raises StoreUnavailable) the next
+    ``unsure`` times: an ambiguous write that stays unresolved for a while."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.unsure = 0
+        self.asked = 0
+
+    async def landed(self, write_id: bytes) -> bool:
+        self.asked += 1
+        if self.unsure > 0:
+            self.unsure -= 1
+            raise StoreUnavailable("unsure store: cannot tell yet whether the write landed")
+        return await self.inner.landed(write_id)

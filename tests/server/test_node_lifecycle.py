@@ -51,16 +51,21 @@ class TestRegister:
         reply = await stubs.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())
         assert reply.total == 1
 
-    async def test_registration_publishes_node_info_and_liveness(
-        self, gcs_server, stubs, raylets
-    ) -> None:
+    async def test_registration_publishes_node_info_and_liveness(self, memory_store) -> None:
         """Both the full node info and the address/liveness record are published."""
+        from gcs.clock import FakeClock
+        from gcs.managers.nodes import NodeManager
+
         published: list[tuple[int, bytes]] = []
-        gcs_server.managers.nodes.set_publisher(lambda ch, key, msg: published.append((ch, key)))
-        r = await raylets()
-        await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=r.node_info()))
-        assert (pubsub_pb2.GCS_NODE_INFO_CHANNEL, r.node_id) in published
-        assert (pubsub_pb2.GCS_NODE_ADDRESS_AND_LIVENESS_CHANNEL, r.node_id) in published
+        nodes = NodeManager(
+            memory_store, FakeClock(), publish=lambda ch, key, msg: published.append((ch, key))
+        )
+        node_id = b"\x07" * 28
+        await nodes.register(
+            gcs_pb2.GcsNodeInfo(node_id=node_id, node_manager_address="x", node_manager_port=1)
+        )
+        assert (pubsub_pb2.GCS_NODE_INFO_CHANNEL, node_id) in published
+        assert (pubsub_pb2.GCS_NODE_ADDRESS_AND_LIVENESS_CHANNEL, node_id) in published
 
     async def test_new_head_fails_the_old_head(self, stubs, raylets) -> None:
         """Only one head is alive: a new head's registration marks the previous one dead."""
