@@ -27,6 +27,7 @@ from gcs.raylet import wire
 from gcs.raylet.agent import CLUSTER_ID_METADATA_KEY
 from gcs.raylet.resources import LabelConstraint, selector_matches
 from gcs.rpc import ServiceStub
+from gcs.rpc.security import Security
 from gcs.rpc.services import NODE_INFO, NODE_MANAGER
 
 
@@ -77,7 +78,7 @@ def plan(task: TaskSpec, count: int, nodes: Sequence[NodeTarget]) -> list[tuple[
 
 
 async def alive_nodes(gcs_address: str, *, timeout_s: float = 10.0) -> list[NodeTarget]:
-    async with grpc.aio.insecure_channel(gcs_address) as channel:
+    async with Security.from_env().aio_channel(gcs_address) as channel:
         stub = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
         cluster = await stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest())
         stub.set_metadata([(CLUSTER_ID_METADATA_KEY, cluster.cluster_id.hex())])
@@ -120,11 +121,12 @@ async def submit(
     placements = plan(task, count, nodes)
     result = SubmitResult()
     channels: dict[str, grpc.aio.Channel] = {}
+    security = Security.from_env()
     try:
         stubs: dict[str, ServiceStub] = {}
         for node, _ in placements:
             if node.address not in stubs:
-                channels[node.address] = grpc.aio.insecure_channel(node.address)
+                channels[node.address] = security.aio_channel(node.address)
                 stubs[node.address] = ServiceStub(
                     channels[node.address], NODE_MANAGER, timeout_s=None
                 )
