@@ -43,6 +43,10 @@ class AuthToken:
     value: str = field(repr=False)
     source: str
     """Where it came from, safe to log: ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH=/p``, ..."""
+    _expected: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_expected", self.header_value.encode())
 
     @property
     def header_value(self) -> str:
@@ -52,9 +56,9 @@ class AuthToken:
         return ((AUTHORIZATION_METADATA, self.header_value),)
 
     def matches(self, header_value: str | bytes) -> bool:
-        """Constant-time check of an ``authorization`` metadata value."""
+        """Constant-time check of an ``authorization`` metadata value (runs on every RPC)."""
         presented = header_value.encode() if isinstance(header_value, str) else header_value
-        return hmac.compare_digest(presented, self.header_value.encode())
+        return hmac.compare_digest(presented, self._expected)
 
 
 def parse_mode(value: str, where: str = "RAY_AUTH_MODE") -> str:
