@@ -113,9 +113,8 @@ async def main(calls: int, conc: int, repeats: int) -> None:
     print(f"server CPU per RPC, {calls} calls x {repeats} (best of), concurrency {conc}")
     for name, values in results.items():
         best = min(values)
-        print(
-            f"  {name:36s} {best:7.1f} us/RPC   +{best - base:6.1f} us vs none  ({best / base:.2f}x)"
-        )
+        extra = best - base
+        print(f"  {name:36s} {best:7.1f} us/RPC  +{extra:6.1f} us vs none  ({best / base:.2f}x)")
 
 
 if __name__ == "__main__":
