@@ -24,6 +24,7 @@ from gcs.server.interceptors import WRONG_CLUSTER_ID, CallGuardInterceptor
 CLUSTER = "ab" * 28
 TOKEN = AuthToken("0123456789abcdef0123456789abcdef", "bench")
 METHOD = "/bench.Echo/Call"
+SYNC_GUARD = CallGuardInterceptor(None, None)  # marker: use _SyncGuard instead
 
 
 class LegacyClusterIdInterceptor(grpc.aio.ServerInterceptor):
@@ -60,7 +61,26 @@ VARIANTS: dict[str, Callable[[], list[grpc.aio.ServerInterceptor]]] = {
         CallGuardInterceptor(CLUSTER, None),
         CallGuardInterceptor(None, TOKEN),
     ],
+    "token mode, sync generic-handler guard": lambda: [SYNC_GUARD],
 }
+
+
+class _SyncGuard(grpc.GenericRpcHandler):
+    """The same checks done synchronously in a generic handler (no interceptor coroutine)."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler, guard: CallGuardInterceptor) -> None:
+        self._inner = inner
+        self._token = TOKEN
+        self._reject = guard._unauthenticated
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        ok = False
+        for key, value in details.invocation_metadata or ():  # type: ignore[attr-defined]
+            if key == "authorization":
+                ok = self._token.matches(value)
+            elif key == "ray_cluster_id" and value.lower() != CLUSTER:
+                return self._reject
+        return self._inner.service(details) if ok else self._reject
 
 
 async def _echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -68,10 +88,13 @@ async def _echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
 
 
 async def serve_and_measure(interceptors: list[grpc.aio.ServerInterceptor], calls: int, conc: int):
-    server = grpc.aio.server(interceptors=interceptors)
+    sync_guard = interceptors == [SYNC_GUARD]
+    server = grpc.aio.server(interceptors=[] if sync_guard else interceptors)
     handler = grpc.method_handlers_generic_handler(
         "bench.Echo", {"Call": grpc.unary_unary_rpc_method_handler(_echo)}
     )
+    if sync_guard:
+        handler = _SyncGuard(handler, CallGuardInterceptor(CLUSTER, TOKEN))
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
