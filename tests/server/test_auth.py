@@ -476,3 +476,14 @@ class TestServeMisconfiguration:
         assert needle in lines[-1], proc.stderr
         if case != "bad-mode":  # config errors print click's usage lines (issue 9's cleanup)
             assert len(lines) == 1, proc.stderr
+
+
+def test_raylet_cli_misconfiguration_is_one_line(tmp_path) -> None:
+    from gcs.cli import main
+
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(tmp_path / "nope")}
+    for command in (["raylet"], ["raylet-fleet", "--count", "1"]):
+        result = CliRunner().invoke(main, [*command, "--gcs-address", "127.0.0.1:1"], env=env)
+        assert result.exit_code == 1 and result.exception is not None
+        assert "RAY_AUTH_TOKEN_PATH: cannot read token file" in result.output
+        assert "Traceback" not in result.output
