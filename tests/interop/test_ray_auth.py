@@ -4,7 +4,7 @@ Ray's own ``GcsClient`` and ``ray.autoscaler.v2.sdk`` with ``RAY_AUTH_MODE=token
 ``RAY_AUTH_TOKEN`` read nodes and state, set a constraint and parse the status; without the
 token, or with a wrong one, Ray reports our UNAUTHENTICATED answer as its
 ``AuthenticationError``.  A raylet agent of ours in the same cluster proves the GCS ->
-raylet direction carries the token too.
+raylet direction carries the token too; a second test runs Ray's client over mutual TLS.
 """
 
 from __future__ import annotations
@@ -114,3 +114,32 @@ async def test_ray_clients_with_and_without_the_token(ray_venv, tmp_path) -> Non
         assert not refused["ok"]
         assert refused["error"] == "AuthenticationError", refused
         assert "Invalid or missing authentication token" in refused["message"]
+
+
+async def test_ray_client_over_mutual_tls_with_token(ray_venv, tmp_path, monkeypatch) -> None:
+    """RAY_USE_TLS + RAY_TLS_* on both sides (a throwaway CA): Ray's C++ client talks mutual
+    TLS with the token to `gcs serve`."""
+    import shutil
+
+    from tests.server.test_auth_tls import make_ca_and_node_cert
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl")
+    tls = await asyncio.to_thread(make_ca_and_node_cert, tmp_path / "pki")
+    for key, value in tls.items():
+        monkeypatch.setenv(key, value)  # inherited by the gcs serve subprocess
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", TOKEN)
+    gcs = GcsProcess("memory://", log_path=str(tmp_path / "gcs.log"))
+    await asyncio.to_thread(gcs.start)
+    try:
+        out = await asyncio.to_thread(
+            run_ray,
+            ray_venv,
+            gcs.address,
+            {**tls, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN, "HOME": str(tmp_path)},
+        )
+    finally:
+        await asyncio.to_thread(gcs.stop)
+    assert out["ok"], out
+    assert out["node_types"] == [] and out["version"] > 0
