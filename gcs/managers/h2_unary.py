@@ -104,13 +104,14 @@ def encode_request_headers(path: str, authority: str, authorization: str = "") -
     """The constant part of the request header block (grpc-timeout appended per call);
     ``authorization`` (Ray's ``Bearer <token>``) is sent when given."""
     auth = _literal(23, authorization) if authorization else b""  # authorization (static 23)
-    return auth + (
+    return (
         b"\x83"  # :method POST (static 3)
         + b"\x86"  # :scheme http (static 6)
         + _literal(4, path)  # :path
-        + _literal(1, authority)  # :authority
+        + _literal(1, authority)  # :authority (pseudo-headers first: RFC 9113 8.3)
         + _literal(31, "application/grpc")  # content-type
         + _literal_new("te", "trailers")
+        + auth
     )
 
 

@@ -487,3 +487,18 @@ def test_raylet_cli_misconfiguration_is_one_line(tmp_path) -> None:
         assert result.exit_code == 1 and result.exception is not None
         assert "RAY_AUTH_TOKEN_PATH: cannot read token file" in result.output
         assert "Traceback" not in result.output
+
+
+def test_h2_poll_headers_carry_the_token_after_the_pseudo_headers() -> None:
+    """The lean HTTP/2 poll client sends ``authorization`` as a regular header (RFC 9113:
+    after every pseudo-header), and nothing when auth is off."""
+    import hpack
+
+    from gcs.managers.h2_unary import encode_request_headers
+
+    headers = hpack.Decoder().decode(encode_request_headers("/p", "h:1", "Bearer t"))
+    names = [name for name, _ in headers]
+    assert names[:4] == [":method", ":scheme", ":path", ":authority"]
+    assert headers[-1] == ("authorization", "Bearer t")
+    plain = hpack.Decoder().decode(encode_request_headers("/p", "h:1"))
+    assert "authorization" not in dict(plain)
