@@ -478,12 +478,19 @@ class TestServeMisconfiguration:
             assert len(lines) == 1, proc.stderr
 
 
-def test_raylet_cli_misconfiguration_is_one_line(tmp_path) -> None:
+def test_client_cli_misconfiguration_is_one_line(tmp_path) -> None:
+    """raylet, raylet-fleet, vcluster and status stop with one line, not a traceback."""
     from gcs.cli import main
 
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(tmp_path / "nope")}
-    for command in (["raylet"], ["raylet-fleet", "--count", "1"]):
-        result = CliRunner().invoke(main, [*command, "--gcs-address", "127.0.0.1:1"], env=env)
+    commands = (
+        ["raylet", "--gcs-address", "127.0.0.1:1"],
+        ["raylet-fleet", "--count", "1", "--gcs-address", "127.0.0.1:1"],
+        ["vcluster", "list", "--address", "127.0.0.1:1"],
+        ["status", "--address", "127.0.0.1:1"],
+    )
+    for command in commands:
+        result = CliRunner().invoke(main, command, env=env)
         assert result.exit_code == 1 and result.exception is not None
         assert "RAY_AUTH_TOKEN_PATH: cannot read token file" in result.output
         assert "Traceback" not in result.output
