@@ -27,8 +27,11 @@ AUTH_MODES = ("disabled", "token")
 AUTHORIZATION_METADATA = "authorization"
 BEARER_PREFIX = "Bearer "
 UNAUTHENTICATED_MESSAGE = (
-    "Invalid or missing authentication token: this GCS runs with RAY_AUTH_MODE=token; "
-    "set RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH"
+    # Ray 2.60's gcs_server answers "InvalidAuthToken: Authentication token is missing or
+    # incorrect"; we keep its words (tools match them) and add what to do.
+    "InvalidAuthToken: Authentication token is missing or incorrect (this GCS runs with "
+    "RAY_AUTH_MODE=token: set RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN "
+    "or RAY_AUTH_TOKEN_PATH)"
 )
 
 

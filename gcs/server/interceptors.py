@@ -2,9 +2,10 @@
 
 * Token (``RAY_AUTH_MODE=token``): every RPC must carry ``authorization: Bearer <token>``
   (constant-time comparison) or gets UNAUTHENTICATED -- unary calls, pubsub long polls,
-  reflection.  ``grpc.health.v1.Health`` is exempt: liveness probes (kubelet gRPC probes,
-  load balancers) carry no credentials, the answer reveals nothing, and Ray's C++ servers
-  serve the standard health service outside the request path that checks the token.
+  reflection.  ``grpc.health.v1.Health`` is exempt, as in Ray: Ray 2.60's own ``gcs_server``
+  in token mode answers ``Health/Check`` without a token (observed) while refusing
+  ``GetClusterId``; liveness probes (kubelet gRPC probes, load balancers) carry no
+  credentials and the answer reveals nothing.
 * Cluster id (gcs-server.md §1): absent metadata is accepted (first ``GetClusterId``);
   present and different -> UNAUTHENTICATED with Ray's message.
 

@@ -113,7 +113,9 @@ async def test_ray_clients_with_and_without_the_token(ray_venv, tmp_path) -> Non
     for refused in (missing, wrong):
         assert not refused["ok"]
         assert refused["error"] == "AuthenticationError", refused
-        assert "Invalid or missing authentication token" in refused["message"]
+        assert (
+            "InvalidAuthToken: Authentication token is missing or incorrect" in (refused["message"])
+        )
 
 
 async def test_ray_client_over_mutual_tls_with_token(ray_venv, tmp_path, monkeypatch) -> None:
