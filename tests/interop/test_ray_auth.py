@@ -4,12 +4,14 @@ Ray's own ``GcsClient`` and ``ray.autoscaler.v2.sdk`` with ``RAY_AUTH_MODE=token
 ``RAY_AUTH_TOKEN`` read nodes and state, set a constraint and parse the status; without the
 token, or with a wrong one, Ray reports our UNAUTHENTICATED answer as its
 ``AuthenticationError``.  A raylet agent of ours in the same cluster proves the GCS ->
-raylet direction carries the token too; a second test runs Ray's client over mutual TLS.
+raylet direction carries the token too; a second test runs Ray's client over mutual TLS,
+a third compares our answers with Ray's own ``gcs_server`` in token mode (health open).
 """
 
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import textwrap
 
 import pytest
@@ -145,3 +147,83 @@ async def test_ray_client_over_mutual_tls_with_token(ray_venv, tmp_path, monkeyp
         await asyncio.to_thread(gcs.stop)
     assert out["ok"], out
     assert out["node_types"] == [] and out["version"] > 0
+
+
+def _ray_gcs_server_binary(venv: venvs.Venv) -> pathlib.Path:
+    found = sorted(venv.path.glob("lib/python3*/site-packages/ray/core/src/ray/gcs/gcs_server"))
+    if not found:
+        pytest.skip("the Ray wheel has no gcs_server binary")
+    return found[0]
+
+
+def test_same_answers_as_ray_gcs_server_in_token_mode(ray_venv, tmp_path) -> None:
+    """Ray 2.60's own gcs_server and ours, both in token mode, give the same status codes:
+    health open, GetClusterId refused without / with a wrong token, served with it."""
+    import os
+    import signal
+    import subprocess
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from gcs.proto import gcs_service_pb2 as G
+    from gcs.rpc import ServiceStub
+    from gcs.rpc.services import NODE_INFO
+    from gcs.testing.servers import free_port
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    ray_port = free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
+    ray = subprocess.Popen(
+        [
+            str(_ray_gcs_server_binary(ray_venv)),
+            f"--gcs_server_port={ray_port}",
+            "--node_ip_address=127.0.0.2",
+            "--session_name=auth_interop",
+            f"--session_dir={tmp_path}",
+            f"--log_dir={tmp_path}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    ours = GcsProcess(
+        "memory://", extra_args=("--auth-mode", "token", "--auth-token-path", str(token_file))
+    )
+
+    def answers(address: str) -> list[str]:
+        out = []
+        with grpc.insecure_channel(address) as channel:
+            try:
+                health = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=""), timeout=5, wait_for_ready=True
+                )
+                out.append(health_pb2.HealthCheckResponse.ServingStatus.Name(health.status))
+            except grpc.RpcError as err:
+                out.append(err.code().name)
+            for metadata in (
+                [],
+                [("authorization", "Bearer nope")],
+                [("authorization", f"Bearer {TOKEN}")],
+            ):
+                try:
+                    ServiceStub(channel, NODE_INFO, metadata=metadata).GetClusterId(
+                        G.GetClusterIdRequest(), timeout=5
+                    )
+                    out.append("OK")
+                except grpc.RpcError as err:
+                    out.append(err.code().name)
+        return out
+
+    try:
+        ours.start()
+        theirs = answers(f"127.0.0.1:{ray_port}")
+        mine = answers(ours.address)
+    finally:
+        ours.stop()
+        os.killpg(ray.pid, signal.SIGKILL)
+        ray.wait(10)
+    assert theirs == ["SERVING", "UNAUTHENTICATED", "UNAUTHENTICATED", "OK"]
+    assert mine == theirs
