@@ -106,7 +106,7 @@ def serve(demo_nodes: int, config_file: str | None, **flags: Any) -> None:
         if demo_nodes:
             from gcs.demo import DemoCluster
 
-            demo = DemoCluster(server.address, nodes=demo_nodes)
+            demo = DemoCluster(server.address, nodes=demo_nodes, security=security)
             await demo.start()
         click.echo(
             f"gcs serving on {server.address} (storage {server.store.url}); "

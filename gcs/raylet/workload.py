@@ -77,8 +77,11 @@ def plan(task: TaskSpec, count: int, nodes: Sequence[NodeTarget]) -> list[tuple[
     return [(fitting[i % len(fitting)], True) for i in range(count)]
 
 
-async def alive_nodes(gcs_address: str, *, timeout_s: float = 10.0) -> list[NodeTarget]:
-    async with Security.from_env().aio_channel(gcs_address) as channel:
+async def alive_nodes(
+    gcs_address: str, *, timeout_s: float = 10.0, security: Security | None = None
+) -> list[NodeTarget]:
+    security = security if security is not None else Security.from_env()
+    async with security.aio_channel(gcs_address) as channel:
         stub = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
         cluster = await stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest())
         stub.set_metadata([(CLUSTER_ID_METADATA_KEY, cluster.cluster_id.hex())])
@@ -115,13 +118,15 @@ async def submit(
     *,
     detach: bool = False,
     timeout_s: float | None = None,
+    security: Security | None = None,
 ) -> SubmitResult:
-    """Place ``count`` tasks; attached mode returns once all finished (or ``timeout_s``)."""
-    nodes = await alive_nodes(gcs_address)
+    """Place ``count`` tasks; attached mode returns once all finished (or ``timeout_s``).
+    ``security`` (token, TLS) defaults to Ray's environment."""
+    security = security if security is not None else Security.from_env()
+    nodes = await alive_nodes(gcs_address, security=security)
     placements = plan(task, count, nodes)
     result = SubmitResult()
     channels: dict[str, grpc.aio.Channel] = {}
-    security = Security.from_env()
     try:
         stubs: dict[str, ServiceStub] = {}
         for node, _ in placements:

@@ -509,3 +509,38 @@ def test_h2_poll_headers_carry_the_token_after_the_pseudo_headers() -> None:
     assert headers[-1] == ("authorization", "Bearer t")
     plain = hpack.Decoder().decode(encode_request_headers("/p", "h:1"))
     assert "authorization" not in dict(plain)
+
+
+async def test_serve_flags_alone_secure_the_demo_cluster(clean_env, token_file) -> None:
+    """`gcs serve --auth-mode token --auth-token-path F --demo 2` with no RAY_AUTH_* in the
+    environment: the demo raylets get the server's token, register and are polled."""
+    from gcs.sdk import get_cluster_status_async
+    from tests.server.gcs_process import GcsProcess
+
+    gcs = GcsProcess(
+        "memory://",
+        extra_args=("--auth-mode", "token", "--auth-token-path", token_file, "--demo", "2"),
+    )
+    await asyncio.to_thread(gcs.start)
+    security = Security.for_server("token", token_file)
+    try:
+
+        async def two_nodes_reported() -> bool:
+            from gcs.sdk._client import AsyncGcsClient
+
+            async with AsyncGcsClient(gcs.address, security=security) as client:
+                reply = await client.call(
+                    svc.AUTOSCALER_STATE,
+                    "GetClusterResourceState",
+                    autoscaler_pb2.GetClusterResourceStateRequest(),
+                )
+            states = reply.cluster_resource_state.node_states
+            return len(states) == 2 and all(s.total_resources for s in states)
+
+        await eventually(two_nodes_reported, timeout_s=20, interval_s=0.3)
+        from gcs.sdk import GcsSdkError
+
+        with pytest.raises(GcsSdkError, match="UNAUTHENTICATED"):
+            await get_cluster_status_async(address=gcs.address)
+    finally:
+        await asyncio.to_thread(gcs.stop)
