@@ -55,6 +55,19 @@ def main() -> None:
     "--metrics-port", type=int, default=None, help="Prometheus port (0 = any free port, -1 = off)."
 )
 @click.option(
+    "--auth-mode",
+    type=click.Choice(["disabled", "token"], case_sensitive=False),
+    default=None,
+    help="Ray's token authentication (else RAY_AUTH_MODE; default disabled).",
+)
+@click.option(
+    "--auth-token-path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Token file for --auth-mode token (else RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, "
+    "~/.ray/auth_token).",
+)
+@click.option(
     "--demo",
     "demo_nodes",
     type=int,
@@ -71,6 +84,8 @@ def serve(
     demo_nodes: int, config_file: str | None, autoscaler_config: str | None, **flags: Any
 ) -> None:
     """Run the GCS server."""
+    from gcs.auth import AuthConfigError
+    from gcs.rpc.security import Security
     from gcs.server import GcsServer
     from gcs.server.logging import configure_logging
 
@@ -78,6 +93,14 @@ def serve(
         config = load_config(config_file=config_file, flags=flags)
     except ConfigError as err:
         raise click.BadParameter(str(err)) from err
+    try:
+        security = Security.for_server(
+            config.auth_mode,
+            config.auth_token_path,
+            token_path_what="--auth-token-path" if flags.get("auth_token_path") else "",
+        )
+    except AuthConfigError as err:
+        raise click.ClickException(str(err)) from None
     configure_logging(config.log_format, config.log_level)
     cluster = None
     if autoscaler_config:
@@ -90,7 +113,7 @@ def serve(
             raise click.ClickException(str(err)) from None
 
     async def run() -> None:
-        server = GcsServer(config)
+        server = GcsServer(config, security=security)
         await server.start()
         embedded = None
         if cluster is not None:
@@ -105,7 +128,7 @@ def serve(
         if demo_nodes:
             from gcs.demo import DemoCluster
 
-            demo = DemoCluster(server.address, nodes=demo_nodes)
+            demo = DemoCluster(server.address, nodes=demo_nodes, security=security)
             await demo.start()
         click.echo(
             f"gcs serving on {server.address} (storage {server.store.url}); "

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from gcs.auth import AuthConfigError, parse_mode
+
 
 @dataclass(frozen=True, slots=True)
 class HealthCheckConfig:
@@ -73,6 +75,13 @@ class GcsConfig:
     """Period of virtual-cluster dead-node replenishment (ant-ray's name and default)."""
     expired_job_clusters_gc_interval_ms: int = 30000
     """Period of the GC of finished, idle job clusters (ant-ray's name and default)."""
+    auth_mode: str = "disabled"
+    """``disabled`` or ``token`` (Ray's ``RAY_AUTH_MODE``); see :mod:`gcs.auth`."""
+    auth_token_path: str = ""
+    """Token file for ``auth_mode: token``.  Empty = Ray's sources: ``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``.  From a config file it yields to
+    those environment variables; from ``--auth-token-path`` it wins over them.  TLS is
+    configured by Ray's environment only (``RAY_USE_TLS``, ``RAY_TLS_*``; :mod:`gcs.tls`)."""
 
     def storage_url(self) -> str:
         if self.storage:
@@ -101,7 +110,10 @@ ENV_VARS: dict[str, str] = {
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
+    "RAY_AUTH_MODE": "auth_mode",
 }
+TOKEN_ENV_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+"""Ray's token sources: they override a config file's ``auth_token_path`` (not the flag)."""
 
 
 class ConfigError(ValueError):
@@ -178,6 +190,8 @@ def load_config(
         if var in env and env[var] != "":
             _set_path(env_tree, path, env[var])
     tree = _merge(tree, env_tree)
+    if any(env.get(var, "").strip() for var in TOKEN_ENV_VARS):
+        tree.pop("auth_token_path", None)  # env > file; the flag (below) still wins
     flag_tree: dict[str, Any] = {}
     for path, value in (flags or {}).items():
         if value is not None:
@@ -189,6 +203,12 @@ def load_config(
         raise ConfigError(f"{where}.log_format: must be json, console or auto")
     if not 0 <= config.port <= 65535:
         raise ConfigError(f"{where}.port: out of range: {config.port}")
+    try:
+        config = dataclasses.replace(
+            config, auth_mode=parse_mode(config.auth_mode, f"{where}.auth_mode")
+        )
+    except AuthConfigError as err:
+        raise ConfigError(str(err)) from None
     if config.load_poll.transport not in {"grpc", "h2"}:
         raise ConfigError(f"{where}.load_poll.transport: must be grpc or h2")
     return config

@@ -16,6 +16,7 @@ import structlog
 
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.workload import TaskSpec, submit
+from gcs.rpc.security import Security
 
 log = structlog.get_logger("gcs.demo")
 
@@ -28,10 +29,14 @@ _LOAD = (
 
 
 class DemoCluster:
-    def __init__(self, gcs_address: str, *, nodes: int = 3) -> None:
+    def __init__(
+        self, gcs_address: str, *, nodes: int = 3, security: Security | None = None
+    ) -> None:
+        """``security``: the GCS's token/TLS (``gcs serve --auth-mode token --demo N``)."""
         if nodes < 1:
             raise ValueError("a demo cluster needs at least one node")
         self._address = gcs_address
+        self._security = security
         self._count = nodes
         self.agents: list[RayletAgent] = []
         self._task: asyncio.Task[None] | None = None
@@ -48,7 +53,7 @@ class DemoCluster:
                 node_name=f"demo-{i}",
                 instance_id=f"demo-{i}",
             )
-            agent = RayletAgent(config)
+            agent = RayletAgent(config, security=self._security)
             await agent.start()
             self.agents.append(agent)
         self._task = asyncio.get_running_loop().create_task(self._keep_load(), name="demo-load")
@@ -58,7 +63,13 @@ class DemoCluster:
         while True:
             for resources, count, seconds in _LOAD:
                 try:
-                    await submit(self._address, TaskSpec(resources, seconds), count, detach=True)
+                    await submit(
+                        self._address,
+                        TaskSpec(resources, seconds),
+                        count,
+                        detach=True,
+                        security=self._security,
+                    )
                 except Exception as err:  # the demo must never take the server down
                     log.warning("demo.submit_failed", error=repr(err))
             await asyncio.sleep(_LOAD[0][2])

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import grpc
 
+from gcs.auth import AuthConfigError
 from gcs.autoscaler.config import ConfigError, load_cluster_config
 from gcs.autoscaler.planner import (
     PlanInputError,
@@ -72,7 +73,7 @@ def plan_cmd(
         else:
             state = asyncio.run(fetch_state(gcs_address))  # type: ignore[arg-type]
         doc = reply_to_json(plan(state, cluster, now_s, statuses))
-    except (ConfigError, PlanInputError) as exc:
+    except (ConfigError, PlanInputError, AuthConfigError) as exc:
         raise click.ClickException(str(exc)) from exc
     except grpc.RpcError as exc:
         raise click.ClickException(

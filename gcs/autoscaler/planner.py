@@ -315,13 +315,12 @@ def render_table(doc: dict[str, Any]) -> str:
 
 async def fetch_state(address: str, timeout_s: float = 10.0) -> autoscaler_pb2.ClusterResourceState:
     """GetClusterId, then GetClusterResourceState with the cluster id metadata Ray expects."""
-    import grpc
-
     from gcs.proto import gcs_service_pb2
     from gcs.rpc import ServiceStub
+    from gcs.rpc.security import Security
     from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
 
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with Security.from_env().aio_channel(address) as channel:
         node_info = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
         cid = await node_info.GetClusterId(gcs_service_pb2.GetClusterIdRequest())
         stub = ServiceStub(

@@ -100,15 +100,18 @@ def _literal_new(name: str, value: str) -> bytes:
     return b"\x00" + _hpack_str(name.encode()) + _hpack_str(value.encode())
 
 
-def encode_request_headers(path: str, authority: str) -> bytes:
-    """The constant part of the request header block (grpc-timeout appended per call)."""
+def encode_request_headers(path: str, authority: str, authorization: str = "") -> bytes:
+    """The constant part of the request header block (grpc-timeout appended per call);
+    ``authorization`` (Ray's ``Bearer <token>``) is sent when given."""
+    auth = _literal(23, authorization) if authorization else b""  # authorization (static 23)
     return (
         b"\x83"  # :method POST (static 3)
         + b"\x86"  # :scheme http (static 6)
         + _literal(4, path)  # :path
-        + _literal(1, authority)  # :authority
+        + _literal(1, authority)  # :authority (pseudo-headers first: RFC 9113 8.3)
         + _literal(31, "application/grpc")  # content-type
         + _literal_new("te", "trailers")
+        + auth
     )
 
 
@@ -132,7 +135,9 @@ class _Stream:
 class H2Connection(asyncio.Protocol):
     """One HTTP/2 connection carrying unary gRPC calls to a single path."""
 
-    def __init__(self, path: str, authority: str, max_message_bytes: int) -> None:
+    def __init__(
+        self, path: str, authority: str, max_message_bytes: int, authorization: str = ""
+    ) -> None:
         self._path = path
         self._authority = authority
         self._max_message = max_message_bytes
@@ -140,7 +145,7 @@ class H2Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._streams: dict[int, _Stream] = {}
         self._next_id = 1
-        self._headers_base = encode_request_headers(path, authority)
+        self._headers_base = encode_request_headers(path, authority, authorization)
         self._timeout_blocks: dict[str, bytes] = {}
         self._decoder = hpack.Decoder()
         # We advertise HEADER_TABLE_SIZE=0, but a server may still use the RFC default of 4096
@@ -517,8 +522,16 @@ def _trailers_result(headers: list[tuple[str, str]], body: bytearray) -> bytes |
 class H2UnaryClient:
     """Unary calls to one ``host:port`` and path over a lazily (re)connected connection."""
 
-    def __init__(self, address: str, path: str, *, max_message_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        address: str,
+        path: str,
+        *,
+        max_message_bytes: int = 64 << 20,
+        authorization: str = "",
+    ) -> None:
         self.address = address
+        self._authorization = authorization
         host, _, port = address.rpartition(":")
         self._host = host.strip("[]")
         self._port = int(port)
@@ -556,7 +569,7 @@ class H2UnaryClient:
         authority = f"{self._host}:{self._port}"
         try:
             _, protocol = await loop.create_connection(
-                lambda: H2Connection(self._path, authority, self._max_message),
+                lambda: H2Connection(self._path, authority, self._max_message, self._authorization),
                 self._host,
                 self._port,
             )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from gcs.managers.h2_unary import H2UnaryClient
 from gcs.rpc import ServiceStub
+from gcs.rpc.security import NO_SECURITY, Security
 from gcs.rpc.services import NODE_MANAGER
 
 GET_RESOURCE_LOAD_PATH = "/ray.rpc.NodeManagerService/GetResourceLoad"
@@ -24,11 +24,12 @@ _CHANNEL_OPTIONS = (
 
 
 class RayletClient:
-    __slots__ = ("_h2_load", "address", "channel", "health", "node_manager")
+    __slots__ = ("_authorization", "_h2_load", "address", "channel", "health", "node_manager")
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, security: Security = NO_SECURITY) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self.channel = security.aio_channel(address, options=_CHANNEL_OPTIONS)
+        self._authorization = security.token.header_value if security.token else ""
         self.node_manager = ServiceStub(self.channel, NODE_MANAGER, timeout_s=30.0)
         self.health = health_pb2_grpc.HealthStub(self.channel)
         self._h2_load: H2UnaryClient | None = None
@@ -36,7 +37,9 @@ class RayletClient:
     def h2_load(self) -> H2UnaryClient:
         """Lean HTTP/2 client for GetResourceLoad (own connection, created on first use)."""
         if self._h2_load is None:
-            self._h2_load = H2UnaryClient(self.address, GET_RESOURCE_LOAD_PATH)
+            self._h2_load = H2UnaryClient(
+                self.address, GET_RESOURCE_LOAD_PATH, authorization=self._authorization
+            )
         return self._h2_load
 
     def close_h2(self) -> None:
@@ -46,7 +49,10 @@ class RayletClient:
 
 
 class RayletClientPool:
-    def __init__(self) -> None:
+    """GCS -> raylet channels carry the token and TLS in force, as Ray's GCS does."""
+
+    def __init__(self, security: Security = NO_SECURITY) -> None:
+        self._security = security
         self._clients: dict[bytes, RayletClient] = {}
 
     def get(self, node_id: bytes, address: str) -> RayletClient:
@@ -54,7 +60,7 @@ class RayletClientPool:
         if client is None or client.address != address:
             if client is not None:
                 _close_soon(client)
-            client = RayletClient(address)
+            client = RayletClient(address, self._security)
             self._clients[node_id] = client
         return client
 

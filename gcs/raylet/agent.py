@@ -41,7 +41,9 @@ from gcs.raylet.resources import LocalResources
 from gcs.raylet.servicer import NodeIdentity, NodeManagerServicer
 from gcs.raylet.vc_view import VirtualClusterView
 from gcs.rpc import ServiceStub, service_handler
+from gcs.rpc.security import Security
 from gcs.rpc.services import NODE_INFO, NODE_MANAGER, VIRTUAL_CLUSTER_INFO
+from gcs.server.interceptors import CallGuardInterceptor
 
 log = structlog.get_logger("gcs.raylet")
 
@@ -103,13 +105,17 @@ class RayletAgent:
         *,
         clock: Clock | None = None,
         gcs_channel: grpc.aio.Channel | None = None,
+        security: Security | None = None,
     ) -> None:
+        """``security`` (token, TLS) defaults to Ray's environment (:class:`Security`): the
+        agent sends the token to the GCS and requires it from its own callers."""
         node_id = config.node_id if config.node_id is not None else os.urandom(28)
         if len(node_id) != 28:
             raise ValueError("node_id must be 28 bytes")
         self.config = config
         self.node_id = node_id
         self._clock = clock or SystemClock()
+        self.security = security if security is not None else Security.from_env()
         self._own_channel = gcs_channel is None
         self._channel = gcs_channel
         labels = {**config.labels, wire.NODE_ID_LABEL: node_id.hex()}
@@ -161,8 +167,10 @@ class RayletAgent:
         """Only the server half (fleets start servers first, then register in bulk)."""
         if self._server is not None:
             return
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        self.port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        token = self.security.token
+        interceptors = [CallGuardInterceptor(None, token)] if token is not None else []
+        server = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+        self.port = self.security.add_port(server, f"{self.config.host}:{self.config.port}")
         identity = NodeIdentity(self.node_id, self.config.host, self.port)
         self.servicer = NodeManagerServicer(identity, self.resources, self, self._clock)
         server.add_generic_rpc_handlers((service_handler(NODE_MANAGER, self.servicer),))
@@ -290,7 +298,7 @@ class RayletAgent:
     def _stubs(self) -> tuple[ServiceStub, ServiceStub]:
         if self._stub is None or self._bare_stub is None:
             if self._channel is None:
-                self._channel = grpc.aio.insecure_channel(self.config.gcs_address)
+                self._channel = self.security.aio_channel(self.config.gcs_address)
             timeout = self.config.rpc_timeout_s
             self._bare_stub = ServiceStub(self._channel, NODE_INFO, timeout_s=timeout)
             self._stub = ServiceStub(self._channel, NODE_INFO, timeout_s=timeout)

@@ -34,6 +34,17 @@ def _gcs_address(value: str | None) -> str:
         ) from None
 
 
+def _check_security() -> None:
+    """Ray's auth/TLS environment, checked before anything starts: one line if it is wrong."""
+    from gcs.auth import AuthConfigError
+    from gcs.rpc.security import Security
+
+    try:
+        Security.from_env()
+    except AuthConfigError as err:
+        raise click.ClickException(str(err)) from None
+
+
 def _json_dict(ctx: Any, param: Any, value: str | None) -> dict[str, Any]:
     if value is None or value == "":
         return {}
@@ -100,6 +111,7 @@ def raylet_command(
     rejoin_new_cluster: bool,
 ) -> None:
     """Run one lightweight raylet agent until it is drained, shut down or signalled."""
+    _check_security()
     config = RayletConfig(
         gcs_address=_gcs_address(gcs_address),
         resources=resources,
@@ -152,6 +164,7 @@ def raylet_fleet_command(
 ) -> None:
     """Run COUNT raylet agents, in this process or spread over --processes children."""
     address = _gcs_address(gcs_address)
+    _check_security()
     if processes > 1:
         argv = [
             "--gcs-address", address,

@@ -37,6 +37,7 @@ import grpc
 
 from gcs.clock import Clock
 from gcs.raylet.agent import ExitReason, RayletAgent, RayletConfig
+from gcs.rpc.security import Security
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,14 @@ class RayletFleet:
 
     async def start(self) -> None:
         cfg = self.config
-        self._channel = grpc.aio.insecure_channel(cfg.gcs_address)
+        security = Security.from_env()
+        self._channel = security.aio_channel(cfg.gcs_address)
         self.agents = [
             RayletAgent(
                 self._agent_config(cfg.first_index + i),
                 clock=self._clock,
                 gcs_channel=self._channel,
+                security=security,
             )
             for i in range(cfg.count)
         ]

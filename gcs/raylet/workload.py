@@ -27,6 +27,7 @@ from gcs.raylet import wire
 from gcs.raylet.agent import CLUSTER_ID_METADATA_KEY
 from gcs.raylet.resources import LabelConstraint, selector_matches
 from gcs.rpc import ServiceStub
+from gcs.rpc.security import Security
 from gcs.rpc.services import NODE_INFO, NODE_MANAGER
 
 
@@ -76,8 +77,11 @@ def plan(task: TaskSpec, count: int, nodes: Sequence[NodeTarget]) -> list[tuple[
     return [(fitting[i % len(fitting)], True) for i in range(count)]
 
 
-async def alive_nodes(gcs_address: str, *, timeout_s: float = 10.0) -> list[NodeTarget]:
-    async with grpc.aio.insecure_channel(gcs_address) as channel:
+async def alive_nodes(
+    gcs_address: str, *, timeout_s: float = 10.0, security: Security | None = None
+) -> list[NodeTarget]:
+    security = security if security is not None else Security.from_env()
+    async with security.aio_channel(gcs_address) as channel:
         stub = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
         cluster = await stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest())
         stub.set_metadata([(CLUSTER_ID_METADATA_KEY, cluster.cluster_id.hex())])
@@ -114,9 +118,12 @@ async def submit(
     *,
     detach: bool = False,
     timeout_s: float | None = None,
+    security: Security | None = None,
 ) -> SubmitResult:
-    """Place ``count`` tasks; attached mode returns once all finished (or ``timeout_s``)."""
-    nodes = await alive_nodes(gcs_address)
+    """Place ``count`` tasks; attached mode returns once all finished (or ``timeout_s``).
+    ``security`` (token, TLS) defaults to Ray's environment."""
+    security = security if security is not None else Security.from_env()
+    nodes = await alive_nodes(gcs_address, security=security)
     placements = plan(task, count, nodes)
     result = SubmitResult()
     channels: dict[str, grpc.aio.Channel] = {}
@@ -124,7 +131,7 @@ async def submit(
         stubs: dict[str, ServiceStub] = {}
         for node, _ in placements:
             if node.address not in stubs:
-                channels[node.address] = grpc.aio.insecure_channel(node.address)
+                channels[node.address] = security.aio_channel(node.address)
                 stubs[node.address] = ServiceStub(
                     channels[node.address], NODE_MANAGER, timeout_s=None
                 )

@@ -13,8 +13,10 @@ from typing import Any, Self
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 
+from gcs.auth import AuthConfigError
 from gcs.proto import gcs_service_pb2
 from gcs.rpc import ServiceStub, method_path
+from gcs.rpc.security import Security
 from gcs.rpc.services import NODE_INFO
 from gcs.sdk._errors import GcsSdkError, RpcError
 
@@ -32,6 +34,16 @@ def _cluster_id_from(reply: gcs_service_pb2.GetClusterIdReply) -> bytes:
             f"GetClusterId answered status {reply.status.code}: {reply.status.message}"
         )
     return reply.cluster_id
+
+
+def _security(given: Security | None) -> Security:
+    """``given``, else Ray's environment (``RAY_AUTH_MODE``/``RAY_AUTH_TOKEN*``/``RAY_USE_TLS``)."""
+    if given is not None:
+        return given
+    try:
+        return Security.from_env()
+    except AuthConfigError as err:
+        raise GcsSdkError(str(err)) from None
 
 
 class _StubCache:
@@ -64,9 +76,16 @@ class AsyncGcsClient(_StubCache):
 
     _CONNECT_HINT = "call connect() or use 'async with'"
 
-    def __init__(self, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        security: Security | None = None,
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self._security = security
         self._channel: grpc.aio.Channel | None = None
         self._stubs: dict[str, ServiceStub] = {}
         self._metadata: tuple[tuple[str, str], ...] = ()
@@ -75,7 +94,7 @@ class AsyncGcsClient(_StubCache):
     async def connect(self) -> Self:
         if self._channel is not None:
             return self
-        self._channel = grpc.aio.insecure_channel(self.address)
+        self._channel = _security(self._security).aio_channel(self.address)
         try:
             reply = await self._invoke(
                 NODE_INFO, "GetClusterId", gcs_service_pb2.GetClusterIdRequest()
@@ -126,9 +145,16 @@ class GcsClient(_StubCache):
 
     _CONNECT_HINT = "call connect() or use 'with'"
 
-    def __init__(self, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        security: Security | None = None,
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self._security = security
         self._channel: grpc.Channel | None = None
         self._stubs: dict[str, ServiceStub] = {}
         self._metadata: tuple[tuple[str, str], ...] = ()
@@ -137,7 +163,7 @@ class GcsClient(_StubCache):
     def connect(self) -> Self:
         if self._channel is not None:
             return self
-        self._channel = grpc.insecure_channel(self.address)
+        self._channel = _security(self._security).channel(self.address)
         try:
             reply = self._invoke(NODE_INFO, "GetClusterId", gcs_service_pb2.GetClusterIdRequest())
             self.cluster_id = _cluster_id_from(reply)

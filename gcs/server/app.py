@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import pathlib
 from dataclasses import dataclass
@@ -37,8 +38,9 @@ from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import service_handler, wire_service_name
 from gcs.rpc import services as svc
+from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
-from gcs.server.interceptors import ClusterIdInterceptor
+from gcs.server.interceptors import CallGuardInterceptor
 from gcs.server.metrics import GcsMetrics
 from gcs.services.autoscaler import AutoscalerStateServicer
 from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
@@ -74,8 +76,10 @@ class GcsServer:
         store: Store | None = None,
         clock: Clock | None = None,
         lane_policy: ResolvePolicy | None = None,
+        security: Security | None = None,
     ) -> None:
         self.config = config
+        self._security = security
         self.clock = clock or SystemClock()
         self._lane_policy = lane_policy
         """How each manager's lane asks the store about ambiguous writes (default if None)."""
@@ -122,12 +126,27 @@ class GcsServer:
         await self._store.open()
         return self._store
 
+    @property
+    def security(self) -> Security:
+        """Auth/TLS in force (resolved at start from config + Ray's environment)."""
+        assert self._security is not None, "server not started"
+        return self._security
+
+    def _resolve_security(self) -> Security:
+        """Before anything else, so a misconfiguration fails the start with one clear line."""
+        if self._security is None:
+            cfg = self.config
+            self._security = Security.for_server(cfg.auth_mode, cfg.auth_token_path)
+        log.info("gcs.security", **self._security.describe())
+        return self._security
+
     async def start(self) -> None:
+        security = self._resolve_security()
         store = await self._open_store()
         cfg = self.config
         kv = KvManager(store)
         self.meta = await load_or_create(kv, session_name=cfg.session_name)
-        clients = RayletClientPool()
+        clients = RayletClientPool(security)
         pubsub = GcsPubSub.create(
             self.clock,
             control_plane=PublisherConfig.control_plane().with_channels(
@@ -187,8 +206,11 @@ class GcsServer:
             virtual_cluster_section=virtual_clusters.autoscaler_section,
             lane_policy=self._lane_policy,
         )
+        load_poll = cfg.load_poll
+        if security.tls is not None and load_poll.transport == "h2":
+            load_poll = dataclasses.replace(load_poll, transport="grpc")  # h2 client: no TLS
         poller = LoadPoller(
-            nodes, cache, clients, self.clock, cfg.load_poll, on_report=health_checker.mark_healthy
+            nodes, cache, clients, self.clock, load_poll, on_report=health_checker.mark_healthy
         )
         # load -> repair -> serve
         await nodes.load()
@@ -266,7 +288,7 @@ class GcsServer:
         m, cfg = self.managers, self.config
         max_entries = cfg.max_map_entries
         server = grpc.aio.server(
-            interceptors=[ClusterIdInterceptor(self.meta.cluster_id_hex)],
+            interceptors=[CallGuardInterceptor(self.meta.cluster_id_hex, self.security.token)],
             options=[
                 ("grpc.max_receive_message_length", cfg.grpc_max_message_bytes),
                 ("grpc.max_send_message_length", cfg.grpc_max_message_bytes),
@@ -315,7 +337,7 @@ class GcsServer:
             [*(d.full_name for d, _ in servicers), reflection.SERVICE_NAME, health.SERVICE_NAME],
             server,
         )
-        self.port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+        self.port = self.security.add_port(server, f"{cfg.host}:{cfg.port}")
         if self.port == 0:
             raise OSError(f"could not bind {cfg.host}:{cfg.port}")
         await server.start()

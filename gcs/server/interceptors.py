@@ -1,7 +1,16 @@
-"""Server interceptor: the ``ray_cluster_id`` metadata check (gcs-server.md §1).
+"""The one server interceptor: Ray's token check and the ``ray_cluster_id`` check.
 
-Absent metadata is accepted (first ``GetClusterId``); present and different -> UNAUTHENTICATED
-with Ray's message, for every RPC.
+* Token (``RAY_AUTH_MODE=token``): every RPC must carry ``authorization: Bearer <token>``
+  (constant-time comparison) or gets UNAUTHENTICATED -- unary calls, pubsub long polls,
+  reflection.  ``grpc.health.v1.Health`` is exempt, as in Ray: Ray 2.60's own ``gcs_server``
+  in token mode answers ``Health/Check`` without a token (observed) while refusing
+  ``GetClusterId``; liveness probes (kubelet gRPC probes, load balancers) carry no
+  credentials and the answer reveals nothing.
+* Cluster id (gcs-server.md §1): absent metadata is accepted (first ``GetClusterId``);
+  present and different -> UNAUTHENTICATED with Ray's message.
+
+Both checks share one pass over the metadata: a second interceptor would cost a second
+coroutine per RPC.  The same class guards the raylet agent's server (no cluster id there).
 """
 
 from __future__ import annotations
@@ -11,29 +20,58 @@ from typing import Any
 
 import grpc
 
+from gcs.auth import AUTHORIZATION_METADATA, UNAUTHENTICATED_MESSAGE, AuthToken
+
 WRONG_CLUSTER_ID = "WrongClusterID: Perhaps the client is accessing GCS after it has restarted."
+CLUSTER_ID_METADATA = "ray_cluster_id"
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+_STREAMING_PREFIXES = ("/grpc.reflection.", "/grpc.health.v1.Health/Watch")
 
 
-class ClusterIdInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, cluster_id_hex: str) -> None:
-        self._expected = cluster_id_hex
+class CallGuardInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, cluster_id_hex: str | None = None, token: AuthToken | None = None) -> None:
+        self._cluster = cluster_id_hex.lower() if cluster_id_hex else None
+        self._token = token
+        self._wrong_cluster = _reject(WRONG_CLUSTER_ID, streaming=False)
+        self._unauthenticated = _reject(UNAUTHENTICATED_MESSAGE, streaming=False)
+        self._unauthenticated_stream = _reject(UNAUTHENTICATED_MESSAGE, streaming=True)
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == "ray_cluster_id":
+        token = self._token
+        authenticated = token is None
+        cluster_ok = True
+        for key, value in handler_call_details.invocation_metadata or ():  # type: ignore[attr-defined]
+            if key == AUTHORIZATION_METADATA:
+                if token is not None:
+                    authenticated = token.matches(value)
+            elif key == CLUSTER_ID_METADATA and self._cluster is not None:
                 text = value.decode() if isinstance(value, bytes) else value
-                if text.lower() != self._expected:
-                    return _reject()
-                break
+                cluster_ok = text.lower() == self._cluster
+        if not authenticated:
+            method = handler_call_details.method  # type: ignore[attr-defined]
+            if not method.startswith(HEALTH_PREFIX):
+                if method.startswith(_STREAMING_PREFIXES):
+                    return self._unauthenticated_stream
+                return self._unauthenticated
+        if not cluster_ok:
+            return self._wrong_cluster
         return await continuation(handler_call_details)
 
 
-def _reject() -> grpc.RpcMethodHandler:
+def _reject(message: str, *, streaming: bool) -> grpc.RpcMethodHandler:
+    if streaming:
+
+        async def abort_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+            yield  # pragma: no cover - abort raises
+
+        return grpc.stream_stream_rpc_method_handler(abort_stream)
+
     async def abort(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, WRONG_CLUSTER_ID)
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     return grpc.unary_unary_rpc_method_handler(abort)

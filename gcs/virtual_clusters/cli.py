@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from gcs.auth import AuthConfigError
 from gcs.virtual_clusters.client import VirtualClusterCallError, VirtualClusterClient
 
 T = TypeVar("T")
@@ -29,7 +30,10 @@ def _call(address: str | None, fn: Callable[[VirtualClusterClient], Awaitable[T]
         async with VirtualClusterClient(_address(address)) as client:
             return await fn(client)
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except AuthConfigError as err:  # Ray's auth/TLS environment is misconfigured
+        raise click.ClickException(str(err)) from None
 
 
 def _fail(text: str) -> None:

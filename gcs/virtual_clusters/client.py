@@ -16,6 +16,7 @@ import grpc
 from gcs.proto import virtual_cluster_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.rpc.client import ServiceStub
+from gcs.rpc.security import Security
 from gcs.rpc.services import VIRTUAL_CLUSTER_INFO
 
 V = virtual_cluster_pb2
@@ -61,7 +62,7 @@ class VirtualClusterClient:
         self._stub: ServiceStub | None = None
 
     async def __aenter__(self) -> VirtualClusterClient:
-        self._channel = grpc.aio.insecure_channel(self.address)
+        self._channel = Security.from_env().aio_channel(self.address)
         self._stub = ServiceStub(self._channel, VIRTUAL_CLUSTER_INFO, timeout_s=self._timeout_s)
         return self
 
