@@ -53,10 +53,17 @@ def run_command(
     except ConfigError as err:
         raise click.ClickException(str(err)) from None
     interval = interval_s if interval_s is not None else _interval_default()
+    from gcs.auth import AuthConfigError
+    from gcs.rpc.security import Security
+
+    try:
+        security = Security.from_env()
+    except AuthConfigError as err:
+        raise click.ClickException(str(err)) from None
 
     async def main() -> None:
         runtime = AutoscalerRuntime(
-            cluster, address, state_dir=Path(state_dir), interval_s=interval
+            cluster, address, state_dir=Path(state_dir), interval_s=interval, security=security
         )
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import grpc
 import structlog
 
 from gcs.autoscaler.config import ClusterConfig
@@ -44,6 +43,7 @@ from gcs.autoscaler.reconciler import (
 )
 from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.clock import Clock, SystemClock
+from gcs.rpc.security import Security
 from gcs.store import Store
 
 if TYPE_CHECKING:
@@ -57,19 +57,38 @@ DEFAULT_INTERVAL_S = 5.0
 """Ray's ``AUTOSCALER_UPDATE_INTERVAL_S``."""
 
 
+def child_env(security: Security) -> dict[str, str]:
+    """Environment that lets processes we start (raylets, workers) reach a secured GCS."""
+    env: dict[str, str] = {}
+    if security.token is not None:
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN"] = security.token.value
+    return env
+
+
 def build_provider(
-    cluster: ClusterConfig, gcs_address: str, gcs: GrpcAutoscalerGcs, state_dir: Path
+    cluster: ClusterConfig,
+    gcs_address: str,
+    gcs: GrpcAutoscalerGcs,
+    state_dir: Path,
+    security: Security,
 ) -> CloudProvider:
     kind = cluster.provider.type
     if kind == "local":
         host = gcs_address.rsplit(":", 1)[0] or "127.0.0.1"
-        return LocalProvider(cluster, gcs_address, state_dir, host=host)
+        return LocalProvider(
+            cluster, gcs_address, state_dir, host=host, extra_env=child_env(security)
+        )
     if kind == "command":
         commands: Mapping[str, NodeCommands] = {
             t: NodeCommands(c.start, c.stop) for t, c in cluster.provider.commands.items()
         }
         return CommandProvider(
-            commands, gcs_address, state_dir, head_node_type=cluster.head_node_type
+            commands,
+            gcs_address,
+            state_dir,
+            head_node_type=cluster.head_node_type,
+            extra_env=child_env(security),
         )
     if kind == "read-only":
         return ReadOnlyProvider(gcs)
@@ -87,17 +106,17 @@ class AutoscalerRuntime:
         clock: Clock | None = None,
         interval_s: float = DEFAULT_INTERVAL_S,
         config: ReconcileConfig | None = None,
-        channel: grpc.aio.Channel | None = None,
+        security: Security | None = None,
     ) -> None:
         self.cluster = cluster
         self.gcs_address = gcs_address
         self.clock = clock or SystemClock()
         self.interval_s = interval_s
-        self._channel = channel or grpc.aio.insecure_channel(gcs_address)
-        self._owns_channel = channel is None
+        self.security = security if security is not None else Security.from_env()
+        self._channel = self.security.aio_channel(gcs_address)
         self.gcs = GrpcAutoscalerGcs(self._channel)
         root = Path(cluster.provider.state_dir or state_dir)
-        self.provider = build_provider(cluster, gcs_address, self.gcs, root)
+        self.provider = build_provider(cluster, gcs_address, self.gcs, root, self.security)
         storage: InstanceStorage = (
             StoreInstanceStorage(store) if store is not None else KvInstanceStorage(self.gcs)
         )
@@ -171,8 +190,7 @@ class AutoscalerRuntime:
                 await self._task
         await self.updater.close()
         await self.stopper.close()
-        if self._owns_channel:
-            await self._channel.close()
+        await self._channel.close()
 
     async def stop_embedded(self) -> None:
         """``gcs serve`` exiting: a local cluster lives and dies with its server."""
@@ -196,6 +214,7 @@ async def embedded_autoscaler(server: GcsServer, cluster: ClusterConfig) -> Auto
         state_dir=Path(server.config.data_dir) / "autoscaler",
         store=server.store,
         interval_s=interval if interval > 0 else DEFAULT_INTERVAL_S,
+        security=server.security,
     )
     await runtime.start()
     return runtime

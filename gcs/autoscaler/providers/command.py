@@ -58,7 +58,9 @@ class CommandProvider:
         *,
         head_node_type: str = "",
         command_timeout_s: float = 120.0,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
+        self._extra_env = dict(extra_env or {})
         self._commands = dict(commands)
         self._gcs_address = gcs_address
         self._records = ProcessRecords(state_dir)
@@ -67,7 +69,12 @@ class CommandProvider:
         self._errors: list[ProviderError] = []
 
     def _env(self, cloud_id: str, node_type: str) -> dict[str, str]:
-        return {**os.environ, "RAY_CLOUD_INSTANCE_ID": cloud_id, "RAY_NODE_TYPE_NAME": node_type}
+        return {
+            **os.environ,
+            **self._extra_env,
+            "RAY_CLOUD_INSTANCE_ID": cloud_id,
+            "RAY_NODE_TYPE_NAME": node_type,
+        }
 
     def _render(self, template: str, cloud_id: str, node_type: str) -> list[str]:
         text = template.format(
