@@ -241,7 +241,7 @@ class GcsServer:
     async def _start_grpc(self) -> None:
         assert self.meta is not None and self.managers is not None
         m, cfg = self.managers, self.config
-        max_entries = cfg.max_map_entries
+        limits = cfg.limits
         server = grpc.aio.server(
             interceptors=[ClusterIdInterceptor(self.meta.cluster_id_hex)],
             options=[
@@ -260,7 +260,7 @@ class GcsServer:
                 NodeInfoServicer(
                     m.nodes,
                     self.meta.cluster_id,
-                    max_entries=max_entries,
+                    limits=limits,
                     virtual_cluster_nodes=m.virtual_clusters.node_filter,
                 ),
             ),
@@ -273,11 +273,17 @@ class GcsServer:
                     virtual_cluster_nodes=m.virtual_clusters.node_filter,
                 ),
             ),
-            (svc.INTERNAL_KV, InternalKVServicer(m.kv)),
-            (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, max_entries=max_entries)),
-            (svc.JOB_INFO, JobInfoServicer(m.jobs)),
-            (svc.PLACEMENT_GROUP_INFO, PlacementGroupInfoServicer(m.placement_groups)),
-            (svc.VIRTUAL_CLUSTER_INFO, VirtualClusterInfoServicer(m.virtual_clusters)),
+            (svc.INTERNAL_KV, InternalKVServicer(m.kv, limits=limits)),
+            (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, limits=limits)),
+            (svc.JOB_INFO, JobInfoServicer(m.jobs, limits=limits)),
+            (
+                svc.PLACEMENT_GROUP_INFO,
+                PlacementGroupInfoServicer(m.placement_groups, limits=limits),
+            ),
+            (
+                svc.VIRTUAL_CLUSTER_INFO,
+                VirtualClusterInfoServicer(m.virtual_clusters, limits=limits),
+            ),
         ]
         for descriptor, servicer in servicers:
             server.add_generic_rpc_handlers([service_handler(descriptor, servicer, on_call=hook)])
