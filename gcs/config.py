@@ -73,7 +73,10 @@ class RequestLimits:
     max_kv_value_bytes: int = 500 * 1024 * 1024
     """Ray's ``GCS_STORAGE_MAX_SIZE`` (runtime-env packages are stored as KV values); below
     the 512 MiB gRPC message limit and Redis's 512 MiB string limit."""
-    max_record_bytes: int = 16 * 1024 * 1024
+    max_request_bytes: int = 8 * 1024 * 1024
+    """An encoded request, checked before decoding (decoded protobuf messages take up to ~30x
+    their encoded size).  ``InternalKVPut`` is allowed ``max_kv_value_bytes`` plus a key."""
+    max_record_bytes: int = 4 * 1024 * 1024
     """A record other than a KV value persisted from one request (job data, autoscaling
     state, cluster config, placement-group spec)."""
 
@@ -232,7 +235,7 @@ def load_config(
     return config
 
 
-_REQUEST_OVERHEAD_BYTES = 64 * 1024
+REQUEST_OVERHEAD_BYTES = 64 * 1024
 
 
 def check_limits(config: GcsConfig, where: str = "config") -> None:
@@ -241,9 +244,14 @@ def check_limits(config: GcsConfig, where: str = "config") -> None:
         if getattr(config.limits, f.name) <= 0:
             raise ConfigError(f"{where}.limits.{f.name}: must be > 0")
     lim = config.limits
-    needed = lim.max_kv_value_bytes + lim.max_kv_key_bytes + _REQUEST_OVERHEAD_BYTES
+    needed = kv_put_request_bytes(lim)
     if needed > config.grpc_max_message_bytes:
         raise ConfigError(
             f"{where}.limits.max_kv_value_bytes: {lim.max_kv_value_bytes} plus a key does not "
             f"fit in grpc_max_message_bytes ({config.grpc_max_message_bytes})"
         )
+
+
+def kv_put_request_bytes(limits: RequestLimits) -> int:
+    """The largest ``InternalKVPut`` request: a value and a key at their limits."""
+    return limits.max_kv_value_bytes + limits.max_kv_key_bytes + REQUEST_OVERHEAD_BYTES

@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from gcs.clock import Clock, SystemClock
-from gcs.config import GcsConfig
+from gcs.config import GcsConfig, kv_put_request_bytes
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
 from gcs.managers.health import HealthChecker
@@ -285,9 +285,17 @@ class GcsServer:
                 VirtualClusterInfoServicer(m.virtual_clusters, limits=limits),
             ),
         ]
+        by_method = {"InternalKVPut": kv_put_request_bytes(limits)}
         for descriptor, servicer in servicers:
-            server.add_generic_rpc_handlers([service_handler(descriptor, servicer, on_call=hook)])
-        server.add_generic_rpc_handlers(m.pubsub.handlers(on_call=hook))
+            handler = service_handler(
+                descriptor,
+                servicer,
+                on_call=hook,
+                max_request_bytes=limits.max_request_bytes,
+                max_request_bytes_by_method=by_method,
+            )
+            server.add_generic_rpc_handlers([handler])
+        server.add_generic_rpc_handlers(m.pubsub.handlers(on_call=hook, limits=limits))
         servicers += [(svc.CONTROL_PLANE_PUBSUB, None), (svc.OBSERVABILITY_PUBSUB, None)]
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

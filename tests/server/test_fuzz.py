@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
@@ -39,7 +39,13 @@ MALFORMED_PER_METHOD = 24
 HOSTILE_PER_METHOD = 36
 HUGE = 1024 * 1024 + 7
 """Length of a "huge" string or bytes value (over every per-field limit)."""
-RSS_GROWTH_LIMIT_BYTES = 200 * 1024 * 1024
+MESSAGES_PER_REQUEST = 2000
+"""Nested messages in one generated request (the test process builds them too)."""
+OVERSIZED = 9 * 1024 * 1024
+"""Over the default ``max_request_bytes``: a repeated run of empty sub-messages this long
+decodes to ~30x its size."""
+RSS_GROWTH_LIMIT_BYTES = 256 * 1024 * 1024
+RSS_PEAK_LIMIT_BYTES = 512 * 1024 * 1024
 LONG_POLLS = {"GcsSubscriberPoll"}
 FORBIDDEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 
@@ -121,9 +127,11 @@ class HostileValues:
         # A small pool, so that later requests hit entities earlier ones created.
         self.ids = {n: [rng.randbytes(n) for _ in range(3)] for n in (4, 16, 18, 28)}
         self._budget = 0
+        self._messages = 0
 
     def message(self, cls: Any) -> Message:
         self._budget = 2 * HUGE  # at most two huge values per request
+        self._messages = MESSAGES_PER_REQUEST
         msg = cls()
         self._fill(msg, depth=0)
         return msg
@@ -156,7 +164,8 @@ class HostileValues:
         if field.type == FieldDescriptor.TYPE_MESSAGE:
             if depth >= 4:
                 return
-            for _ in range(self._count(bulky=True)):
+            for _ in range(min(self._count(bulky=True), self._messages)):
+                self._messages -= 1
                 self._fill(target.add(), depth + 1)
         else:
             n = self._count(bulky=False)
@@ -176,7 +185,9 @@ class HostileValues:
                 if depth < 4:
                     self._fill(target[key], depth + 1)
             else:
-                target[key] = self.scalar(value_field) if n <= 40 else self._small_scalar(value_field)
+                target[key] = (
+                    self.scalar(value_field) if n <= 40 else self._small_scalar(value_field)
+                )
 
     def _numbered(self, field: FieldDescriptor, i: int) -> Any:
         if field.type == FieldDescriptor.TYPE_STRING:
@@ -248,7 +259,20 @@ def malformed(rng: random.Random, valid: bytes) -> bytes:
     return rng.choice((b"\x0a\x64", b"\x0a\x03\xff\xfe\xfd", b"\x12\x02\xc3\x28", b"\x08"))
 
 
+def wide(cls: Any) -> bytes | None:
+    """A request of ~OVERSIZED bytes of empty sub-messages in its first repeated message
+    field (None when it has none)."""
+    for field in cls.DESCRIPTOR.fields:
+        repeated_message = field.is_repeated and field.type == FieldDescriptor.TYPE_MESSAGE
+        if repeated_message and field.number < 16:  # a one-byte tag
+            return bytes([(field.number << 3) | 2, 0]) * (OVERSIZED // 2)
+    return None
+
+
 def requests_for(method: Method, rng: random.Random, values: HostileValues) -> Iterator[bytes]:
+    oversized = wide(method.request_cls)
+    if oversized is not None:
+        yield oversized
     for _ in range(HOSTILE_PER_METHOD):
         yield values.message(method.request_cls).SerializeToString()
     for _ in range(MALFORMED_PER_METHOD):
@@ -256,11 +280,12 @@ def requests_for(method: Method, rng: random.Random, values: HostileValues) -> I
         yield malformed(rng, base[:8192])
 
 
-def vm_rss_bytes(pid: int) -> int:
+def vm_bytes(pid: int, name: str = "VmRSS") -> int:
+    """``VmRSS`` (resident now) or ``VmHWM`` (peak resident) of a process."""
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{name}:"):
             return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS line")
+    raise AssertionError(f"no {name} line")
 
 
 FUZZ_CONFIG = """\
@@ -301,7 +326,7 @@ async def test_fuzz_every_unary_method(tmp_path: pathlib.Path) -> None:
                 "/grpc.health.v1.Health/Check", response_deserializer=lambda b: b
             )
             await health(b"", timeout=10)
-            rss_before = vm_rss_bytes(pid)
+            rss_before = vm_bytes(pid)
             for method in methods:
                 call = channel.unary_unary(method.path)
                 timeout = 0.3 if method.name in LONG_POLLS else 10
@@ -324,10 +349,16 @@ async def test_fuzz_every_unary_method(tmp_path: pathlib.Path) -> None:
                 response_deserializer=lambda b: b,
             )
             assert await get_id(b"", timeout=10)
-            rss_after = vm_rss_bytes(pid)
+            rss_after = vm_bytes(pid)
+            rss_peak = vm_bytes(pid, "VmHWM")
     finally:
         gcs.stop()
     print(f"fuzz: {sum(codes.values())} calls, codes {dict(codes)}")
-    print(f"fuzz: RSS {rss_before / 2**20:.0f} -> {rss_after / 2**20:.0f} MiB")
+    mib = 2**20
+    print(
+        f"fuzz: RSS {rss_before / mib:.0f} -> {rss_after / mib:.0f} MiB "
+        f"(peak {rss_peak / mib:.0f} MiB)"
+    )
     assert not bad, "\n".join(dict.fromkeys(bad))
     assert rss_after - rss_before < RSS_GROWTH_LIMIT_BYTES
+    assert rss_peak - rss_before < RSS_PEAK_LIMIT_BYTES
