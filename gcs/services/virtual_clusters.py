@@ -34,6 +34,7 @@ class VirtualClusterInfoServicer:
         replica_sets: Mapping[str, Mapping[str, int]] | None = None,
         names: Mapping[str, Sequence[str]] | None = None,
         texts: Mapping[str, str] | None = None,
+        counts: Mapping[str, int] | None = None,
     ) -> None:
         """Bounded ids, template ids and node lists; a violation is ant-ray's in-reply
         InvalidArgument status (``VcInvalidArgument``) naming the field."""
@@ -44,6 +45,8 @@ class VirtualClusterInfoServicer:
                 validate.entries(list(replicas), field, lim.max_map_entries)
                 for template in replicas:
                     validate.text(template, f"{field} template id", lim.max_name_bytes)
+            for field, count in (counts or {}).items():
+                validate.non_negative(count, field)
             for field, value in (texts or {}).items():
                 validate.text(value, field, lim.max_name_bytes)
             for field, values in (names or {}).items():
@@ -150,6 +153,11 @@ class VirtualClusterInfoServicer:
                 replica_sets={
                     "min_replica_sets": request.min_replica_sets,
                     "max_replica_sets": request.max_replica_sets,
+                },
+                counts={
+                    "max_nodes": request.max_nodes,
+                    **{f"min_replica_sets[{k}]": v for k, v in request.min_replica_sets.items()},
+                    **{f"max_replica_sets[{k}]": v for k, v in request.max_replica_sets.items()},
                 },
             )
             await self._m.update_autoscaling_config(

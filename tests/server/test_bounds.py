@@ -306,3 +306,26 @@ class TestRequestSize:
             gc.garbage.clear()
             gc.enable()
         assert not held
+
+
+async def test_negative_autoscaling_replica_counts_are_rejected(gcs_server) -> None:
+    """Replica counts and max_nodes of a VC's autoscaling config must be >= 0 (a negative
+    minimum with max_nodes 0 used to be stored)."""
+    async with grpc.aio.insecure_channel(gcs_server.address) as channel:
+        vc = ServiceStub(channel, svc.VIRTUAL_CLUSTER_INFO, timeout_s=10)
+        created = await vc.CreateOrUpdateVirtualCluster(
+            V.CreateOrUpdateVirtualClusterRequest(virtual_cluster_id="vc1", divisible=True)
+        )
+        assert created.status.code == 0, created.status.message
+        reply = await vc.UpdateAutoscalingConfig(
+            V.UpdateAutoscalingConfigRequest(
+                virtual_cluster_id="vc1",
+                min_replica_sets={"t": -5},
+                max_replica_sets={"t": -1},
+                max_nodes=0,
+            )
+        )
+        assert reply.status.code == INVALID_ARGUMENT
+        assert "min_replica_sets[t] must be >= 0" in reply.status.message
+        got = await vc.GetAutoscalingConfig(V.GetAutoscalingConfigRequest(virtual_cluster_id="vc1"))
+        assert not got.min_replica_sets
