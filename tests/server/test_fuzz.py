@@ -35,11 +35,11 @@ from tests.server.gcs_process import GcsProcess
 pytestmark = pytest.mark.slow
 
 SEED = 20261123
-MALFORMED_PER_METHOD = 24
-HOSTILE_PER_METHOD = 36
+MALFORMED_PER_METHOD = 16
+HOSTILE_PER_METHOD = 24
 HUGE = 1024 * 1024 + 7
 """Length of a "huge" string or bytes value (over every per-field limit)."""
-MESSAGES_PER_REQUEST = 2000
+MESSAGES_PER_REQUEST = 1000
 """Nested messages in one generated request (the test process builds them too)."""
 OVERSIZED = 9 * 1024 * 1024
 """Over the default ``max_request_bytes``: a repeated run of empty sub-messages this long
