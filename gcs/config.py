@@ -44,6 +44,46 @@ class LoadPollConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """Bounds on what one request may carry (every violation is INVALID_ARGUMENT naming the
+    field).  Ray has few such limits; each default is Ray's own where it has one, else chosen
+    well above what a real cluster sends and far below what would hurt the GCS."""
+
+    max_id_bytes: int = 64
+    """Binary ids without a fixed size (subscriber/publisher ids, ids inside specs).  Ray's
+    largest id is 28 bytes."""
+    max_name_bytes: int = 512
+    """Text names and ids: node, job and placement-group names, virtual-cluster ids, template
+    ids, resource names, namespaces, pubsub keys."""
+    max_text_bytes: int = 64 * 1024
+    """Free text kept or forwarded: drain reasons, death messages, paths."""
+    max_address_bytes: int = 253
+    """Host names and IP literals (DNS's limit)."""
+    max_label_key_bytes: int = 317
+    """Ray's label-key syntax: a 253-byte DNS prefix, ``/`` and a 63-byte name."""
+    max_label_value_bytes: int = 256
+    """Ray checks 63 on ``ray start``; the GCS accepts some slack for system labels."""
+    max_label_entries: int = 256
+    max_map_entries: int = 10000
+    """Largest resource map (a node's resources include one entry per placement-group
+    bundle resource, so this is large)."""
+    max_repeated_entries: int = 100_000
+    """Largest repeated field in a request (node ids, keys, commands, bundles...)."""
+    max_bundles: int = 10_000
+    """Bundles in one placement group."""
+    max_kv_key_bytes: int = 64 * 1024
+    max_kv_value_bytes: int = 500 * 1024 * 1024
+    """Ray's ``GCS_STORAGE_MAX_SIZE`` (runtime-env packages are stored as KV values); below
+    the 512 MiB gRPC message limit and Redis's 512 MiB string limit."""
+    max_request_bytes: int = 8 * 1024 * 1024
+    """An encoded request, checked before decoding (decoded protobuf messages take up to ~30x
+    their encoded size).  ``InternalKVPut`` is allowed ``max_kv_value_bytes`` plus a key."""
+    max_record_bytes: int = 4 * 1024 * 1024
+    """A record other than a KV value persisted from one request (job data, autoscaling
+    state, cluster config, placement-group spec)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GcsConfig:
     host: str = "127.0.0.1"
     port: int = 6379
@@ -64,8 +104,7 @@ class GcsConfig:
     max_dead_nodes_cached: int = 1000
     raylet_rpc_timeout_ms: int = 30000
     """Deadline for forwarded raylet calls (DrainRaylet, Resize)."""
-    max_map_entries: int = 10000
-    """Largest resources/labels map accepted in a request."""
+    limits: RequestLimits = field(default_factory=RequestLimits)
     grpc_max_message_bytes: int = 512 * 1024 * 1024
     gc_gen0_threshold: int = 50_000
     """Python's cyclic-GC gen-0 threshold (default 700): the GCS allocates many short-lived
@@ -111,6 +150,7 @@ ENV_VARS: dict[str, str] = {
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
+    **{f"GCS_{f.name.upper()}": f"limits.{f.name}" for f in fields(RequestLimits)},
 }
 TOKEN_ENV_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 """Ray's token sources: they override a config file's ``auth_token_path`` (not the flag)."""
@@ -211,4 +251,27 @@ def load_config(
         raise ConfigError(str(err)) from None
     if config.load_poll.transport not in {"grpc", "h2"}:
         raise ConfigError(f"{where}.load_poll.transport: must be grpc or h2")
+    check_limits(config, where)
     return config
+
+
+REQUEST_OVERHEAD_BYTES = 64 * 1024
+
+
+def check_limits(config: GcsConfig, where: str = "config") -> None:
+    """Every limit positive; a KV put at the limits must fit in one gRPC message."""
+    for f in fields(RequestLimits):
+        if getattr(config.limits, f.name) <= 0:
+            raise ConfigError(f"{where}.limits.{f.name}: must be > 0")
+    lim = config.limits
+    needed = kv_put_request_bytes(lim)
+    if needed > config.grpc_max_message_bytes:
+        raise ConfigError(
+            f"{where}.limits.max_kv_value_bytes: {lim.max_kv_value_bytes} plus a key does not "
+            f"fit in grpc_max_message_bytes ({config.grpc_max_message_bytes})"
+        )
+
+
+def kv_put_request_bytes(limits: RequestLimits) -> int:
+    """The largest ``InternalKVPut`` request: a value and a key at their limits."""
+    return limits.max_kv_value_bytes + limits.max_kv_key_bytes + REQUEST_OVERHEAD_BYTES

@@ -21,6 +21,7 @@ import grpc
 import structlog
 
 from gcs.clock import Clock
+from gcs.config import RequestLimits
 from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.publisher import Publisher
 from gcs.rpc.server import CallHook, service_handler
@@ -68,15 +69,23 @@ class GcsPubSub:
             sweep_interval_s=sweep_interval_s,
         )
 
-    def handlers(self, *, on_call: CallHook | None = None) -> list[grpc.GenericRpcHandler]:
+    def handlers(
+        self, *, on_call: CallHook | None = None, limits: RequestLimits | None = None
+    ) -> list[grpc.GenericRpcHandler]:
+        """``limits``: request bounds (the servicers' checks and the encoded-size cap)."""
+        max_bytes = limits.max_request_bytes if limits is not None else None
         return [
             service_handler(
-                CONTROL_PLANE_PUBSUB, PubSubServicer(self.control_plane), on_call=on_call
+                CONTROL_PLANE_PUBSUB,
+                PubSubServicer(self.control_plane, limits=limits),
+                on_call=on_call,
+                max_request_bytes=max_bytes,
             ),
             service_handler(
                 OBSERVABILITY_PUBSUB,
-                ObservabilityPubSubServicer(self.observability),
+                ObservabilityPubSubServicer(self.observability, limits=limits),
                 on_call=on_call,
+                max_request_bytes=max_bytes,
             ),
         ]
 

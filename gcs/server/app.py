@@ -19,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from gcs.clock import Clock, SystemClock
-from gcs.config import GcsConfig
+from gcs.config import GcsConfig, kv_put_request_bytes
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
 from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
@@ -286,7 +286,7 @@ class GcsServer:
     async def _start_grpc(self) -> None:
         assert self.meta is not None and self.managers is not None
         m, cfg = self.managers, self.config
-        max_entries = cfg.max_map_entries
+        limits = cfg.limits
         server = grpc.aio.server(
             interceptors=[CallGuardInterceptor(self.meta.cluster_id_hex, self.security.token)],
             options=[
@@ -305,7 +305,7 @@ class GcsServer:
                 NodeInfoServicer(
                     m.nodes,
                     self.meta.cluster_id,
-                    max_entries=max_entries,
+                    limits=limits,
                     virtual_cluster_nodes=m.virtual_clusters.node_filter,
                 ),
             ),
@@ -318,15 +318,29 @@ class GcsServer:
                     virtual_cluster_nodes=m.virtual_clusters.node_filter,
                 ),
             ),
-            (svc.INTERNAL_KV, InternalKVServicer(m.kv)),
-            (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, max_entries=max_entries)),
-            (svc.JOB_INFO, JobInfoServicer(m.jobs)),
-            (svc.PLACEMENT_GROUP_INFO, PlacementGroupInfoServicer(m.placement_groups)),
-            (svc.VIRTUAL_CLUSTER_INFO, VirtualClusterInfoServicer(m.virtual_clusters)),
+            (svc.INTERNAL_KV, InternalKVServicer(m.kv, limits=limits)),
+            (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, limits=limits)),
+            (svc.JOB_INFO, JobInfoServicer(m.jobs, limits=limits)),
+            (
+                svc.PLACEMENT_GROUP_INFO,
+                PlacementGroupInfoServicer(m.placement_groups, limits=limits),
+            ),
+            (
+                svc.VIRTUAL_CLUSTER_INFO,
+                VirtualClusterInfoServicer(m.virtual_clusters, limits=limits),
+            ),
         ]
+        by_method = {"InternalKVPut": kv_put_request_bytes(limits)}
         for descriptor, servicer in servicers:
-            server.add_generic_rpc_handlers([service_handler(descriptor, servicer, on_call=hook)])
-        server.add_generic_rpc_handlers(m.pubsub.handlers(on_call=hook))
+            handler = service_handler(
+                descriptor,
+                servicer,
+                on_call=hook,
+                max_request_bytes=limits.max_request_bytes,
+                max_request_bytes_by_method=by_method,
+            )
+            server.add_generic_rpc_handlers([handler])
+        server.add_generic_rpc_handlers(m.pubsub.handlers(on_call=hook, limits=limits))
         servicers += [(svc.CONTROL_PLANE_PUBSUB, None), (svc.OBSERVABILITY_PUBSUB, None)]
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

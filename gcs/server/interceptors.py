@@ -71,7 +71,11 @@ def _reject(message: str, *, streaming: bool) -> grpc.RpcMethodHandler:
 
         return grpc.stream_stream_rpc_method_handler(abort_stream)
 
-    async def abort(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        # set the status and return (not context.abort: its exception keeps a reference
+        # cycle that holds the request until a full GC; see gcs/rpc/server.py)
+        context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+        context.set_details(message)
+        return b""
 
-    return grpc.unary_unary_rpc_method_handler(abort)
+    return grpc.unary_unary_rpc_method_handler(refuse)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gcs import validate
+from gcs.config import RequestLimits
 from gcs.ids import require_node_id
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.proto import autoscaler_pb2
@@ -16,9 +17,9 @@ _GET_STATE_REPLY_FIELD = b"\x0a"  # GetClusterResourceStateReply.cluster_resourc
 
 
 class AutoscalerStateServicer:
-    def __init__(self, manager: AutoscalerStateManager, *, max_entries: int) -> None:
+    def __init__(self, manager: AutoscalerStateManager, *, limits: RequestLimits) -> None:
         self._m = manager
-        self._max_entries = max_entries
+        self._limits = limits
 
     async def GetClusterResourceState(self, request: Any, context: Any) -> bytes:
         state = await self._m.cluster_resource_state_bytes(
@@ -30,26 +31,49 @@ class AutoscalerStateServicer:
         return await self._m.cluster_status()
 
     async def RequestClusterResourceConstraint(self, request: Any, context: Any) -> Any:
-        await self._m.set_constraint(request.cluster_resource_constraint)
+        constraint = request.cluster_resource_constraint
+        f, lim = "cluster_resource_constraint", self._limits
+        validate.entries(constraint.resource_requests, f"{f}.resource_requests", lim.max_bundles)
+        for i, by_count in enumerate(constraint.resource_requests):
+            where = f"{f}.resource_requests[{i}]"
+            validate.non_negative(by_count.count, f"{where}.count")
+            validate.resource_map(
+                by_count.request.resources_bundle, f"{where}.request.resources_bundle", lim
+            )
+        validate.strings_in(constraint, f, lim.max_name_bytes)
+        validate.record(constraint, f, lim.max_record_bytes)
+        await self._m.set_constraint(constraint)
         return A.RequestClusterResourceConstraintReply()
 
     async def ReportAutoscalingState(self, request: Any, context: Any) -> Any:
-        await self._m.report_autoscaling_state(request.autoscaling_state)
+        state, f, lim = request.autoscaling_state, "autoscaling_state", self._limits
+        validate.non_negative(state.autoscaler_state_version, f"{f}.autoscaler_state_version")
+        validate.non_negative(
+            state.last_seen_cluster_resource_state_version,
+            f"{f}.last_seen_cluster_resource_state_version",
+        )
+        validate.amounts_in(state, f)
+        validate.strings_in(state, f, lim.max_text_bytes)
+        validate.record(state, f, lim.max_record_bytes)
+        await self._m.report_autoscaling_state(state)
         return A.ReportAutoscalingStateReply()
 
     async def ReportClusterConfig(self, request: Any, context: Any) -> Any:
+        validate.strings_in(request.cluster_config, "cluster_config", self._limits.max_text_bytes)
+        validate.record(request.cluster_config, "cluster_config", self._limits.max_record_bytes)
         await self._m.report_cluster_config(request.cluster_config)
         return A.ReportClusterConfigReply()
 
     async def DrainNode(self, request: A.DrainNodeRequest, context: Any) -> Any:
         require_node_id(request.node_id)
         validate.enum_value(request.reason, A.DrainNodeReason.DESCRIPTOR, "reason")
+        validate.text(request.reason_message, "reason_message", self._limits.max_text_bytes)
         return await self._m.drain_node(request)
 
     async def ResizeRayletResourceInstances(self, request: Any, context: Any) -> Any:
         try:
             require_node_id(request.node_id)
-            validate.resource_map(request.resources, "resources", max_entries=self._max_entries)
+            validate.resource_map(request.resources, "resources", self._limits)
         except InvalidArgument as err:  # Ray answers ABORTED "InvalidArgument" here
             raise RayStatusError(RayStatusCode.InvalidArgument, err.message) from None
         return await self._m.resize(request)

@@ -4,20 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from gcs import validate
+from gcs.config import RequestLimits
+from gcs.ids import JOB_ID_SIZE, NODE_ID_SIZE
 from gcs.managers.jobs import JobManager, JobRejected
 from gcs.managers.placement_groups import PlacementGroupManager
-from gcs.proto import gcs_service_pb2
+from gcs.proto import common_pb2, gcs_service_pb2
 from gcs.rpc.errors import InvalidArgument, NotFound
 from gcs.services.common import error_status, ok_status
 
 Req = gcs_service_pb2
+ACTOR_ID_SIZE = 16
 
 
 class JobInfoServicer:
-    def __init__(self, jobs: JobManager) -> None:
+    def __init__(self, jobs: JobManager, *, limits: RequestLimits) -> None:
         self._jobs = jobs
+        self._limits = limits
 
     async def AddJob(self, request: Req.AddJobRequest, context: Any) -> Any:
+        data, lim = request.data, self._limits
+        validate.text(data.virtual_cluster_id, "data.virtual_cluster_id", lim.max_name_bytes)
+        validate.text(data.driver_ip_address, "data.driver_ip_address", lim.max_address_bytes)
+        validate.text(data.entrypoint, "data.entrypoint", lim.max_text_bytes)
+        validate.record(data, "data", lim.max_record_bytes)
         try:
             await self._jobs.add(request.data)
         except JobRejected as err:
@@ -31,6 +41,9 @@ class JobInfoServicer:
     async def GetAllJobInfo(self, request: Req.GetAllJobInfoRequest, context: Any) -> Any:
         if request.HasField("limit") and request.limit < 0:
             raise InvalidArgument(f"limit must be >= 0, got {request.limit}")
+        validate.text(
+            request.job_or_submission_id, "job_or_submission_id", self._limits.max_name_bytes
+        )
         out = Req.GetAllJobInfoReply(status=ok_status())
         for job in self._jobs.jobs.values():
             if request.HasField("limit") and 0 < request.limit <= len(out.job_info_list):
@@ -45,11 +58,14 @@ class JobInfoServicer:
 
 
 class PlacementGroupInfoServicer:
-    def __init__(self, pgs: PlacementGroupManager) -> None:
+    def __init__(self, pgs: PlacementGroupManager, *, limits: RequestLimits) -> None:
         self._pgs = pgs
+        self._limits = limits
 
     async def CreatePlacementGroup(self, request: Any, context: Any) -> Any:
-        await self._pgs.create(request.placement_group_spec)
+        spec = request.placement_group_spec
+        validate_placement_group_spec(spec, self._limits)
+        await self._pgs.create(spec)
         return Req.CreatePlacementGroupReply(status=ok_status())
 
     async def RemovePlacementGroup(self, request: Any, context: Any) -> Any:
@@ -74,3 +90,19 @@ class PlacementGroupInfoServicer:
                 break
             out.placement_group_table_data.append(pg)
         return out
+
+
+def validate_placement_group_spec(spec: common_pb2.PlacementGroupSpec, lim: RequestLimits) -> None:
+    """Bounded names, ids of Ray's sizes, and bundles of finite, non-negative amounts."""
+    f = "placement_group_spec"
+    validate.text(spec.name, f"{f}.name", lim.max_name_bytes)
+    validate.fixed_id(spec.creator_job_id, f"{f}.creator_job_id", JOB_ID_SIZE)
+    validate.fixed_id(spec.creator_actor_id, f"{f}.creator_actor_id", ACTOR_ID_SIZE)
+    validate.fixed_id(spec.soft_target_node_id, f"{f}.soft_target_node_id", NODE_ID_SIZE)
+    validate.entries(spec.bundles, f"{f}.bundles", lim.max_bundles)
+    for i, bundle in enumerate(spec.bundles):
+        where = f"{f}.bundles[{i}]"
+        validate.resource_map(bundle.unit_resources, f"{where}.unit_resources", lim)
+        validate.label_map(bundle.label_selector, f"{where}.label_selector", lim)
+    validate.strings_in(spec, f, lim.max_name_bytes)
+    validate.record(spec, f, lim.max_record_bytes)

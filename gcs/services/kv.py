@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gcs.managers.kv import MAX_KEY_BYTES, KvManager
+from gcs import validate
+from gcs.config import RequestLimits
+from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2
-from gcs.rpc.errors import InvalidArgument, NotFound
+from gcs.rpc.errors import NotFound
 from gcs.services.common import error_status, ok_status
 
 Req = gcs_service_pb2
@@ -16,28 +18,34 @@ Req = gcs_service_pb2
 DEFAULT_INTERNAL_CONFIG = {"automatic_object_spilling_enabled": False}
 
 
-def _key(key: bytes, field: str = "key") -> bytes:
-    if not key:
-        raise InvalidArgument(f"{field} must not be empty")
-    if len(key) > MAX_KEY_BYTES:
-        raise InvalidArgument(f"{field} is longer than {MAX_KEY_BYTES} bytes")
-    return key
-
-
 class InternalKVServicer:
-    def __init__(self, kv: KvManager, *, internal_config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        kv: KvManager,
+        *,
+        limits: RequestLimits,
+        internal_config: dict[str, Any] | None = None,
+    ) -> None:
         self._kv = kv
+        self._limits = limits
         self._config = json.dumps(internal_config or DEFAULT_INTERNAL_CONFIG)
 
+    def _key(self, key: bytes, field: str = "key") -> bytes:
+        return validate.blob(key, field, self._limits.max_kv_key_bytes, required=True)
+
+    def _ns(self, namespace: bytes) -> bytes:
+        return validate.blob(namespace, "namespace", self._limits.max_name_bytes)
+
     async def InternalKVGet(self, request: Req.InternalKVGetRequest, context: Any) -> Any:
-        value = await self._kv.get(request.namespace, _key(request.key))
+        value = await self._kv.get(self._ns(request.namespace), self._key(request.key))
         if value is None:
             return Req.InternalKVGetReply(status=error_status(NotFound("Failed to find the key")))
         return Req.InternalKVGetReply(status=ok_status(), value=value)
 
     async def InternalKVMultiGet(self, request: Any, context: Any) -> Any:
-        keys = [_key(k, f"keys[{i}]") for i, k in enumerate(request.keys)]
-        found = await self._kv.multi_get(request.namespace, keys)
+        validate.entries(request.keys, "keys", self._limits.max_repeated_entries)
+        keys = [self._key(k, f"keys[{i}]") for i, k in enumerate(request.keys)]
+        found = await self._kv.multi_get(self._ns(request.namespace), keys)
         out = Req.InternalKVMultiGetReply(status=ok_status())
         for key in keys:
             if key in found:
@@ -45,22 +53,27 @@ class InternalKVServicer:
         return out
 
     async def InternalKVPut(self, request: Req.InternalKVPutRequest, context: Any) -> Any:
-        added = await self._kv.put(
-            request.namespace, _key(request.key), request.value, overwrite=request.overwrite
-        )
+        namespace, key = self._ns(request.namespace), self._key(request.key)
+        value = validate.blob(request.value, "value", self._limits.max_kv_value_bytes)
+        added = await self._kv.put(namespace, key, value, overwrite=request.overwrite)
         return Req.InternalKVPutReply(status=ok_status(), added=added)
 
     async def InternalKVDel(self, request: Req.InternalKVDelRequest, context: Any) -> Any:
-        key = request.key if request.del_by_prefix else _key(request.key)
-        deleted = await self._kv.delete(request.namespace, key, by_prefix=request.del_by_prefix)
+        if request.del_by_prefix:
+            key = validate.blob(request.key, "key", self._limits.max_kv_key_bytes)
+        else:
+            key = self._key(request.key)
+        namespace = self._ns(request.namespace)
+        deleted = await self._kv.delete(namespace, key, by_prefix=request.del_by_prefix)
         return Req.InternalKVDelReply(status=ok_status(), deleted_num=deleted)
 
     async def InternalKVExists(self, request: Any, context: Any) -> Any:
-        exists = await self._kv.exists(request.namespace, _key(request.key))
+        exists = await self._kv.exists(self._ns(request.namespace), self._key(request.key))
         return Req.InternalKVExistsReply(status=ok_status(), exists=exists)
 
     async def InternalKVKeys(self, request: Any, context: Any) -> Any:
-        keys = await self._kv.keys(request.namespace, request.prefix)
+        prefix = validate.blob(request.prefix, "prefix", self._limits.max_kv_key_bytes)
+        keys = await self._kv.keys(self._ns(request.namespace), prefix)
         return Req.InternalKVKeysReply(status=ok_status(), results=keys)
 
     async def GetInternalConfig(self, request: Any, context: Any) -> Any:

@@ -7,6 +7,7 @@ from typing import Any
 
 import gcs
 from gcs import validate
+from gcs.config import RequestLimits
 from gcs.ids import require_node_id
 from gcs.managers.nodes import ALIVE, NodeManager, address_and_liveness
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
@@ -18,16 +19,23 @@ NodeFilter = Callable[[str], frozenset[bytes] | None]
 """virtual cluster id -> its node ids (None: no filter; unknown cluster: empty)."""
 
 
-def validate_node_info(info: gcs_pb2.GcsNodeInfo, *, max_entries: int) -> None:
-    require_node_id(info.node_id, "node_info.node_id")
-    if not info.node_manager_address:
-        raise InvalidArgument("node_info.node_manager_address is required")
-    validate.port(info.node_manager_port, "node_info.node_manager_port")
-    validate.port(info.object_manager_port, "node_info.object_manager_port", required=False)
-    validate.resource_map(
-        info.resources_total, "node_info.resources_total", max_entries=max_entries
+def validate_node_info(info: gcs_pb2.GcsNodeInfo, limits: RequestLimits) -> None:
+    """What a registering raylet may send: the GCS dials ``node_manager_address`` and keeps
+    and republishes everything else, so every field is bounded."""
+    f = "node_info"
+    require_node_id(info.node_id, f"{f}.node_id")
+    validate.host(info.node_manager_address, f"{f}.node_manager_address", limits.max_address_bytes)
+    validate.port(info.node_manager_port, f"{f}.node_manager_port")
+    validate.port(info.object_manager_port, f"{f}.object_manager_port", required=False)
+    validate.text(
+        info.node_manager_hostname, f"{f}.node_manager_hostname", limits.max_address_bytes
     )
-    validate.label_map(info.labels, "node_info.labels", max_entries=max_entries)
+    for name in ("node_name", "instance_id", "node_type_name", "instance_type_name"):
+        validate.text(getattr(info, name), f"{f}.{name}", limits.max_name_bytes)
+    validate.resource_map(info.resources_total, f"{f}.resources_total", limits)
+    validate.label_map(info.labels, f"{f}.labels", limits)
+    validate.strings_in(info, f, limits.max_text_bytes)  # paths, snapshot, death info
+    validate.record(info, f, limits.max_record_bytes)
     if info.state != ALIVE:
         raise InvalidArgument("node_info.state must be ALIVE when registering")
 
@@ -38,12 +46,12 @@ class NodeInfoServicer:
         nodes: NodeManager,
         cluster_id: bytes,
         *,
-        max_entries: int,
+        limits: RequestLimits,
         virtual_cluster_nodes: NodeFilter | None = None,
     ) -> None:
         self._nodes = nodes
         self._cluster_id = cluster_id
-        self._max_entries = max_entries
+        self._limits = limits
         self._vc_nodes = virtual_cluster_nodes
 
     async def GetClusterId(self, request: Any, context: Any) -> Req.GetClusterIdReply:
@@ -52,7 +60,7 @@ class NodeInfoServicer:
     async def RegisterNode(self, request: Req.RegisterNodeRequest, context: Any) -> Any:
         info = gcs_pb2.GcsNodeInfo()
         info.CopyFrom(request.node_info)
-        validate_node_info(info, max_entries=self._max_entries)
+        validate_node_info(info, self._limits)
         await self._nodes.register(info)
         return Req.RegisterNodeReply(status=ok_status())
 
@@ -63,11 +71,15 @@ class NodeInfoServicer:
             common_pb2.NodeDeathInfo.Reason.DESCRIPTOR,
             "node_death_info.reason",
         )
+        validate.strings_in(request.node_death_info, "node_death_info", self._limits.max_text_bytes)
         await self._nodes.unregister(node_id, request.node_death_info)
         return Req.UnregisterNodeReply(status=ok_status())
 
     async def DrainNode(self, request: Req.DrainNodeRequest, context: Any) -> Any:
         """Legacy drain: the node is told to shut down gracefully and marked dead."""
+        validate.entries(
+            request.drain_node_data, "drain_node_data", self._limits.max_repeated_entries
+        )
         reply = Req.DrainNodeReply(status=ok_status())
         for i, data in enumerate(request.drain_node_data):
             node_id = require_node_id(data.node_id, f"drain_node_data[{i}].node_id")
@@ -85,15 +97,21 @@ class NodeInfoServicer:
             validate.enum_value(
                 request.state_filter, gcs_pb2.GcsNodeInfo.GcsNodeState.DESCRIPTOR, "state_filter"
             )
-        selectors = list(request.node_selectors)
+        selectors = list(
+            validate.entries(
+                request.node_selectors, "node_selectors", self._limits.max_repeated_entries
+            )
+        )
         for i, sel in enumerate(selectors):
             kind = sel.WhichOneof("node_selector")
             if kind is None:
                 raise InvalidArgument(f"node_selectors[{i}] sets no selector")
             if kind == "node_id":
                 require_node_id(sel.node_id, f"node_selectors[{i}].node_id")
+        wanted = _Selectors(selectors)
         if selectors and all(s.WhichOneof("node_selector") == "node_id" for s in selectors):
-            candidates = [n for s in selectors if (n := self._nodes.get(s.node_id)) is not None]
+            ids = dict.fromkeys(s.node_id for s in selectors)  # once each, in request order
+            candidates = [n for i in ids if (n := self._nodes.get(i)) is not None]
         else:
             candidates = list(self._nodes.all_nodes())
         legacy = _legacy_filter(request, self._vc_nodes)
@@ -102,7 +120,7 @@ class NodeInfoServicer:
         for node in candidates:
             if request.HasField("state_filter") and node.state != request.state_filter:
                 continue
-            if selectors and not any(_matches(node, s) for s in selectors):
+            if selectors and not wanted.match(node):
                 continue
             if legacy is not None and not legacy(node):
                 continue
@@ -119,6 +137,7 @@ class NodeInfoServicer:
             validate.enum_value(
                 request.state_filter, gcs_pb2.GcsNodeInfo.GcsNodeState.DESCRIPTOR, "state_filter"
             )
+        validate.entries(request.node_ids, "node_ids", self._limits.max_repeated_entries)
         if request.node_ids:
             ids = [require_node_id(n, f"node_ids[{i}]") for i, n in enumerate(request.node_ids)]
             candidates = [n for i in ids if (n := self._nodes.get(i)) is not None]
@@ -135,6 +154,7 @@ class NodeInfoServicer:
         return out
 
     async def CheckAlive(self, request: Req.CheckAliveRequest, context: Any) -> Any:
+        validate.entries(request.node_ids, "node_ids", self._limits.max_repeated_entries)
         alive = [self._nodes.is_alive(n) for n in request.node_ids]
         return Req.CheckAliveReply(
             status=ok_status(), ray_version=gcs.RAY_VERSION, raylet_alive=alive, is_leader=True
@@ -169,12 +189,23 @@ def _legacy_filter(
     return keep
 
 
-def _matches(node: gcs_pb2.GcsNodeInfo, sel: Req.GetAllNodeInfoRequest.NodeSelector) -> bool:
-    kind = sel.WhichOneof("node_selector")
-    if kind == "node_id":
-        return node.node_id == sel.node_id
-    if kind == "node_name":
-        return node.node_name == sel.node_name
-    if kind == "node_ip_address":
-        return node.node_manager_address == sel.node_ip_address
-    return node.is_head_node == sel.is_head_node
+class _Selectors:
+    """``node_selectors`` as sets: a node matches when any selector does (O(1) per node)."""
+
+    def __init__(self, selectors: list[Req.GetAllNodeInfoRequest.NodeSelector]) -> None:
+        by_kind: dict[str, set[object]] = {}
+        for sel in selectors:
+            kind = sel.WhichOneof("node_selector")
+            by_kind.setdefault(kind, set()).add(getattr(sel, kind))
+        self._ids = by_kind.get("node_id", set())
+        self._names = by_kind.get("node_name", set())
+        self._ips = by_kind.get("node_ip_address", set())
+        self._head = by_kind.get("is_head_node", set())
+
+    def match(self, node: gcs_pb2.GcsNodeInfo) -> bool:
+        return (
+            node.node_id in self._ids
+            or node.node_name in self._names
+            or node.node_manager_address in self._ips
+            or node.is_head_node in self._head
+        )

@@ -11,6 +11,9 @@ from typing import Any
 
 import grpc
 
+from gcs import validate
+from gcs.config import RequestLimits
+from gcs.errors import InvalidArgument
 from gcs.proto import gcs_service_pb2
 from gcs.pubsub.channels import RAY_ERROR_INFO_CHANNEL
 from gcs.pubsub.publisher import PollReply, Publisher
@@ -20,14 +23,35 @@ from gcs.rpc.errors import RayStatusCode, RayStatusError
 class PubSubServicer:
     """GcsPublish, GcsSubscriberPoll and GcsSubscriberCommandBatch over one publisher."""
 
-    def __init__(self, publisher: Publisher) -> None:
+    def __init__(self, publisher: Publisher, *, limits: RequestLimits | None = None) -> None:
         self.publisher = publisher
+        self._limits = limits or RequestLimits()
+
+    def _ids(self, field: str, *values: bytes) -> None:
+        """Subscriber, sender and publisher ids (Ray's are 28 bytes) are bounded."""
+        for value in values:
+            self._pubsub_check(validate.blob, value, field, self._limits.max_id_bytes)
+
+    @staticmethod
+    def _pubsub_check(check: Any, *args: Any) -> None:
+        """Ray's pubsub handlers answer a bad request ABORTED "InvalidArgument: ..."."""
+        try:
+            check(*args)
+        except InvalidArgument as err:
+            raise RayStatusError(RayStatusCode.InvalidArgument, err.message) from None
 
     async def GcsPublish(
         self, request: gcs_service_pb2.GcsPublishRequest, context: grpc.aio.ServicerContext
     ) -> gcs_service_pb2.GcsPublishReply:
-        for msg in request.pub_messages:  # all or nothing: check every channel first
+        lim = self._limits
+        self._pubsub_check(
+            validate.entries, request.pub_messages, "pub_messages", lim.max_repeated_entries
+        )
+        for i, msg in enumerate(request.pub_messages):  # all or nothing: check all first
             self.publisher.check_channel(msg.channel_type)
+            self._pubsub_check(
+                validate.blob, msg.key_id, f"pub_messages[{i}].key_id", lim.max_name_bytes
+            )
         for msg in request.pub_messages:
             self.publisher.publish_message(msg)
         return _ok(gcs_service_pb2.GcsPublishReply())
@@ -36,6 +60,8 @@ class PubSubServicer:
         self, request: gcs_service_pb2.GcsSubscriberPollRequest, context: grpc.aio.ServicerContext
     ) -> PollReply:
         """Long poll; the reply is pre-encoded (``PollReply.SerializeToString``)."""
+        self._ids("subscriber_id", request.subscriber_id)
+        self._ids("publisher_id", request.publisher_id)
         future = self.publisher.poll(
             request.subscriber_id, request.max_processed_sequence_id, request.publisher_id
         )
@@ -48,12 +74,19 @@ class PubSubServicer:
     ) -> gcs_service_pb2.GcsSubscriberCommandBatchReply:
         sub_id = request.subscriber_id
         sender = request.sender_id or sub_id
-        for cmd in request.commands:  # validate the whole batch before applying any of it
+        self._ids("subscriber_id", sub_id)
+        self._ids("sender_id", request.sender_id)
+        lim = self._limits
+        self._pubsub_check(validate.entries, request.commands, "commands", lim.max_repeated_entries)
+        for i, cmd in enumerate(request.commands):  # validate the whole batch first
             if cmd.WhichOneof("command_message_one_of") is None:
                 raise RayStatusError(
                     RayStatusCode.InvalidArgument, "command is neither subscribe nor unsubscribe"
                 )
             self.publisher.check_channel(cmd.channel_type)
+            self._pubsub_check(
+                validate.blob, cmd.key_id, f"commands[{i}].key_id", lim.max_name_bytes
+            )
         for cmd in request.commands:
             if cmd.HasField("subscribe_message"):
                 self.publisher.subscribe(sub_id, cmd.channel_type, cmd.key_id, sender)
@@ -69,6 +102,8 @@ class ObservabilityPubSubServicer(PubSubServicer):
         self, request: gcs_service_pb2.ReportJobErrorRequest, context: grpc.aio.ServicerContext
     ) -> gcs_service_pb2.ReportJobErrorReply:
         error = request.job_error
+        self._ids("job_error.job_id", error.job_id)
+        self._pubsub_check(validate.strings_in, error, "job_error", self._limits.max_text_bytes)
         self.publisher.publish(RAY_ERROR_INFO_CHANNEL, error.job_id.hex().encode(), error)
         return gcs_service_pb2.ReportJobErrorReply()
 

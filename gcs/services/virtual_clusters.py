@@ -7,24 +7,62 @@ error (UNAVAILABLE, from ``Unavailable``): nothing was changed and the client ma
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gcs import validate
+from gcs.config import RequestLimits
+from gcs.errors import InvalidArgument
 from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.proto import virtual_cluster_pb2
 from gcs.virtual_clusters import VcError
 from gcs.virtual_clusters.convert import node_instances_proto, status_proto
+from gcs.virtual_clusters.errors import VcInvalidArgument
 
 V = virtual_cluster_pb2
 
 
 class VirtualClusterInfoServicer:
-    def __init__(self, manager: VirtualClusterManager) -> None:
+    def __init__(self, manager: VirtualClusterManager, *, limits: RequestLimits) -> None:
         self._m = manager
+        self._limits = limits
+
+    def _check(
+        self,
+        cluster_id: str,
+        *,
+        replica_sets: Mapping[str, Mapping[str, int]] | None = None,
+        names: Mapping[str, Sequence[str]] | None = None,
+        texts: Mapping[str, str] | None = None,
+        counts: Mapping[str, int] | None = None,
+    ) -> None:
+        """Bounded ids, template ids and node lists; a violation is ant-ray's in-reply
+        InvalidArgument status (``VcInvalidArgument``) naming the field."""
+        lim = self._limits
+        try:
+            validate.text(cluster_id, "virtual_cluster_id", lim.max_name_bytes)
+            for field, replicas in (replica_sets or {}).items():
+                validate.entries(list(replicas), field, lim.max_map_entries)
+                for template in replicas:
+                    validate.text(template, f"{field} template id", lim.max_name_bytes)
+            for field, count in (counts or {}).items():
+                validate.non_negative(count, field)
+            for field, value in (texts or {}).items():
+                validate.text(value, field, lim.max_name_bytes)
+            for field, values in (names or {}).items():
+                validate.entries(values, field, lim.max_repeated_entries)
+                for i, value in enumerate(values):
+                    validate.text(value, f"{field}[{i}]", lim.max_name_bytes)
+        except InvalidArgument as err:
+            raise VcInvalidArgument(f"Invalid request, {err.message}") from None
 
     async def CreateOrUpdateVirtualCluster(
         self, request: V.CreateOrUpdateVirtualClusterRequest, context: Any
     ) -> V.CreateOrUpdateVirtualClusterReply:
         try:
+            self._check(
+                request.virtual_cluster_id, replica_sets={"replica_sets": request.replica_sets}
+            )
             result = await self._m.create_or_update(
                 request.virtual_cluster_id,
                 request.divisible,
@@ -46,6 +84,9 @@ class VirtualClusterInfoServicer:
         self, request: V.RemoveNodesFromVirtualClusterRequest, context: Any
     ) -> V.RemoveNodesFromVirtualClusterReply:
         try:
+            self._check(
+                request.virtual_cluster_id, names={"nodes_to_remove": request.nodes_to_remove}
+            )
             await self._m.remove_nodes(request.virtual_cluster_id, list(request.nodes_to_remove))
         except VcError as err:
             return V.RemoveNodesFromVirtualClusterReply(
@@ -57,6 +98,7 @@ class VirtualClusterInfoServicer:
         self, request: V.RemoveVirtualClusterRequest, context: Any
     ) -> V.RemoveVirtualClusterReply:
         try:
+            self._check(request.virtual_cluster_id)
             await self._m.remove(request.virtual_cluster_id)
         except VcError as err:
             return V.RemoveVirtualClusterReply(status=status_proto(err))
@@ -65,6 +107,10 @@ class VirtualClusterInfoServicer:
     async def GetVirtualClusters(
         self, request: V.GetVirtualClustersRequest, context: Any
     ) -> V.GetVirtualClustersReply:
+        try:
+            self._check(request.virtual_cluster_id)
+        except VcError as err:
+            return V.GetVirtualClustersReply(status=status_proto(err))
         found = self._m.registry.get_virtual_clusters(
             request.virtual_cluster_id,
             request.include_job_clusters,
@@ -76,6 +122,11 @@ class VirtualClusterInfoServicer:
         self, request: V.CreateJobClusterRequest, context: Any
     ) -> V.CreateJobClusterReply:
         try:
+            self._check(
+                request.virtual_cluster_id,
+                replica_sets={"replica_sets": request.replica_sets},
+                texts={"job_id": request.job_id},
+            )
             result = await self._m.create_job_cluster(
                 request.virtual_cluster_id, request.job_id, dict(request.replica_sets)
             )
@@ -97,6 +148,18 @@ class VirtualClusterInfoServicer:
         self, request: V.UpdateAutoscalingConfigRequest, context: Any
     ) -> V.UpdateAutoscalingConfigReply:
         try:
+            self._check(
+                request.virtual_cluster_id,
+                replica_sets={
+                    "min_replica_sets": request.min_replica_sets,
+                    "max_replica_sets": request.max_replica_sets,
+                },
+                counts={
+                    "max_nodes": request.max_nodes,
+                    **{f"min_replica_sets[{k}]": v for k, v in request.min_replica_sets.items()},
+                    **{f"max_replica_sets[{k}]": v for k, v in request.max_replica_sets.items()},
+                },
+            )
             await self._m.update_autoscaling_config(
                 request.virtual_cluster_id,
                 dict(request.min_replica_sets),
@@ -111,6 +174,7 @@ class VirtualClusterInfoServicer:
         self, request: V.GetAutoscalingConfigRequest, context: Any
     ) -> V.GetAutoscalingConfigReply:
         try:
+            self._check(request.virtual_cluster_id)
             cluster = self._m.registry.get_autoscaling_config(request.virtual_cluster_id)
         except VcError as err:
             return V.GetAutoscalingConfigReply(status=status_proto(err))

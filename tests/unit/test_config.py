@@ -69,3 +69,30 @@ class TestErrors:
         """GCS_PORT=abc is an error that says which key."""
         with pytest.raises(ConfigError, match="port"):
             load_config(env={"GCS_PORT": "abc"})
+
+
+class TestLimits:
+    def test_defaults(self) -> None:
+        """Ray's KV value limit (GCS_STORAGE_MAX_SIZE, 500 MiB) and bounded everything else."""
+        limits = load_config(env={}).limits
+        assert limits.max_kv_value_bytes == 500 * 1024 * 1024
+        assert limits.max_request_bytes == 8 * 1024 * 1024
+        assert limits.max_address_bytes == 253
+        assert limits.max_label_key_bytes == 317
+
+    def test_flag_beats_env_beats_file(self, tmp_path) -> None:
+        path = tmp_path / "gcs.yaml"
+        path.write_text("limits:\n  max_name_bytes: 100\n  max_label_entries: 7\n")
+        env = {"GCS_MAX_NAME_BYTES": "200", "GCS_MAX_KV_VALUE_BYTES": "4096"}
+        config = load_config(config_file=str(path), env=env, flags={"limits.max_name_bytes": 300})
+        assert config.limits.max_name_bytes == 300
+        assert config.limits.max_kv_value_bytes == 4096
+        assert config.limits.max_label_entries == 7
+
+    def test_bad_limits_name_the_key(self) -> None:
+        with pytest.raises(ConfigError, match=r"limits\.max_bundles: must be > 0"):
+            load_config(env={"GCS_MAX_BUNDLES": "0"})
+        with pytest.raises(ConfigError, match=r"limits\.max_kv_value_bytes"):
+            load_config(env={"GCS_MAX_KV_VALUE_BYTES": str(600 * 1024 * 1024)})
+        with pytest.raises(ConfigError, match="expected an integer"):
+            load_config(env={"GCS_MAX_ID_BYTES": "lots"})
