@@ -182,7 +182,7 @@ class ReconcilerMachine(RuleBasedStateMachine):
         """One launched by an autoscaler that crashed before it recorded it (ray#54353)."""
         cid = f"stray-{next(self.ids)}"
         self.cloud.instances[cid] = SimInstance(
-            cid, node_type, NodeKind.WORKER, "lost-request", self.clock.now_s()
+            cid, node_type, NodeKind.WORKER, "lost-request", self.clock.now_s() + 1
         )
 
     @rule()
