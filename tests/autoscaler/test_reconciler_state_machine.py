@@ -226,5 +226,5 @@ class ReconcilerMachine(RuleBasedStateMachine):
 
 TestReconcilerStateMachine = ReconcilerMachine.TestCase
 TestReconcilerStateMachine.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None
+    max_examples=50, stateful_step_count=30, deadline=None
 )
