@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from gcs.managers.h2_unary import H2UnaryClient
-from gcs.managers.raylet_clients import GET_RESOURCE_LOAD_PATH
+from gcs.rpc.raylets.h2_unary import H2UnaryClient
+from gcs.rpc.raylets.pool import GET_RESOURCE_LOAD_PATH
 from gcs.proto import node_manager_pb2
 from gcs.raylet.testing import FakeGcs
 

@@ -7,9 +7,9 @@ checks) run under one supervisor: if one dies the server stops and the error is 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import pathlib
+import random
 from dataclasses import dataclass
 
 import grpc
@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gcs.clock import Clock, SystemClock
 from gcs.config import GcsConfig
+from gcs.errors import GcsError
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
 from gcs.managers.health import HealthChecker
@@ -26,15 +27,17 @@ from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
-from gcs.managers.raylet_clients import RayletClientPool
 from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.startup_spread import spread, spread_window_s
 from gcs.managers.virtual_clusters import VirtualClusterManager
-from gcs.proto import node_manager_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import service_handler, wire_service_name
 from gcs.rpc import services as svc
+from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
+from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
+from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.interceptors import ClusterIdInterceptor
 from gcs.server.metrics import GcsMetrics
@@ -59,7 +62,7 @@ class Managers:
     autoscaler: AutoscalerStateManager
     health: HealthChecker
     poller: LoadPoller
-    clients: RayletClientPool
+    raylets: RayletGateway
     pubsub: GcsPubSub
     virtual_clusters: VirtualClusterManager
 
@@ -71,11 +74,13 @@ class GcsServer:
         *,
         store: Store | None = None,
         clock: Clock | None = None,
+        raylets: RayletGateway | None = None,
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
         self._store = store
         self._owns_store = store is None
+        self._raylets = raylets
         self.metrics = GcsMetrics()
         self.meta: ClusterMeta | None = None
         self.managers: Managers | None = None
@@ -122,7 +127,9 @@ class GcsServer:
         cfg = self.config
         kv = KvManager(store)
         self.meta = await load_or_create(kv, session_name=cfg.session_name)
-        clients = RayletClientPool()
+        raylets = self._raylets or GrpcRayletGateway(
+            budget_for(cfg.raylet_io, nofile_soft_limit()), poll_transport=cfg.load_poll.transport
+        )
         pubsub = GcsPubSub.create(
             self.clock,
             control_plane=PublisherConfig.control_plane().with_channels(
@@ -136,10 +143,10 @@ class GcsServer:
             max_dead_cached=cfg.max_dead_nodes_cached,
         )
         cache = ResourceCache(self.clock)
-        health_checker = HealthChecker(nodes, clients, self.clock, cfg.health)
+        health_checker = HealthChecker(nodes, raylets, self.clock, cfg.health)
         nodes.add_listener(cache)
         nodes.add_listener(health_checker)
-        nodes.add_listener(_DropClient(clients))
+        nodes.add_listener(_ForgetRaylet(raylets))
         pgs = PlacementGroupManager(store, self.clock)
         jobs = JobManager(store, self.clock)
         autoscaler = AutoscalerStateManager(
@@ -149,7 +156,7 @@ class GcsServer:
             nodes,
             cache,
             pgs,
-            clients,
+            raylets,
             session_name=self.meta.session_name,
             raylet_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
         )
@@ -164,7 +171,7 @@ class GcsServer:
         )
         autoscaler.virtual_cluster_section = virtual_clusters.autoscaler_section
         poller = LoadPoller(
-            nodes, cache, clients, self.clock, cfg.load_poll, on_report=health_checker.mark_healthy
+            nodes, cache, raylets, self.clock, cfg.load_poll, on_report=health_checker.mark_healthy
         )
         # load -> repair -> serve
         await nodes.load()
@@ -182,7 +189,7 @@ class GcsServer:
             autoscaler,
             health_checker,
             poller,
-            clients,
+            raylets,
             pubsub,
             virtual_clusters,
         )
@@ -215,10 +222,12 @@ class GcsServer:
         ]
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)
-        if nodes.alive:
-            self._tasks.append(
-                loop.create_task(self._notify_restart(list(nodes.alive.values())), name="notify")
-            )
+        if nodes.alive:  # restart: reach known raylets only now, spread and bounded
+            window_s = spread_window_s(len(nodes.alive), cfg.raylet_io.startup_contacts_per_s)
+            rng = random.Random()
+            poller.spread_first_polls(spread(nodes.alive, self.clock.monotonic_s(), window_s, rng))
+            notify_at = spread(nodes.alive, loop.time(), window_s, rng)
+            self._tasks.append(loop.create_task(self._notify_restart(notify_at), name="notify"))
         log.info(
             "gcs.started",
             address=self.address,
@@ -298,19 +307,42 @@ class GcsServer:
         await server.start()
         self._server = server
 
-    async def _notify_restart(self, nodes: list) -> None:
-        """Tell raylets known from the store that the GCS restarted (Ray does the same)."""
+    async def _notify_restart(self, notify_at: dict[bytes, float]) -> None:
+        """Tell raylets known from the store that the GCS restarted (Ray does the same).
+
+        Each at its time (loop clock, see ``startup_spread``), a bounded number at once: a
+        notification task exists only once it has a slot.
+        """
         assert self.managers is not None
-        clients = self.managers.clients
+        raylets, nodes = self.managers.raylets, self.managers.nodes
+        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(self.config.health.max_concurrent)
+        pending: set[asyncio.Task[None]] = set()
 
-        async def notify(node) -> None:  # type: ignore[no-untyped-def]
-            address = f"{node.node_manager_address}:{node.node_manager_port}"
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                await clients.get(node.node_id, address).node_manager.NotifyGCSRestart(
-                    node_manager_pb2.NotifyGCSRestartRequest(), timeout=5
-                )
+        async def notify(node_id: bytes, address: str) -> None:
+            try:
+                await raylets.notify_gcs_restart(node_id, address, 5.0)
+            except GcsError as err:
+                log.debug("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+            finally:
+                slots.release()
 
-        await asyncio.gather(*(notify(n) for n in nodes))
+        try:
+            for node_id, at in sorted(notify_at.items(), key=lambda item: item[1]):
+                delay = at - loop.time()
+                if delay > 0.001:
+                    await asyncio.sleep(delay)
+                node = nodes.alive.get(node_id)
+                if node is None:
+                    continue
+                await slots.acquire()
+                task = loop.create_task(notify(node_id, raylet_address(node)))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            await asyncio.gather(*pending)
+        finally:
+            for task in pending:
+                task.cancel()
 
     async def _refresh_metrics(self) -> None:
         assert self.managers is not None
@@ -358,7 +390,7 @@ class GcsServer:
         if self.managers is not None:
             await self.managers.virtual_clusters.close()
             await self.managers.health.close()
-            await self.managers.clients.close()
+            await self.managers.raylets.close()
         self.metrics.close()
         if self._store is not None and self._owns_store:
             await self._store.close()
@@ -373,12 +405,14 @@ class GcsServer:
         await self.stop()
 
 
-class _DropClient:
-    def __init__(self, clients: RayletClientPool) -> None:
-        self._clients = clients
+class _ForgetRaylet:
+    """Node listener: a dead node's raylet connections are closed."""
+
+    def __init__(self, raylets: RayletGateway) -> None:
+        self._raylets = raylets
 
     def on_node_added(self, node: object) -> None:
         return None
 
     def on_node_dead(self, node) -> None:  # type: ignore[no-untyped-def]
-        self._clients.drop(node.node_id)
+        self._raylets.forget(node.node_id)

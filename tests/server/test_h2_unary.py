@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from gcs.config import ConfigError, LoadPollConfig, load_config
-from gcs.managers.h2_unary import H2CallError, H2UnaryClient
+from gcs.rpc.raylets.h2_unary import H2CallError, H2UnaryClient
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import gcs_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
@@ -306,8 +306,7 @@ class TestFallback:
         self, gcs_server, raylets, monkeypatch
     ) -> None:
         """A protocol-level failure (INTERNAL) moves that node to grpc; its polls succeed."""
-        from gcs.managers.h2_unary import H2CallError
-        from gcs.managers.raylet_clients import RayletClient
+        from gcs.rpc.raylets.pool import RayletClient
         from tests.conftest import eventually
 
         class Broken:
@@ -321,4 +320,4 @@ class TestFallback:
         raylet = await raylets()
         await gcs_server.managers.nodes.register(raylet.node_info())
         await eventually(lambda: raylet.polls >= 2)
-        assert raylet.node_id in gcs_server.managers.poller._grpc_only
+        assert raylet.node_id in gcs_server.managers.raylets.grpc_only
