@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from gcs.rpc.raylets.h2_unary import H2UnaryClient
-from gcs.rpc.raylets.pool import GET_RESOURCE_LOAD_PATH
 from gcs.proto import node_manager_pb2
 from gcs.raylet.testing import FakeGcs
+from gcs.rpc.raylets.h2_unary import H2UnaryClient
+from gcs.rpc.raylets.pool import GET_RESOURCE_LOAD_PATH
 
 Reply = node_manager_pb2.GetResourceLoadReply
 

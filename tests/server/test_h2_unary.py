@@ -11,11 +11,11 @@ import grpc
 import pytest
 
 from gcs.config import ConfigError, LoadPollConfig, load_config
-from gcs.rpc.raylets.h2_unary import H2CallError, H2UnaryClient
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import gcs_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
+from gcs.rpc.raylets.h2_unary import H2CallError, H2UnaryClient
 from gcs.rpc.services import NODE_MANAGER
 from gcs.server.app import GcsServer
 from gcs.store.memory import MemoryStore
