@@ -36,6 +36,9 @@ class LoadPollConfig:
     timeout_ms: int = 2000
     """Per-call deadline; a slow raylet only delays its own entry."""
     max_concurrent: int = 1024
+    failure_backoff_max_ms: int = 10000
+    """A raylet whose polls keep failing is polled 1, 2, 4, ... periods apart, at most this
+    long apart (health checks, not polls, decide whether it is dead)."""
     transport: str = "h2"
     """``h2``: the lean HTTP/2 client of ``gcs.rpc.raylets.h2_unary`` (~3x less GCS CPU per poll;
     a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""
@@ -55,6 +58,10 @@ class RayletIoConfig:
     limit, at least 256 fds, is left for GCS clients, the store and subscribers)."""
     max_in_flight: int = 0
     """Raylet calls in flight at once, all kinds together; 0 = min(1024, 3/4 of the clients)."""
+    max_calls_per_s: int = 5000
+    """Background raylet calls (polls, health checks, restart notifications) started per
+    second at most, in bursts of up to one second's worth; 0 = no limit.  Calls to
+    unreachable raylets fail in microseconds, so concurrency alone does not bound the CPU."""
     startup_contacts_per_s: int = 2000
     """After a restart, first contacts with raylets known from the store (NotifyGCSRestart,
     first poll) are spread evenly, with jitter, over ``nodes / rate`` seconds."""
@@ -120,6 +127,7 @@ ENV_VARS: dict[str, str] = {
     "GCS_LOAD_POLL_TRANSPORT": "load_poll.transport",
     "GCS_RAYLET_MAX_OPEN_CLIENTS": "raylet_io.max_open_clients",
     "GCS_RAYLET_MAX_IN_FLIGHT": "raylet_io.max_in_flight",
+    "GCS_RAYLET_MAX_CALLS_PER_S": "raylet_io.max_calls_per_s",
     "GCS_RAYLET_STARTUP_CONTACTS_PER_S": "raylet_io.startup_contacts_per_s",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
@@ -215,7 +223,7 @@ def load_config(
     if config.load_poll.transport not in {"grpc", "h2"}:
         raise ConfigError(f"{where}.load_poll.transport: must be grpc or h2")
     io = config.raylet_io
-    for name in ("max_open_clients", "max_in_flight"):
+    for name in ("max_open_clients", "max_in_flight", "max_calls_per_s"):
         if getattr(io, name) < 0:
             raise ConfigError(f"{where}.raylet_io.{name}: must be >= 0 (0 = automatic)")
     if io.startup_contacts_per_s <= 0:

@@ -8,7 +8,8 @@ contribution is swapped, so reading 10,000 pending shapes does not rescan 2,000 
 ``LoadPoller`` calls ``NodeManagerService.GetResourceLoad`` on every alive raylet each period
 (Ray default 1 s) through the raylet gateway, with a per-call deadline and a concurrency bound
 (a poll task exists only once it has a slot).  A node whose previous poll is still in flight
-is skipped for the round, so a slow or dead raylet never delays the rest.  After a restart the
+is skipped for the round, so a slow or dead raylet never delays the rest, and one whose polls
+keep failing is polled less often (1, 2, 4, ... periods apart, capped).  After a restart the
 first polls of nodes known from the store are spread over a window
 (:func:`gcs.managers.startup_spread.spread`).
 """
@@ -238,12 +239,15 @@ class LoadPoller:
         self._clock = clock
         self._config = config
         self._timeout_s = config.timeout_ms / 1000
+        self._period_s = config.period_ms / 1000
+        self._backoff_max_s = config.failure_backoff_max_ms / 1000
         self._on_report = on_report
         self._in_flight: set[bytes] = set()
         self._sem = asyncio.Semaphore(config.max_concurrent)
         self._failures: dict[bytes, int] = {}
         self._not_before: dict[bytes, float] = {}
-        """First-poll times of nodes known from the store (spread after a restart)."""
+        """Nodes not to poll before a (monotonic) time: first polls spread after a restart,
+        and raylets whose polls keep failing (backoff)."""
         self.stats = PollStats()
 
     def spread_first_polls(self, due: dict[bytes, float]) -> None:
@@ -278,6 +282,11 @@ class LoadPoller:
             self._in_flight.add(node_id)
             address = f"{node.node_manager_address}:{node.node_manager_port}"
             tasks.append(loop.create_task(self._poll(node_id, address)))
+        alive = self._nodes.alive
+        for table in (self._not_before, self._failures):
+            if len(table) > len(alive):  # entries of dead nodes
+                for node_id in [n for n in table if n not in alive]:
+                    del table[node_id]
         return tasks
 
     async def _finish_round(self, started: float, tasks: list[asyncio.Task[None]]) -> None:
@@ -297,6 +306,9 @@ class LoadPoller:
             self.stats.polls_failed += 1
             count = self._failures.get(node_id, 0) + 1
             self._failures[node_id] = count
+            gap_s = min(self._period_s * (1 << min(count - 1, 30)), self._backoff_max_s)
+            if gap_s > self._period_s:
+                self._not_before[node_id] = self._clock.monotonic_s() + gap_s
             if count % 10 == 1:  # Ray logs every 10th failure
                 log.warning(
                     "load_poll.failed", node_id=node_id.hex(), error=err.message, failures=count

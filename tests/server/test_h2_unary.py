@@ -310,13 +310,13 @@ class TestFallback:
         from tests.conftest import eventually
 
         class Broken:
-            async def call(self, message: bytes, timeout_s: float) -> bytes:
+            async def call(self, message: bytes, timeout_s: float, path: object = None) -> bytes:
                 raise H2CallError(grpc.StatusCode.INTERNAL, "unsupported peer")
 
             async def close(self) -> None:
                 return None
 
-        monkeypatch.setattr(RayletClient, "h2_load", lambda self: Broken())
+        monkeypatch.setattr(RayletClient, "h2", lambda self: Broken())
         raylet = await raylets()
         await gcs_server.managers.nodes.register(raylet.node_info())
         await eventually(lambda: raylet.polls >= 2)

@@ -16,6 +16,8 @@ MAX_IN_FLIGHT_DEFAULT = 1024
 class RayletIoBudget:
     max_open_clients: int
     max_in_flight: int
+    max_calls_per_s: int
+    """0 = unlimited."""
 
 
 def nofile_soft_limit() -> int:
@@ -34,4 +36,8 @@ def budget_for(config: RayletIoConfig, nofile: int) -> RayletIoBudget:
         max_in_flight = min(MAX_IN_FLIGHT_DEFAULT, max(1, max_open * 3 // 4))
     # A leased client is never evicted: with fewer calls than clients, one is always idle.
     max_in_flight = min(max_in_flight, max_open)
-    return RayletIoBudget(max_open_clients=max_open, max_in_flight=max_in_flight)
+    return RayletIoBudget(
+        max_open_clients=max_open,
+        max_in_flight=max_in_flight,
+        max_calls_per_s=config.max_calls_per_s,
+    )

@@ -1,10 +1,11 @@
 """Raylet clients, at most ``max_open`` at once, the least recently used idle one closed first.
 
 A :class:`RayletClient` holds the two connections a raylet may need: the lean HTTP/2
-connection (hot unary calls such as GetResourceLoad) and a grpc.aio channel (everything else,
-and raylets the lean client cannot talk to).  Both connect lazily, on first use, so a client
-costs one socket at most for a raylet only ever polled.  Callers :meth:`RayletClientPool.lease`
-a client for the duration of one call and :meth:`~RayletClientPool.release` it; a leased
+connection (background calls: load polls, health checks, restart notifications) and a
+grpc.aio channel (drain / resize, and raylets the lean client cannot talk to).  Both connect
+lazily, on first use, so a raylet never drained costs one socket.  Callers
+:meth:`RayletClientPool.lease` a client for the duration of one call and
+:meth:`~RayletClientPool.release` it; a leased
 client is never evicted, so the number of clients can only exceed ``max_open`` while more
 calls than that are in flight (the gateway keeps its in-flight bound below it).
 """
@@ -13,15 +14,39 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2_grpc
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+from grpc_health.v1 import health_pb2
 
-from gcs.rpc.client import ServiceStub
 from gcs.rpc.raylets.h2_unary import H2UnaryClient
 from gcs.rpc.services import NODE_MANAGER
+from gcs.rpc.wire import method_path
 
 GET_RESOURCE_LOAD_PATH = "/ray.rpc.NodeManagerService/GetResourceLoad"
+HEALTH_CHECK = "HealthCheck"
+HEALTH_CHECK_PATH = "/grpc.health.v1.Health/Check"
+
+
+def _methods() -> dict[str, tuple[str, type[Message]]]:
+    """Method name -> (path, reply class): NodeManagerService's unary methods and Check."""
+    out: dict[str, tuple[str, type[Message]]] = {
+        m.name: (method_path(m), GetMessageClass(m.output_type))
+        for m in NODE_MANAGER.methods
+        if not (m.client_streaming or m.server_streaming)
+    }
+    out[HEALTH_CHECK] = (HEALTH_CHECK_PATH, health_pb2.HealthCheckResponse)
+    return out
+
+
+METHODS = _methods()
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
 
 CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 512 * 1024 * 1024),
@@ -34,35 +59,36 @@ CHANNEL_OPTIONS = (
 
 
 class RayletClient:
-    __slots__ = ("_channel", "_h2_load", "_health", "_node_manager", "address", "leases")
+    """One raylet's connections; multicallables are made per method on first use (a full
+    stub of NodeManagerService costs ~0.5 ms, which matters when 50,000 raylets churn)."""
+
+    __slots__ = ("_calls", "_channel", "_h2_load", "address", "leases")
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.leases = 0
         self._channel: grpc.aio.Channel | None = None
-        self._node_manager: ServiceStub | None = None
-        self._health: health_pb2_grpc.HealthStub | None = None
+        self._calls: dict[str, Any] = {}
         self._h2_load: H2UnaryClient | None = None
 
-    def _open_channel(self) -> grpc.aio.Channel:
-        if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-        return self._channel
+    def grpc_call(self, method: str) -> Any:
+        """The grpc.aio multicallable for a NodeManagerService method or ``HEALTH_CHECK``."""
+        call = self._calls.get(method)
+        if call is None:
+            if self._channel is None:
+                self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            path, reply_cls = METHODS[method]
+            call = self._calls[method] = self._channel.unary_unary(
+                path,
+                request_serializer=_serialize,
+                response_deserializer=reply_cls.FromString,
+                _registered_method=True,
+            )
+        return call
 
-    @property
-    def node_manager(self) -> ServiceStub:
-        if self._node_manager is None:
-            self._node_manager = ServiceStub(self._open_channel(), NODE_MANAGER, timeout_s=30.0)
-        return self._node_manager
-
-    @property
-    def health(self) -> health_pb2_grpc.HealthStub:
-        if self._health is None:
-            self._health = health_pb2_grpc.HealthStub(self._open_channel())
-        return self._health
-
-    def h2_load(self) -> H2UnaryClient:
-        """Lean HTTP/2 client for GetResourceLoad (own connection, created on first use)."""
+    def h2(self) -> H2UnaryClient:
+        """Lean HTTP/2 client (own connection, made on first use); its default path is
+        GetResourceLoad, other calls name theirs."""
         if self._h2_load is None:
             self._h2_load = H2UnaryClient(self.address, GET_RESOURCE_LOAD_PATH)
         return self._h2_load
@@ -79,7 +105,7 @@ class RayletClient:
     async def close(self) -> None:
         self.close_h2()
         channel, self._channel = self._channel, None
-        self._node_manager = self._health = None
+        self._calls = {}
         if channel is not None:
             await channel.close(grace=None)
 
