@@ -61,7 +61,9 @@ class RayletIoConfig:
     max_calls_per_s: int = 5000
     """Background raylet calls (polls, health checks, restart notifications) started per
     second at most, in bursts of up to one second's worth; 0 = no limit.  Calls to
-    unreachable raylets fail in microseconds, so concurrency alone does not bound the CPU."""
+    unreachable raylets fail in microseconds, so concurrency alone does not bound the CPU.
+    While the event loop lags the rate drops (halved per 0.1 s lagging > 100 ms, down to a
+    quarter), and grows back by 10% per calm 0.1 s."""
     startup_contacts_per_s: int = 2000
     """After a restart, first contacts with raylets known from the store (NotifyGCSRestart,
     first poll) are spread evenly, with jitter, over ``nodes / rate`` seconds."""

@@ -5,8 +5,9 @@ raylet addresses are loopback ports nobody listens on (connections are refused).
 (`gcs serve`, Ray's default health / poll settings) is then started on that store as its own
 process, and this process measures:
 
-* restart-to-first-RPC: from spawning the process to the first OK ``GetClusterId``, and to
-  the first OK ``GetAllNodeInfo(limit=10)``;
+* restart-to-first-RPC: from spawning the process to its gRPC port accepting, to the first
+  OK ``GetClusterId`` (and the CPU seconds the GCS used until then, a figure that a loaded
+  machine distorts less than wall time), and to the first OK ``GetAllNodeInfo(limit=10)``;
 * while the GCS reaches the (unreachable) raylets for ``--observe`` seconds: its peak RSS,
   peak open file descriptors (``/proc/<pid>/fd``), and the latency of a ``GetClusterId``
   made every 0.5 s (does it keep serving?).
@@ -97,6 +98,12 @@ def refused_ports(count: int) -> list[int]:
     raise RuntimeError("no free loopback ports below the ephemeral range")
 
 
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Sampler(threading.Thread):
     """Peak RSS and open fds of a process, sampled every 0.2 s."""
 
@@ -133,9 +140,17 @@ async def first_ok(call: object, started: float, limit_s: float) -> float | None
         try:
             await call()  # type: ignore[operator]
             return time.perf_counter() - started
-        except grpc.aio.AioRpcError:
-            await asyncio.sleep(0.05)
+        except (grpc.aio.AioRpcError, OSError):
+            await asyncio.sleep(0.02)
     return None
+
+
+def port_open(port: int) -> object:
+    async def probe() -> None:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+
+    return probe
 
 
 async def measure(
@@ -153,7 +168,9 @@ async def measure(
             reply = await node_info.GetClusterId(G.GetClusterIdRequest())
             cluster_id = reply.cluster_id
 
+        out["listening_s"] = await first_ok(port_open(port), started, observe_s)
         out["first_rpc_s"] = await first_ok(get_cluster_id, started, observe_s)
+        out["cpu_to_first_rpc_s"] = cpu_seconds(pid)
         md = [("ray_cluster_id", cluster_id.hex())]
         with_id = ServiceStub(channel, svc.NODE_INFO, metadata=md, timeout_s=5.0)
 
@@ -253,7 +270,9 @@ def main() -> None:
         return "n/a" if value is None else f"{value:{spec}}{unit}"
 
     print(f"server: {label}")
+    print(f"  restart -> gRPC port accepts      {fmt('listening_s', ' s')}")
     print(f"  restart -> first GetClusterId     {fmt('first_rpc_s', ' s')}   (target <= 5 s)")
+    print(f"  GCS CPU until then                {fmt('cpu_to_first_rpc_s', ' s')}")
     print(f"  restart -> first GetAllNodeInfo   {fmt('first_list_s', ' s')}")
     print(f"  peak RSS in {args.observe:.0f} s              {fmt('peak_rss_mb', ' MB', '.0f')}")
     print(f"  peak open fds                     {fmt('peak_fds', '', 'd')} (limit {soft})")

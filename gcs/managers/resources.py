@@ -33,6 +33,9 @@ from gcs.wire_encoding import int_field, len_field
 
 log = structlog.get_logger("gcs.resources")
 
+_DISPATCH_SLICE = 2000
+"""Nodes looked at per event-loop slice while starting a poll round."""
+
 DemandKey = tuple[tuple[tuple[str, float], ...], tuple[bytes, ...]]
 Counts = tuple[int, int, int]  # ready, infeasible, backlog
 
@@ -265,7 +268,10 @@ class LoadPoller:
         tasks = []
         not_before = self._not_before
         now = self._clock.monotonic_s()
-        for node_id, node in list(self._nodes.alive.items()):
+        for i, (node_id, node) in enumerate(list(self._nodes.alive.items())):
+            if i % _DISPATCH_SLICE == _DISPATCH_SLICE - 1:
+                await asyncio.sleep(0)  # 50,000 nodes: never hold the loop for a whole pass
+                now = self._clock.monotonic_s()
             if node_id in self._in_flight:
                 self.stats.skipped_in_flight += 1
                 continue

@@ -197,11 +197,13 @@ class TestRateLimiter:
     def test_bursts_then_the_rate(self) -> None:
         now = [0.0]
         limiter = RateLimiter(100, 10, lambda: now[0])
-        assert [limiter.try_acquire() for _ in range(10)] == [0.0] * 10
-        assert limiter.try_acquire() == pytest.approx(0.01)
-        now[0] += 0.05
-        taken = sum(limiter.try_acquire() == 0.0 for _ in range(10))
-        assert taken == 5
+        assert [limiter.reserve() for _ in range(10)] == [0.0] * 10
+        assert limiter.reserve() == pytest.approx(0.01)  # one sleep each, in order
+        assert limiter.reserve() == pytest.approx(0.02)
+        now[0] += 0.05  # 5 tokens: 2 repay the debt
+        waits = [limiter.reserve() for _ in range(4)]
+        assert waits[:3] == [0.0] * 3
+        assert waits[3] == pytest.approx(0.01)
 
 
 class TestBudget:
@@ -217,3 +219,18 @@ class TestBudget:
     def test_explicit_settings_win_but_calls_stay_below_clients(self) -> None:
         budget = budget_for(RayletIoConfig(max_open_clients=16, max_in_flight=64), 1024)
         assert (budget.max_open_clients, budget.max_in_flight) == (16, 16)
+
+
+class TestLagGovernor:
+    def test_lag_halves_the_rate_and_calm_restores_it(self) -> None:
+        """Lagging loop: rate halves down to the floor; calm loop: +10% up to the ceiling."""
+        from gcs.rpc.raylets.rate import LagGovernor
+
+        limiter = RateLimiter(1000, 1000, lambda: 0.0)
+        governor = LagGovernor(limiter, max_rate=1000, min_rate=100)
+        assert [governor.observe(0.2) for _ in range(5)] == [500, 250, 125, 100, 100]
+        assert governor.observe(0.05) == 100  # in between: unchanged
+        rates = [governor.observe(0.0) for _ in range(30)]
+        assert rates[0] == pytest.approx(110)
+        assert rates[-1] == 1000
+        assert limiter.rate == 1000

@@ -1,7 +1,8 @@
 """The network :class:`~gcs.rpc.raylets.gateway.RayletGateway`: gRPC plus the lean HTTP/2 client.
 
 * Bounded: at most ``max_in_flight`` background calls (polls, health checks, restart
-  notifications) at once, at most ``max_calls_per_s`` started per second, and at most
+  notifications) at once, at most ``max_calls_per_s`` started per second (less while the
+  event loop lags: :class:`~gcs.rpc.raylets.rate.LagGovernor`), and at most
   ``max_open_clients`` raylet clients open (least recently used idle ones are closed).  A
   call's deadline starts when it gets its slot.  DrainRaylet / Resize answer a user and skip
   the queue (they still use the pool).
@@ -29,7 +30,7 @@ from gcs.rpc.raylets.budget import RayletIoBudget
 from gcs.rpc.raylets.errors import raylet_error
 from gcs.rpc.raylets.h2_unary import H2CallError
 from gcs.rpc.raylets.pool import HEALTH_CHECK, METHODS, RayletClientPool
-from gcs.rpc.raylets.rate import RateLimiter
+from gcs.rpc.raylets.rate import LagGovernor, RateLimiter
 
 log = structlog.get_logger("gcs.raylets")
 
@@ -50,11 +51,13 @@ class GrpcRayletGateway:
         self.budget = budget
         self.pool = RayletClientPool(budget.max_open_clients)
         self._slots = asyncio.Semaphore(budget.max_in_flight)
-        self._rate = (
-            RateLimiter(budget.max_calls_per_s, budget.max_calls_per_s, time.monotonic)
-            if budget.max_calls_per_s > 0
-            else None
-        )
+        self._rate: RateLimiter | None = None
+        self._governor: LagGovernor | None = None
+        self._governor_task: asyncio.Task[None] | None = None
+        if budget.max_calls_per_s > 0:
+            rate = budget.max_calls_per_s
+            self._rate = RateLimiter(rate, rate, time.monotonic)
+            self._governor = LagGovernor(self._rate, max_rate=rate, min_rate=rate / 4)
         self._h2 = poll_transport == "h2"
         self.grpc_only: set[bytes] = set()
         """Nodes whose raylet the lean HTTP/2 client could not talk to: polled with grpc."""
@@ -120,7 +123,16 @@ class GrpcRayletGateway:
         self.pool.drop(node_id)
         self.grpc_only.discard(node_id)
 
+    @property
+    def calls_per_s(self) -> float:
+        """The rate background calls may start at now (0 = unlimited)."""
+        return self._rate.rate if self._rate is not None else 0.0
+
     async def close(self) -> None:
+        if self._governor_task is not None:
+            self._governor_task.cancel()
+            await asyncio.gather(self._governor_task, return_exceptions=True)
+            self._governor_task = None
         await self.pool.close()
 
     # ------------------------------------------------------------------ internals
@@ -163,8 +175,14 @@ class GrpcRayletGateway:
 
     async def _enter(self) -> None:
         """Inside a slot: wait for the rate limit, then count the call as in flight."""
-        if self._rate is not None and self._rate.try_acquire() > 0:
-            await self._rate.acquire()
+        if self._rate is not None:
+            if self._governor_task is None and self._governor is not None:
+                self._governor_task = asyncio.get_running_loop().create_task(
+                    self._governor.run(), name="raylet-rate-governor"
+                )
+            wait_s = self._rate.reserve()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
         self.in_flight += 1
         self.max_in_flight_seen = max(self.max_in_flight_seen, self.in_flight)
 
