@@ -28,7 +28,7 @@ from gcs.rpc.raylets.h2_unary import H2UnaryClient
 from gcs.rpc.raylets.pool import GET_RESOURCE_LOAD_PATH
 
 Reply = node_manager_pb2.GetResourceLoadReply
-RAYLET_IO = RayletIoConfig(max_calls_per_s=int(__import__("os").environ.get("CB_RATE", "5000")))
+RAYLET_IO = RayletIoConfig()
 
 
 async def measure(
