@@ -170,7 +170,8 @@ async def measure(
 
         out["listening_s"] = await first_ok(port_open(port), started, observe_s)
         out["first_rpc_s"] = await first_ok(get_cluster_id, started, observe_s)
-        out["cpu_to_first_rpc_s"] = cpu_seconds(pid)
+        out["cpu_to_first_rpc_s"] = cpu_at_first = cpu_seconds(pid)
+        first_at = time.perf_counter()
         md = [("ray_cluster_id", cluster_id.hex())]
         with_id = ServiceStub(channel, svc.NODE_INFO, metadata=md, timeout_s=5.0)
 
@@ -196,6 +197,10 @@ async def measure(
                     flush=True,
                 )
             await asyncio.sleep(max(0.0, 0.5 - (time.perf_counter() - t0)))
+        if out["first_rpc_s"] is not None:
+            out["cores_after"] = (cpu_seconds(pid) - cpu_at_first) / (
+                time.perf_counter() - first_at
+            )
         try:
             alive = await with_id.GetAllNodeInfo(
                 G.GetAllNodeInfoRequest(limit=1, state_filter=gcs_pb2.GcsNodeInfo.ALIVE)
@@ -276,6 +281,7 @@ def main() -> None:
     print(f"  restart -> first GetAllNodeInfo   {fmt('first_list_s', ' s')}")
     print(f"  peak RSS in {args.observe:.0f} s              {fmt('peak_rss_mb', ' MB', '.0f')}")
     print(f"  peak open fds                     {fmt('peak_fds', '', 'd')} (limit {soft})")
+    print(f"  GCS cores used after first RPC    {fmt('cores_after')}")
     print(
         f"  GetClusterId every 0.5 s: p50 {fmt('rpc_p50_ms', ' ms', '.1f')}, "
         f"max {fmt('rpc_max_ms', ' ms', '.1f')}, failed {fmt('rpc_failures', '', 'd')}"
