@@ -38,8 +38,11 @@ class LoadPollConfig:
     timeout_ms: int = 2000
     """Per-call deadline; a slow raylet only delays its own entry."""
     max_concurrent: int = 1024
+    failure_backoff_max_ms: int = 10000
+    """A raylet whose polls keep failing is polled 1, 2, 4, ... periods apart, at most this
+    long apart (health checks, not polls, decide whether it is dead)."""
     transport: str = "h2"
-    """``h2``: the lean HTTP/2 client of ``gcs.managers.h2_unary`` (~3x less GCS CPU per poll;
+    """``h2``: the lean HTTP/2 client of ``gcs.rpc.raylets.h2_unary`` (~3x less GCS CPU per poll;
     a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""
 
 
@@ -84,6 +87,31 @@ class RequestLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class RayletIoConfig:
+    """Budget of the GCS -> raylet I/O layer (``gcs.rpc.raylets``); Ray has no such knobs.
+
+    Every raylet client holds up to two sockets (the HTTP/2 poll connection and a gRPC
+    channel), so 50,000 raylets cannot all stay connected under a typical fd limit: clients
+    beyond ``max_open_clients`` are closed least-recently-used first (idle ones only).
+    """
+
+    max_open_clients: int = 0
+    """Raylet clients kept open at once; 0 = derived from RLIMIT_NOFILE (a quarter of the
+    limit, at least 256 fds, is left for GCS clients, the store and subscribers)."""
+    max_in_flight: int = 0
+    """Raylet calls in flight at once, all kinds together; 0 = min(1024, 3/4 of the clients)."""
+    max_calls_per_s: int = 5000
+    """Background raylet calls (polls, health checks, restart notifications) started per
+    second at most, in bursts of up to one second's worth; 0 = no limit.  Calls to
+    unreachable raylets fail in microseconds, so concurrency alone does not bound the CPU.
+    While the event loop lags the rate drops (halved per 0.1 s lagging > 100 ms, down to a
+    quarter), and grows back by 10% per calm 0.1 s."""
+    startup_contacts_per_s: int = 2000
+    """After a restart, first contacts with raylets known from the store (NotifyGCSRestart,
+    first poll) are spread evenly, with jitter, over ``nodes / rate`` seconds."""
+
+
+@dataclass(frozen=True, slots=True)
 class GcsConfig:
     host: str = "127.0.0.1"
     port: int = 6379
@@ -101,6 +129,7 @@ class GcsConfig:
     """Empty = ``session_<timestamp>_<pid>`` generated on first start and persisted."""
     health: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     load_poll: LoadPollConfig = field(default_factory=LoadPollConfig)
+    raylet_io: RayletIoConfig = field(default_factory=RayletIoConfig)
     max_dead_nodes_cached: int = 1000
     raylet_rpc_timeout_ms: int = 30000
     """Deadline for forwarded raylet calls (DrainRaylet, Resize)."""
@@ -146,6 +175,10 @@ ENV_VARS: dict[str, str] = {
     "RAY_health_check_failure_threshold": "health.failure_threshold",
     "RAY_gcs_pull_resource_loads_period_milliseconds": "load_poll.period_ms",
     "GCS_LOAD_POLL_TRANSPORT": "load_poll.transport",
+    "GCS_RAYLET_MAX_OPEN_CLIENTS": "raylet_io.max_open_clients",
+    "GCS_RAYLET_MAX_IN_FLIGHT": "raylet_io.max_in_flight",
+    "GCS_RAYLET_MAX_CALLS_PER_S": "raylet_io.max_calls_per_s",
+    "GCS_RAYLET_STARTUP_CONTACTS_PER_S": "raylet_io.startup_contacts_per_s",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
@@ -252,6 +285,12 @@ def load_config(
     if config.load_poll.transport not in {"grpc", "h2"}:
         raise ConfigError(f"{where}.load_poll.transport: must be grpc or h2")
     check_limits(config, where)
+    io = config.raylet_io
+    for name in ("max_open_clients", "max_in_flight", "max_calls_per_s"):
+        if getattr(io, name) < 0:
+            raise ConfigError(f"{where}.raylet_io.{name}: must be >= 0 (0 = automatic)")
+    if io.startup_contacts_per_s <= 0:
+        raise ConfigError(f"{where}.raylet_io.startup_contacts_per_s: must be > 0")
     return config
 
 

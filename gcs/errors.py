@@ -7,6 +7,7 @@
     ├── FailedPrecondition        the state does not allow it, e.g. a dead node re-registering
     ├── Unauthenticated           wrong cluster id / missing or wrong token
     ├── Unavailable               store or raylet unreachable; nothing was acknowledged
+    │   └── RayletUnreachable     a raylet did not answer (refused, lost, deadline exceeded)
     └── RayStatusError            an error Ray reports by its ``StatusCode`` name
 
 How each maps to a gRPC status and to Ray's in-reply ``GcsStatus.code`` is decided in one
@@ -84,6 +85,17 @@ class Unauthenticated(GcsError):
 
 class Unavailable(GcsError):
     pass
+
+
+class RayletUnreachable(Unavailable):
+    """A call to a raylet failed in transport: refused, connection lost or deadline exceeded.
+
+    Raised by the raylet gateway (:mod:`gcs.rpc.raylets`); ``node_id`` names the raylet.
+    """
+
+    def __init__(self, node_id: bytes, message: str) -> None:
+        super().__init__(message)
+        self.node_id = node_id
 
 
 class RayStatusError(GcsError):

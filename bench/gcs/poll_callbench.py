@@ -1,4 +1,5 @@
-"""Client CPU per GetResourceLoad call: grpc.aio vs the lean HTTP/2 client (h2_unary).
+"""Client CPU per GetResourceLoad call: grpc.aio vs the lean HTTP/2 client (h2_unary), and
+the HTTP/2 client behind the raylet gateway the load poller calls (slots, rate, pool).
 
 A raylet fleet (``gcs raylet-fleet``) of N agents runs in another process, registered with a
 fake GCS; this process then polls every agent R rounds with each transport and reports its own
@@ -18,27 +19,32 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from gcs.managers.h2_unary import H2UnaryClient
-from gcs.managers.raylet_clients import GET_RESOURCE_LOAD_PATH
+from gcs.config import RayletIoConfig
 from gcs.proto import node_manager_pb2
 from gcs.raylet.testing import FakeGcs
+from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
+from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
+from gcs.rpc.raylets.h2_unary import H2UnaryClient
+from gcs.rpc.raylets.pool import GET_RESOURCE_LOAD_PATH
 
 Reply = node_manager_pb2.GetResourceLoadReply
+RAYLET_IO = RayletIoConfig()
 
 
 async def measure(
-    name: str, calls: list[Callable[[], Awaitable[bytes]]], rounds: int
+    name: str, calls: list[Callable[[], Awaitable[object]]], rounds: int
 ) -> tuple[float, float]:
     for _ in range(2):
         await asyncio.gather(*(c() for c in calls))
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for _ in range(rounds):
         for raw in await asyncio.gather(*(c() for c in calls)):
-            Reply.FromString(raw)
+            if isinstance(raw, bytes):  # the gateway hands back parsed ResourcesData
+                Reply.FromString(raw)
     cpu = time.process_time() - cpu0
     per_call = cpu / (rounds * len(calls)) * 1e6
     wall = time.perf_counter() - wall0
-    print(f"{name:6s} {per_call:6.0f} us CPU per call  wall {wall:.2f} s", flush=True)
+    print(f"{name:8s} {per_call:6.0f} us CPU per call  wall {wall:.2f} s", flush=True)
     return per_call, wall
 
 
@@ -70,6 +76,17 @@ async def main(agents: int, rounds: int) -> None:
             await measure("h2", [lambda c=c: c.call(request, 5.0) for c in clients], rounds)
             for client in clients:
                 client.close()
+            gateway = GrpcRayletGateway(budget_for(RAYLET_IO, nofile_soft_limit()))
+            ids = [bytes([i % 256, i // 256]) * 14 for i in range(len(addresses))]
+            await measure(
+                "gateway",
+                [
+                    lambda n=n, a=a, g=gateway: g.get_resource_load(n, a, 5.0)
+                    for n, a in zip(ids, addresses, strict=True)
+                ],
+                rounds,
+            )
+            await gateway.close()
     finally:
         fleet.terminate()
         await fleet.wait()

@@ -19,19 +19,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import grpc
 import structlog
 
 from gcs.clock import Clock
-from gcs.errors import GcsError, InvalidArgument, RayStatusCode, RayStatusError, Unavailable
+from gcs.errors import InvalidArgument, RayStatusCode, RayStatusError
 from gcs.managers.counters import DurableCounter
 from gcs.managers.kv import KvManager
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import DrainRecord, NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
-from gcs.managers.raylet_clients import RayletClientPool
 from gcs.managers.resources import NodeResources, ResourceCache
 from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
+from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META
 from gcs.wire_encoding import (
@@ -76,7 +75,7 @@ class AutoscalerStateManager:
         nodes: NodeManager,
         resources: ResourceCache,
         placement_groups: PlacementGroupManager,
-        clients: RayletClientPool,
+        raylets: RayletGateway,
         *,
         session_name: str = "",
         raylet_timeout_s: float = 30.0,
@@ -89,7 +88,7 @@ class AutoscalerStateManager:
         self._nodes = nodes
         self._resources = resources
         self._pgs = placement_groups
-        self._clients = clients
+        self._raylets = raylets
         self._session_name = session_name
         self._raylet_timeout_s = raylet_timeout_s
         self._lane = ApplyLane(store, "autoscaler_state", policy=lane_policy)
@@ -326,20 +325,16 @@ class AutoscalerStateManager:
         node = self._nodes.alive.get(request.node_id)
         if node is None:
             return autoscaler_pb2.DrainNodeReply(is_accepted=True)
-        client = self._clients.get(
-            request.node_id, f"{node.node_manager_address}:{node.node_manager_port}"
+        reply = await self._raylets.drain(
+            request.node_id,
+            raylet_address(node),
+            node_manager_pb2.DrainRayletRequest(
+                reason=request.reason,
+                reason_message=request.reason_message,
+                deadline_timestamp_ms=request.deadline_timestamp_ms,
+            ),
+            self._raylet_timeout_s,
         )
-        try:
-            reply = await client.node_manager.DrainRaylet(
-                node_manager_pb2.DrainRayletRequest(
-                    reason=request.reason,
-                    reason_message=request.reason_message,
-                    deadline_timestamp_ms=request.deadline_timestamp_ms,
-                ),
-                timeout=self._raylet_timeout_s,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise raylet_error(request.node_id, "DrainRaylet", err) from err
         out = autoscaler_pb2.DrainNodeReply(is_accepted=reply.is_accepted)
         if reply.is_accepted:
             self._nodes.record_drain(
@@ -358,33 +353,8 @@ class AutoscalerStateManager:
             raise RayStatusError(
                 RayStatusCode.NotFound, f"Raylet {request.node_id.hex()} is not alive."
             )
-        client = self._clients.get(
-            request.node_id, f"{node.node_manager_address}:{node.node_manager_port}"
+        totals = await self._raylets.resize(
+            request.node_id, raylet_address(node), request.resources, self._raylet_timeout_s
         )
-        try:
-            reply = await client.node_manager.ResizeLocalResourceInstances(
-                node_manager_pb2.ResizeLocalResourceInstancesRequest(resources=request.resources),
-                timeout=self._raylet_timeout_s,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise raylet_error(request.node_id, "ResizeLocalResourceInstances", err) from err
-        self._resources.apply_resize(request.node_id, dict(reply.total_resources))
-        return autoscaler_pb2.ResizeRayletResourceInstancesReply(
-            total_resources=reply.total_resources
-        )
-
-
-_RAYLET_CODES = {
-    grpc.StatusCode.INVALID_ARGUMENT: RayStatusCode.InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: RayStatusCode.NotFound,
-    grpc.StatusCode.FAILED_PRECONDITION: RayStatusCode.Invalid,
-}
-
-
-def raylet_error(node_id: bytes, method: str, err: grpc.aio.AioRpcError) -> GcsError:
-    """A raylet's failure as the GCS reports it (Ray: ABORTED + Ray code name)."""
-    details = f"raylet {node_id.hex()} {method}: {err.details() or err.code().name}"
-    code = _RAYLET_CODES.get(err.code())
-    if code is not None:
-        return RayStatusError(code, details)
-    return Unavailable(details)
+        self._resources.apply_resize(request.node_id, totals)
+        return autoscaler_pb2.ResizeRayletResourceInstancesReply(total_resources=totals)

@@ -1,9 +1,12 @@
 """GCS -> raylet health checks (``grpc.health.v1``), Ray's period / timeout / threshold.
 
-One loop for all nodes instead of a timer per node: every tick it starts the checks that
-are due, bounded by a semaphore, so 2,000 nodes cost 2,000 small RPCs per period and a
-hung raylet only holds its own slot until its deadline.  A check passes iff the RPC is OK and
-SERVING; each failure takes one from the node's budget; at zero the node is failed.
+One loop for all nodes instead of a timer per node: due times sit in a heap, and every tick
+starts the checks that are due while fewer than ``max_concurrent`` are in flight (a check
+waiting for its turn is not a task and not a failure), so 50,000 nodes cost no more than the
+checks actually running.  First checks are spread over one period after the initial delay
+(jitter): nodes loaded together after a restart are not all checked - or failed - at once.
+A check passes iff the raylet answers SERVING; each failure of a check actually made takes
+one from the node's budget; at zero the node is failed.
 
 Death goes through :meth:`NodeManager.fail_unhealthy`, on the node manager's lane: a node
 that unregistered or was drained meanwhile is a no-op there, never a second death.  The
@@ -13,18 +16,20 @@ checker hears node events through the :class:`~gcs.managers.events.NodeEvents` i
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
+import random
 from dataclasses import dataclass
 
-import grpc
 import structlog
-from grpc_health.v1 import health_pb2
 
 from gcs.clock import Clock
 from gcs.config import HealthCheckConfig
+from gcs.errors import GcsError
 from gcs.managers.events import NodeEvents
 from gcs.managers.nodes import NodeManager
-from gcs.managers.raylet_clients import RayletClientPool
 from gcs.proto import gcs_pb2
+from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 
 log = structlog.get_logger("gcs.health")
 
@@ -35,25 +40,33 @@ class _NodeHealth:
     next_check_s: float
     failures_left: int
     in_flight: bool = False
-    last_healthy_s: float = 0.0
+    last_healthy_s: float = float("-inf")
 
 
 class HealthChecker:
     def __init__(
         self,
         nodes: NodeManager,
-        clients: RayletClientPool,
+        raylets: RayletGateway,
         clock: Clock,
         config: HealthCheckConfig,
         *,
         node_events: NodeEvents,
+        rng: random.Random | None = None,
     ) -> None:
         self._nodes = nodes
-        self._clients = clients
+        self._raylets = raylets
         self._clock = clock
         self._config = config
+        self._rng = rng or random.Random()
+        self._period_s = config.period_ms / 1000
+        self._timeout_s = config.timeout_ms / 1000
         self._state: dict[bytes, _NodeHealth] = {}
-        self._sem = asyncio.Semaphore(config.max_concurrent)
+        self._due: list[tuple[float, int, bytes]] = []
+        """Heap of (due time, tie-break, node id); entries whose time no longer matches the
+        node's ``next_check_s`` (or whose node is gone) are stale and skipped."""
+        self._seq = itertools.count()
+        self._running = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self.checks = 0
         self.failures = 0
@@ -61,12 +74,17 @@ class HealthChecker:
 
     # NodeListener
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
-        address = f"{node.node_manager_address}:{node.node_manager_port}"
+        first = (
+            self._clock.monotonic_s()
+            + self._config.initial_delay_ms / 1000
+            + self._rng.random() * self._period_s
+        )
         self._state[node.node_id] = _NodeHealth(
-            address=address,
-            next_check_s=self._clock.monotonic_s() + self._config.initial_delay_ms / 1000,
+            address=raylet_address(node),
+            next_check_s=first,
             failures_left=self._config.failure_threshold,
         )
+        self._schedule(node.node_id, first)
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._state.pop(node.node_id, None)
@@ -77,57 +95,72 @@ class HealthChecker:
         if state is not None:
             state.last_healthy_s = self._clock.monotonic_s()
 
+    @property
+    def in_flight(self) -> int:
+        return self._running
+
+    def _schedule(self, node_id: bytes, due_s: float) -> None:
+        heapq.heappush(self._due, (due_s, next(self._seq), node_id))
+
     def tick(self) -> int:
-        """Start every due check; returns how many were started."""
+        """Start due checks while slots are free; returns how many were started."""
         now = self._clock.monotonic_s()
-        period_s = self._config.period_ms / 1000
+        period_s = self._period_s
+        due = self._due
         started = 0
-        for node_id, state in self._state.items():
-            if state.in_flight or state.next_check_s > now:
-                continue
-            state.next_check_s = now + period_s
+        loop = asyncio.get_running_loop()
+        while due and due[0][0] <= now and self._running < self._config.max_concurrent:
+            due_s, _, node_id = heapq.heappop(due)
+            state = self._state.get(node_id)
+            if state is None or state.in_flight or state.next_check_s != due_s:
+                continue  # stale entry
             if now - state.last_healthy_s < period_s:
+                # Ray skips the RPC when the node proved alive within a period
                 state.failures_left = self._config.failure_threshold
-                continue  # Ray skips the RPC when the node proved alive within a period
+                state.next_check_s = now + period_s
+                self._schedule(node_id, state.next_check_s)
+                continue
             state.in_flight = True
-            task = asyncio.get_running_loop().create_task(self._check(node_id, state))
+            self._running += 1
+            task = loop.create_task(self._check(node_id, state, now))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             started += 1
         return started
 
-    async def _check(self, node_id: bytes, state: _NodeHealth) -> None:
-        ok = False
+    async def _check(self, node_id: bytes, state: _NodeHealth, started_s: float) -> None:
         try:
-            async with self._sem:
-                client = self._clients.get(node_id, state.address)
-                reply = await client.health.Check(
-                    health_pb2.HealthCheckRequest(service=node_id.hex()),
-                    timeout=self._config.timeout_ms / 1000,
-                )
-                ok = reply.status == health_pb2.HealthCheckResponse.SERVING
-        except grpc.aio.AioRpcError:
+            ok = await self._raylets.health_check(node_id, state.address, self._timeout_s)
+        except GcsError:
             ok = False
         finally:
             state.in_flight = False
+            self._running -= 1
         self.checks += 1
-        if node_id not in self._state:
+        if self._state.get(node_id) is not state:
             return
+        state.next_check_s = started_s + self._period_s
         if ok:
             state.failures_left = self._config.failure_threshold
+            self._schedule(node_id, state.next_check_s)
             return
         self.failures += 1
         state.failures_left -= 1
         log.debug("health.failed", node_id=node_id.hex(), left=state.failures_left)
-        if state.failures_left <= 0:
-            self._state.pop(node_id, None)
-            try:
-                await self._nodes.fail_unhealthy(node_id)
-            except Exception:
-                log.exception("health.mark_dead_failed", node_id=node_id.hex())
-                # put it back so the next tick retries the (persisted) death
+        if state.failures_left > 0:
+            self._schedule(node_id, state.next_check_s)
+            return
+        self._state.pop(node_id, None)
+        try:
+            await self._nodes.fail_unhealthy(node_id)
+        except Exception:
+            log.exception("health.mark_dead_failed", node_id=node_id.hex())
+            # put it back so the next tick retries the (persisted) death
+            if node_id in self._nodes.alive and node_id not in self._state:
                 state.failures_left = 0
+                state.next_check_s = self._clock.monotonic_s() + self._period_s
                 self._state[node_id] = state
+                self._schedule(node_id, state.next_check_s)
 
     async def run(self, tick_s: float = 0.2) -> None:
         while True:

@@ -6,8 +6,12 @@ demand by (shape, label selectors) *incrementally*: when a node's load changes o
 contribution is swapped, so reading 10,000 pending shapes does not rescan 2,000 nodes.
 
 ``LoadPoller`` calls ``NodeManagerService.GetResourceLoad`` on every alive raylet each period
-(Ray default 1 s) with a per-call deadline and a concurrency bound.  A node whose previous poll
-is still in flight is skipped for the round, so a slow or dead raylet never delays the rest.
+(Ray default 1 s) through the raylet gateway, with a per-call deadline and a concurrency bound
+(a poll task exists only once it has a slot).  A node whose previous poll is still in flight
+is skipped for the round, so a slow or dead raylet never delays the rest, and one whose polls
+keep failing is polled less often (1, 2, 4, ... periods apart, capped).  After a restart the
+first polls of nodes known from the store are spread over a window
+(:func:`gcs.managers.startup_spread.spread`).
 """
 
 from __future__ import annotations
@@ -17,19 +21,20 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import grpc
 import structlog
-from google.protobuf.message import DecodeError
 
 from gcs.clock import Clock
 from gcs.config import LoadPollConfig
-from gcs.managers.h2_unary import H2CallError
+from gcs.errors import GcsError
 from gcs.managers.nodes import NodeManager
-from gcs.managers.raylet_clients import RayletClientPool
-from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
+from gcs.proto import autoscaler_pb2, gcs_pb2
+from gcs.rpc.raylets.gateway import RayletGateway
 from gcs.wire_encoding import int_field, len_field
 
 log = structlog.get_logger("gcs.resources")
+
+_DISPATCH_SLICE = 2000
+"""Nodes looked at per event-loop slice while starting a poll round."""
 
 DemandKey = tuple[tuple[tuple[str, float], ...], tuple[bytes, ...]]
 Counts = tuple[int, int, int]  # ready, infeasible, backlog
@@ -220,17 +225,12 @@ class PollStats:
     max_staleness_s: float = 0.0
 
 
-_H2_FALLBACK_CODES = frozenset(
-    {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.RESOURCE_EXHAUSTED}
-)
-
-
 class LoadPoller:
     def __init__(
         self,
         nodes: NodeManager,
         cache: ResourceCache,
-        clients: RayletClientPool,
+        raylets: RayletGateway,
         clock: Clock,
         config: LoadPollConfig,
         *,
@@ -238,33 +238,64 @@ class LoadPoller:
     ) -> None:
         self._nodes = nodes
         self._cache = cache
-        self._clients = clients
+        self._raylets = raylets
         self._clock = clock
         self._config = config
+        self._timeout_s = config.timeout_ms / 1000
+        self._period_s = config.period_ms / 1000
+        self._backoff_max_s = config.failure_backoff_max_ms / 1000
         self._on_report = on_report
         self._in_flight: set[bytes] = set()
         self._sem = asyncio.Semaphore(config.max_concurrent)
         self._failures: dict[bytes, int] = {}
-        if config.transport not in ("grpc", "h2"):
-            raise ValueError(
-                f"load_poll.transport must be 'grpc' or 'h2', not {config.transport!r}"
-            )
-        self._h2 = config.transport == "h2"
-        self._grpc_only: set[bytes] = set()
-        """Nodes whose raylet the lean HTTP/2 client could not talk to: polled with grpc."""
+        self._not_before: dict[bytes, float] = {}
+        """Nodes not to poll before a (monotonic) time: first polls spread after a restart,
+        and raylets whose polls keep failing (backoff)."""
         self.stats = PollStats()
 
+    def spread_first_polls(self, due: dict[bytes, float]) -> None:
+        """Poll each node no earlier than its (monotonic) time (see ``startup_spread``)."""
+        self._not_before.update(due)
+
     async def poll_once(self) -> None:
-        """One round: poll every alive node not still busy from the previous round."""
+        """One round: poll every due alive node not still busy, and wait for the replies."""
         started = time.monotonic()
+        await self._finish_round(started, await self._dispatch())
+
+    async def _dispatch(self) -> list[asyncio.Task[None]]:
+        """Start this round's polls; returns once the last one has a slot (not a reply)."""
+        loop = asyncio.get_running_loop()
         tasks = []
-        for node_id, node in self._nodes.alive.items():
+        not_before = self._not_before
+        now = self._clock.monotonic_s()
+        for i, (node_id, node) in enumerate(list(self._nodes.alive.items())):
+            if i % _DISPATCH_SLICE == _DISPATCH_SLICE - 1:
+                await asyncio.sleep(0)  # 50,000 nodes: never hold the loop for a whole pass
+                now = self._clock.monotonic_s()
             if node_id in self._in_flight:
                 self.stats.skipped_in_flight += 1
                 continue
+            if not_before:
+                due = not_before.get(node_id)
+                if due is not None:
+                    if due > now:
+                        continue
+                    del not_before[node_id]
+            await self._sem.acquire()
+            if node_id not in self._nodes.alive:  # died while we waited for a slot
+                self._sem.release()
+                continue
             self._in_flight.add(node_id)
             address = f"{node.node_manager_address}:{node.node_manager_port}"
-            tasks.append(self._poll(node_id, address))
+            tasks.append(loop.create_task(self._poll(node_id, address)))
+        alive = self._nodes.alive
+        for table in (self._not_before, self._failures):
+            if len(table) > len(alive):  # entries of dead nodes
+                for node_id in [n for n in table if n not in alive]:
+                    del table[node_id]
+        return tasks
+
+    async def _finish_round(self, started: float, tasks: list[asyncio.Task[None]]) -> None:
         if tasks:
             await asyncio.gather(*tasks)
         self.stats.rounds += 1
@@ -276,52 +307,40 @@ class LoadPoller:
 
     async def _poll(self, node_id: bytes, address: str) -> None:
         try:
-            async with self._sem:
-                client = self._clients.get(node_id, address)
-                if self._h2 and node_id not in self._grpc_only:
-                    raw = await client.h2_load().call(b"", self._config.timeout_ms / 1000)
-                    try:
-                        reply = node_manager_pb2.GetResourceLoadReply.FromString(raw)
-                    except DecodeError:
-                        raise H2CallError(grpc.StatusCode.INTERNAL, "undecodable reply") from None
-                else:
-                    reply = await client.node_manager.GetResourceLoad(
-                        node_manager_pb2.GetResourceLoadRequest(),
-                        timeout=self._config.timeout_ms / 1000,
-                    )
-        except (grpc.aio.AioRpcError, H2CallError) as err:
-            if isinstance(err, H2CallError) and err.code() in _H2_FALLBACK_CODES:
-                # The peer speaks something our lean client does not: use grpc from now on.
-                self._grpc_only.add(node_id)
-                log.warning(
-                    "load_poll.h2_fallback",
-                    node_id=node_id.hex(),
-                    code=err.code().name,
-                    details=err.details,
-                )
+            data = await self._raylets.get_resource_load(node_id, address, self._timeout_s)
+        except GcsError as err:
             self.stats.polls_failed += 1
             count = self._failures.get(node_id, 0) + 1
             self._failures[node_id] = count
+            gap_s = min(self._period_s * (1 << min(count - 1, 30)), self._backoff_max_s)
+            if gap_s > self._period_s:
+                self._not_before[node_id] = self._clock.monotonic_s() + gap_s
             if count % 10 == 1:  # Ray logs every 10th failure
                 log.warning(
-                    "load_poll.failed", node_id=node_id.hex(), code=err.code().name, failures=count
+                    "load_poll.failed", node_id=node_id.hex(), error=err.message, failures=count
                 )
             return
         finally:
             self._in_flight.discard(node_id)
+            self._sem.release()
         self._failures.pop(node_id, None)
         self.stats.polls_ok += 1
-        if self._cache.apply(node_id, reply.resources) and self._on_report is not None:
+        if self._cache.apply(node_id, data) and self._on_report is not None:
             self._on_report(node_id)
 
     async def run(self) -> None:
-        """Start a round every period without waiting for stragglers of the last one."""
+        """Start a round every period without waiting for stragglers of the last one.
+
+        A round's polls are started one slot at a time; the next round begins only after
+        the last poll of this one started, so rounds never compete for slots.
+        """
         period_s = self._config.period_ms / 1000
+        loop = asyncio.get_running_loop()
         pending: set[asyncio.Task[None]] = set()
         try:
             while True:
                 begin = time.monotonic()
-                task = asyncio.get_running_loop().create_task(self.poll_once())
+                task = loop.create_task(self._finish_round(begin, await self._dispatch()))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
                 await asyncio.sleep(max(0.0, period_s - (time.monotonic() - begin)))

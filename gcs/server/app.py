@@ -7,10 +7,10 @@ checks) run under one supervisor: if one dies the server stops and the error is 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import gc
 import pathlib
+import random
 from dataclasses import dataclass
 
 import grpc
@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gcs.clock import Clock, SystemClock
 from gcs.config import GcsConfig, kv_put_request_bytes
+from gcs.errors import GcsError
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
 from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
@@ -29,15 +30,18 @@ from gcs.managers.kv import KvManager
 from gcs.managers.lane import ResolvePolicy
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
-from gcs.managers.raylet_clients import RayletClientPool
 from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.startup_spread import spread, spread_window_s
 from gcs.managers.virtual_clusters import VirtualClusterManager
-from gcs.proto import gcs_pb2, node_manager_pb2
+from gcs.proto import gcs_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import service_handler, wire_service_name
 from gcs.rpc import services as svc
+from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
+from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
+from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.interceptors import CallGuardInterceptor
@@ -63,7 +67,7 @@ class Managers:
     autoscaler: AutoscalerStateManager
     health: HealthChecker
     poller: LoadPoller
-    clients: RayletClientPool
+    raylets: RayletGateway
     pubsub: GcsPubSub
     virtual_clusters: VirtualClusterManager
 
@@ -77,6 +81,7 @@ class GcsServer:
         clock: Clock | None = None,
         lane_policy: ResolvePolicy | None = None,
         security: Security | None = None,
+        raylets: RayletGateway | None = None,
     ) -> None:
         self.config = config
         self._security = security
@@ -85,6 +90,7 @@ class GcsServer:
         """How each manager's lane asks the store about ambiguous writes (default if None)."""
         self._store = store
         self._owns_store = store is None
+        self._raylets = raylets
         self.metrics = GcsMetrics()
         self.meta: ClusterMeta | None = None
         self.managers: Managers | None = None
@@ -146,7 +152,14 @@ class GcsServer:
         cfg = self.config
         kv = KvManager(store)
         self.meta = await load_or_create(kv, session_name=cfg.session_name)
-        clients = RayletClientPool(security)
+        load_poll = cfg.load_poll
+        if security.tls is not None and load_poll.transport == "h2":
+            load_poll = dataclasses.replace(load_poll, transport="grpc")  # h2 client: no TLS
+        raylets = self._raylets or GrpcRayletGateway(
+            budget_for(cfg.raylet_io, nofile_soft_limit()),
+            poll_transport=load_poll.transport,
+            security=security,
+        )
         pubsub = GcsPubSub.create(
             self.clock,
             control_plane=PublisherConfig.control_plane().with_channels(
@@ -157,7 +170,7 @@ class GcsServer:
         # take them as constructor arguments (listeners subscribe in their constructors),
         # so node events reach, in order: resource cache, client pool, health checker, VC.
         cache = ResourceCache(self.clock)
-        node_events = NodeEvents(cache, _DropClient(clients))
+        node_events = NodeEvents(cache, _ForgetRaylet(raylets))
         job_events = JobEvents()
         pg_events = PlacementGroupEvents()
         nodes = NodeManager(
@@ -169,7 +182,7 @@ class GcsServer:
             lane_policy=self._lane_policy,
         )
         health_checker = HealthChecker(
-            nodes, clients, self.clock, cfg.health, node_events=node_events
+            nodes, raylets, self.clock, cfg.health, node_events=node_events
         )
         jobs = JobManager(store, self.clock, events=job_events, lane_policy=self._lane_policy)
         pgs = PlacementGroupManager(
@@ -200,17 +213,14 @@ class GcsServer:
             nodes,
             cache,
             pgs,
-            clients,
+            raylets,
             session_name=self.meta.session_name,
             raylet_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
             virtual_cluster_section=virtual_clusters.autoscaler_section,
             lane_policy=self._lane_policy,
         )
-        load_poll = cfg.load_poll
-        if security.tls is not None and load_poll.transport == "h2":
-            load_poll = dataclasses.replace(load_poll, transport="grpc")  # h2 client: no TLS
         poller = LoadPoller(
-            nodes, cache, clients, self.clock, load_poll, on_report=health_checker.mark_healthy
+            nodes, cache, raylets, self.clock, load_poll, on_report=health_checker.mark_healthy
         )
         # load -> repair -> serve
         await nodes.load()
@@ -227,7 +237,7 @@ class GcsServer:
             autoscaler,
             health_checker,
             poller,
-            clients,
+            raylets,
             pubsub,
             virtual_clusters,
         )
@@ -260,10 +270,12 @@ class GcsServer:
         ]
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)
-        if nodes.alive:
-            self._tasks.append(
-                loop.create_task(self._notify_restart(list(nodes.alive.values())), name="notify")
-            )
+        if nodes.alive:  # restart: reach known raylets only now, spread and bounded
+            window_s = spread_window_s(len(nodes.alive), cfg.raylet_io.startup_contacts_per_s)
+            rng = random.Random()
+            poller.spread_first_polls(spread(nodes.alive, self.clock.monotonic_s(), window_s, rng))
+            notify_at = spread(nodes.alive, loop.time(), window_s, rng)
+            self._tasks.append(loop.create_task(self._notify_restart(notify_at), name="notify"))
         log.info(
             "gcs.started",
             address=self.address,
@@ -357,19 +369,42 @@ class GcsServer:
         await server.start()
         self._server = server
 
-    async def _notify_restart(self, nodes: list) -> None:
-        """Tell raylets known from the store that the GCS restarted (Ray does the same)."""
+    async def _notify_restart(self, notify_at: dict[bytes, float]) -> None:
+        """Tell raylets known from the store that the GCS restarted (Ray does the same).
+
+        Each at its time (loop clock, see ``startup_spread``), a bounded number at once: a
+        notification task exists only once it has a slot.
+        """
         assert self.managers is not None
-        clients = self.managers.clients
+        raylets, nodes = self.managers.raylets, self.managers.nodes
+        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(self.config.health.max_concurrent)
+        pending: set[asyncio.Task[None]] = set()
 
-        async def notify(node) -> None:  # type: ignore[no-untyped-def]
-            address = f"{node.node_manager_address}:{node.node_manager_port}"
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                await clients.get(node.node_id, address).node_manager.NotifyGCSRestart(
-                    node_manager_pb2.NotifyGCSRestartRequest(), timeout=5
-                )
+        async def notify(node_id: bytes, address: str) -> None:
+            try:
+                await raylets.notify_gcs_restart(node_id, address, 5.0)
+            except GcsError as err:
+                log.debug("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+            finally:
+                slots.release()
 
-        await asyncio.gather(*(notify(n) for n in nodes))
+        try:
+            for node_id, at in sorted(notify_at.items(), key=lambda item: item[1]):
+                delay = at - loop.time()
+                if delay > 0.001:
+                    await asyncio.sleep(delay)
+                node = nodes.alive.get(node_id)
+                if node is None:
+                    continue
+                await slots.acquire()
+                task = loop.create_task(notify(node_id, raylet_address(node)))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            await asyncio.gather(*pending)
+        finally:
+            for task in pending:
+                task.cancel()
 
     async def _refresh_metrics(self) -> None:
         assert self.managers is not None
@@ -417,7 +452,7 @@ class GcsServer:
         if self.managers is not None:
             await self.managers.virtual_clusters.close()
             await self.managers.health.close()
-            await self.managers.clients.close()
+            await self.managers.raylets.close()
         self.metrics.close()
         if self._store is not None and self._owns_store:
             await self._store.close()
@@ -432,14 +467,14 @@ class GcsServer:
         await self.stop()
 
 
-class _DropClient:
-    """Node listener: forget a dead node's raylet channel."""
+class _ForgetRaylet:
+    """Node listener: a dead node's raylet connections are closed."""
 
-    def __init__(self, clients: RayletClientPool) -> None:
-        self._clients = clients
+    def __init__(self, raylets: RayletGateway) -> None:
+        self._raylets = raylets
 
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
         return None
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
-        self._clients.drop(node.node_id)
+        self._raylets.forget(node.node_id)

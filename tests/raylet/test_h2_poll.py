@@ -6,10 +6,10 @@ import asyncio
 
 import grpc
 
-from gcs.managers.h2_unary import H2UnaryClient
-from gcs.managers.raylet_clients import GET_RESOURCE_LOAD_PATH
 from gcs.proto import node_manager_pb2
 from gcs.rpc import ServiceStub
+from gcs.rpc.raylets.h2_unary import H2UnaryClient
+from gcs.rpc.raylets.pool import GET_RESOURCE_LOAD_PATH
 from gcs.rpc.services import NODE_MANAGER
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -22,11 +23,26 @@ class FakeRaylet:
         self.drain_accept = True
         self.drains: list[Any] = []
         self.polls = 0
+        self.notified = 0
         self.port = 0
+        self.gate: asyncio.Event | None = None
+        """When set, GetResourceLoad and NotifyGCSRestart wait for it (calls held open)."""
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._server: grpc.aio.Server | None = None
+
+    async def _held(self) -> None:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+        finally:
+            self.in_flight -= 1
 
     async def GetResourceLoad(self, request: Any, context: Any) -> Any:
         self.polls += 1
+        await self._held()
         data = gcs_pb2.ResourcesData(
             node_id=self.node_id,
             resources_total=self.resources,
@@ -52,6 +68,8 @@ class FakeRaylet:
         return node_manager_pb2.ResizeLocalResourceInstancesReply(total_resources=self.resources)
 
     async def NotifyGCSRestart(self, request: Any, context: Any) -> Any:
+        self.notified += 1
+        await self._held()
         return node_manager_pb2.NotifyGCSRestartReply()
 
     async def start(self, port: int = 0) -> None:

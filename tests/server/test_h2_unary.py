@@ -11,11 +11,11 @@ import grpc
 import pytest
 
 from gcs.config import ConfigError, LoadPollConfig, load_config
-from gcs.managers.h2_unary import H2CallError, H2UnaryClient
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import gcs_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
+from gcs.rpc.raylets.h2_unary import H2CallError, H2UnaryClient
 from gcs.rpc.services import NODE_MANAGER
 from gcs.server.app import GcsServer
 from gcs.store.memory import MemoryStore
@@ -306,19 +306,18 @@ class TestFallback:
         self, gcs_server, raylets, monkeypatch
     ) -> None:
         """A protocol-level failure (INTERNAL) moves that node to grpc; its polls succeed."""
-        from gcs.managers.h2_unary import H2CallError
-        from gcs.managers.raylet_clients import RayletClient
+        from gcs.rpc.raylets.pool import RayletClient
         from tests.conftest import eventually
 
         class Broken:
-            async def call(self, message: bytes, timeout_s: float) -> bytes:
+            async def call(self, message: bytes, timeout_s: float, path: object = None) -> bytes:
                 raise H2CallError(grpc.StatusCode.INTERNAL, "unsupported peer")
 
             async def close(self) -> None:
                 return None
 
-        monkeypatch.setattr(RayletClient, "h2_load", lambda self: Broken())
+        monkeypatch.setattr(RayletClient, "h2", lambda self: Broken())
         raylet = await raylets()
         await gcs_server.managers.nodes.register(raylet.node_info())
         await eventually(lambda: raylet.polls >= 2)
-        assert raylet.node_id in gcs_server.managers.poller._grpc_only
+        assert raylet.node_id in gcs_server.managers.raylets.grpc_only

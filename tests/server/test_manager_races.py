@@ -255,27 +255,6 @@ class TestDeathRaces:
         assert node_states(await restarted(backend, server)) == before
 
 
-class _FailingHealth:
-    """A raylet whose health check fails once ``gate`` is set."""
-
-    def __init__(self, gate: asyncio.Event) -> None:
-        self._gate = gate
-
-    async def Check(self, request: object, timeout: float) -> object:
-        await self._gate.wait()
-        raise grpc.aio.AioRpcError(
-            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down"
-        )
-
-
-class _FailingClients:
-    def __init__(self, gate: asyncio.Event) -> None:
-        self.health = _FailingHealth(gate)
-
-    def get(self, node_id: bytes, address: str) -> _FailingClients:
-        return self
-
-
 class TestHealthCheckerDeath:
     async def test_checker_verdict_racing_unregister_is_a_no_op(self, backend: Backend) -> None:
         """The checker's last failed check lands while the raylet's UnregisterNode is being
@@ -284,24 +263,29 @@ class TestHealthCheckerDeath:
         from gcs.clock import FakeClock
         from gcs.managers.events import NodeEvents
         from gcs.managers.health import HealthChecker
+        from gcs.testing.raylets import FakeRayletGateway
 
         server = await backend.server()
         nodes = managers(server).nodes
         node = node_info(12)
         await nodes.register(node)
-        gate = asyncio.Event()
+        raylets = FakeRayletGateway(unreachable={node.node_id})
+        raylets.hold()
+        clock = FakeClock()
         checker = HealthChecker(
             nodes,
-            _FailingClients(gate),  # type: ignore[arg-type]
-            FakeClock(),
+            raylets,
+            clock,
             HealthCheckConfig(initial_delay_ms=0, failure_threshold=1),
             node_events=NodeEvents(),
         )
         checker.on_node_added(node)
+        clock.advance(checker._period_s)  # past the jittered first check
         assert checker.tick() == 1
 
         async def verdict() -> None:
-            gate.set()
+            await asyncio.sleep(0)
+            raylets.release()
             await asyncio.gather(*list(checker._tasks))
 
         exited = common_pb2.NodeDeathInfo(reason=Reason.EXPECTED_TERMINATION)

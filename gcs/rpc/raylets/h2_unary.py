@@ -1,4 +1,4 @@
-"""A lean HTTP/2 (h2c, prior knowledge) client for one hot gRPC unary call.
+"""A lean HTTP/2 (h2c, prior knowledge) client for hot gRPC unary calls.
 
 grpc.aio spends ~300-550 µs of CPU per unary call in its own per-call machinery; the load
 poller makes one call per raylet per second, so at 2,000 raylets that alone is a core.  This
@@ -6,7 +6,7 @@ client speaks just enough HTTP/2 for a unary gRPC call on one persistent connect
 
 * preface + SETTINGS (ENABLE_PUSH=0, HEADER_TABLE_SIZE=0, stream windows at the maximum) and
   one large connection WINDOW_UPDATE, topped up as DATA arrives;
-* request HEADERS pre-encoded once per connection (static-table references and literals
+* request HEADERS pre-encoded once per connection and path (static-table references and literals
   without indexing), then one DATA frame with the 5-byte gRPC prefix and END_STREAM;
 * response headers/trailers decoded with ``hpack``; as we advertise a 0-byte dynamic table a
   server's header blocks are stateless, so identical blocks are decoded once and cached;
@@ -145,8 +145,10 @@ class H2Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._streams: dict[int, _Stream] = {}
         self._next_id = 1
+        self._authorization = authorization
         self._headers_base = encode_request_headers(path, authority, authorization)
-        self._timeout_blocks: dict[str, bytes] = {}
+        self._timeout_blocks: dict[str | tuple[str, str], bytes] = {}
+        """Request header blocks by grpc-timeout (default path) or (path, grpc-timeout)."""
         self._decoder = hpack.Decoder()
         # We advertise HEADER_TABLE_SIZE=0, but a server may still use the RFC default of 4096
         # before it applies our SETTINGS, and not every encoder sends the size update
@@ -363,8 +365,9 @@ class H2Connection(asyncio.Protocol):
 
     # ---------------------------------------------------------------- calls
 
-    async def call(self, message: bytes, timeout_s: float) -> bytes:
-        """One unary call; the caller enforces the deadline around this coroutine."""
+    async def call(self, message: bytes, timeout_s: float, path: str | None = None) -> bytes:
+        """One unary call (to ``path``, default the connection's); the caller enforces the
+        deadline around this coroutine."""
         if self.closed or self.going_away:
             raise H2CallError(grpc.StatusCode.UNAVAILABLE, self.close_reason or "closed")
         if self._next_id > MAX_WINDOW:
@@ -382,13 +385,17 @@ class H2Connection(asyncio.Protocol):
         stream_id = self._next_id
         self._next_id += 2
         timeout = grpc_timeout_value(timeout_s)
-        block = self._timeout_blocks.get(timeout)
+        key = timeout if path is None else (path, timeout)
+        block = self._timeout_blocks.get(key)
         if block is None:
-            if len(self._timeout_blocks) > 16:
+            if len(self._timeout_blocks) > 32:
                 self._timeout_blocks.clear()
-            block = self._timeout_blocks[timeout] = self._headers_base + _literal_new(
-                "grpc-timeout", timeout
+            base = (
+                self._headers_base
+                if path is None
+                else encode_request_headers(path, self._authority, self._authorization)
             )
+            block = self._timeout_blocks[key] = base + _literal_new("grpc-timeout", timeout)
         future: asyncio.Future[bytes] = self._loop.create_future()
         self._streams[stream_id] = _Stream(future)
         self._send_window -= len(body)
@@ -540,12 +547,13 @@ class H2UnaryClient:
         self._conn: H2Connection | None = None
         self._connecting: asyncio.Future[H2Connection] | None = None
 
-    async def call(self, message: bytes, timeout_s: float) -> bytes:
-        """Send ``message``; return the reply's bytes or raise ``H2CallError``."""
+    async def call(self, message: bytes, timeout_s: float, path: str | None = None) -> bytes:
+        """Send ``message`` (to ``path``, default the client's); return the reply's bytes or
+        raise ``H2CallError``."""
         try:
             async with asyncio.timeout(timeout_s):
                 conn = await self._connection()
-                return await conn.call(message, timeout_s)
+                return await conn.call(message, timeout_s, path)
         except TimeoutError:
             raise H2CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded") from None
 

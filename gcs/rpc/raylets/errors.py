@@ -1,0 +1,37 @@
+"""Raylet call failures (grpc.aio or the lean HTTP/2 client) as domain errors.
+
+A raylet's refusal that Ray reports by code name (invalid argument, not found, failed
+precondition) becomes :class:`~gcs.errors.RayStatusError`; every other failure means no
+usable answer arrived and becomes :class:`~gcs.errors.RayletUnreachable`.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from gcs.errors import GcsError, RayletUnreachable, RayStatusCode, RayStatusError
+from gcs.rpc.raylets.h2_unary import H2CallError
+
+_REFUSALS = {
+    grpc.StatusCode.INVALID_ARGUMENT: RayStatusCode.InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: RayStatusCode.NotFound,
+    grpc.StatusCode.FAILED_PRECONDITION: RayStatusCode.Invalid,
+}
+
+TransportError = grpc.aio.AioRpcError | H2CallError
+
+
+def status_of(err: TransportError) -> tuple[grpc.StatusCode, str]:
+    if isinstance(err, H2CallError):
+        return err.code(), err.details
+    return err.code(), err.details() or ""
+
+
+def raylet_error(node_id: bytes, method: str, err: TransportError) -> GcsError:
+    """``err`` from ``method`` on raylet ``node_id`` as the domain error managers handle."""
+    code, details = status_of(err)
+    message = f"raylet {node_id.hex()} {method}: {details or code.name}"
+    ray_code = _REFUSALS.get(code)
+    if ray_code is not None:
+        return RayStatusError(ray_code, message)
+    return RayletUnreachable(node_id, message)

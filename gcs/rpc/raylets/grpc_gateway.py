@@ -1,0 +1,201 @@
+"""The network :class:`~gcs.rpc.raylets.gateway.RayletGateway`: gRPC plus the lean HTTP/2 client.
+
+* Bounded: at most ``max_in_flight`` background calls (polls, health checks, restart
+  notifications) at once, at most ``max_calls_per_s`` started per second (less while the
+  event loop lags: :class:`~gcs.rpc.raylets.rate.LagGovernor`), and at most
+  ``max_open_clients`` raylet clients open (least recently used idle ones are closed).  A
+  call's deadline starts when it gets its slot.  DrainRaylet / Resize answer a user and skip
+  the queue (they still use the pool).
+* Transport choice: background calls go over :mod:`gcs.rpc.raylets.h2_unary` when the poll
+  transport is ``h2`` (no grpc channel is created for them: grpc.aio channel set-up and
+  failing connects cost ~0.5 ms each and, by the thousand, stall the GCS's own server); a
+  raylet the lean client cannot talk to (a protocol error, an unimplemented path, an
+  oversized reply) is called with grpc.aio from then on.
+* Errors leave as domain errors (:mod:`gcs.rpc.raylets.errors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+import grpc
+import structlog
+from google.protobuf.message import DecodeError, Message
+from grpc_health.v1 import health_pb2
+
+from gcs.proto import gcs_pb2, node_manager_pb2
+from gcs.rpc.raylets.budget import RayletIoBudget
+from gcs.rpc.raylets.errors import raylet_error
+from gcs.rpc.raylets.h2_unary import H2CallError
+from gcs.rpc.raylets.pool import HEALTH_CHECK, METHODS, RayletClientPool
+from gcs.rpc.raylets.rate import LagGovernor, RateLimiter
+from gcs.rpc.security import NO_SECURITY, Security
+
+log = structlog.get_logger("gcs.raylets")
+
+H2_FALLBACK_CODES = frozenset(
+    {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+)
+_LOAD_REQUEST = node_manager_pb2.GetResourceLoadRequest()
+_NOTIFY_REQUEST = node_manager_pb2.NotifyGCSRestartRequest()
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_H2_PATH: dict[str, str | None] = {"GetResourceLoad": None}
+"""None: the HTTP/2 client's own (pre-encoded) path."""
+
+
+class GrpcRayletGateway:
+    def __init__(
+        self,
+        budget: RayletIoBudget,
+        *,
+        poll_transport: str = "h2",
+        security: Security = NO_SECURITY,
+    ) -> None:
+        if poll_transport not in ("grpc", "h2"):
+            raise ValueError(f"poll transport must be 'grpc' or 'h2', not {poll_transport!r}")
+        self.budget = budget
+        self.pool = RayletClientPool(budget.max_open_clients, security)
+        self._slots = asyncio.Semaphore(budget.max_in_flight)
+        self._rate: RateLimiter | None = None
+        self._governor: LagGovernor | None = None
+        self._governor_task: asyncio.Task[None] | None = None
+        if budget.max_calls_per_s > 0:
+            rate = budget.max_calls_per_s
+            self._rate = RateLimiter(rate, rate, time.monotonic)
+            self._governor = LagGovernor(self._rate, max_rate=rate, min_rate=rate / 4)
+        self._h2 = poll_transport == "h2"
+        self.grpc_only: set[bytes] = set()
+        """Nodes whose raylet the lean HTTP/2 client could not talk to: polled with grpc."""
+        self.in_flight = 0
+        self.max_in_flight_seen = 0
+
+    # ------------------------------------------------------------------ RayletGateway
+
+    async def get_resource_load(
+        self, node_id: bytes, address: str, timeout_s: float
+    ) -> gcs_pb2.ResourcesData:
+        reply = await self._background(
+            node_id, address, "GetResourceLoad", _LOAD_REQUEST, b"", timeout_s
+        )
+        return reply.resources  # type: ignore[attr-defined,no-any-return]
+
+    async def health_check(self, node_id: bytes, address: str, timeout_s: float) -> bool:
+        request = health_pb2.HealthCheckRequest(service=node_id.hex())
+        reply = await self._background(
+            node_id, address, HEALTH_CHECK, request, request.SerializeToString(), timeout_s
+        )
+        return bool(reply.status == _SERVING)  # type: ignore[attr-defined]
+
+    async def notify_gcs_restart(self, node_id: bytes, address: str, timeout_s: float) -> None:
+        await self._background(
+            node_id, address, "NotifyGCSRestart", _NOTIFY_REQUEST, b"", timeout_s
+        )
+
+    async def drain(
+        self,
+        node_id: bytes,
+        address: str,
+        request: node_manager_pb2.DrainRayletRequest,
+        timeout_s: float,
+    ) -> node_manager_pb2.DrainRayletReply:
+        client = self.pool.lease(node_id, address)
+        try:
+            reply: node_manager_pb2.DrainRayletReply = await client.grpc_call("DrainRaylet")(
+                request, timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as err:
+            raise raylet_error(node_id, "DrainRaylet", err) from err
+        finally:
+            self.pool.release(client)
+        return reply
+
+    async def resize(
+        self, node_id: bytes, address: str, resources: Mapping[str, float], timeout_s: float
+    ) -> dict[str, float]:
+        client = self.pool.lease(node_id, address)
+        try:
+            reply = await client.grpc_call("ResizeLocalResourceInstances")(
+                node_manager_pb2.ResizeLocalResourceInstancesRequest(resources=resources),
+                timeout=timeout_s,
+            )
+        except grpc.aio.AioRpcError as err:
+            raise raylet_error(node_id, "ResizeLocalResourceInstances", err) from err
+        finally:
+            self.pool.release(client)
+        return dict(reply.total_resources)
+
+    def forget(self, node_id: bytes) -> None:
+        self.pool.drop(node_id)
+        self.grpc_only.discard(node_id)
+
+    @property
+    def calls_per_s(self) -> float:
+        """The rate background calls may start at now (0 = unlimited)."""
+        return self._rate.rate if self._rate is not None else 0.0
+
+    async def close(self) -> None:
+        if self._governor_task is not None:
+            self._governor_task.cancel()
+            await asyncio.gather(self._governor_task, return_exceptions=True)
+            self._governor_task = None
+        await self.pool.close()
+
+    # ------------------------------------------------------------------ internals
+
+    async def _background(
+        self,
+        node_id: bytes,
+        address: str,
+        method: str,
+        request: Message,
+        request_bytes: bytes,
+        timeout_s: float,
+    ) -> Message:
+        """A poll, health check or notification: in a slot, within the rate, over HTTP/2
+        unless the node fell back to grpc (or the transport is grpc)."""
+        async with self._slots:
+            await self._enter()
+            client = self.pool.lease(node_id, address)
+            try:
+                if self._h2 and node_id not in self.grpc_only:
+                    path, reply_cls = METHODS[method]
+                    raw = await client.h2().call(
+                        request_bytes, timeout_s, _H2_PATH.get(method, path)
+                    )
+                    try:
+                        return reply_cls.FromString(raw)
+                    except DecodeError:
+                        raise H2CallError(grpc.StatusCode.INTERNAL, "undecodable reply") from None
+                reply: Message = await client.grpc_call(method)(request, timeout=timeout_s)
+                return reply
+            except H2CallError as err:
+                if err.code() in H2_FALLBACK_CODES:
+                    self._fall_back(node_id, err)
+                raise raylet_error(node_id, method, err) from None
+            except grpc.aio.AioRpcError as err:
+                raise raylet_error(node_id, method, err) from None
+            finally:
+                self.pool.release(client)
+                self.in_flight -= 1
+
+    async def _enter(self) -> None:
+        """Inside a slot: wait for the rate limit, then count the call as in flight."""
+        if self._rate is not None:
+            if self._governor_task is None and self._governor is not None:
+                self._governor_task = asyncio.get_running_loop().create_task(
+                    self._governor.run(), name="raylet-rate-governor"
+                )
+            wait_s = self._rate.reserve()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+        self.in_flight += 1
+        self.max_in_flight_seen = max(self.max_in_flight_seen, self.in_flight)
+
+    def _fall_back(self, node_id: bytes, err: H2CallError) -> None:
+        """The peer speaks something our lean client does not: use grpc from now on."""
+        self.grpc_only.add(node_id)
+        log.warning(
+            "raylet.h2_fallback", node_id=node_id.hex(), code=err.code().name, details=err.details
+        )
