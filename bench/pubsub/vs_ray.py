@@ -18,6 +18,9 @@ Per configuration it prints:
     the whole publishing window (publish, every reply, every re-poll), divided by the
     number of publishes.
 
+``--servers ours,floor,ray`` adds ``floor_server.py``, a bare grpc.aio server with no
+application code: gRPC's own share of our cost.
+
 Ray's binary is found in the cached interop venv (tests/interop/venvs.py) or at
 ``--ray-gcs-server``.  Both servers get health checks and load polls pushed out of the
 window (``health_check_initial_delay_ms`` / ``gcs_pull_resource_loads_period_milliseconds``
@@ -156,6 +159,17 @@ def start_ours(port: int) -> Server:
         cmd, env=env, cwd=work.name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     return Server("ours", proc, f"127.0.0.1:{port}", work)
+
+
+def start_floor(port: int) -> Server:
+    """A bare grpc.aio server (bench/pubsub/floor_server.py): gRPC's own cost."""
+    work = tempfile.TemporaryDirectory(prefix="gcs-bench-floor-")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, str(Path(__file__).with_name("floor_server.py")), str(port)]
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=work.name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    return Server("floor", proc, f"127.0.0.1:{port}", work)
 
 
 def start_ray(port: int, binary: Path) -> Server:
@@ -453,6 +467,8 @@ def start(name: str, ray_binary: Path | None) -> Server:
     port = free_port()
     if name == "ours":
         server = start_ours(port)
+    elif name == "floor":
+        server = start_floor(port)
     else:
         if ray_binary is None:
             raise SystemExit("Ray's gcs_server binary not found (build the interop venv)")
@@ -481,7 +497,9 @@ def main() -> None:
     parser.add_argument("--subscribers", default="500,1000,2000")
     parser.add_argument("--publishes", type=int, default=15)
     parser.add_argument("--client-procs", type=int, default=4)
-    parser.add_argument("--servers", default="ours,ray")
+    parser.add_argument(
+        "--servers", default="ours,ray", help="any of ours, ray, floor (bare grpc.aio)"
+    )
     parser.add_argument("--rounds", type=int, default=1, help="repeat every configuration")
     parser.add_argument("--budget-s", type=float, default=120.0, help="per configuration")
     parser.add_argument("--ray-gcs-server", type=Path, default=None)

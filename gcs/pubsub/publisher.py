@@ -138,7 +138,8 @@ class PublisherStats:
     held_bytes: int
     """Bytes of those messages, each counted once: what the publisher keeps in memory."""
     dropped_messages: int
-    """Messages discarded by a cap (per subscriber or global) or as too large."""
+    """Messages discarded by a cap or as too large, counted per mailbox (a message two
+    subscribers lose counts twice: each missed it)."""
     dropped_bytes: int
     dropped_subscribers: int
 
@@ -233,7 +234,8 @@ class Publisher:
         max_bytes, max_messages = limits.max_bytes, limits.max_messages
         drop_oldest = limits.on_overflow is Overflow.DROP_OLDEST
         lagging: list[_Subscriber] = []
-        now = -1.0
+        now = self._clock.monotonic_s()
+        solo = PollReply(self.publisher_id, (env,), env.reply)  # shared by most replies
         for sub in subs:
             box = sub.mailbox
             if box and not box[0].reply:  # the global cap dropped its oldest ones
@@ -251,10 +253,8 @@ class Publisher:
             if held is not None:
                 sub.held = None
                 if not held.done():
-                    if now < 0:
-                        now = self._clock.monotonic_s()
                     sub.last_active_s = now
-                    held.set_result(self._batch(sub))
+                    held.set_result(solo if len(box) == 1 else self._batch(sub))
         for sub in lagging:
             self._drop_lagging(sub)
         if cap is not None and self._held_bytes > cap:

@@ -129,6 +129,7 @@ class GcsServer:
                 RAY_VIRTUAL_CLUSTER_CHANNEL
             ),
         )
+        self.metrics.track_pubsub((pubsub.control_plane, pubsub.observability))
         nodes = NodeManager(
             store,
             self.clock,

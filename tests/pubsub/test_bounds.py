@@ -186,3 +186,22 @@ class TestPublishLimits:
             assert cfg.max_held_bytes is not None and cfg.max_held_bytes <= 512 * MIB
             assert cfg.limits.max_bytes is not None and cfg.limits.max_bytes <= 256 * MIB
             assert cfg.max_message_bytes <= cfg.max_publish_request_bytes <= 64 * MIB
+
+
+class TestMetrics:
+    async def test_held_bytes_and_drops_are_exported_per_publisher(self) -> None:
+        from prometheus_client import generate_latest
+
+        from gcs.server.metrics import GcsMetrics
+
+        pub = observability(
+            limits=MailboxLimits(1000, None, Overflow.DROP_OLDEST), max_message_bytes=1000
+        )
+        pub.subscribe(A, RAY_LOG_CHANNEL)
+        for i in range(3):
+            pub.publish(RAY_LOG_CHANNEL, b"", log_message(i, 600).log_batch_message)
+        metrics = GcsMetrics()
+        metrics.track_pubsub([pub])
+        text = generate_latest(metrics.registry).decode()
+        assert f'gcs_pubsub_held_bytes{{publisher="observability"}} {float(pub.held_bytes)}' in text
+        assert 'gcs_pubsub_dropped_messages_total{publisher="observability"} 2.0' in text
