@@ -13,6 +13,7 @@ run.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 
@@ -67,7 +68,11 @@ def _handler(fn: object) -> grpc.RpcMethodHandler:
 
 async def main(port: int) -> None:
     floor = Floor()
-    server = grpc.aio.server(options=list(LONG_POLL_SERVER_OPTIONS))
+    options: list[tuple[str, int | str]] = list(LONG_POLL_SERVER_OPTIONS)
+    for item in filter(None, os.environ.get("FLOOR_SERVER_OPTIONS", "").split(",")):
+        key, _, value = item.partition("=")  # e.g. grpc.http2.bdp_probe=0
+        options.append((key, int(value) if value.lstrip("-").isdigit() else value))
+    server = grpc.aio.server(options=options)
     server.add_generic_rpc_handlers(
         [
             grpc.method_handlers_generic_handler(
