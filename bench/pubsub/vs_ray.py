@@ -19,7 +19,8 @@ Per configuration it prints:
     number of publishes.
 
 ``--servers ours,floor,ray`` adds ``floor_server.py``, a bare grpc.aio server with no
-application code: gRPC's own share of our cost.
+application code: gRPC's own share of our cost; ``lean`` adds ``lean_server.py``, our
+Publisher behind a prototype hand-rolled HTTP/2 transport (what leaving grpc.aio would buy).
 
 Ray's binary is found in the cached interop venv (tests/interop/venvs.py) or at
 ``--ray-gcs-server``.  Both servers get health checks and load polls pushed out of the
@@ -161,15 +162,15 @@ def start_ours(port: int) -> Server:
     return Server("ours", proc, f"127.0.0.1:{port}", work)
 
 
-def start_floor(port: int) -> Server:
-    """A bare grpc.aio server (bench/pubsub/floor_server.py): gRPC's own cost."""
-    work = tempfile.TemporaryDirectory(prefix="gcs-bench-floor-")
+def start_script(name: str, script: str, port: int) -> Server:
+    """``floor_server.py`` (bare grpc.aio) or ``lean_server.py`` (hand-rolled HTTP/2)."""
+    work = tempfile.TemporaryDirectory(prefix=f"gcs-bench-{name}-")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, str(Path(__file__).with_name("floor_server.py")), str(port)]
+    cmd = [sys.executable, str(Path(__file__).with_name(script)), str(port)]
     proc = subprocess.Popen(
         cmd, env=env, cwd=work.name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    return Server("floor", proc, f"127.0.0.1:{port}", work)
+    return Server(name, proc, f"127.0.0.1:{port}", work)
 
 
 def start_ray(port: int, binary: Path) -> Server:
@@ -468,7 +469,9 @@ def start(name: str, ray_binary: Path | None) -> Server:
     if name == "ours":
         server = start_ours(port)
     elif name == "floor":
-        server = start_floor(port)
+        server = start_script(name, "floor_server.py", port)
+    elif name == "lean":
+        server = start_script(name, "lean_server.py", port)
     else:
         if ray_binary is None:
             raise SystemExit("Ray's gcs_server binary not found (build the interop venv)")
@@ -498,7 +501,9 @@ def main() -> None:
     parser.add_argument("--publishes", type=int, default=15)
     parser.add_argument("--client-procs", type=int, default=4)
     parser.add_argument(
-        "--servers", default="ours,ray", help="any of ours, ray, floor (bare grpc.aio)"
+        "--servers",
+        default="ours,ray",
+        help="any of ours, ray, floor (bare grpc.aio), lean (prototype HTTP/2 transport)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="repeat every configuration")
     parser.add_argument("--budget-s", type=float, default=120.0, help="per configuration")
