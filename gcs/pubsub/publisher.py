@@ -1,4 +1,4 @@
-"""Ray's long-poll publisher: mailboxes, sequence ids, acking, held polls, sweeping.
+"""Ray's long-poll publisher: mailboxes, sequence ids, acking, held polls, sweeping, caps.
 
 One :class:`Publisher` per pubsub service.  It owns a random 28-byte publisher id (new on
 every start, so subscribers notice a GCS restart) and one sequence counter for all of its
@@ -6,10 +6,19 @@ channels.  Each subscriber has a mailbox of unacknowledged messages; a poll ackn
 everything up to ``max_processed_sequence_id`` and gets the rest at once, or is *held*
 until a publish, a newer poll (which flushes it empty) or the sweep.
 
+Memory: a message is kept once, as the bytes of a complete one-message poll reply
+(``pub_messages`` field + this publisher's id + OK status), shared by every mailbox holding
+it; no protobuf object is retained.  The usual reply (one new message) is those bytes as
+they are, the same object for every subscriber; longer replies join slices of them.
+Held bytes are bounded twice, like Ray's ``publisher_entity_buffer_max_bytes``: per
+subscriber (:class:`~gcs.pubsub.config.MailboxLimits`) and per publisher
+(``max_held_bytes``, each distinct message counted once).  Past a cap the oldest message is
+dropped and counted (DROP_OLDEST), or, on channels that must not lose messages, the
+subscribers holding it are dropped so they resubscribe and refetch (DROP_SUBSCRIBER).
+
 Cost model: ``publish`` touches only the subscribers interested in (channel, key): they are
 indexed by channel for "all keys" and by (channel, key) for single keys.  It never waits
-on a subscriber; a held poll is completed by resolving its future.  Each message is
-serialized once into a ready-to-send reply frame shared by every mailbox holding it.
+on a subscriber; a held poll is completed by resolving its future.
 
 No I/O and no clock reads outside ``clock``: poll returns an :class:`asyncio.Future`
 for the servicer to await; :meth:`sweep` takes the time as an argument.
@@ -20,17 +29,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import structlog
 from google.protobuf.message import Message
 
 from gcs.clock import Clock
+from gcs.errors import InvalidArgument, RayStatusCode, RayStatusError
 from gcs.proto import gcs_service_pb2, pubsub_pb2
 from gcs.pubsub.channels import channel_name, wrap
 from gcs.pubsub.config import Overflow, PublisherConfig
-from gcs.rpc.errors import InvalidArgument, RayStatusCode, RayStatusError
 from gcs.wire_encoding import varint
 
 log = structlog.get_logger("gcs.pubsub")
@@ -57,40 +65,58 @@ class SubscriberDropped(RayStatusError):
         )
 
 
-@dataclass(frozen=True, slots=True)
 class Envelope:
-    """One published message, shared by every mailbox that holds it."""
+    """One published message, shared by every mailbox that holds it.
 
-    sequence_id: int
-    channel: int
-    key_id: bytes
-    message: pubsub_pb2.PubMessage
-    frame: bytes
-    """``pub_messages`` field bytes for a poll reply: tag, length, serialized message."""
+    ``reply`` is a complete ``GcsSubscriberPollReply`` carrying only this message; its
+    first ``message_end`` bytes are the ``pub_messages`` field.  Once no mailbox holds
+    the message, or a cap dropped it, ``reply`` is released (``b""``).
+    """
+
+    __slots__ = ("channel", "key_id", "message_end", "refs", "reply", "sequence_id", "size")
+
+    def __init__(
+        self, sequence_id: int, channel: int, key_id: bytes, reply: bytes, message_end: int
+    ) -> None:
+        self.sequence_id = sequence_id
+        self.channel = channel
+        self.key_id = key_id
+        self.reply = reply
+        self.message_end = message_end
+        self.size = len(reply)
+        self.refs = 0
+        """Mailboxes holding it; at 0 (or when dropped) its bytes stop counting."""
 
     @property
-    def size(self) -> int:
-        return len(self.frame)
+    def dropped(self) -> bool:
+        return not self.reply
+
+    @property
+    def message(self) -> pubsub_pb2.PubMessage:
+        """The message, decoded on demand (introspection and tests only)."""
+        return gcs_service_pb2.GcsSubscriberPollReply.FromString(self.reply).pub_messages[0]
+
+    def __repr__(self) -> str:
+        return f"Envelope(seq={self.sequence_id}, channel={self.channel}, size={self.size})"
 
 
 @dataclass(frozen=True, slots=True)
 class PollReply:
-    """A poll's answer; ``encode()`` gives ``GcsSubscriberPollReply`` wire bytes."""
+    """A poll's answer: the envelopes it carries and its ready ``GcsSubscriberPollReply``
+    wire bytes (shared between subscribers when it is one message's own reply)."""
 
     publisher_id: bytes
-    messages: tuple[Envelope, ...] = ()
+    messages: tuple[Envelope, ...]
+    wire: bytes
 
     def encode(self) -> bytes:
-        pid = self.publisher_id
-        parts = [env.frame for env in self.messages]
-        parts.append(_PUBLISHER_ID_TAG + varint(len(pid)) + pid + _OK_STATUS)
-        return b"".join(parts)
+        return self.wire
 
     def SerializeToString(self) -> bytes:
-        return self.encode()
+        return self.wire
 
     def to_proto(self) -> gcs_service_pb2.GcsSubscriberPollReply:
-        return gcs_service_pb2.GcsSubscriberPollReply.FromString(self.encode())
+        return gcs_service_pb2.GcsSubscriberPollReply.FromString(self.wire)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +132,15 @@ class PublisherStats:
     subscribers: int
     held_polls: int
     queued_messages: int
+    """Mailbox entries over all subscribers (a message held by two counts twice)."""
+    held_messages: int
+    """Distinct messages held by at least one mailbox."""
+    held_bytes: int
+    """Bytes of those messages, each counted once: what the publisher keeps in memory."""
     dropped_messages: int
+    """Messages discarded by a cap or as too large, counted per mailbox (a message two
+    subscribers lose counts twice: each missed it)."""
+    dropped_bytes: int
     dropped_subscribers: int
 
 
@@ -125,21 +159,6 @@ class _Subscriber:
     def holding(self) -> bool:
         return self.held is not None and not self.held.done()
 
-    def ack(self, max_processed: int) -> None:
-        box = self.mailbox
-        while box and box[0].sequence_id <= max_processed:
-            self.mailbox_bytes -= box.popleft().size
-
-    def batch(self, max_messages: int, max_bytes: int) -> tuple[Envelope, ...]:
-        out: list[Envelope] = []
-        total = 0
-        for env in self.mailbox:
-            if len(out) >= max_messages or (out and total + env.size > max_bytes):
-                break
-            out.append(env)
-            total += env.size
-        return tuple(out)
-
 
 class Publisher:
     """Long-poll publisher for one pubsub service; see the module docstring."""
@@ -154,12 +173,20 @@ class Publisher:
         self.config = config
         self._clock = clock
         self.publisher_id = publisher_id or os.urandom(PUBLISHER_ID_BYTES)
+        pid = self.publisher_id
+        self._tail = _PUBLISHER_ID_TAG + varint(len(pid)) + pid + _OK_STATUS
+        self._empty_reply = PollReply(pid, (), self._tail)
         self._seq = 0
         self._subs: dict[bytes, _Subscriber] = {}
         self._by_key: dict[tuple[int, bytes], dict[bytes, _Subscriber]] = {}
         self._by_sender: dict[bytes, set[bytes]] = {}
         self._tombstones: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._live: collections.deque[Envelope] = collections.deque()
+        """Held messages in sequence order (released ones are skipped when reached)."""
+        self._held_bytes = 0
+        self._held_messages = 0
         self._dropped_messages = 0
+        self._dropped_bytes = 0
         self._dropped_subscribers = 0
         self._timeout_s = config.subscriber_timeout_ms / 1000.0
 
@@ -169,7 +196,7 @@ class Publisher:
         """Queue ``message`` for every subscriber of (channel, key) and wake held polls.
 
         ``message`` is the channel's payload (e.g. ``GcsNodeInfo``) or a whole
-        ``PubMessage``; it is copied.  Returns the assigned sequence id, or 0 if an
+        ``PubMessage``; it is not mutated.  Returns the assigned sequence id, or 0 if an
         observability message larger than ``max_message_bytes`` was dropped.  Call it only
         after the change is persisted.
         """
@@ -178,28 +205,60 @@ class Publisher:
         self._seq += 1
         msg.sequence_id = self._seq
         data = msg.SerializeToString()
+        del msg
         if len(data) > self.config.max_message_bytes:
             if self.config.limits.on_overflow is Overflow.DROP_SUBSCRIBER:
                 raise InvalidArgument(
                     f"message of {len(data)} bytes exceeds {self.config.max_message_bytes}"
                 )
-            self._dropped_messages += 1
+            self._count_drop(len(data))
             log.warning("pubsub.message_too_large", channel=channel_name(channel), size=len(data))
             return 0
-        env = Envelope(
-            self._seq, channel, key_id, msg, _PUB_MESSAGES_TAG + varint(len(data)) + data
-        )
+        subs = self._interested(channel, key_id)
+        if not subs:
+            return self._seq  # nobody to hold it for
+        head = _PUB_MESSAGES_TAG + varint(len(data))
+        env = Envelope(self._seq, channel, key_id, head + data + self._tail, len(head) + len(data))
+        del data
+        env.refs = len(subs)
+        self._held_bytes += env.size
+        self._held_messages += 1
+        cap = self.config.max_held_bytes
+        if cap is not None:
+            live = self._live
+            while live and not live[0].reply:  # released since: forget them
+                live.popleft()
+            live.append(env)
+        size = env.size
+        limits = self.config.limits
+        max_bytes, max_messages = limits.max_bytes, limits.max_messages
+        drop_oldest = limits.on_overflow is Overflow.DROP_OLDEST
         lagging: list[_Subscriber] = []
-        for sub in self._interested(channel, key_id):
-            sub.mailbox.append(env)
-            sub.mailbox_bytes += env.size
-            if self._over_limit(sub) and self._overflow(sub):
-                lagging.append(sub)
-                continue
-            if sub.held is not None and not sub.held.done():
-                self._reply(sub, self._clock.monotonic_s())
+        now = self._clock.monotonic_s()
+        solo = PollReply(self.publisher_id, (env,), env.reply)  # shared by most replies
+        for sub in subs:
+            box = sub.mailbox
+            if box and not box[0].reply:  # the global cap dropped its oldest ones
+                self._compact(sub)
+            box.append(env)
+            sub.mailbox_bytes += size
+            if (max_bytes is not None and sub.mailbox_bytes > max_bytes) or (
+                max_messages is not None and len(box) > max_messages
+            ):
+                if not drop_oldest:
+                    lagging.append(sub)
+                    continue
+                self._trim(sub)
+            held = sub.held
+            if held is not None:
+                sub.held = None
+                if not held.done():
+                    sub.last_active_s = now
+                    held.set_result(solo if len(box) == 1 else self._batch(sub))
         for sub in lagging:
             self._drop_lagging(sub)
+        if cap is not None and self._held_bytes > cap:
+            self._enforce_global_cap(cap)
         return self._seq
 
     def publish_message(self, message: pubsub_pb2.PubMessage) -> int:
@@ -210,36 +269,88 @@ class Publisher:
         """Raise ABORTED "InvalidArgument" unless this publisher hosts ``channel``."""
         self._check_hosted(channel)
 
-    def _interested(self, channel: int, key_id: bytes) -> Iterator[_Subscriber]:
+    def _interested(self, channel: int, key_id: bytes) -> list[_Subscriber]:
         everyone = self._by_key.get((channel, _ALL_KEYS))
         keyed = self._by_key.get((channel, key_id)) if key_id else None
         if not keyed:
-            if everyone:
-                yield from list(everyone.values())
-            return
+            return list(everyone.values()) if everyone else []
         if not everyone:
-            yield from list(keyed.values())
-            return
+            return list(keyed.values())
         merged = dict(everyone)
         merged.update(keyed)
-        yield from merged.values()
+        return list(merged.values())
 
-    def _over_limit(self, sub: _Subscriber) -> bool:
+    # ---- memory accounting ------------------------------------------------------------
+
+    def _release(self, env: Envelope) -> None:
+        """A mailbox let go of ``env``; the last one frees its bytes."""
+        env.refs -= 1
+        if env.refs == 0 and env.reply:
+            env.reply = b""
+            self._held_bytes -= env.size
+            self._held_messages -= 1
+
+    def _pop_front(self, sub: _Subscriber) -> Envelope:
+        env = sub.mailbox.popleft()
+        sub.mailbox_bytes -= env.size
+        self._release(env)
+        return env
+
+    def _compact(self, sub: _Subscriber) -> None:
+        """Let go of leading messages the global cap dropped (they lead every mailbox)."""
+        box = sub.mailbox
+        while box and not box[0].reply:
+            self._pop_front(sub)
+
+    def _count_drop(self, size: int) -> None:
+        self._dropped_messages += 1
+        self._dropped_bytes += size
+
+    def _trim(self, sub: _Subscriber) -> None:
+        """DROP_OLDEST: discard this subscriber's oldest messages until within its limits.
+
+        The newest message is always kept (``max_message_bytes`` <= the per-subscriber cap
+        is checked by the config).  A message other subscribers still hold stays for them.
+        """
         limits = self.config.limits
-        return (limits.max_bytes is not None and sub.mailbox_bytes > limits.max_bytes) or (
-            limits.max_messages is not None and len(sub.mailbox) > limits.max_messages
-        )
+        box = sub.mailbox
+        while len(box) > 1 and (
+            (limits.max_bytes is not None and sub.mailbox_bytes > limits.max_bytes)
+            or (limits.max_messages is not None and len(box) > limits.max_messages)
+        ):
+            if box[0].reply:  # a message dropped by the global cap was counted then
+                self._count_drop(box[0].size)
+            self._pop_front(sub)
 
-    def _overflow(self, sub: _Subscriber) -> bool:
-        """Apply the overflow policy; True if the subscriber must be dropped."""
-        if self.config.limits.on_overflow is Overflow.DROP_SUBSCRIBER:
-            return True
-        while len(sub.mailbox) > 1 and self._over_limit(sub):
-            sub.mailbox_bytes -= sub.mailbox.popleft().size
-            self._dropped_messages += 1
-        return False
+    def _enforce_global_cap(self, cap: int) -> None:
+        """Drop the oldest held messages (or their holders) until at most ``cap`` is held."""
+        live = self._live
+        while self._held_bytes > cap and live:
+            env = live[0]
+            if not env.reply:  # released or dropped already
+                live.popleft()
+                continue
+            if env is live[-1]:
+                break  # the newest message always stays
+            if self.config.limits.on_overflow is Overflow.DROP_OLDEST:
+                live.popleft()
+                env.reply = b""  # mailboxes skip it and let go of it lazily
+                self._held_bytes -= env.size
+                self._held_messages -= 1
+                self._count_drop(env.size)
+                continue
+            holders = [s for s in self._subs.values() if s.mailbox and s.mailbox[0] is env]
+            if not holders:  # cannot happen: the oldest held message leads its mailboxes
+                log.error("pubsub.global_cap_inconsistent", sequence_id=env.sequence_id)
+                break
+            for sub in holders:
+                self._drop_lagging(sub)
+        while live and not live[0].reply:
+            live.popleft()
 
     def _drop_lagging(self, sub: _Subscriber) -> None:
+        if self._subs.get(sub.subscriber_id) is not sub:
+            return  # already dropped in this round
         log.warning(
             "pubsub.subscriber_dropped",
             publisher=self.config.name,
@@ -321,10 +432,10 @@ class Publisher:
         self._subs.pop(sub.subscriber_id, None)
         if sub.holding():
             assert sub.held is not None
-            sub.held.set_result(PollReply(self.publisher_id))
+            sub.held.set_result(self._empty_reply)
         sub.held = None
-        sub.mailbox.clear()
-        sub.mailbox_bytes = 0
+        while sub.mailbox:
+            self._pop_front(sub)
 
     # ---- polling ----------------------------------------------------------------------
 
@@ -334,40 +445,68 @@ class Publisher:
         """Acknowledge, then answer now or hold; the future resolves with the reply.
 
         Acks count only if ``publisher_id`` is ours (else a subscriber from before a
-        restart would ack our fresh sequence ids).  A poll carrying another publisher id
-        is answered at once, even if empty, so the client learns our id and can detect a
-        restart without waiting for traffic (Ray clients simply poll again).  A pending
-        poll of the same subscriber is flushed with an empty reply.  Must be called on the
-        event loop that awaits the future.
+        restart would ack our fresh sequence ids).  An empty mailbox holds the poll, as
+        Ray does, including a subscriber's first poll (nil or empty publisher id) -- except
+        a poll naming *another* real publisher id: that client saw a previous GCS, and an
+        immediate empty reply lets it detect the restart and resubscribe without waiting
+        for traffic it is no longer subscribed to.  A pending poll of the same subscriber
+        is flushed with an empty reply.  Must be called on the event loop that awaits the
+        future.
         """
         if subscriber_id in self._tombstones:
             del self._tombstones[subscriber_id]
             raise SubscriberDropped(subscriber_id)
         now = self._clock.monotonic_s()
-        sub = self._get_or_create(subscriber_id)
+        sub = self._subs.get(subscriber_id)
+        if sub is None:
+            sub = self._get_or_create(subscriber_id)
         sub.last_active_s = now
-        if sub.held is not None:
-            if not sub.held.done():
-                sub.held.set_result(PollReply(self.publisher_id))
+        held = sub.held
+        if held is not None:
+            if not held.done():
+                held.set_result(self._empty_reply)
             sub.held = None
         ours = publisher_id == self.publisher_id
+        box = sub.mailbox
         if ours:
-            sub.ack(max_processed_sequence_id)
+            while box and box[0].sequence_id <= max_processed_sequence_id:
+                self._pop_front(sub)
         fut: asyncio.Future[PollReply] = asyncio.get_running_loop().create_future()
-        sub.held = fut
-        sub.held_since_s = now
-        if sub.mailbox or not ours:
-            self._reply(sub, now)
+        if box:
+            fut.set_result(self._batch(sub))
+        elif not ours and publisher_id and publisher_id != NIL_PUBLISHER_ID:
+            fut.set_result(self._empty_reply)
+        else:
+            sub.held = fut
+            sub.held_since_s = now
         return fut
 
-    def _reply(self, sub: _Subscriber, now: float) -> None:
-        fut = sub.held
-        sub.held = None
-        sub.last_active_s = now
-        if fut is not None and not fut.done():
-            cfg = self.config
-            batch = sub.batch(cfg.publish_batch_size, cfg.max_reply_bytes)
-            fut.set_result(PollReply(self.publisher_id, batch))
+    def _batch(self, sub: _Subscriber) -> PollReply:
+        """The reply for ``sub``'s mailbox now (it stays queued until acked)."""
+        box = sub.mailbox
+        if box and not box[0].reply:
+            self._compact(sub)
+        if not box:
+            return self._empty_reply
+        first = box[0]
+        if len(box) == 1 or self.config.publish_batch_size == 1:
+            return PollReply(self.publisher_id, (first,), first.reply)
+        cfg = self.config
+        out: list[Envelope] = []
+        parts: list[memoryview] = []
+        total = 0
+        for env in box:
+            if len(out) >= cfg.publish_batch_size or (
+                out and total + env.message_end > cfg.max_reply_bytes
+            ):
+                break
+            out.append(env)
+            parts.append(memoryview(env.reply)[: env.message_end])
+            total += env.message_end
+        if len(out) == 1:
+            return PollReply(self.publisher_id, (first,), first.reply)
+        parts.append(memoryview(self._tail))
+        return PollReply(self.publisher_id, tuple(out), b"".join(parts))
 
     # ---- maintenance ------------------------------------------------------------------
 
@@ -391,7 +530,7 @@ class Publisher:
 
     def _reply_empty(self, sub: _Subscriber, now: float) -> None:
         assert sub.held is not None
-        sub.held.set_result(PollReply(self.publisher_id))
+        sub.held.set_result(self._empty_reply)
         sub.held = None
         sub.last_active_s = now
 
@@ -407,6 +546,28 @@ class Publisher:
     def last_sequence_id(self) -> int:
         return self._seq
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of distinct messages held for subscribers (each counted once)."""
+        return self._held_bytes
+
+    @property
+    def held_messages(self) -> int:
+        return self._held_messages
+
+    @property
+    def dropped_messages(self) -> int:
+        """Messages discarded by a cap or as too large, since start."""
+        return self._dropped_messages
+
+    @property
+    def dropped_bytes(self) -> int:
+        return self._dropped_bytes
+
+    @property
+    def dropped_subscribers(self) -> int:
+        return self._dropped_subscribers
+
     def has_subscriber(self, subscriber_id: bytes) -> bool:
         return subscriber_id in self._subs
 
@@ -417,7 +578,7 @@ class Publisher:
     def queued(self, subscriber_id: bytes) -> tuple[Envelope, ...]:
         """Unacknowledged messages held for the subscriber, oldest first."""
         sub = self._subs.get(subscriber_id)
-        return tuple(sub.mailbox) if sub else ()
+        return tuple(env for env in sub.mailbox if env.reply) if sub else ()
 
     def held_poll_count(self) -> int:
         return sum(1 for s in self._subs.values() if s.holding())
@@ -428,7 +589,12 @@ class Publisher:
             last_sequence_id=self._seq,
             subscribers=len(self._subs),
             held_polls=self.held_poll_count(),
-            queued_messages=sum(len(s.mailbox) for s in self._subs.values()),
+            queued_messages=sum(
+                sum(1 for env in s.mailbox if env.reply) for s in self._subs.values()
+            ),
+            held_messages=self._held_messages,
+            held_bytes=self._held_bytes,
             dropped_messages=self._dropped_messages,
+            dropped_bytes=self._dropped_bytes,
             dropped_subscribers=self._dropped_subscribers,
         )

@@ -166,6 +166,7 @@ class GcsServer:
                 RAY_VIRTUAL_CLUSTER_CHANNEL
             ),
         )
+        self.metrics.track_pubsub((pubsub.control_plane, pubsub.observability))
         # Wiring, all at construction.  Event fan-outs come first: emitters and listeners
         # take them as constructor arguments (listeners subscribe in their constructors),
         # so node events reach, in order: resource cache, client pool, health checker, VC.

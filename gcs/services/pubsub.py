@@ -13,11 +13,10 @@ import grpc
 
 from gcs import validate
 from gcs.config import RequestLimits
-from gcs.errors import InvalidArgument
+from gcs.errors import InvalidArgument, RayStatusCode, RayStatusError
 from gcs.proto import gcs_service_pb2
 from gcs.pubsub.channels import RAY_ERROR_INFO_CHANNEL
-from gcs.pubsub.publisher import PollReply, Publisher
-from gcs.rpc.errors import RayStatusCode, RayStatusError
+from gcs.pubsub.publisher import Publisher
 
 
 class PubSubServicer:
@@ -43,29 +42,48 @@ class PubSubServicer:
     async def GcsPublish(
         self, request: gcs_service_pb2.GcsPublishRequest, context: grpc.aio.ServicerContext
     ) -> gcs_service_pb2.GcsPublishReply:
-        lim = self._limits
-        self._pubsub_check(
-            validate.entries, request.pub_messages, "pub_messages", lim.max_repeated_entries
-        )
-        for i, msg in enumerate(request.pub_messages):  # all or nothing: check all first
-            self.publisher.check_channel(msg.channel_type)
-            self._pubsub_check(
-                validate.blob, msg.key_id, f"pub_messages[{i}].key_id", lim.max_name_bytes
-            )
+        self._check_publish(request)  # all or nothing: every check before any publish
         for msg in request.pub_messages:
             self.publisher.publish_message(msg)
         return _ok(gcs_service_pb2.GcsPublishReply())
 
+    def _check_publish(self, request: gcs_service_pb2.GcsPublishRequest) -> None:
+        """Size limits and hosted channels, each error naming the field (Ray's status style)."""
+        cfg = self.publisher.config
+        lim = self._limits
+        self._pubsub_check(
+            validate.entries, request.pub_messages, "pub_messages", lim.max_repeated_entries
+        )
+        total = request.ByteSize()
+        if total > cfg.max_publish_request_bytes:
+            raise RayStatusError(
+                RayStatusCode.InvalidArgument,
+                f"GcsPublishRequest is {total} bytes; the limit is "
+                f"{cfg.max_publish_request_bytes} (max_publish_request_bytes)",
+            )
+        for i, msg in enumerate(request.pub_messages):
+            self.publisher.check_channel(msg.channel_type)
+            self._pubsub_check(
+                validate.blob, msg.key_id, f"pub_messages[{i}].key_id", lim.max_name_bytes
+            )
+            size = msg.ByteSize()
+            if size > cfg.max_message_bytes:
+                raise RayStatusError(
+                    RayStatusCode.InvalidArgument,
+                    f"GcsPublishRequest.pub_messages[{i}] is {size} bytes; the limit is "
+                    f"{cfg.max_message_bytes} (max_message_bytes)",
+                )
+
     async def GcsSubscriberPoll(
         self, request: gcs_service_pb2.GcsSubscriberPollRequest, context: grpc.aio.ServicerContext
-    ) -> PollReply:
-        """Long poll; the reply is pre-encoded (``PollReply.SerializeToString``)."""
+    ) -> bytes:
+        """Long poll; the reply is ready wire bytes, often shared by every subscriber."""
         self._ids("subscriber_id", request.subscriber_id)
         self._ids("publisher_id", request.publisher_id)
         future = self.publisher.poll(
             request.subscriber_id, request.max_processed_sequence_id, request.publisher_id
         )
-        return await future  # a cancelled RPC cancels the future; messages stay queued
+        return (await future).wire  # a cancelled RPC cancels the future; messages stay queued
 
     async def GcsSubscriberCommandBatch(
         self,

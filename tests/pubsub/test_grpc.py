@@ -248,7 +248,7 @@ class TestFairness:
         pub = gcs.pubsub.control_plane
         pub.subscribe(sub_id(99), GCS_NODE_INFO_CHANNEL)  # never polls
         pub.subscribe(sub_id(98), GCS_NODE_INFO_CHANNEL)
-        stuck_poll = pub.poll(sub_id(98), 0, b"")  # answered; its owner never polls again
+        stuck_poll = pub.poll(sub_id(98), 0, b"")  # held, then answered; never polls again
         got: list[int] = []
         async with GcsSubscriber(
             channel, on_message=lambda m: got.append(m.sequence_id), config=FAST

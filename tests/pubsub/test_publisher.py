@@ -20,7 +20,7 @@ from gcs.pubsub import (
     SubscriberDropped,
 )
 from gcs.rpc.errors import RayStatusError, grpc_details, status_for
-from tests.pubsub.helpers import PID, control_plane, node, observability, sub_id
+from tests.pubsub.helpers import OTHER_PID, PID, control_plane, node, observability, sub_id
 
 A, B = sub_id(1), sub_id(2)
 
@@ -95,14 +95,24 @@ class TestPolling:
         assert seqs(reply) == [1]
         assert reply.publisher_id == PID
 
-    async def test_first_poll_with_nil_id_is_answered_empty_so_client_learns_the_id(
-        self,
+    @pytest.mark.parametrize("first_id", [NIL_PUBLISHER_ID, b""])
+    async def test_a_first_poll_is_held_like_rays_and_carries_our_id_with_the_message(
+        self, first_id: bytes
     ) -> None:
-        """A subscriber that never saw us gets our id without waiting for traffic."""
+        """No extra empty reply per subscriber at subscribe time (it cost a round trip)."""
         pub = control_plane()
-        reply = await pub.poll(A, 0, NIL_PUBLISHER_ID)
-        assert reply.messages == () and reply.publisher_id == PID
-        assert reply.to_proto().publisher_id == PID
+        pub.subscribe(A, GCS_NODE_INFO_CHANNEL)
+        fut = pub.poll(A, 0, first_id)
+        assert not fut.done()
+        pub.publish(GCS_NODE_INFO_CHANNEL, b"k", node("a"))
+        reply = fut.result()
+        assert seqs(reply) == [1] and reply.to_proto().publisher_id == PID
+
+    async def test_a_poll_naming_a_previous_publisher_is_answered_at_once(self) -> None:
+        """A client of the GCS before a restart learns the new id without traffic."""
+        pub = control_plane()
+        reply = await pub.poll(A, 7, OTHER_PID)
+        assert reply.messages == () and reply.to_proto().publisher_id == PID
 
     async def test_held_poll_is_completed_by_a_publish(self) -> None:
         """An empty mailbox holds the poll; the next publish answers it."""
@@ -296,7 +306,7 @@ class TestSweep:
         clock = FakeClock()
         pub = control_plane(clock)
         pub.subscribe(A, GCS_NODE_INFO_CHANNEL)
-        assert (await pub.poll(B, 0, b"")).publisher_id == PID  # answered at once
+        assert (await pub.poll(B, 0, OTHER_PID)).publisher_id == PID  # answered at once
         clock.advance(299)
         assert pub.sweep(clock.monotonic_s()).removed_subscribers == 0
         pub.poll(B, 0, PID)
