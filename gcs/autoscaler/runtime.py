@@ -41,8 +41,10 @@ from gcs.autoscaler.reconciler import (
     ReconcileConfig,
     Reconciler,
 )
+from gcs.autoscaler.reconciler.observed import HEAD_RESOURCE
 from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.clock import Clock, SystemClock
+from gcs.proto import autoscaler_pb2
 from gcs.rpc.security import Security
 from gcs.store import Store
 
@@ -153,13 +155,29 @@ class AutoscalerRuntime:
         )
 
     async def ensure_head(self) -> None:
-        """Launch the head node type if the provider runs no head (local/command only)."""
-        if self.provider.read_only or self.cluster.provider.type not in ("local", "command"):
+        """Launch the head node type unless a head already runs: as a provider instance, or
+        as a live Ray head the GCS lists (started by hand).  Local and command providers only;
+        a command provider only when the head type has a start command."""
+        kind = self.cluster.provider.type
+        head = self.cluster.head_node_type
+        if self.provider.read_only or kind not in ("local", "command"):
+            return
+        if kind == "command" and head not in self.cluster.provider.commands:
             return
         running = await self.provider.get_non_terminated()
         if any(ci.node_kind is NodeKind.HEAD for ci in running.values()):
             return
-        head = self.cluster.head_node_type
+        try:
+            state = await self.gcs.get_cluster_resource_state()
+        except Exception as err:  # no GCS answer yet: the provider's view decides
+            log.warning("autoscaler.head_check_failed", error=str(err))
+        else:
+            live = (autoscaler_pb2.RUNNING, autoscaler_pb2.IDLE)
+            if any(
+                HEAD_RESOURCE in ns.total_resources and ns.status in live
+                for ns in state.node_states
+            ):
+                return
         await self.provider.launch({head: 1}, f"head-{uuid.uuid4().hex}")
         self.events.add("launch", f"Adding 1 x {head} (head node)")
 

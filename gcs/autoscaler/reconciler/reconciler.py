@@ -26,7 +26,12 @@ from gcs.autoscaler.reconciler import steps
 from gcs.autoscaler.reconciler.events import EventLog
 from gcs.autoscaler.reconciler.gcs_port import AutoscalerGcs
 from gcs.autoscaler.reconciler.inputs import scheduling_input
-from gcs.autoscaler.reconciler.observed import RayNode, ReconcileConfig, ray_nodes_from_state
+from gcs.autoscaler.reconciler.observed import (
+    RayNode,
+    RayNodeStatus,
+    ReconcileConfig,
+    ray_nodes_from_state,
+)
 from gcs.autoscaler.reconciler.report import autoscaling_state
 from gcs.autoscaler.reconciler.subscribers import CloudInstanceUpdater, RayStopper
 from gcs.autoscaler.scheduler import schedule
@@ -42,6 +47,7 @@ from gcs.proto import autoscaler_pb2
 log = structlog.get_logger("gcs.autoscaler")
 
 Scheduler = Callable[[SchedulingInput], SchedulingReply]
+_LIVE_RAY = (RayNodeStatus.RUNNING, RayNodeStatus.IDLE)
 
 
 class RoundAborted(Exception):
@@ -164,7 +170,7 @@ class Reconciler:
             log.warning("autoscaler.instance_stuck", detail=line)
         await self._step("stuck", stuck)
         reply = await self._schedule(state, ray_nodes)
-        if not read_only and self._head_running():
+        if not read_only and self._head_running(ray_nodes):
             await self._step("scale", steps.scale(self._im.instances, reply, self._new_instance_id))
         await self._step("terminate", steps.terminate_finished(self._im.instances))
         if not read_only:
@@ -180,7 +186,11 @@ class Reconciler:
         await self._gcs.report_autoscaling_state(report)
         return RoundResult(report, reply, warnings)
 
-    def _head_running(self) -> bool:
+    def _head_running(self, ray_nodes: Sequence[RayNode]) -> bool:
+        """Ray scales only once a head runs.  Ours also accepts a live head Ray node that no
+        provider manages (a head started by hand, with the standalone autoscaler)."""
+        if any(n.is_head and n.status in _LIVE_RAY for n in ray_nodes):
+            return True
         return any(
             i.node_kind is NodeKind.HEAD and i.status is InstanceStatus.RAY_RUNNING
             for i in self._im.instances.values()
