@@ -126,6 +126,7 @@ class FakeAutoscalerGcs:
     reports: list[autoscaler_pb2.AutoscalingState] = field(default_factory=list)
     drains: list[str] = field(default_factory=list)
     stops: list[str] = field(default_factory=list)
+    releases: list[tuple[str, list[str]]] = field(default_factory=list)
 
     async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:
         return self.state
@@ -142,3 +143,11 @@ class FakeAutoscalerGcs:
     async def stop_node(self, node_id_hex: str) -> bool:
         self.stops.append(node_id_hex)
         return True
+
+    async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
+        self.releases.append((cluster_id, list(node_ids_hex)))
+        vc = self.state.virtual_cluster_states.get(cluster_id)
+        if vc is not None:
+            kept = [n for n in vc.nodes if n not in node_ids_hex]
+            del vc.nodes[:]
+            vc.nodes.extend(kept)

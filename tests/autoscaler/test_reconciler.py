@@ -489,3 +489,34 @@ class TestRounds:
         )
         result = await h.round()
         assert len(result.state.infeasible_resource_requests) == 3
+
+
+class TestVirtualClusters:
+    async def test_a_node_held_by_a_virtual_cluster_is_released_not_terminated(self) -> None:
+        """Idle past the timeout but held by vc1: no drain; it goes back to the primary.
+        Once the primary holds it, the next round drains it."""
+        h = Harness(
+            inst("head", S.RAY_RUNNING, cloud="ch", node="aa", kind=NodeKind.HEAD, itype="head"),
+            inst("w", S.RAY_RUNNING, cloud="cw", node="b0"),
+        )
+        h.provider.add("ch", "head", NodeKind.HEAD)
+        h.provider.add("cw", "type-1")
+        h.node(
+            "aa", autoscaler_pb2.IDLE, "ch", "head", total_resources={"node:__internal_head__": 1}
+        )
+        h.node(
+            "b0",
+            autoscaler_pb2.IDLE,
+            "cw",
+            idle_duration_ms=600_000,
+            total_resources={"CPU": 4},
+            available_resources={"CPU": 4},
+        )
+        h.gcs.state.virtual_cluster_states["vc1"].nodes.append("b0")
+        h.gcs.state.virtual_cluster_states["kPrimaryClusterID"].nodes.append("aa")
+        await h.round()
+        assert h.gcs.drains == [] and h.statuses()["w"] is S.RAY_RUNNING
+        assert h.gcs.releases == [("vc1", ["b0"])]
+        await h.round()  # the primary holds it now
+        assert h.gcs.drains == ["b0"]
+        assert "release" in [e.kind for e in h.events.recent(20)]

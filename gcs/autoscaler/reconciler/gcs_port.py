@@ -36,6 +36,10 @@ class AutoscalerGcs(Protocol):
         """Ray's ``drain_nodes``: stop the node now (legacy NodeInfo DrainNode)."""
         ...
 
+    async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
+        """Give a virtual cluster's nodes back to the primary cluster."""
+        ...
+
 
 class GrpcAutoscalerGcs:
     """:class:`AutoscalerGcs` over one channel; learns the cluster id on first use."""
@@ -46,6 +50,7 @@ class GrpcAutoscalerGcs:
         self._node_info = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
         self._autoscaler: ServiceStub | None = None
         self._kv: ServiceStub | None = None
+        self._vc: ServiceStub | None = None
 
     async def _stub(self) -> ServiceStub:
         if self._autoscaler is None:
@@ -132,3 +137,21 @@ class GrpcAutoscalerGcs:
         )
         if reply.status.code != 0:  # type: ignore[attr-defined]
             raise Unavailable(f"InternalKVPut failed: {reply.status.message}")  # type: ignore[attr-defined]
+
+    async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
+        from gcs.proto import virtual_cluster_pb2
+
+        await self._stub()
+        assert self._vc is not None
+        try:
+            reply = await self._vc.RemoveNodesFromVirtualCluster(
+                virtual_cluster_pb2.RemoveNodesFromVirtualClusterRequest(
+                    virtual_cluster_id=cluster_id, nodes_to_remove=node_ids_hex
+                )
+            )
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"RemoveNodesFromVirtualCluster failed: {err.details()}") from None
+        if reply.status.code != 0:
+            raise Unavailable(
+                f"RemoveNodesFromVirtualCluster({cluster_id}): {reply.status.message}"
+            )

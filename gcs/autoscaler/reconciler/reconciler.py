@@ -170,6 +170,9 @@ class Reconciler:
             log.warning("autoscaler.instance_stuck", detail=line)
         await self._step("stuck", stuck)
         reply = await self._schedule(state, ray_nodes)
+        reply, release = steps.hold_back_vc_nodes(reply, steps.vc_held_nodes(state))
+        for cluster_id, node_ids in release.items():
+            await self._release(cluster_id, node_ids)
         if not read_only and self._head_running(ray_nodes):
             await self._step("scale", steps.scale(self._im.instances, reply, self._new_instance_id))
         await self._step("terminate", steps.terminate_finished(self._im.instances))
@@ -185,6 +188,18 @@ class Reconciler:
         )
         await self._gcs.report_autoscaling_state(report)
         return RoundResult(report, reply, warnings)
+
+    async def _release(self, cluster_id: str, node_ids: list[str]) -> None:
+        """Idle nodes of a virtual cluster go back to the primary before any termination."""
+        try:
+            await self._gcs.release_nodes(cluster_id, node_ids)
+        except Exception as err:  # the nodes stay where they are; next round tries again
+            log.warning("autoscaler.release_failed", cluster=cluster_id, error=str(err))
+            return
+        short = ", ".join(n[:8] for n in node_ids)
+        self.events.add(
+            "release", f"Released idle node(s) {short} from virtual cluster {cluster_id}"
+        )
 
     def _head_running(self, ray_nodes: Sequence[RayNode]) -> bool:
         """Ray scales only once a head runs.  Ours also accepts a live head Ray node that no

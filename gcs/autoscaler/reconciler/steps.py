@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from gcs.autoscaler.instances.model import Instance, InstanceUpdate, TerminationCause
 from gcs.autoscaler.instances.transitions import (
@@ -20,6 +21,8 @@ from gcs.autoscaler.providers.base import CloudInstance, LaunchNodeError, Termin
 from gcs.autoscaler.reconciler.observed import RayNode, RayNodeStatus, ReconcileConfig
 from gcs.autoscaler.scheduler.types import InstanceStatus as S
 from gcs.autoscaler.scheduler.types import NodeKind, SchedulingReply
+from gcs.proto import autoscaler_pb2
+from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID
 
 NewId = Callable[[], str]
 
@@ -484,3 +487,31 @@ def install_ray(
         and (ci := cloud.get(i.cloud_instance_id)) is not None
         and ci.is_running
     ]
+
+
+def vc_held_nodes(state: autoscaler_pb2.ClusterResourceState) -> dict[str, str]:
+    """Ray node (hex) -> the virtual cluster other than the primary that holds it."""
+    held: dict[str, str] = {}
+    for cluster_id, vc in state.virtual_cluster_states.items():
+        if cluster_id == PRIMARY_CLUSTER_ID:
+            continue
+        for node_id in vc.nodes:
+            held[node_id] = cluster_id
+    return held
+
+
+def hold_back_vc_nodes(
+    reply: SchedulingReply, held: Mapping[str, str]
+) -> tuple[SchedulingReply, dict[str, list[str]]]:
+    """No node a virtual cluster holds is terminated.  Idle ones are released to the primary
+    instead (returned as cluster id -> nodes); a later round may then terminate them."""
+    keep, release = [], defaultdict(list)
+    for term in reply.terminations:
+        cluster = held.get(term.ray_node_id) if term.ray_node_id else None
+        if cluster is None:
+            keep.append(term)
+        elif term.cause.value == "IDLE":
+            release[cluster].append(term.ray_node_id)
+    if len(keep) == len(reply.terminations):
+        return reply, {}
+    return replace(reply, terminations=tuple(keep)), dict(release)

@@ -282,6 +282,9 @@ class SimRay:
         self.changes += 1
         return DrainResult(True)
 
+    async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
+        return None  # the simulator has no virtual clusters
+
     async def stop_node(self, node_id_hex: str) -> bool:
         node = self.nodes.get(bytes.fromhex(node_id_hex))
         if node is None:
