@@ -183,3 +183,35 @@ class TestLabelSelectors:
         assert self._launch("not_in", ("tpu",)) == {"plain": 1}
         assert self._launch("exists") == {"tpu": 1}
         assert self._launch("does_not_exist") == {"plain": 1}
+
+
+def test_work_cap_defers_shapes_beyond_the_budget_and_says_so() -> None:
+    """A round packs at most max_work_units / nodes distinct shapes; the rest waits."""
+    from dataclasses import replace as _replace
+
+    from gcs.autoscaler.scheduler import schedule as _schedule
+    from gcs.autoscaler.scheduler.types import (
+        NodeInstance,
+        NodeTypeConfig,
+        Options,
+        ResourceDemand,
+        SchedulerConfig,
+        SchedulingInput,
+    )
+
+    config = SchedulerConfig(
+        node_types={"cpu4": NodeTypeConfig("cpu4", {"CPU": 4}, max_workers=100)},
+        options=Options(max_work_units=4),
+    )
+    nodes = tuple(
+        NodeInstance(f"n{i}", "cpu4", total={"CPU": 4}, available={"CPU": 0}, ray_node_id=f"{i}")
+        for i in range(2)
+    )
+    demands = tuple(ResourceDemand({"CPU": 1 + i / 10}, 1) for i in range(5))
+    reply = _schedule(SchedulingInput(config=config, instances=nodes, demands=demands))
+    assert sum(reply.launches.values()) >= 1
+    [deferred] = [d for d in reply.reasons if d.action == "deferred"]
+    assert "3 of 5 request shapes" in deferred.reason
+    uncapped = _replace(config, options=Options())
+    full = _schedule(SchedulingInput(config=uncapped, instances=nodes, demands=demands))
+    assert not [d for d in full.reasons if d.action == "deferred"]

@@ -530,9 +530,48 @@ class _Round:
         return out
 
 
+def _cap_work(inp: SchedulingInput) -> tuple[SchedulingInput, list[Decision]]:
+    """Apply :attr:`Options.max_work_units`: keep request shapes, then gangs (by bundles), in
+    input order while the budget lasts, and say what waits."""
+    o = inp.config.options
+    per_kind = max(1, o.max_work_units // max(1, len(inp.instances)))
+    deferred: list[Decision] = []
+    changes: dict[str, tuple] = {}  # type: ignore[type-arg]
+    if len(inp.demands) > per_kind:
+        changes["demands"] = inp.demands[:per_kind]
+        deferred.append(_deferred("demands", len(inp.demands), per_kind, "request shapes"))
+    bundles, keep = 0, 0
+    for gang in inp.gangs:
+        bundles += max(1, len(gang.bundles))
+        if bundles > per_kind and keep > 0:
+            break
+        keep += 1
+    if keep < len(inp.gangs):
+        changes["gangs"] = inp.gangs[:keep]
+        deferred.append(_deferred("gangs", len(inp.gangs), keep, "placement groups"))
+    if len(inp.constraints) > o.max_constraints:
+        changes["constraints"] = inp.constraints[: o.max_constraints]
+        deferred.append(
+            _deferred(
+                "constraints", len(inp.constraints), o.max_constraints, "resource constraints"
+            )
+        )
+    return (replace(inp, **changes) if changes else inp), deferred
+
+
+def _deferred(field: str, total: int, kept: int, what: str) -> Decision:
+    return Decision(
+        "deferred",
+        field,
+        f"{total - kept} of {total} {what} wait for a later round (work cap: {kept} this round)",
+    )
+
+
 def schedule(inp: SchedulingInput) -> SchedulingReply:
     """Decide launches, terminations and infeasibility for one round. Pure."""
+    inp, deferred = _cap_work(inp)
     r = _Round(inp)
+    r.reasons.extend(deferred)
     r.terminate_outdated()
     r.enforce_min_workers()
     r.enforce_max_per_type()
