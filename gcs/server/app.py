@@ -121,7 +121,7 @@ class GcsServer:
         store = await self._open_store()
         cfg = self.config
         kv = KvManager(store)
-        self.meta = await load_or_create(kv, session_name=cfg.session_name)
+        self.meta = await load_or_create(store, kv, session_name=cfg.session_name)
         clients = RayletClientPool()
         pubsub = GcsPubSub.create(
             self.clock,

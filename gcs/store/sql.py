@@ -19,8 +19,16 @@ Atomicity and conditions:
 Errors are translated at this boundary (never a SQLAlchemy / driver exception out):
 connection failures, timeouts and "database is locked" → :class:`StoreUnavailable`; schema
 trouble → :class:`StoreCorrupt`; anything else from the database → :class:`StoreError`.
-A failure while committing is ambiguous (the commit may have landed); the caller sees
-``StoreUnavailable`` and should re-read before retrying a compare-and-set.
+
+Definite answers (write ids): every batch inserts its ``write_id`` into ``gcs_writes`` in its
+own transaction.  A failure before COMMIT was sent cannot have landed → StoreUnavailable.  A
+failure *during* COMMIT (connection dropped, I/O error after fsync) is ambiguous: ``write``
+then asks :meth:`SqlStore.landed` a few times (bounded) and returns normally if the row is
+there, raises StoreUnavailable if not, StoreOutcomeUnknown if the database stays away.
+``landed`` fences: it inserts a ``landed = false`` row for an unknown id in a write
+transaction, so a commit still in flight (PostgreSQL: it waits on the primary key) either
+came first (answer True) or can no longer succeed (answer False, final).  Rows older than
+``SqlOptions.write_id_retention_s`` are pruned now and then inside a write transaction.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ import asyncio
 import contextlib
 import hashlib
 import pathlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -41,8 +50,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from gcs.store import migrate
 from gcs.store.base import Condition, Store, WriteBatch
-from gcs.store.errors import StoreConflict, StoreCorrupt, StoreError, StoreUnavailable
-from gcs.store.sql_schema import COUNTERS, KV
+from gcs.store.errors import (
+    StoreConflict,
+    StoreCorrupt,
+    StoreError,
+    StoreOutcomeUnknown,
+    StoreUnavailable,
+)
+from gcs.store.sql_schema import COUNTERS, KV, WRITES
 from gcs.store.sql_url import normalize_sql_url
 
 __all__ = ["SqlOptions", "SqlStore"]
@@ -67,6 +82,14 @@ class SqlOptions:
     """SQLite: wait this long for another process's write lock → StoreUnavailable."""
     pool_size: int = 5
     """Connections kept open (PostgreSQL)."""
+    write_id_retention_s: float = 900.0
+    """How long ``landed()`` can answer for a write id (rows pruned after this)."""
+    prune_every: int = 512
+    """Prune expired write ids in every n-th write transaction."""
+    resolve_attempts: int = 3
+    """After an ambiguous commit, ask ``landed()`` this many times before giving up."""
+    resolve_backoff_s: float = 0.2
+    """Wait between those attempts (doubling)."""
 
     default: ClassVar[SqlOptions]
 
@@ -94,6 +117,7 @@ class SqlStore(Store):
         self._engine: AsyncEngine | None = None
         # SQLite allows one writer; queue ours on the loop rather than in busy_timeout.
         self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
+        self._writes_since_prune = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -194,11 +218,69 @@ class SqlStore(Store):
     async def write(self, batch: WriteBatch) -> None:
         if not batch and not batch.conditions:
             return
+        try:
+            async with self._write(commit=self._commit) as conn:
+                if self._dialect == "postgresql":
+                    await self._lock_keys(conn, batch)
+                await self._check_conditions(conn, batch.conditions)
+                await self._apply(conn, batch)
+                await self._record_write(conn, batch.write_id)
+        except _AmbiguousCommit as ambiguous:
+            await self._resolve(batch.write_id, ambiguous.__cause__)
+
+    async def landed(self, write_id: bytes) -> bool:
+        fence = (
+            _insert_for(self._dialect)(WRITES)
+            .values(namespace=self.namespace, write_id=write_id, at_ms=_now_ms(), landed=False)
+            .on_conflict_do_nothing(index_elements=[WRITES.c.namespace, WRITES.c.write_id])
+        )
         async with self._write() as conn:
-            if self._dialect == "postgresql":
-                await self._lock_keys(conn, batch)
-            await self._check_conditions(conn, batch.conditions)
-            await self._apply(conn, batch)
+            await conn.execute(fence)
+            row = await conn.execute(
+                select(WRITES.c.landed).where(
+                    WRITES.c.namespace == self.namespace, WRITES.c.write_id == write_id
+                )
+            )
+            return bool(row.scalar_one())
+
+    async def _resolve(self, write_id: bytes, cause: BaseException | None) -> None:
+        """After an ambiguous commit: return if it landed, else raise (bounded time)."""
+        delay = self._options.resolve_backoff_s
+        for attempt in range(self._options.resolve_attempts):
+            if attempt:
+                await asyncio.sleep(delay)
+                delay *= 2
+            try:
+                landed = await self.landed(write_id)
+            except StoreUnavailable:
+                continue
+            if landed:
+                return
+            raise StoreUnavailable(
+                f"{self._safe_url}: write failed while committing and did not land: {cause}"
+            ) from cause
+        raise StoreOutcomeUnknown(
+            write_id, f"{self._safe_url}: write failed while committing: {cause}"
+        ) from cause
+
+    async def _commit(self, conn: AsyncConnection) -> None:
+        """COMMIT the write transaction; a failure here is ambiguous."""
+        await conn.commit()
+
+    async def _record_write(self, conn: AsyncConnection, write_id: bytes) -> None:
+        now = _now_ms()
+        await conn.execute(
+            WRITES.insert().values(
+                namespace=self.namespace, write_id=write_id, at_ms=now, landed=True
+            )
+        )
+        self._writes_since_prune += 1
+        if self._writes_since_prune >= self._options.prune_every:
+            self._writes_since_prune = 0
+            cutoff = now - int(self._options.write_id_retention_s * 1000)
+            await conn.execute(
+                delete(WRITES).where(WRITES.c.namespace == self.namespace, WRITES.c.at_ms < cutoff)
+            )
 
     async def increment(self, counter: str, by: int = 1) -> int:
         if by < 1:
@@ -235,7 +317,7 @@ class SqlStore(Store):
             for table, keys in keys_by_table.items()
         }
         for cond in conditions:
-            if current[cond.table].get(cond.key) != cond.expected:
+            if not cond.holds(current[cond.table].get(cond.key)):
                 raise StoreConflict(cond.table, cond.key)
 
     async def _apply(self, conn: AsyncConnection, batch: WriteBatch) -> None:
@@ -300,15 +382,34 @@ class SqlStore(Store):
             yield conn
 
     @contextlib.asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
+    async def _write(
+        self, commit: Callable[[AsyncConnection], Awaitable[None]] | None = None
+    ) -> AsyncIterator[AsyncConnection]:
+        """A write transaction.  With ``commit``, a failure inside it raises
+        :class:`_AmbiguousCommit` (chained to the StoreError) instead of StoreUnavailable."""
         engine = self._require_engine()
         lock = self._write_lock if self._write_lock is not None else contextlib.nullcontext()
-        async with (
-            self._translate("write"),
-            lock,
-            self._transaction(engine, write=True) as conn,
-        ):
-            yield conn
+        async with self._translate("write"), lock:
+            if commit is None:
+                async with self._transaction(engine, write=True) as conn:
+                    yield conn
+                return
+            async with engine.connect() as conn:
+                await conn.execution_options(**{_WRITE_OPTION: True})
+                await conn.begin()
+                try:
+                    yield conn
+                except BaseException:
+                    with contextlib.suppress(exc.SQLAlchemyError, OSError):
+                        await conn.rollback()
+                    raise
+                try:
+                    async with self._translate("commit"):
+                        await commit(conn)
+                except StoreError as err:
+                    with contextlib.suppress(exc.SQLAlchemyError, OSError):
+                        await conn.invalidate()
+                    raise _AmbiguousCommit() from err
 
     @staticmethod
     @contextlib.asynccontextmanager
@@ -337,6 +438,14 @@ class SqlStore(Store):
             raise StoreCorrupt(f"{self._safe_url}: {what}: schema problem: {err}") from err
         except exc.SQLAlchemyError as err:
             raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
+
+
+class _AmbiguousCommit(Exception):
+    """COMMIT failed: the transaction may or may not have landed (resolved by write())."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 # SQLSTATE classes meaning "the server is not able to serve now": connection exception,
