@@ -269,11 +269,15 @@ class SqlStore(Store):
 
     async def _record_write(self, conn: AsyncConnection, write_id: bytes) -> None:
         now = _now_ms()
-        await conn.execute(
-            WRITES.insert().values(
-                namespace=self.namespace, write_id=write_id, at_ms=now, landed=True
+        try:
+            await conn.execute(
+                WRITES.insert().values(
+                    namespace=self.namespace, write_id=write_id, at_ms=now, landed=True
+                )
             )
-        )
+        except exc.IntegrityError as err:
+            # landed() fenced this id (answered False): the batch must never commit now.
+            raise StoreUnavailable(f"{self._safe_url}: write {write_id.hex()} was fenced") from err
         self._writes_since_prune += 1
         if self._writes_since_prune >= self._options.prune_every:
             self._writes_since_prune = 0
