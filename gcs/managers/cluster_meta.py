@@ -41,7 +41,9 @@ async def _create_once(store: Store, key: bytes, fresh: bytes) -> tuple[bytes, b
     if existing is not None:
         return existing, False
     try:
-        await write_definite(store, WriteBatch().put(TABLE_META, key, fresh).expect(TABLE_META, key, None))
+        await write_definite(
+            store, WriteBatch().put(TABLE_META, key, fresh).expect(TABLE_META, key, None)
+        )
     except StoreConflict:
         stored = await store.get(TABLE_META, key)
         if stored is None:

@@ -81,13 +81,17 @@ class KvManager:
         full = encode_key(namespace, key)
         for _ in range(_MAX_ATTEMPTS):
             try:
-                await self._write(WriteBatch().put(TABLE_KV, full, value).expect(TABLE_KV, full, None))
+                await self._write(
+                    WriteBatch().put(TABLE_KV, full, value).expect(TABLE_KV, full, None)
+                )
                 return True
             except StoreConflict:
                 if not overwrite:
                     return False
             try:
-                await self._write(WriteBatch().put(TABLE_KV, full, value).expect_present(TABLE_KV, full))
+                await self._write(
+                    WriteBatch().put(TABLE_KV, full, value).expect_present(TABLE_KV, full)
+                )
                 return False
             except StoreConflict:
                 continue
@@ -98,7 +102,9 @@ class KvManager:
         if not by_prefix:
             full = encode_key(namespace, key)
             try:
-                await self._write(WriteBatch().delete(TABLE_KV, full).expect_present(TABLE_KV, full))
+                await self._write(
+                    WriteBatch().delete(TABLE_KV, full).expect_present(TABLE_KV, full)
+                )
             except StoreConflict:
                 return 0
             return 1

@@ -50,7 +50,7 @@ class Condition:
 
     table: str
     key: bytes
-    expected: bytes | None | _Present
+    expected: bytes | _Present | None
 
     def holds(self, current: bytes | None) -> bool:
         """Whether the condition is met when the key's value is ``current``."""

@@ -52,6 +52,7 @@ import contextlib
 import functools
 import hashlib
 import secrets
+import select
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -450,17 +451,10 @@ class RedisStore(Store):
         try:
             try:
                 # Connect and health-check first: a failure up to here sent nothing.  An
-                # idle pooled connection with bytes or EOF waiting is stale: replace it
-                # (two loop turns first: the selector reports an EOF that already arrived
-                # in one, the transport feeds it to the stream in the next).
+                # idle pooled connection whose socket is readable (EOF or stray bytes) is
+                # stale: replace it, so a Redis that went away is never "maybe sent".
                 await conn.connect()
-                await asyncio.sleep(0)
-                await asyncio.sleep(0)
-                try:
-                    stale = await conn.can_read()
-                except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError):
-                    stale = True
-                if stale:
+                if _socket_readable(conn):
                     await conn.disconnect()
                     await conn.connect()
                 await conn.check_health()
@@ -546,9 +540,25 @@ class RedisStore(Store):
             raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
 
 
+def _socket_readable(conn: Any) -> bool:
+    """Whether the connection's socket has an EOF or bytes waiting (one poll, no yield)."""
+    reader = getattr(conn, "_reader", None)
+    if reader is not None and (reader.at_eof() or getattr(reader, "_buffer", None)):
+        return True
+    writer = getattr(conn, "_writer", None)
+    sock = writer.get_extra_info("socket") if writer is not None else None
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
 @functools.cache
 def _sha1(script: str) -> str:
-    return hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 (Redis names scripts so)
+    return hashlib.sha1(script.encode()).hexdigest()  # Redis names scripts by SHA-1
 
 
 def _redact(url: str) -> str:

@@ -63,10 +63,10 @@ def new_key(old: bytes) -> bytes:
 def upgrade() -> None:
     conn = op.get_bind()
     moves = []
-    for namespace, key in conn.execute(
+    for namespace, raw_key in conn.execute(
         sa.select(_kv.c.namespace, _kv.c.key).where(_kv.c.table_name == _KV)
     ):
-        key = bytes(key)
+        key = bytes(raw_key)
         target = new_key(key)
         if target != key:
             moves.append({"ns": namespace, "old": key, "new": target})
