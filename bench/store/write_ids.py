@@ -5,8 +5,9 @@
 For SQLite and Redis, alternates rounds of the current write path ("ids") with the same
 store minus the write-id work ("base"): SQL without the ``gcs_writes`` insert, Redis through
 redis-py's ``Script`` call (the previous path: no sent/not-sent tracking, no stale check).
-Prints serial p50 and x8 batches/s of each and the ratio ids/base.  Noisy on a shared box:
-read the ratios, not the absolute figures.
+Prints process CPU per batch (the figure that survives a loaded machine: it counts the
+driver threads too), serial p50 and x8 batches/s of each, with ratios ids/base.  Latency
+and throughput are noisy on a shared box.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def _batch(seq: int) -> WriteBatch:
     return batch
 
 
-async def _round(write: Write, seconds: float) -> tuple[float, float]:
+async def _round(write: Write, seconds: float) -> tuple[float, float, float]:
+    cpu_started = time.process_time()
     latencies: list[float] = []
     seq = 0
     deadline = time.perf_counter() + seconds
@@ -67,20 +69,24 @@ async def _round(write: Write, seconds: float) -> tuple[float, float]:
 
     started = time.perf_counter()
     await asyncio.gather(*(writer(w) for w in range(8)))
-    return statistics.median(latencies), done / (time.perf_counter() - started)
+    rate = done / (time.perf_counter() - started)
+    cpu_per_batch = (time.process_time() - cpu_started) / (len(latencies) + done)
+    return statistics.median(latencies), rate, cpu_per_batch
 
 
 async def _ab(name: str, ids: Write, base: Write, args: argparse.Namespace) -> None:
-    figures: dict[str, list[tuple[float, float]]] = {"ids": [], "base": []}
+    figures: dict[str, list[tuple[float, float, float]]] = {"ids": [], "base": []}
     for _ in range(args.rounds):
         figures["base"].append(await _round(base, args.seconds))
         figures["ids"].append(await _round(ids, args.seconds))
     p50 = {k: statistics.median(f[0] for f in v) for k, v in figures.items()}
     rate = {k: statistics.median(f[1] for f in v) for k, v in figures.items()}
+    cpu = {k: statistics.median(f[2] for f in v) for k, v in figures.items()}
     print(
-        f"{name:7s} serial p50 base {p50['base'] * 1e3:7.3f} ms ids {p50['ids'] * 1e3:7.3f} ms "
-        f"(x{p50['ids'] / p50['base']:.2f}) | x8 base {rate['base']:7.0f}/s ids "
-        f"{rate['ids']:7.0f}/s (x{rate['ids'] / rate['base']:.2f})"
+        f"{name:7s} CPU/batch base {cpu['base'] * 1e6:6.0f} us ids {cpu['ids'] * 1e6:6.0f} us "
+        f"(x{cpu['ids'] / cpu['base']:.2f}) | serial p50 base {p50['base'] * 1e3:6.2f} ms "
+        f"ids {p50['ids'] * 1e3:6.2f} ms (x{p50['ids'] / p50['base']:.2f}) | x8 base "
+        f"{rate['base']:5.0f}/s ids {rate['ids']:5.0f}/s (x{rate['ids'] / rate['base']:.2f})"
     )
 
 

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import hashlib
 import pathlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -157,7 +158,11 @@ class SqlStore(Store):
             if database and database != ":memory:":
                 pathlib.Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
             engine = create_async_engine(
-                self._driver_url, connect_args={"timeout": opts.busy_timeout_s}
+                self._driver_url,
+                connect_args={"timeout": opts.busy_timeout_s},
+                # Every use ends its transaction; the reset hook below rolls back only a
+                # connection that did not (saves a driver-thread round trip per call).
+                pool_reset_on_return=None,
             )
             _install_sqlite_hooks(engine, busy_timeout_ms=int(opts.busy_timeout_s * 1000))
             return engine
@@ -438,6 +443,8 @@ class SqlStore(Store):
             raise kind(f"{self._safe_url}: {what} failed: {err}") from err
         except (exc.DisconnectionError, exc.TimeoutError, OSError, TimeoutError) as err:
             raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
+        except sqlite3.OperationalError as err:  # our one-trip BEGIN bypasses SQLAlchemy
+            raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
         except CommandError as err:
             raise StoreCorrupt(f"{self._safe_url}: {what}: schema problem: {err}") from err
         except exc.SQLAlchemyError as err:
@@ -495,10 +502,27 @@ def _install_sqlite_hooks(engine: AsyncEngine, *, busy_timeout_ms: int) -> None:
         finally:
             cursor.close()
 
+    @event.listens_for(engine.sync_engine, "reset")
+    def _on_reset(dbapi_connection: Any, _record: Any, _state: Any) -> None:
+        driver = getattr(dbapi_connection, "_connection", None)
+        if driver is None or getattr(driver, "in_transaction", True):
+            dbapi_connection.rollback()
+
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         immediate = conn.get_execution_options().get(_WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        statement = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+        dbapi = conn.connection.dbapi_connection
+        if hasattr(dbapi, "run_async"):
+            # One trip to aiosqlite's thread instead of three (cursor, execute, close).
+            dbapi.run_async(lambda driver: _run_statement(driver, statement))
+        else:
+            conn.exec_driver_sql(statement)
+
+
+async def _run_statement(driver: Any, statement: str) -> None:
+    cursor = await driver.execute(statement)
+    await cursor.close()
 
 
 def _prefix_upper_bound(prefix: bytes) -> bytes | None:
