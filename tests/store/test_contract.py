@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -117,6 +118,18 @@ class TestBatches:
         """expect(None) on a missing key lets the batch through."""
         await store.write(WriteBatch().put("KV", b"k", b"v").expect("KV", b"k", None))
         assert await store.get("KV", b"k") == b"v"
+
+    async def test_condition_expecting_presence_accepts_any_value_and_rejects_absence(
+        self, store: Store
+    ) -> None:
+        """expect_present passes for any stored value (even b"") and fails on a missing key,
+        applying nothing then."""
+        await store.put("KV", b"k", b"")
+        await store.write(WriteBatch().delete("KV", b"k").expect_present("KV", b"k"))
+        assert await store.get("KV", b"k") is None
+        with pytest.raises(StoreConflict):
+            await store.write(WriteBatch().put("NODE", b"n", b"x").expect_present("KV", b"k"))
+        assert await store.get("NODE", b"n") is None
 
     async def test_condition_expecting_absence_fails_when_key_exists(self, store: Store) -> None:
         """expect(None) on an existing key raises StoreConflict and applies nothing."""
@@ -357,7 +370,12 @@ class TestOutages:
 
         tasks = [asyncio.create_task(writer(w)) for w in range(4)]
         await started.wait()
-        outage_backend.break_()
+        # SQLite: our busy writers would starve another process's lock request (SQLite's
+        # busy handler is not fair), so take the outage while they queue on the store's
+        # in-process write lock.
+        write_lock = getattr(store, "_write_lock", None) or contextlib.AsyncExitStack()
+        async with write_lock:
+            outage_backend.break_()
         try:
             failures = await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
         finally:
