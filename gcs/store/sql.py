@@ -21,7 +21,8 @@ connection failures, timeouts and "database is locked" → :class:`StoreUnavaila
 trouble → :class:`StoreCorrupt`; anything else from the database → :class:`StoreError`.
 
 Definite answers (write ids): every batch inserts its ``write_id`` into ``gcs_writes`` in its
-own transaction.  A failure before COMMIT was sent cannot have landed → StoreUnavailable.  A
+own transaction (PostgreSQL: in the statement that takes the key locks, so no extra round
+trip).  A failure before COMMIT was sent cannot have landed → StoreUnavailable.  A
 failure *during* COMMIT (connection dropped, I/O error after fsync) is ambiguous: ``write``
 then asks :meth:`SqlStore.landed` a few times (bounded) and returns normally if the row is
 there, raises StoreUnavailable if not, StoreOutcomeUnknown if the database stays away.
@@ -226,10 +227,12 @@ class SqlStore(Store):
         try:
             async with self._write(commit=self._commit) as conn:
                 if self._dialect == "postgresql":
-                    await self._lock_keys(conn, batch)
+                    await self._lock_keys_and_record(conn, batch)  # one round trip for both
                 await self._check_conditions(conn, batch.conditions)
                 await self._apply(conn, batch)
-                await self._record_write(conn, batch.write_id)
+                if self._dialect != "postgresql":
+                    await self._record_write(conn, batch.write_id)
+                await self._maybe_prune(conn)
         except _AmbiguousCommit as ambiguous:
             await self._resolve(batch.write_id, ambiguous.__cause__)
 
@@ -273,20 +276,24 @@ class SqlStore(Store):
         await conn.commit()
 
     async def _record_write(self, conn: AsyncConnection, write_id: bytes) -> None:
-        now = _now_ms()
         try:
             await conn.execute(
                 WRITES.insert().values(
-                    namespace=self.namespace, write_id=write_id, at_ms=now, landed=True
+                    namespace=self.namespace, write_id=write_id, at_ms=_now_ms(), landed=True
                 )
             )
         except exc.IntegrityError as err:
-            # landed() fenced this id (answered False): the batch must never commit now.
-            raise StoreUnavailable(f"{self._safe_url}: write {write_id.hex()} was fenced") from err
+            raise self._fenced(write_id) from err
+
+    def _fenced(self, write_id: bytes) -> StoreUnavailable:
+        # landed() fenced this id (answered False): the batch must never commit now.
+        return StoreUnavailable(f"{self._safe_url}: write {write_id.hex()} was fenced")
+
+    async def _maybe_prune(self, conn: AsyncConnection) -> None:
         self._writes_since_prune += 1
         if self._writes_since_prune >= self._options.prune_every:
             self._writes_since_prune = 0
-            cutoff = now - int(self._options.write_id_retention_s * 1000)
+            cutoff = _now_ms() - int(self._options.write_id_retention_s * 1000)
             await conn.execute(
                 delete(WRITES).where(WRITES.c.namespace == self.namespace, WRITES.c.at_ms < cutoff)
             )
@@ -304,16 +311,25 @@ class SqlStore(Store):
         async with self._write() as conn:
             return int((await conn.execute(upsert)).scalar_one())
 
-    async def _lock_keys(self, conn: AsyncConnection, batch: WriteBatch) -> None:
+    async def _lock_keys_and_record(self, conn: AsyncConnection, batch: WriteBatch) -> None:
+        """PostgreSQL: advisory-lock every touched key and insert the write-id row, in one
+        statement (a data-modifying CTE runs whether or not the query reads it)."""
         touched = [(c.table, c.key) for c in batch.conditions]
         touched += [(t, k) for t, k, _ in batch.puts]
         touched += list(batch.deletes)
         hashes = sorted({self._key_hash(t, k) for t, k in touched})
         # unnest() yields in array order, so locks are taken in sorted order (no deadlocks).
-        await conn.execute(
-            text("SELECT pg_advisory_xact_lock(h) FROM unnest(CAST(:hs AS BIGINT[])) AS t(h)"),
-            {"hs": hashes},
-        )
+        try:
+            await conn.execute(
+                text(
+                    "WITH w AS (INSERT INTO gcs_writes (namespace, write_id, at_ms, landed) "
+                    "VALUES (:ns, :wid, :at, true)) "
+                    "SELECT pg_advisory_xact_lock(h) FROM unnest(CAST(:hs AS BIGINT[])) AS t(h)"
+                ),
+                {"ns": self.namespace, "wid": batch.write_id, "at": _now_ms(), "hs": hashes},
+            )
+        except exc.IntegrityError as err:
+            raise self._fenced(batch.write_id) from err
 
     async def _check_conditions(
         self, conn: AsyncConnection, conditions: Sequence[Condition]
