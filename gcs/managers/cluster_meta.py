@@ -1,7 +1,10 @@
-"""Cluster identity: the cluster id and session name, created once and persisted in KV.
+"""Cluster identity: the cluster id and session name, created once and persisted.
 
-Ray keeps them at KV ``cluster``/``ray_cluster_id`` (28 raw bytes) and ``session``/
-``session_name``; ``cluster``/``CLUSTER_METADATA`` carries the Ray version clients check.
+The authoritative copies live in the store's META table (``META_CLUSTER_ID``,
+``META_SESSION_NAME``), which InternalKV cannot reach, so no client can change the identity
+of the cluster.  Ray's clients read them from KV (``cluster``/``ray_cluster_id``,
+``session``/``session_name``), so each start publishes copies there; ``cluster``/
+``CLUSTER_METADATA`` carries the Ray version clients check.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from dataclasses import dataclass
 import gcs
 from gcs.ids import CLUSTER_ID_SIZE
 from gcs.managers.kv import KvManager
-from gcs.store import StoreCorrupt
+from gcs.store import Store, StoreConflict, StoreCorrupt, WriteBatch
+from gcs.store.base import META_CLUSTER_ID, META_SESSION_NAME, TABLE_META
+from gcs.store.outcome import write_definite
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,21 +34,33 @@ class ClusterMeta:
         return self.cluster_id.hex()
 
 
-async def load_or_create(kv: KvManager, *, session_name: str = "") -> ClusterMeta:
-    existing = await kv.get(b"cluster", b"ray_cluster_id")
-    created = existing is None
-    if existing is not None and len(existing) != CLUSTER_ID_SIZE:
-        raise StoreCorrupt(f"stored cluster id has {len(existing)} bytes, expected 28")
-    cluster_id = existing or os.urandom(CLUSTER_ID_SIZE)
-    if created:
-        # put-if-absent: two servers racing on one namespace end up with one id.
-        await kv.put(b"cluster", b"ray_cluster_id", cluster_id, overwrite=False)
-        cluster_id = await kv.get(b"cluster", b"ray_cluster_id") or cluster_id
-    stored_session = await kv.get(b"session", b"session_name")
-    if stored_session is None:
-        name = session_name or time.strftime("session_%Y-%m-%d_%H-%M-%S_") + str(os.getpid())
-        await kv.put(b"session", b"session_name", name.encode(), overwrite=False)
-        stored_session = await kv.get(b"session", b"session_name") or name.encode()
+async def _create_once(store: Store, key: bytes, fresh: bytes) -> tuple[bytes, bool]:
+    """The stored value of META ``key``, writing ``fresh`` if absent (two servers racing on
+    one namespace end up with one value).  Returns (value, created)."""
+    existing = await store.get(TABLE_META, key)
+    if existing is not None:
+        return existing, False
+    try:
+        await write_definite(
+            store, WriteBatch().put(TABLE_META, key, fresh).expect(TABLE_META, key, None)
+        )
+    except StoreConflict:
+        stored = await store.get(TABLE_META, key)
+        if stored is None:
+            raise StoreCorrupt(f"META {key!r} vanished while being created") from None
+        return stored, False
+    return fresh, True
+
+
+async def load_or_create(store: Store, kv: KvManager, *, session_name: str = "") -> ClusterMeta:
+    cluster_id, created = await _create_once(store, META_CLUSTER_ID, os.urandom(CLUSTER_ID_SIZE))
+    if len(cluster_id) != CLUSTER_ID_SIZE:
+        raise StoreCorrupt(f"stored cluster id has {len(cluster_id)} bytes, expected 28")
+    name = session_name or time.strftime("session_%Y-%m-%d_%H-%M-%S_") + str(os.getpid())
+    stored_session, _ = await _create_once(store, META_SESSION_NAME, name.encode())
+    # Published copies for Ray's clients (rewritten each start: a client may have changed them).
+    await kv.put(b"cluster", b"ray_cluster_id", cluster_id, overwrite=True)
+    await kv.put(b"session", b"session_name", stored_session, overwrite=True)
     metadata = json.dumps({"ray_version": gcs.RAY_VERSION, "python_version": "3.11"}).encode()
     await kv.put(b"cluster", b"CLUSTER_METADATA", metadata, overwrite=False)
     await kv.put(b"__autoscaler", b"__autoscaler_v2_enabled", b"1", overwrite=True)

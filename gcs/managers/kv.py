@@ -1,26 +1,64 @@
-"""InternalKV (``ray.rpc.InternalKVGcsService``) over the KV table, Ray's key encoding.
+"""InternalKV (``ray.rpc.InternalKVGcsService``) over the KV table.
 
-Ray stores every namespace in one table; a non-empty namespace ``ns`` prefixes the key with
-``@namespace_<ns>:`` (gcs-server.md §6.2).  We read through to the store (Ray does not preload
-KV either) so memory stays flat however much the cluster writes.
+Stored key encoding (one table for every namespace, as Ray does)::
+
+    stored = b"@namespace_" + escape(namespace) + b":" + key
+    escape(ns) = ns with b"%" -> b"%25", then b":" -> b"%3A"
+
+``escape`` is injective and its output has no ``:``, so the part up to the first ``:`` after
+``@namespace_`` is a prefix-free code for the namespace: (namespace, key) -> stored is
+injective for every namespace *including the empty one* (``@namespace_:key``), and
+``stored`` starts with ``prefix(ns) + p`` exactly when the pair is (ns, key starting with p).
+So a prefix list and a prefix delete are the same range, and no client key can name another
+namespace's key.  For Ray's own namespaces (no ``%`` or ``:``) the bytes are Ray's
+(``@namespace_<ns>:<key>``); Ray stores empty-namespace keys raw, we cannot (they could alias).
+
+The KV table holds client keys only: the GCS's own records (cluster id, session name,
+counters, tables) live in other tables (``gcs.store.base.TABLE_META`` ...), out of reach.
+
+Concurrency: every mutation is a conditional write (compare-and-set on presence), so
+``added`` and ``deleted_num`` are exact under any interleaving, across processes too, and
+reads go straight to the store (memory stays flat however much the cluster writes).
 """
 
 from __future__ import annotations
 
-from gcs.store import Store, WriteBatch
+from gcs.store import Store, StoreConflict, WriteBatch
 from gcs.store.base import TABLE_KV
+from gcs.store.outcome import write_definite
 
 MAX_KEY_BYTES = 64 * 1024
+# A conditional write only loses to another writer's success, so these bound livelock only.
+_MAX_ATTEMPTS = 64
+
+NAMESPACE_MARK = b"@namespace_"
+
+
+def _escape(namespace: bytes) -> bytes:
+    return namespace.replace(b"%", b"%25").replace(b":", b"%3A")
+
+
+def _unescape(escaped: bytes) -> bytes:
+    return escaped.replace(b"%3A", b":").replace(b"%25", b"%")
+
+
+def namespace_prefix(namespace: bytes) -> bytes:
+    """Stored prefix of every key of ``namespace`` (none is a prefix of another's)."""
+    return NAMESPACE_MARK + _escape(namespace) + b":"
 
 
 def encode_key(namespace: bytes, key: bytes) -> bytes:
-    if namespace:
-        return b"@namespace_" + namespace + b":" + key
-    return key
+    return namespace_prefix(namespace) + key
 
 
-def _prefix(namespace: bytes) -> bytes:
-    return encode_key(namespace, b"")
+def decode_key(stored: bytes) -> tuple[bytes, bytes]:
+    """Inverse of :func:`encode_key`; ValueError for bytes it cannot have produced."""
+    if not stored.startswith(NAMESPACE_MARK):
+        raise ValueError(f"stored KV key {stored[:40]!r} lacks the namespace mark")
+    escaped, colon, key = stored[len(NAMESPACE_MARK) :].partition(b":")
+    if not colon:
+        raise ValueError(f"stored KV key {stored[:40]!r} has no namespace terminator")
+    return _unescape(escaped), key
 
 
 class KvManager:
@@ -36,36 +74,62 @@ class KvManager:
         return {encoded[k]: v for k, v in found.items()}
 
     async def put(self, namespace: bytes, key: bytes, value: bytes, *, overwrite: bool) -> bool:
-        """Returns ``added``: False when the key already existed (Ray semantics)."""
+        """Returns ``added``: False when the key already existed (Ray semantics).
+
+        Decided by the store atomically: create-if-absent, else (``overwrite``) replace-if-
+        present, retried while other writers flip the key between the two."""
         full = encode_key(namespace, key)
-        existing = await self._store.get(TABLE_KV, full)
-        if existing is not None and not overwrite:
-            return False
-        batch = WriteBatch().put(TABLE_KV, full, value)
-        await self._store.write(batch)
-        return existing is None
+        for _ in range(_MAX_ATTEMPTS):
+            try:
+                await self._write(
+                    WriteBatch().put(TABLE_KV, full, value).expect(TABLE_KV, full, None)
+                )
+                return True
+            except StoreConflict:
+                if not overwrite:
+                    return False
+            try:
+                await self._write(
+                    WriteBatch().put(TABLE_KV, full, value).expect_present(TABLE_KV, full)
+                )
+                return False
+            except StoreConflict:
+                continue
+        raise StoreConflict(TABLE_KV, full, "key keeps changing under concurrent writers")
 
     async def delete(self, namespace: bytes, key: bytes, *, by_prefix: bool) -> int:
-        full = encode_key(namespace, key)
-        if by_prefix:
-            keys = list(await self._store.scan_prefix(TABLE_KV, full))
-        else:
-            keys = [full] if await self._store.get(TABLE_KV, full) is not None else []
-        if not keys:
-            return 0
-        batch = WriteBatch()
-        for k in keys:
-            batch.delete(TABLE_KV, k)
-        await self._store.write(batch)
-        return len(keys)
+        """Number of keys this call removed (exact under concurrent deletes)."""
+        if not by_prefix:
+            full = encode_key(namespace, key)
+            try:
+                await self._write(
+                    WriteBatch().delete(TABLE_KV, full).expect_present(TABLE_KV, full)
+                )
+            except StoreConflict:
+                return 0
+            return 1
+        scope = encode_key(namespace, key)
+        for _ in range(_MAX_ATTEMPTS):
+            found = await self._store.scan_prefix(TABLE_KV, scope)
+            if not found:
+                return 0
+            batch = WriteBatch()
+            for stored in found:
+                batch.delete(TABLE_KV, stored).expect_present(TABLE_KV, stored)
+            try:
+                await self._write(batch)
+            except StoreConflict:
+                continue  # another caller removed one of them first: count again
+            return len(found)
+        raise StoreConflict(TABLE_KV, scope, "keys keep changing under concurrent deleters")
 
     async def exists(self, namespace: bytes, key: bytes) -> bool:
         return await self.get(namespace, key) is not None
 
     async def keys(self, namespace: bytes, prefix: bytes) -> list[bytes]:
-        strip = len(_prefix(namespace))
+        strip = len(namespace_prefix(namespace))
         found = await self._store.scan_prefix(TABLE_KV, encode_key(namespace, prefix))
-        if not namespace:
-            # Bare keys must not pick up other namespaces' encoded keys.
-            return sorted(k for k in found if not k.startswith(b"@namespace_"))
         return sorted(k[strip:] for k in found)
+
+    async def _write(self, batch: WriteBatch) -> None:
+        await write_definite(self._store, batch)

@@ -151,7 +151,7 @@ class GcsServer:
         store = await self._open_store()
         cfg = self.config
         kv = KvManager(store)
-        self.meta = await load_or_create(kv, session_name=cfg.session_name)
+        self.meta = await load_or_create(store, kv, session_name=cfg.session_name)
         load_poll = cfg.load_poll
         if security.tls is not None and load_poll.transport == "h2":
             load_poll = dataclasses.replace(load_poll, transport="grpc")  # h2 client: no TLS

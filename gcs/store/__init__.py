@@ -1,6 +1,6 @@
 """Storage: one async interface (:class:`Store`), backends chosen by URL."""
 
-from gcs.store.base import Condition, Store, WriteBatch
+from gcs.store.base import PRESENT, Condition, Store, WriteBatch
 from gcs.store.errors import (
     StoreConflict,
     StoreCorrupt,
@@ -9,8 +9,10 @@ from gcs.store.errors import (
     StoreUnavailable,
 )
 from gcs.store.factory import open_store, store_from_url
+from gcs.store.outcome import write_definite
 
 __all__ = [
+    "PRESENT",
     "Condition",
     "Store",
     "StoreConflict",
@@ -21,4 +23,5 @@ __all__ = [
     "WriteBatch",
     "open_store",
     "store_from_url",
+    "write_definite",
 ]

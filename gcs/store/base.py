@@ -12,11 +12,13 @@ go backwards (``INCR`` semantics).
 from __future__ import annotations
 
 import abc
+import enum
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
-__all__ = ["Condition", "Store", "WriteBatch"]
+__all__ = ["META_CLUSTER_ID", "META_SESSION_NAME", "PRESENT", "Condition", "Store", "WriteBatch"]
 
 # Table names used by the managers.  The Redis backend lays them out as Ray does
 # (``RAY<namespace>@<TABLE>`` hashes) so NODE/JOB/KV are readable with Ray's tooling.
@@ -27,14 +29,34 @@ TABLE_PLACEMENT_GROUP = "PLACEMENT_GROUP"
 TABLE_VIRTUAL_CLUSTER = "VIRTUAL_CLUSTER"
 TABLE_META = "GCS_META"
 
+# The GCS's own records in TABLE_META (never in TABLE_KV, which clients write through
+# InternalKV).  Clients still see published copies in KV where Ray's clients read them.
+META_CLUSTER_ID = b"cluster/ray_cluster_id"
+META_SESSION_NAME = b"cluster/session_name"
+
+
+class _Present(enum.Enum):
+    PRESENT = "present"
+
+
+PRESENT: Final = _Present.PRESENT
+"""``Condition.expected`` value meaning "the key exists, whatever its value"."""
+
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    """Require ``table[key]`` to equal ``expected`` (``None``: the key must be absent)."""
+    """Require ``table[key]`` to equal ``expected`` (``None``: the key must be absent;
+    :data:`PRESENT`: it must exist with any value)."""
 
     table: str
     key: bytes
-    expected: bytes | None
+    expected: bytes | _Present | None
+
+    def holds(self, current: bytes | None) -> bool:
+        """Whether the condition is met when the key's value is ``current``."""
+        if self.expected is PRESENT:
+            return current is not None
+        return current == self.expected
 
 
 @dataclass(slots=True)
@@ -60,6 +82,11 @@ class WriteBatch:
 
     def expect(self, table: str, key: bytes, expected: bytes | None) -> WriteBatch:
         self.conditions.append(Condition(table, key, expected))
+        return self
+
+    def expect_present(self, table: str, key: bytes) -> WriteBatch:
+        """Require the key to exist (any value): "delete and count it" without a read."""
+        self.conditions.append(Condition(table, key, PRESENT))
         return self
 
     def __bool__(self) -> bool:
@@ -102,7 +129,11 @@ class Store(abc.ABC):
 
     async def landed(self, write_id: bytes) -> bool:
         """Whether the batch ``write_id`` was applied.  Raises StoreUnavailable while the
-        backend cannot tell yet.  Backends that can fail ambiguously must override this."""
+        backend cannot tell yet.  Backends that can fail ambiguously must override this.
+
+        A False answer is final: the backend fences the id, so a copy of the batch still in
+        flight (a retried request sitting in a socket buffer) can no longer land.  Answers
+        are kept for a bounded time after the write (backend option, minutes)."""
         raise NotImplementedError(f"{type(self).__name__} cannot resolve write ids")
 
     @abc.abstractmethod

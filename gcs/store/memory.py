@@ -1,11 +1,18 @@
-"""In-process store: for tests and throwaway clusters (nothing survives the process)."""
+"""In-process store: for tests and throwaway clusters (nothing survives the process).
+
+There is no stored layout to migrate: every open starts empty, in the current layout.
+"""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 from gcs.store.base import Store, WriteBatch
 from gcs.store.errors import StoreConflict, StoreUnavailable
+
+# How many recent write ids ``landed`` can answer for (memory stays bounded).
+_LANDED_KEPT = 100_000
 
 
 class MemoryStore(Store):
@@ -18,6 +25,7 @@ class MemoryStore(Store):
         self.fail_writes = False
         self.writes = 0
         self._landed: set[bytes] = set()
+        self._landed_order: deque[bytes] = deque()
 
     async def open(self) -> None:
         return None
@@ -45,14 +53,20 @@ class MemoryStore(Store):
         if self.fail_writes:
             raise StoreUnavailable("memory store: simulated outage")
         for cond in batch.conditions:
-            if self._table(cond.table).get(cond.key) != cond.expected:
+            if not cond.holds(self._table(cond.table).get(cond.key)):
                 raise StoreConflict(cond.table, cond.key)
         for table, key, value in batch.puts:
             self._table(table)[key] = value
         for table, key in batch.deletes:
             self._table(table).pop(key, None)
         self.writes += 1
-        self._landed.add(batch.write_id)
+        self._remember(batch.write_id)
+
+    def _remember(self, write_id: bytes) -> None:
+        self._landed.add(write_id)
+        self._landed_order.append(write_id)
+        if len(self._landed_order) > _LANDED_KEPT:
+            self._landed.discard(self._landed_order.popleft())
 
     async def landed(self, write_id: bytes) -> bool:
         return write_id in self._landed

@@ -5,8 +5,13 @@ Layout (``namespace`` must not contain ``@``):
 * table ``T`` → one hash ``RAY<namespace>@T``; field = raw key bytes, value = raw bytes;
 * counter ``C`` → a plain string key ``RAY<namespace>@C`` incremented with ``INCRBY``
   (Ray's ``JobCounter`` lives at the same place);
-* ``RAY<namespace>@__gcs_op:<token>`` → short-lived markers that make retried writes
-  exactly-once (below).
+* ``RAY<namespace>@__gcs_op:<write id hex>`` → short-lived write-id markers (below);
+  ``RAY<namespace>@__gcs_inc:<token>`` → the same for counter increments.
+* the KV table's fields use the injective (namespace, key) encoding of
+  ``gcs/managers/kv.py`` (``@namespace_<escaped ns>:<key>``; Ray's bytes for Ray's own
+  namespaces).  ``open()`` migrates a hash written in the old layout (empty-namespace keys
+  stored raw) once, atomically, in one Lua script, and copies the cluster id and session name
+  into ``RAY<namespace>@GCS_META``; the field ``__kv_layout`` of that hash records it.
 
 Atomicity: a :class:`WriteBatch` is one Lua script (``EVALSHA``, reloaded with ``SCRIPT LOAD``
 after ``NOSCRIPT``) that checks every condition and only then applies every ``HSET``/``HDEL``;
@@ -20,18 +25,34 @@ deployments need exactly those two settings (``appendfsync everysec`` can lose t
 second; RDB snapshots alone lose everything since the last snapshot).  ``open()`` logs a
 warning when the server says otherwise.
 
-Outages: every socket operation has a timeout, so a dead Redis never hangs a call.  Connection
-errors and timeouts are retried a few times with backoff (redis-py ``Retry``); a batch or
-increment carries a random token whose marker the script writes in the same atomic step, so a
-retry of a call that did land is recognised and not applied twice (no spurious
-``StoreConflict``, no double increment).  When retries are exhausted the caller gets
-:class:`StoreUnavailable`; the pool reconnects by itself on the next call once Redis is back.
+Outages and definite answers: every socket operation has a timeout, so a dead Redis never
+hangs a call.  A batch's script sets the marker ``__gcs_op:<write_id>`` = ``1`` in the same
+atomic step, so a retry of a batch that did land is recognised and not applied twice (no
+spurious ``StoreConflict``).  ``write`` retries a few times with backoff and tracks whether
+any attempt may have reached Redis (the connection was up when the script was sent).  When
+retries are exhausted:
+
+* no attempt was sent (Redis refused connections throughout) → :class:`StoreUnavailable`;
+* else it resolves the outcome with :meth:`RedisStore.landed` (bounded): return normally if
+  it landed, StoreUnavailable if not, :class:`StoreOutcomeUnknown` if Redis stays silent
+  (paused, SIGSTOPped, partitioned).
+
+``landed`` is a fence: one script that answers from the marker, or, when there is none, sets
+it to ``0`` so a copy of the batch still sitting in a socket buffer finds it and does nothing.
+Markers of landed writes live ``op_marker_ttl_s``; fences live ``fence_ttl_s`` (longer: they
+must outlast any stalled copy).  Increments keep redis-py's own retry with a per-call token;
+one that may have landed is reported as StoreUnavailable, which only skips counter values
+(counters promise monotonicity, not density).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
+import hashlib
 import secrets
+import select
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -43,8 +64,22 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from gcs.store.base import Store, WriteBatch
-from gcs.store.errors import StoreConflict, StoreCorrupt, StoreError, StoreUnavailable
+from gcs.store.base import (
+    META_CLUSTER_ID,
+    META_SESSION_NAME,
+    PRESENT,
+    TABLE_KV,
+    TABLE_META,
+    Store,
+    WriteBatch,
+)
+from gcs.store.errors import (
+    StoreConflict,
+    StoreCorrupt,
+    StoreError,
+    StoreOutcomeUnknown,
+    StoreUnavailable,
+)
 
 __all__ = ["RedisOptions", "RedisStore"]
 
@@ -54,18 +89,26 @@ _HMGET_CHUNK = 1000
 _HSCAN_COUNT = 1000
 _UNAVAILABLE_REPLIES = ("READONLY", "MISCONF", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN")
 
-# KEYS[1] = op marker; KEYS[2..] = table hashes.  ARGV[1] = marker TTL (s), ARGV[2..4] =
-# number of conditions, puts, deletes; then per condition (hash index, field, present 0/1,
-# expected), per put (hash index, field, value), per delete (hash index, field).
-# Returns 0 when applied (now or by an earlier attempt), -i when condition i failed.
+# KEYS[1] = write-id marker; KEYS[2..] = table hashes.  ARGV[1] = marker TTL (s),
+# ARGV[2..4] = number of conditions, puts, deletes; then per condition (hash index, field,
+# kind 0 absent / 1 equal / 2 present, expected), per put (hash index, field, value), per
+# delete (hash index, field).  Returns 0 when applied (now or by an earlier attempt),
+# 1 when the write id was fenced by landed() (not applied), -i when condition i failed.
 _BATCH_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local done = redis.call('GET', KEYS[1])
+if done then
+  if done == '1' then return 0 end
+  return 1
+end
 local ncond, nput, ndel = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local i = 5
 for c = 1, ncond do
   local current = redis.call('HGET', KEYS[tonumber(ARGV[i])], ARGV[i + 1])
-  if ARGV[i + 2] == '0' then
+  local kind = ARGV[i + 2]
+  if kind == '0' then
     if current then return -c end
+  elseif kind == '2' then
+    if not current then return -c end
   elseif current ~= ARGV[i + 3] then
     return -c
   end
@@ -82,6 +125,67 @@ end
 redis.call('SET', KEYS[1], '1', 'EX', tonumber(ARGV[1]))
 return 0
 """
+
+# KEYS[1] = write-id marker; ARGV[1] = fence TTL (s).  1: the batch landed; 0: it did not
+# and now never will (the marker is set to '0', which the batch script refuses).
+_FENCE_SCRIPT = """
+local done = redis.call('GET', KEYS[1])
+if done then
+  if done == '1' then return 1 end
+  return 0
+end
+redis.call('SET', KEYS[1], '0', 'EX', tonumber(ARGV[1]))
+return 0
+"""
+
+# KEYS[1] = KV hash, KEYS[2] = META hash; ARGV[1] = layout version, ARGV[2..] = pairs of
+# (KV field, META field) to copy when the META field is absent.  Rewrites old-layout KV
+# fields (see gcs/managers/kv.py) once; returns the number of fields rewritten.
+_MIGRATE_SCRIPT = """
+if redis.call('HGET', KEYS[2], '__kv_layout') == ARGV[1] then return 0 end
+local all = redis.call('HGETALL', KEYS[1])
+local moves = {}
+for i = 1, #all, 2 do
+  local k = all[i]
+  local target = nil
+  local colon = nil
+  if string.sub(k, 1, 11) == '@namespace_' then colon = string.find(k, ':', 12, true) end
+  if colon and colon > 12 then
+    local ns = string.sub(k, 12, colon - 1)
+    if string.find(ns, '%', 1, true) then
+      target = '@namespace_' .. (string.gsub(ns, '%%', '%%25')) .. string.sub(k, colon)
+    end
+  else
+    target = '@namespace_:' .. k
+  end
+  if target then moves[#moves + 1] = {k, target, all[i + 1]} end
+end
+for _, m in ipairs(moves) do redis.call('HDEL', KEYS[1], m[1]) end
+for _, m in ipairs(moves) do redis.call('HSET', KEYS[1], m[2], m[3]) end
+for j = 2, #ARGV, 2 do
+  local value = redis.call('HGET', KEYS[1], ARGV[j])
+  if value and redis.call('HEXISTS', KEYS[2], ARGV[j + 1]) == 0 then
+    redis.call('HSET', KEYS[2], ARGV[j + 1], value)
+  end
+end
+redis.call('HSET', KEYS[2], '__kv_layout', ARGV[1])
+return #moves
+"""
+
+_KV_LAYOUT = "2"
+_IDENTITY_COPIES = (
+    (b"@namespace_cluster:ray_cluster_id", META_CLUSTER_ID),
+    (b"@namespace_session:session_name", META_SESSION_NAME),
+)
+
+
+class _NotSent(Exception):
+    """The attempt failed before the script could reach Redis."""
+
+
+class _MaybeSent(Exception):
+    """The attempt failed after the script may have reached Redis."""
+
 
 # KEYS[1] = counter, KEYS[2] = op marker; ARGV[1] = increment, ARGV[2] = marker TTL (s).
 _INCREMENT_SCRIPT = """
@@ -109,7 +213,9 @@ class RedisOptions:
     health_check_interval_s: float = 5.0
     """PING a pooled connection idle longer than this before reusing it."""
     op_marker_ttl_s: int = 300
-    """How long a write's retry marker lives (must exceed the longest retry sequence)."""
+    """How long a landed write's marker lives: ``landed()`` answers for that long."""
+    fence_ttl_s: int = 86_400
+    """How long a fence set by ``landed()`` lives (must outlast any stalled copy)."""
 
     default: ClassVar[RedisOptions]
 
@@ -135,7 +241,6 @@ class RedisStore(Store):
         self._options = options
         self._prefix = f"RAY{namespace}@".encode()
         self._client: Redis | None = None
-        self._batch_script: Any = None
         self._increment_script: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -162,10 +267,25 @@ class RedisStore(Store):
         except StoreError:
             await client.aclose()
             raise
-        self._client = client
-        self._batch_script = client.register_script(_BATCH_SCRIPT)
         self._increment_script = client.register_script(_INCREMENT_SCRIPT)
+        try:
+            async with self._translate("migrate", client):
+                await self._migrate_layout(client)
+        except StoreError:
+            await client.aclose()
+            raise
+        self._client = client
         await self._warn_if_not_durable(client)
+
+    async def _migrate_layout(self, client: Redis) -> None:
+        args: list[Any] = [_KV_LAYOUT]
+        for kv_field, meta_field in _IDENTITY_COPIES:
+            args += [kv_field, meta_field]
+        moved = await client.eval(
+            _MIGRATE_SCRIPT, 2, self._hash(TABLE_KV), self._hash(TABLE_META), *args
+        )  # type: ignore[misc]
+        if int(moved):
+            log.info("redis_kv_layout_migrated", url=self._safe_url, keys_rewritten=int(moved))
 
     async def close(self) -> None:
         client, self._client = self._client, None
@@ -256,23 +376,122 @@ class RedisStore(Store):
             len(batch.deletes),
         ]
         for cond in batch.conditions:
-            present = cond.expected is not None
-            args += [index(cond.table), cond.key, int(present), cond.expected or b""]
+            if cond.expected is None:
+                args += [index(cond.table), cond.key, 0, b""]
+            elif cond.expected is PRESENT:
+                args += [index(cond.table), cond.key, 2, b""]
+            else:
+                args += [index(cond.table), cond.key, 1, cond.expected]
         for table, key, value in batch.puts:
             args += [index(table), key, value]
         for table, key in batch.deletes:
             args += [index(table), key]
-        keys = [self._marker(), *hashes]
-        async with self._translate("write"):
-            result = int(await self._batch_script(keys=keys, args=args))
+        keys = [self._write_marker(batch.write_id), *hashes]
+        result = await self._run_definitely(_BATCH_SCRIPT, keys, args, batch.write_id)
+        if result == 1:
+            raise StoreUnavailable(f"{self._safe_url}: write {batch.write_id.hex()} was fenced")
         if result < 0:
             failed = batch.conditions[-result - 1]
             raise StoreConflict(failed.table, failed.key)
 
+    async def landed(self, write_id: bytes) -> bool:
+        keys = [self._write_marker(write_id)]
+        last: BaseException | None = None
+        for attempt in range(self._options.retries + 1):
+            await self._backoff(attempt)
+            try:
+                return bool(await self._run_once(_FENCE_SCRIPT, keys, [self._options.fence_ttl_s]))
+            except (_NotSent, _MaybeSent) as err:
+                last = err.__cause__
+        raise StoreUnavailable(f"{self._safe_url}: cannot tell whether write landed: {last}")
+
+    async def _run_definitely(
+        self, script: str, keys: list[bytes], args: list[Any], write_id: bytes
+    ) -> int:
+        """Run the batch script with retries; resolve an ambiguous end with the fence."""
+        maybe_sent = False
+        last: BaseException | None = None
+        for attempt in range(self._options.retries + 1):
+            await self._backoff(attempt)
+            try:
+                return int(await self._run_once(script, keys, args))
+            except _NotSent as err:
+                last = err.__cause__
+            except _MaybeSent as err:
+                maybe_sent, last = True, err.__cause__
+        if not maybe_sent:
+            raise StoreUnavailable(f"{self._safe_url}: write failed: {last}") from last
+        try:
+            landed = await self.landed(write_id)
+        except StoreUnavailable as err:
+            raise StoreOutcomeUnknown(
+                write_id, f"{self._safe_url}: write may have landed: {last}; {err}"
+            ) from last
+        if landed:
+            return 0
+        raise StoreUnavailable(f"{self._safe_url}: write failed and did not land: {last}") from last
+
+    async def _backoff(self, attempt: int) -> None:
+        if attempt:
+            opts = self._options
+            await asyncio.sleep(min(opts.backoff_cap_s, opts.backoff_base_s * 2 ** (attempt - 1)))
+
+    async def _run_once(self, script: str, keys: list[bytes], args: list[Any]) -> Any:
+        """One EVALSHA on one pooled connection, telling "never sent" from "maybe sent".
+
+        redis-py's own retry would hide which attempt reached Redis, so writes go here."""
+        client = self._client
+        if client is None:
+            raise _NotSent() from StoreUnavailable(f"{self._safe_url}: store is not open")
+        pool = client.connection_pool
+        try:
+            conn = await pool.get_connection()
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
+            raise _NotSent() from err
+        try:
+            try:
+                # Connect and health-check first: a failure up to here sent nothing.  An
+                # idle pooled connection whose socket is readable (EOF or stray bytes) is
+                # stale: replace it, so a Redis that went away is never "maybe sent".
+                await conn.connect()
+                if _socket_readable(conn):
+                    await conn.disconnect()
+                    await conn.connect()
+                await conn.check_health()
+            except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
+                with contextlib.suppress(Exception):
+                    await conn.disconnect()
+                raise _NotSent() from err
+            try:
+                await conn.send_command(
+                    "EVALSHA", _sha1(script), len(keys), *keys, *args, check_health=False
+                )
+                return await conn.read_response()
+            except redis_errors.NoScriptError:
+                await conn.send_command("EVAL", script, len(keys), *keys, *args, check_health=False)
+                return await conn.read_response()
+        except redis_errors.ResponseError as err:
+            message = str(err)
+            if message.startswith(_UNAVAILABLE_REPLIES):
+                raise _NotSent() from err  # refused before running: nothing applied
+            if message.startswith("WRONGTYPE"):
+                raise StoreCorrupt(f"{self._safe_url}: unexpected key type: {message}") from err
+            raise StoreError(f"{self._safe_url}: script failed: {message}") from err
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
+            with contextlib.suppress(Exception):
+                await conn.disconnect()
+            raise _MaybeSent() from err
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
+
     async def increment(self, counter: str, by: int = 1) -> int:
         if by < 1:
             raise ValueError("increment must be >= 1")
-        keys = [self._key(counter), self._marker()]
+        keys = [self._key(counter), self._increment_marker()]
         async with self._translate("increment"):
             return int(
                 await self._increment_script(keys=keys, args=[by, self._options.op_marker_ttl_s])
@@ -286,8 +505,11 @@ class RedisStore(Store):
     def _key(self, counter: str) -> bytes:
         return self._prefix + counter.encode()
 
-    def _marker(self) -> bytes:
-        return self._prefix + b"__gcs_op:" + secrets.token_hex(16).encode()
+    def _increment_marker(self) -> bytes:
+        return self._prefix + b"__gcs_inc:" + secrets.token_hex(16).encode()
+
+    def _write_marker(self, write_id: bytes) -> bytes:
+        return self._prefix + b"__gcs_op:" + write_id.hex().encode()
 
     @contextlib.asynccontextmanager
     async def _translate(self, what: str, client: Redis | None = None) -> AsyncIterator[Redis]:
@@ -316,6 +538,27 @@ class RedisStore(Store):
             raise StoreError(f"{self._safe_url}: {what} failed: {message}") from err
         except redis_errors.RedisError as err:
             raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
+
+
+def _socket_readable(conn: Any) -> bool:
+    """Whether the connection's socket has an EOF or bytes waiting (one poll, no yield)."""
+    reader = getattr(conn, "_reader", None)
+    if reader is not None and (reader.at_eof() or getattr(reader, "_buffer", None)):
+        return True
+    writer = getattr(conn, "_writer", None)
+    sock = writer.get_extra_info("socket") if writer is not None else None
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+@functools.cache
+def _sha1(script: str) -> str:
+    return hashlib.sha1(script.encode()).hexdigest()  # Redis names scripts by SHA-1
 
 
 def _redact(url: str) -> str:

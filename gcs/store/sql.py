@@ -19,8 +19,17 @@ Atomicity and conditions:
 Errors are translated at this boundary (never a SQLAlchemy / driver exception out):
 connection failures, timeouts and "database is locked" → :class:`StoreUnavailable`; schema
 trouble → :class:`StoreCorrupt`; anything else from the database → :class:`StoreError`.
-A failure while committing is ambiguous (the commit may have landed); the caller sees
-``StoreUnavailable`` and should re-read before retrying a compare-and-set.
+
+Definite answers (write ids): every batch inserts its ``write_id`` into ``gcs_writes`` in its
+own transaction (PostgreSQL: in the statement that takes the key locks, so no extra round
+trip).  A failure before COMMIT was sent cannot have landed → StoreUnavailable.  A
+failure *during* COMMIT (connection dropped, I/O error after fsync) is ambiguous: ``write``
+then asks :meth:`SqlStore.landed` a few times (bounded) and returns normally if the row is
+there, raises StoreUnavailable if not, StoreOutcomeUnknown if the database stays away.
+``landed`` fences: it inserts a ``landed = false`` row for an unknown id in a write
+transaction, so a commit still in flight (PostgreSQL: it waits on the primary key) either
+came first (answer True) or can no longer succeed (answer False, final).  Rows older than
+``SqlOptions.write_id_retention_s`` are pruned now and then inside a write transaction.
 """
 
 from __future__ import annotations
@@ -29,7 +38,9 @@ import asyncio
 import contextlib
 import hashlib
 import pathlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -41,8 +52,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from gcs.store import migrate
 from gcs.store.base import Condition, Store, WriteBatch
-from gcs.store.errors import StoreConflict, StoreCorrupt, StoreError, StoreUnavailable
-from gcs.store.sql_schema import COUNTERS, KV
+from gcs.store.errors import (
+    StoreConflict,
+    StoreCorrupt,
+    StoreError,
+    StoreOutcomeUnknown,
+    StoreUnavailable,
+)
+from gcs.store.sql_schema import COUNTERS, KV, WRITES
 from gcs.store.sql_url import normalize_sql_url
 
 __all__ = ["SqlOptions", "SqlStore"]
@@ -67,6 +84,14 @@ class SqlOptions:
     """SQLite: wait this long for another process's write lock → StoreUnavailable."""
     pool_size: int = 5
     """Connections kept open (PostgreSQL)."""
+    write_id_retention_s: float = 900.0
+    """How long ``landed()`` can answer for a write id (rows pruned after this)."""
+    prune_every: int = 512
+    """Prune expired write ids in every n-th write transaction."""
+    resolve_attempts: int = 3
+    """After an ambiguous commit, ask ``landed()`` this many times before giving up."""
+    resolve_backoff_s: float = 0.2
+    """Wait between those attempts (doubling)."""
 
     default: ClassVar[SqlOptions]
 
@@ -94,6 +119,7 @@ class SqlStore(Store):
         self._engine: AsyncEngine | None = None
         # SQLite allows one writer; queue ours on the loop rather than in busy_timeout.
         self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
+        self._writes_since_prune = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -133,7 +159,11 @@ class SqlStore(Store):
             if database and database != ":memory:":
                 pathlib.Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
             engine = create_async_engine(
-                self._driver_url, connect_args={"timeout": opts.busy_timeout_s}
+                self._driver_url,
+                connect_args={"timeout": opts.busy_timeout_s},
+                # Every use ends its transaction; the reset hook below rolls back only a
+                # connection that did not (saves a driver-thread round trip per call).
+                pool_reset_on_return=None,
             )
             _install_sqlite_hooks(engine, busy_timeout_ms=int(opts.busy_timeout_s * 1000))
             return engine
@@ -194,11 +224,79 @@ class SqlStore(Store):
     async def write(self, batch: WriteBatch) -> None:
         if not batch and not batch.conditions:
             return
+        try:
+            async with self._write(commit=self._commit) as conn:
+                if self._dialect == "postgresql":
+                    await self._lock_keys_and_record(conn, batch)  # one round trip for both
+                await self._check_conditions(conn, batch.conditions)
+                await self._apply(conn, batch)
+                if self._dialect != "postgresql":
+                    await self._record_write(conn, batch.write_id)
+                await self._maybe_prune(conn)
+        except _AmbiguousCommit as ambiguous:
+            await self._resolve(batch.write_id, ambiguous.__cause__)
+
+    async def landed(self, write_id: bytes) -> bool:
+        fence = (
+            _insert_for(self._dialect)(WRITES)
+            .values(namespace=self.namespace, write_id=write_id, at_ms=_now_ms(), landed=False)
+            .on_conflict_do_nothing(index_elements=[WRITES.c.namespace, WRITES.c.write_id])
+        )
         async with self._write() as conn:
-            if self._dialect == "postgresql":
-                await self._lock_keys(conn, batch)
-            await self._check_conditions(conn, batch.conditions)
-            await self._apply(conn, batch)
+            await conn.execute(fence)
+            row = await conn.execute(
+                select(WRITES.c.landed).where(
+                    WRITES.c.namespace == self.namespace, WRITES.c.write_id == write_id
+                )
+            )
+            return bool(row.scalar_one())
+
+    async def _resolve(self, write_id: bytes, cause: BaseException | None) -> None:
+        """After an ambiguous commit: return if it landed, else raise (bounded time)."""
+        delay = self._options.resolve_backoff_s
+        for attempt in range(self._options.resolve_attempts):
+            if attempt:
+                await asyncio.sleep(delay)
+                delay *= 2
+            try:
+                landed = await self.landed(write_id)
+            except StoreUnavailable:
+                continue
+            if landed:
+                return
+            raise StoreUnavailable(
+                f"{self._safe_url}: write failed while committing and did not land: {cause}"
+            ) from cause
+        raise StoreOutcomeUnknown(
+            write_id, f"{self._safe_url}: write failed while committing: {cause}"
+        ) from cause
+
+    async def _commit(self, conn: AsyncConnection) -> None:
+        """COMMIT the write transaction; a failure here is ambiguous."""
+        await conn.commit()
+
+    async def _record_write(self, conn: AsyncConnection, write_id: bytes) -> None:
+        try:
+            await conn.execute(
+                WRITES.insert().values(
+                    namespace=self.namespace, write_id=write_id, at_ms=_now_ms(), landed=True
+                )
+            )
+        except exc.IntegrityError as err:
+            raise self._fenced(write_id) from err
+
+    def _fenced(self, write_id: bytes) -> StoreUnavailable:
+        # landed() fenced this id (answered False): the batch must never commit now.
+        return StoreUnavailable(f"{self._safe_url}: write {write_id.hex()} was fenced")
+
+    async def _maybe_prune(self, conn: AsyncConnection) -> None:
+        self._writes_since_prune += 1
+        if self._writes_since_prune >= self._options.prune_every:
+            self._writes_since_prune = 0
+            cutoff = _now_ms() - int(self._options.write_id_retention_s * 1000)
+            await conn.execute(
+                delete(WRITES).where(WRITES.c.namespace == self.namespace, WRITES.c.at_ms < cutoff)
+            )
 
     async def increment(self, counter: str, by: int = 1) -> int:
         if by < 1:
@@ -213,16 +311,25 @@ class SqlStore(Store):
         async with self._write() as conn:
             return int((await conn.execute(upsert)).scalar_one())
 
-    async def _lock_keys(self, conn: AsyncConnection, batch: WriteBatch) -> None:
+    async def _lock_keys_and_record(self, conn: AsyncConnection, batch: WriteBatch) -> None:
+        """PostgreSQL: advisory-lock every touched key and insert the write-id row, in one
+        statement (a data-modifying CTE runs whether or not the query reads it)."""
         touched = [(c.table, c.key) for c in batch.conditions]
         touched += [(t, k) for t, k, _ in batch.puts]
         touched += list(batch.deletes)
         hashes = sorted({self._key_hash(t, k) for t, k in touched})
         # unnest() yields in array order, so locks are taken in sorted order (no deadlocks).
-        await conn.execute(
-            text("SELECT pg_advisory_xact_lock(h) FROM unnest(CAST(:hs AS BIGINT[])) AS t(h)"),
-            {"hs": hashes},
-        )
+        try:
+            await conn.execute(
+                text(
+                    "WITH w AS (INSERT INTO gcs_writes (namespace, write_id, at_ms, landed) "
+                    "VALUES (:ns, :wid, :at, true)) "
+                    "SELECT pg_advisory_xact_lock(h) FROM unnest(CAST(:hs AS BIGINT[])) AS t(h)"
+                ),
+                {"ns": self.namespace, "wid": batch.write_id, "at": _now_ms(), "hs": hashes},
+            )
+        except exc.IntegrityError as err:
+            raise self._fenced(batch.write_id) from err
 
     async def _check_conditions(
         self, conn: AsyncConnection, conditions: Sequence[Condition]
@@ -235,7 +342,7 @@ class SqlStore(Store):
             for table, keys in keys_by_table.items()
         }
         for cond in conditions:
-            if current[cond.table].get(cond.key) != cond.expected:
+            if not cond.holds(current[cond.table].get(cond.key)):
                 raise StoreConflict(cond.table, cond.key)
 
     async def _apply(self, conn: AsyncConnection, batch: WriteBatch) -> None:
@@ -300,15 +407,34 @@ class SqlStore(Store):
             yield conn
 
     @contextlib.asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
+    async def _write(
+        self, commit: Callable[[AsyncConnection], Awaitable[None]] | None = None
+    ) -> AsyncIterator[AsyncConnection]:
+        """A write transaction.  With ``commit``, a failure inside it raises
+        :class:`_AmbiguousCommit` (chained to the StoreError) instead of StoreUnavailable."""
         engine = self._require_engine()
         lock = self._write_lock if self._write_lock is not None else contextlib.nullcontext()
-        async with (
-            self._translate("write"),
-            lock,
-            self._transaction(engine, write=True) as conn,
-        ):
-            yield conn
+        async with self._translate("write"), lock:
+            if commit is None:
+                async with self._transaction(engine, write=True) as conn:
+                    yield conn
+                return
+            async with engine.connect() as conn:
+                await conn.execution_options(**{_WRITE_OPTION: True})
+                await conn.begin()
+                try:
+                    yield conn
+                except BaseException:
+                    with contextlib.suppress(exc.SQLAlchemyError, OSError):
+                        await conn.rollback()
+                    raise
+                try:
+                    async with self._translate("commit"):
+                        await commit(conn)
+                except StoreError as err:
+                    with contextlib.suppress(exc.SQLAlchemyError, OSError):
+                        await conn.invalidate()
+                    raise _AmbiguousCommit() from err
 
     @staticmethod
     @contextlib.asynccontextmanager
@@ -333,10 +459,20 @@ class SqlStore(Store):
             raise kind(f"{self._safe_url}: {what} failed: {err}") from err
         except (exc.DisconnectionError, exc.TimeoutError, OSError, TimeoutError) as err:
             raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
+        except sqlite3.OperationalError as err:  # our one-trip BEGIN bypasses SQLAlchemy
+            raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
         except CommandError as err:
             raise StoreCorrupt(f"{self._safe_url}: {what}: schema problem: {err}") from err
         except exc.SQLAlchemyError as err:
             raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
+
+
+class _AmbiguousCommit(Exception):
+    """COMMIT failed: the transaction may or may not have landed (resolved by write())."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 # SQLSTATE classes meaning "the server is not able to serve now": connection exception,
@@ -382,10 +518,27 @@ def _install_sqlite_hooks(engine: AsyncEngine, *, busy_timeout_ms: int) -> None:
         finally:
             cursor.close()
 
+    @event.listens_for(engine.sync_engine, "reset")
+    def _on_reset(dbapi_connection: Any, _record: Any, _state: Any) -> None:
+        driver = getattr(dbapi_connection, "_connection", None)
+        if driver is None or getattr(driver, "in_transaction", True):
+            dbapi_connection.rollback()
+
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         immediate = conn.get_execution_options().get(_WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        statement = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+        dbapi = conn.connection.dbapi_connection
+        if hasattr(dbapi, "run_async"):
+            # One trip to aiosqlite's thread instead of three (cursor, execute, close).
+            dbapi.run_async(lambda driver: _run_statement(driver, statement))
+        else:
+            conn.exec_driver_sql(statement)
+
+
+async def _run_statement(driver: Any, statement: str) -> None:
+    cursor = await driver.execute(statement)
+    await cursor.close()
 
 
 def _prefix_upper_bound(prefix: bytes) -> bytes | None:

@@ -6,9 +6,9 @@ database; this module mirrors the latest revision and must be changed together w
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table
+from sqlalchemy import BigInteger, Boolean, Column, Index, LargeBinary, MetaData, String, Table
 
-__all__ = ["COUNTERS", "KV", "METADATA", "VERSION_TABLE"]
+__all__ = ["COUNTERS", "KV", "METADATA", "VERSION_TABLE", "WRITES"]
 
 #: Alembic's bookkeeping table, named so it cannot clash with an application's own Alembic.
 VERSION_TABLE = "gcs_alembic_version"
@@ -32,4 +32,17 @@ COUNTERS = Table(
     Column("namespace", String(255), primary_key=True),
     Column("name", String(255), primary_key=True),
     Column("value", BigInteger, nullable=False),
+)
+
+#: Recent write ids (revision 0002): one row per committed batch, written in the batch's own
+#: transaction (``landed`` true), or a fence written by ``landed()`` (``landed`` false) so the
+#: batch can never commit afterwards.  Rows older than the retention are pruned.
+WRITES = Table(
+    "gcs_writes",
+    METADATA,
+    Column("namespace", String(255), primary_key=True),
+    Column("write_id", LargeBinary(16), primary_key=True),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("landed", Boolean, nullable=False),
+    Index("ix_gcs_writes_at_ms", "at_ms"),
 )

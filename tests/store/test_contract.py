@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
-from gcs.store import StoreConflict, StoreUnavailable, WriteBatch
+from gcs.store import StoreConflict, StoreOutcomeUnknown, StoreUnavailable, WriteBatch
 from gcs.store.base import Store
 from tests.store.conftest import Backend
 
@@ -117,6 +118,18 @@ class TestBatches:
         """expect(None) on a missing key lets the batch through."""
         await store.write(WriteBatch().put("KV", b"k", b"v").expect("KV", b"k", None))
         assert await store.get("KV", b"k") == b"v"
+
+    async def test_condition_expecting_presence_accepts_any_value_and_rejects_absence(
+        self, store: Store
+    ) -> None:
+        """expect_present passes for any stored value (even b"") and fails on a missing key,
+        applying nothing then."""
+        await store.put("KV", b"k", b"")
+        await store.write(WriteBatch().delete("KV", b"k").expect_present("KV", b"k"))
+        assert await store.get("KV", b"k") is None
+        with pytest.raises(StoreConflict):
+            await store.write(WriteBatch().put("NODE", b"n", b"x").expect_present("KV", b"k"))
+        assert await store.get("NODE", b"n") is None
 
     async def test_condition_expecting_absence_fails_when_key_exists(self, store: Store) -> None:
         """expect(None) on an existing key raises StoreConflict and applies nothing."""
@@ -331,22 +344,25 @@ class TestOutages:
         store = await outage_backend.open()
         await store.put("KV", b"k", b"v")
 
-    async def test_outage_under_concurrent_load_raises_only_store_unavailable(
+    async def test_outage_under_concurrent_load_gives_definite_or_resolvable_errors(
         self, outage_backend: Backend
     ) -> None:
-        """Writers busy when the backend goes away see StoreUnavailable (never a driver error,
-        never a hang); what they had acknowledged before is intact after recovery."""
+        """Writers busy when the backend goes away see StoreUnavailable (then nothing landed)
+        or StoreOutcomeUnknown (a write in flight), never a driver error or a hang; after
+        recovery landed() resolves every unknown one truthfully and every acknowledged write
+        is intact."""
         store = await outage_backend.open()
         acked: list[bytes] = []
         started = asyncio.Event()
 
-        async def writer(worker: int) -> BaseException | None:
+        async def writer(worker: int) -> tuple[BaseException, bytes, WriteBatch] | None:
             for i in range(10_000):
                 key = f"{worker}-{i}".encode()
+                batch = WriteBatch().put("KV", key, key)
                 try:
-                    await store.write(WriteBatch().put("KV", key, key))
+                    await store.write(batch)
                 except Exception as err:
-                    return err
+                    return err, key, batch
                 acked.append(key)
                 if len(acked) >= 20:
                     started.set()
@@ -354,11 +370,23 @@ class TestOutages:
 
         tasks = [asyncio.create_task(writer(w)) for w in range(4)]
         await started.wait()
-        outage_backend.break_()
+        # SQLite: our busy writers would starve another process's lock request (SQLite's
+        # busy handler is not fair), so take the outage while they queue on the store's
+        # in-process write lock.
+        write_lock = getattr(store, "_write_lock", None) or contextlib.AsyncExitStack()
+        async with write_lock:
+            outage_backend.break_()
         try:
-            errors = await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+            failures = await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
         finally:
             outage_backend.repair()
-        assert all(isinstance(err, StoreUnavailable) for err in errors), errors
         stored = await store.get_all("KV")
         assert all(stored.get(key) == key for key in acked)
+        for failure in failures:
+            assert failure is not None
+            err, key, batch = failure
+            assert isinstance(err, StoreUnavailable | StoreOutcomeUnknown), err
+            if isinstance(err, StoreUnavailable):
+                assert key not in stored, "StoreUnavailable said nothing was written"
+            else:
+                assert await store.landed(batch.write_id) == (key in stored)

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from gcs.store import StoreUnavailable, WriteBatch
+from gcs.store import StoreOutcomeUnknown, StoreUnavailable, WriteBatch
 from gcs.store.redis import RedisOptions, RedisStore
 from gcs.testing.servers import RedisServer, free_port
 
@@ -56,10 +56,8 @@ class TestRetrySafety:
     async def test_replayed_conditional_batch_is_not_a_conflict(
         self, redis_server: RedisServer
     ) -> None:
-        """Replaying a create-if-absent with the same op token reports success, once."""
+        """Replaying a create-if-absent with the same write id reports success, once."""
         async with RedisStore(redis_server.url, namespace=uuid.uuid4().hex) as store:
-            token = store._marker()
-            store._marker = lambda: token  # type: ignore[method-assign]
             batch = WriteBatch().put("KV", b"k", b"v").expect("KV", b"k", None)
             await store.write(batch)
             await store.write(batch)  # what redis-py's retry does after a lost reply
@@ -68,8 +66,8 @@ class TestRetrySafety:
     async def test_replayed_increment_counts_once(self, redis_server: RedisServer) -> None:
         """Replaying an increment with the same op token returns the same value."""
         async with RedisStore(redis_server.url, namespace=uuid.uuid4().hex) as store:
-            token = store._marker()
-            store._marker = lambda: token  # type: ignore[method-assign]
+            token = store._increment_marker()
+            store._increment_marker = lambda: token  # type: ignore[method-assign]
             assert await store.increment("c") == 1
             assert await store.increment("c") == 1
             assert await store.read_counter("c") == 1
@@ -95,12 +93,16 @@ class TestCrashDurability:
 
     async def test_acknowledged_writes_survive_sigkill(self) -> None:
         """Writers under load; Redis is SIGKILLed mid-stream; after restart every write that
-        returned is present and every acknowledged counter value is covered."""
+        returned is present, every acknowledged counter value is covered, a write refused as
+        StoreUnavailable is absent, and one left StoreOutcomeUnknown (killed after it may have
+        been fsynced) is resolved by landed() to what the store holds."""
         server = RedisServer(appendfsync="always").start()
         options = RedisOptions(socket_timeout_s=1.0, connect_timeout_s=0.5, retries=0)
         store = RedisStore(server.url, namespace="crash", options=options)
         await store.open()
         acked: list[bytes] = []
+        refused: list[bytes] = []
+        unknown: list[tuple[bytes, bytes]] = []
         top_counter = 0
         enough = asyncio.Event()
 
@@ -108,10 +110,19 @@ class TestCrashDurability:
             nonlocal top_counter
             for i in range(100_000):
                 key = f"{worker}-{i}".encode()
+                batch = WriteBatch().put("KV", key, key).put("NODE", key, b"n")
                 try:
-                    await store.write(WriteBatch().put("KV", key, key).put("NODE", key, b"n"))
+                    await store.write(batch)
+                except StoreUnavailable:
+                    refused.append(key)
+                    return
+                except StoreOutcomeUnknown:
+                    unknown.append((key, batch.write_id))
+                    return
+                try:
                     top_counter = max(top_counter, await store.increment("c"))
                 except StoreUnavailable:
+                    acked.append(key)
                     return
                 acked.append(key)
                 if len(acked) >= 300:
@@ -127,6 +138,9 @@ class TestCrashDurability:
             nodes = await store.get_all("NODE")
             assert all(kv.get(k) == k and k in nodes for k in acked)
             assert await store.read_counter("c") >= top_counter
+            assert not any(k in kv or k in nodes for k in refused)
+            for key, write_id in unknown:
+                assert await store.landed(write_id) == (key in kv) == (key in nodes)
         finally:
             await store.close()
             server.cleanup()
