@@ -8,36 +8,70 @@ import sys
 from typing import Any
 
 import click
+import structlog
 
-from gcs.config import ConfigError, load_config
+from gcs.cli_support import (
+    DEBUG_ENV,
+    DEBUG_KEY,
+    GcsGroup,
+    address_option,
+    dumps,
+    format_option,
+    resolve_address,
+)
+from gcs.cli_validation import METRICS_PORT, NON_NEGATIVE_INT, PORT_OR_ANY, FiniteFloat
+from gcs.config import DEFAULT_METRICS_PORT, ConfigError, load_config
+
+CLIENT_TIMEOUT_S = 30.0
+"""Deadline of one client call (an unreachable address fails at once, not after this)."""
+
+__all__ = ["main", "resolve_address"]
 
 
-def resolve_address(address: str | None) -> str:
-    """Explicit flag, else ``GCS_ADDRESS``, else ``RAY_ADDRESS`` (the SDK's one resolver)."""
-    from gcs.sdk import AddressNotFound
-    from gcs.sdk import resolve_address as sdk_resolve
-
-    try:
-        return sdk_resolve(address)
-    except AddressNotFound:
-        raise click.UsageError(
-            "no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS"
-        ) from None
+STORAGE_SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "redis", "rediss", "unix")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
-@click.group()
+@click.group(cls=GcsGroup)
 @click.version_option(package_name="gcs")
-def main() -> None:
-    """A Ray-wire-compatible control plane (GCS) with virtual clusters and an autoscaler."""
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar=DEBUG_ENV,
+    help="Show a traceback when a command fails (default: one line on stderr).",
+)
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """A Ray-wire-compatible control plane (GCS) with virtual clusters and an autoscaler.
+
+    Exit codes: 0 ok, 1 the operation failed (unreachable, refused, timed out), 2 bad input.
+    """
+    ctx.meta[DEBUG_KEY] = debug
+
+
+def _check_storage(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+    if not scheme.startswith(STORAGE_SCHEMES):
+        raise click.BadParameter(
+            f"{value!r}: unsupported scheme; use memory://, sqlite:///PATH, "
+            "postgresql+asyncpg://USER@HOST/DB or redis://HOST:PORT/DB"
+        )
+    return value
 
 
 @main.command()
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="gRPC port (default 6379, Ray's).")
+@click.option(
+    "--port", type=PORT_OR_ANY, default=None, help="gRPC port (default 6379, Ray's; 0 = any)."
+)
 @click.option(
     "--storage",
     default=None,
-    help="memory://, sqlite:///PATH, postgresql+asyncpg://..., redis://HOST:PORT/DB. "
+    callback=_check_storage,
+    help="memory://, sqlite:///relative/path or sqlite:////absolute/path, "
+    "postgresql+asyncpg://USER@HOST/DB, redis://HOST:PORT/DB. "
     "Default: embedded SQLite under --data-dir.",
 )
 @click.option("--namespace", default=None, help="Key namespace per cluster in a shared store.")
@@ -47,17 +81,20 @@ def main() -> None:
     "config_file",
     type=click.Path(dir_okay=False),
     default=None,
-    help="YAML config file (flags and GCS_* env vars override it).",
+    help="YAML config file (flags and GCS_*/RAY_* env vars override it).",
 )
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
-@click.option("--log-level", default=None)
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default=None)
 @click.option(
-    "--metrics-port", type=int, default=None, help="Prometheus port (0 = any free port, -1 = off)."
+    "--metrics-port",
+    type=METRICS_PORT,
+    default=None,
+    help=f"Prometheus port (default {DEFAULT_METRICS_PORT}; 0 = any free port, -1 = off).",
 )
 @click.option(
     "--demo",
     "demo_nodes",
-    type=int,
+    type=NON_NEGATIVE_INT,
     default=0,
     help="Also start N local raylet agents with synthetic load (a demo cluster).",
 )
@@ -67,35 +104,49 @@ def serve(demo_nodes: int, config_file: str | None, **flags: Any) -> None:
     from gcs.server.logging import configure_logging
 
     try:
-        config = load_config(config_file=config_file, flags=flags)
+        config = load_config(
+            config_file=config_file,
+            flags=flags,
+            defaults={"metrics_port": DEFAULT_METRICS_PORT},
+        )
     except ConfigError as err:
-        raise click.BadParameter(str(err)) from err
+        raise click.UsageError(str(err)) from None
     configure_logging(config.log_format, config.log_level)
+    log = structlog.get_logger("gcs.cli")
 
     async def run() -> None:
         server = GcsServer(config)
-        await server.start()
+        try:
+            await server.start()
+        except BaseException:
+            await server.stop()
+            raise
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         demo = None
-        if demo_nodes:
-            from gcs.demo import DemoCluster
+        try:
+            if demo_nodes:
+                from gcs.demo import DemoCluster
 
-            demo = DemoCluster(server.address, nodes=demo_nodes)
-            await demo.start()
-        click.echo(
-            f"gcs serving on {server.address} (storage {server.store.url}); "
-            f"try: gcs status --address {server.address}",
-            err=True,
-        )
-        waiter = asyncio.create_task(server.wait())
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if demo is not None:
-            await demo.stop()
-        await server.stop()
+                demo = DemoCluster(server.address, nodes=demo_nodes)
+                await demo.start()
+            log.info(
+                "gcs.serving",
+                address=server.address,
+                storage=server.store.url,
+                metrics_port=server.metrics_port or None,
+                demo_nodes=demo_nodes,
+                hint=f"gcs status --address {server.address}",
+            )
+            waiter = asyncio.create_task(server.wait())
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if demo is not None:
+                await demo.stop()
+            await server.stop()
         if waiter.done() and waiter.exception() is not None:
             raise waiter.exception()  # type: ignore[misc]
 
@@ -103,28 +154,40 @@ def serve(demo_nodes: int, config_file: str | None, **flags: Any) -> None:
 
 
 @main.command()
-@click.option("--address", default=None, help="GCS address (else GCS_ADDRESS, RAY_ADDRESS).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def status(address: str | None, fmt: str) -> None:
+@address_option()
+@format_option()
+@click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
+@click.option("--interval", type=FiniteFloat(0.1), default=2.0, show_default=True)
+def status(address: str | None, fmt: str, watch: bool, interval: float) -> None:
     """Cluster status in the spirit of `ray status`."""
-    from google.protobuf import json_format
+    import time
 
-    from gcs.sdk import GcsSdkError, get_cluster_status
+    from gcs.json_output import message_to_dict
+    from gcs.sdk import get_cluster_status
     from gcs.status import render
 
-    try:
-        reply = get_cluster_status(address=resolve_address(address))
-    except GcsSdkError as err:
-        raise click.ClickException(str(err)) from None
-    if fmt == "json":
-        click.echo(json_format.MessageToJson(reply))
-    else:
-        click.echo(render(reply), nl=False)
+    resolved = resolve_address(address)
+    while True:
+        reply = get_cluster_status(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
+        if fmt == "json":
+            click.echo(dumps(message_to_dict(reply), indent=2))
+        else:
+            if watch:
+                click.clear()
+            click.echo(render(reply), nl=False)
+        if not watch:
+            return
+        time.sleep(interval)
 
 
 @main.command("request-resources")
-@click.option("--address", default=None, help="GCS address (else GCS_ADDRESS, RAY_ADDRESS).")
-@click.option("--num-cpus", type=int, default=None, help="Scale to fit this many CPUs.")
+@address_option()
+@click.option(
+    "--num-cpus",
+    type=NON_NEGATIVE_INT,
+    default=None,
+    help="Scale to fit this many CPUs (0 with no bundles clears the request).",
+)
 @click.option("--bundles", default=None, help='JSON list of resource dicts, e.g. [{"GPU": 1}].')
 @click.option(
     "--bundle-label-selectors",
@@ -138,30 +201,40 @@ def request_resources_cmd(
     bundle_label_selectors: str | None,
 ) -> None:
     """Ask the autoscaler to scale to fit these resources (replaces the previous request)."""
-    import json
-
-    from gcs.sdk import GcsSdkError, request_resources
+    from gcs.cli_validation import resource_dict, strict_json
+    from gcs.sdk import request_resources
 
     def parse(text: str | None, flag: str) -> Any:
         if text is None:
             return None
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise click.BadParameter(f"not valid JSON: {err}", param_hint=flag) from None
+            return strict_json(text)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint=flag) from None
 
+    parsed_bundles = parse(bundles, "--bundles")
+    if isinstance(parsed_bundles, list):
+        for i, bundle in enumerate(parsed_bundles):
+            try:
+                resource_dict(bundle)
+            except ValueError as err:
+                raise click.BadParameter(f"bundle {i}: {err}", param_hint="--bundles") from None
+    if num_cpus is None and parsed_bundles is None:
+        raise click.UsageError("give --num-cpus and/or --bundles (--num-cpus 0 clears)")
     try:
         request_resources(
             num_cpus=num_cpus,
-            bundles=parse(bundles, "--bundles"),
+            bundles=parsed_bundles,
             bundle_label_selectors=parse(bundle_label_selectors, "--bundle-label-selectors"),
             address=resolve_address(address),
+            timeout_s=CLIENT_TIMEOUT_S,
         )
     except (TypeError, ValueError) as err:
         raise click.UsageError(str(err)) from None
-    except GcsSdkError as err:
-        raise click.ClickException(str(err)) from None
-    click.echo("request_resources constraint set")
+    if not num_cpus and not parsed_bundles:
+        click.echo("request_resources constraint cleared")
+    else:
+        click.echo("request_resources constraint set")
 
 
 def _mount_subcommands() -> None:

@@ -51,7 +51,8 @@ class GcsConfig:
     """Key namespace per cluster in a shared backend (Ray: external_storage_namespace)."""
     data_dir: str = ".gcs-data"
     metrics_port: int = 0
-    """Prometheus HTTP port; 0 = pick a free one, -1 = disabled."""
+    """Prometheus HTTP port; 0 = pick a free one, -1 = disabled.  ``gcs serve`` defaults to
+    ``DEFAULT_METRICS_PORT`` (this dataclass default serves embedding and tests)."""
     log_format: str = "auto"
     """``json``, ``console`` or ``auto`` (console on a TTY)."""
     log_level: str = "info"
@@ -81,6 +82,11 @@ class GcsConfig:
         return f"sqlite+aiosqlite:///{path}"
 
 
+DEFAULT_METRICS_PORT = 9379
+"""Where ``gcs serve`` exports Prometheus metrics unless told otherwise."""
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
 # env var -> dotted field path.  Ray's names first where Ray has the knob.
 ENV_VARS: dict[str, str] = {
     "GCS_HOST": "host",
@@ -102,6 +108,31 @@ ENV_VARS: dict[str, str] = {
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
 }
+
+
+RAY_FILE_KEYS: dict[str, str] = {
+    var.removeprefix("RAY_"): path for var, path in ENV_VARS.items() if var.startswith("RAY_")
+}
+"""Ray's knob names accepted as top-level keys of a ``--config`` file too
+(``health_check_period_ms: 1000`` = ``health: {period_ms: 1000}``)."""
+
+_POSITIVE = (
+    "health.initial_delay_ms",
+    "health.period_ms",
+    "health.timeout_ms",
+    "health.failure_threshold",
+    "health.max_concurrent",
+    "load_poll.period_ms",
+    "load_poll.timeout_ms",
+    "load_poll.max_concurrent",
+    "raylet_rpc_timeout_ms",
+    "max_map_entries",
+    "grpc_max_message_bytes",
+    "node_instances_replenish_interval_ms",
+    "expired_job_clusters_gc_interval_ms",
+)
+"""Periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
+_NON_NEGATIVE = ("max_dead_nodes_cached", "gc_gen0_threshold")
 
 
 class ConfigError(ValueError):
@@ -161,9 +192,16 @@ def load_config(
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> GcsConfig:
-    """Merge default < file < environment < flags (flags given as dotted paths)."""
+    """Merge default < ``defaults`` < file < environment < flags (flags as dotted paths).
+
+    ``defaults`` lets a front end (``gcs serve``) choose defaults of its own, such as
+    a fixed metrics port, without changing the dataclass defaults embedders rely on.
+    """
     tree: dict[str, Any] = {}
+    for path, value in (defaults or {}).items():
+        _set_path(tree, path, value)
     if config_file:
         try:
             loaded = yaml.safe_load(pathlib.Path(config_file).read_text()) or {}
@@ -171,7 +209,7 @@ def load_config(
             raise ConfigError(f"config file {config_file}: {exc}") from exc
         if not isinstance(loaded, Mapping):
             raise ConfigError(f"config file {config_file}: top level must be a mapping")
-        tree = _merge(tree, loaded)
+        tree = _merge(tree, _ray_keys_to_paths(loaded))
     env = os.environ if env is None else env
     env_tree: dict[str, Any] = {}
     for var, path in ENV_VARS.items():
@@ -185,10 +223,55 @@ def load_config(
     tree = _merge(tree, flag_tree)
     where = f"config ({config_file})" if config_file else "config"
     config = _build(GcsConfig, tree, where)
-    if config.log_format not in {"json", "console", "auto"}:
-        raise ConfigError(f"{where}.log_format: must be json, console or auto")
-    if not 0 <= config.port <= 65535:
-        raise ConfigError(f"{where}.port: out of range: {config.port}")
-    if config.load_poll.transport not in {"grpc", "h2"}:
-        raise ConfigError(f"{where}.load_poll.transport: must be grpc or h2")
+    validate(config, where)
     return config
+
+
+def _ray_keys_to_paths(loaded: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in loaded.items():
+        if isinstance(key, str) and key in RAY_FILE_KEYS:
+            _set_path(out, RAY_FILE_KEYS[key], value)
+    rest = {k: v for k, v in loaded.items() if k not in RAY_FILE_KEYS}
+    return _merge(rest, out)
+
+
+def _get_path(config: Any, path: str) -> Any:
+    value = config
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _names(path: str) -> str:
+    """``health.period_ms`` -> ``health.period_ms (RAY_health_check_period_ms)``."""
+    env = [var for var, p in ENV_VARS.items() if p == path]
+    return f"{path} ({', '.join(env)})" if env else path
+
+
+def validate(config: GcsConfig, where: str = "config") -> None:
+    """Every knob in range; each error names the key (and its environment variable)."""
+    if config.log_format not in {"json", "console", "auto"}:
+        raise ConfigError(f"{where}.{_names('log_format')}: must be json, console or auto")
+    if config.log_level.lower() not in LOG_LEVELS:
+        raise ConfigError(
+            f"{where}.{_names('log_level')}: {config.log_level!r} is not one of "
+            + ", ".join(LOG_LEVELS)
+        )
+    if not 0 <= config.port <= 65535:
+        raise ConfigError(f"{where}.{_names('port')}: must be in 0..65535, got {config.port}")
+    if not -1 <= config.metrics_port <= 65535:
+        raise ConfigError(
+            f"{where}.{_names('metrics_port')}: must be -1 (off), 0 (any) or a port, "
+            f"got {config.metrics_port}"
+        )
+    if config.load_poll.transport not in {"grpc", "h2"}:
+        raise ConfigError(f"{where}.{_names('load_poll.transport')}: must be grpc or h2")
+    for path in _POSITIVE:
+        value = _get_path(config, path)
+        if value <= 0:
+            raise ConfigError(f"{where}.{_names(path)}: must be > 0, got {value}")
+    for path in _NON_NEGATIVE:
+        value = _get_path(config, path)
+        if value < 0:
+            raise ConfigError(f"{where}.{_names(path)}: must be >= 0, got {value}")

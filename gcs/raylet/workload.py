@@ -58,6 +58,8 @@ class SubmitResult:
     rejected: int = 0
     canceled: int = 0
     returned: int = 0
+    timed_out: int = 0
+    """Tasks still waiting (or running, attached) when ``timeout_s`` struck."""
 
 
 def plan(task: TaskSpec, count: int, nodes: Sequence[NodeTarget]) -> list[tuple[NodeTarget, bool]]:
@@ -137,6 +139,7 @@ async def submit(
         else:
             pending = [asyncio.ensure_future(r) for r in runs]
             _, late = await asyncio.wait(pending, timeout=timeout_s)
+            result.timed_out = len(late)
             for fut in late:
                 fut.cancel()
             await asyncio.gather(*late, return_exceptions=True)

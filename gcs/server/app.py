@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import pathlib
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from gcs.clock import Clock, SystemClock
 from gcs.config import GcsConfig
@@ -37,7 +39,8 @@ from gcs.rpc import service_handler, wire_service_name
 from gcs.rpc import services as svc
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.interceptors import ClusterIdInterceptor
-from gcs.server.metrics import GcsMetrics
+from gcs.server.metrics import GcsMetrics, counter, counters, gauge
+from gcs.server.reflection import wire_pool
 from gcs.services.autoscaler import AutoscalerStateServicer
 from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
 from gcs.services.kv import InternalKVServicer
@@ -189,13 +192,13 @@ class GcsServer:
         self._tune_gc()
         await self._start_grpc()
         await pubsub.start()
+        self.metrics.add_source(self._metric_families)
         if cfg.metrics_port >= 0:
             self.metrics_port = self.metrics.serve(cfg.host, cfg.metrics_port)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(poller.run(), name="load-poller"),
             loop.create_task(health_checker.run(), name="health-checker"),
-            loop.create_task(self._refresh_metrics(), name="metrics"),
             loop.create_task(
                 virtual_clusters.run_periodic(
                     cfg.node_instances_replenish_interval_ms,
@@ -288,13 +291,25 @@ class GcsServer:
         names = [wire_service_name(d) for d, _ in servicers]
         for name in ["", *names]:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        # reflection lists what is served: Ray's ray.rpc.* names (see gcs.server.reflection)
+        reflected = [
+            *(d for d, _ in servicers),
+            reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
+            health_pb2.DESCRIPTOR.services_by_name["Health"],
+        ]
         reflection.enable_server_reflection(
-            [*(d.full_name for d, _ in servicers), reflection.SERVICE_NAME, health.SERVICE_NAME],
+            [*names, reflection.SERVICE_NAME, health.SERVICE_NAME],
             server,
+            pool=wire_pool(reflected),
         )
-        self.port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+        try:
+            self.port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+        except RuntimeError:  # grpc's "Failed to bind to address ..."
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"could not bind {cfg.host}:{cfg.port}")
+            raise OSError(
+                errno.EADDRINUSE, f"cannot bind the gRPC port {cfg.host}:{cfg.port} (in use?)"
+            )
         await server.start()
         self._server = server
 
@@ -312,19 +327,61 @@ class GcsServer:
 
         await asyncio.gather(*(notify(n) for n in nodes))
 
-    async def _refresh_metrics(self) -> None:
-        assert self.managers is not None
+    def _metric_families(self) -> list[Any]:
+        """Figures read from their owners at scrape time (gcs.server.metrics)."""
         m = self.managers
-        while True:
-            self.metrics.nodes.labels("ALIVE").set(len(m.nodes.alive))
-            self.metrics.nodes.labels("DEAD").set(len(m.nodes.dead))
-            self.metrics.poll_round_seconds.set(m.poller.stats.last_round_s)
-            self.metrics.poll_staleness_seconds.set(m.poller.stats.max_staleness_s)
-            self.metrics.poll_failures.set(m.poller.stats.polls_failed)
-            self.metrics.poll_ok.set(m.poller.stats.polls_ok)
-            self.metrics.health_failures.set(m.health.failures)
-            self.metrics.pending_shapes.set(len(m.resources.demand))
-            await asyncio.sleep(1.0)
+        if m is None:
+            return []
+        stats = m.poller.stats
+        out = [
+            gauge(
+                "gcs_nodes",
+                "Nodes by state",
+                {("ALIVE",): len(m.nodes.alive), ("DEAD",): len(m.nodes.dead)},
+                labels=("state",),
+            ),
+            gauge(
+                "gcs_load_poll_round_seconds",
+                "Duration of the last load-poll round",
+                stats.last_round_s,
+            ),
+            gauge(
+                "gcs_load_poll_max_staleness_seconds",
+                "Age of the oldest node resource report",
+                stats.max_staleness_s,
+            ),
+            counter("gcs_load_poll_ok", "Successful GetResourceLoad calls", stats.polls_ok),
+            counter("gcs_load_poll_failures", "Failed GetResourceLoad calls", stats.polls_failed),
+            counter("gcs_health_check_failures", "Failed raylet health checks", m.health.failures),
+            gauge(
+                "gcs_pending_resource_shapes",
+                "Distinct pending resource shapes",
+                len(m.resources.demand),
+            ),
+        ]
+        clusters = m.virtual_clusters.registry.clusters()
+        kinds: dict[tuple[str, ...], float] = {}
+        for cluster in clusters:
+            kinds[(cluster.kind.name,)] = kinds.get((cluster.kind.name,), 0) + 1
+        out.append(
+            gauge("gcs_virtual_clusters", "Virtual clusters by kind", kinds, labels=("kind",))
+        )
+        out.append(
+            gauge(
+                "gcs_virtual_cluster_nodes",
+                "Node instances per virtual cluster",
+                {(c.id,): len(c.members) for c in clusters},
+                labels=("virtual_cluster",),
+            )
+        )
+        publishers = {
+            ("control_plane",): m.pubsub.control_plane.stats(),
+            ("observability",): m.pubsub.observability.stats(),
+        }
+        for metric, doc, attr, kind in _PUBSUB_METRICS:
+            values = {k: float(getattr(ps, attr)) for k, ps in publishers.items()}
+            out.append(kind(metric, doc, values, labels=("publisher",)))
+        return out
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or self._stopping:
@@ -371,6 +428,21 @@ class GcsServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+_PUBSUB_METRICS = (
+    ("gcs_pubsub_subscribers", "Pubsub subscribers", "subscribers", gauge),
+    ("gcs_pubsub_held_polls", "Long polls held open", "held_polls", gauge),
+    ("gcs_pubsub_queued_messages", "Messages waiting for an ack", "queued_messages", gauge),
+    ("gcs_pubsub_published", "Messages published", "last_sequence_id", counters),
+    ("gcs_pubsub_dropped_messages", "Messages dropped over a limit", "dropped_messages", counters),
+    (
+        "gcs_pubsub_dropped_subscribers",
+        "Subscribers dropped as lagging",
+        "dropped_subscribers",
+        counters,
+    ),
+)
 
 
 class _DropClient:

@@ -1,13 +1,84 @@
-"""Prometheus metrics, on a registry the server owns (no process-global state)."""
+"""Prometheus metrics, on a registry the server owns (no process-global state).
+
+Two kinds of figures:
+
+* pushed as they happen: RPC counts and latencies (``on_call``);
+* read from their owners at scrape time (:meth:`GcsMetrics.add_source`): node counts,
+  poll and health-check totals, virtual clusters, pubsub.  A figure that only grows is a
+  counter (``*_total``), never a gauge, so ``rate()`` works across restarts.
+
+The registry also carries the standard process (CPU, memory, fds), platform and Python GC
+collectors, as ``prometheus_client``'s default registry would.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import errno
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    start_http_server,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+MetricSource = Callable[[], Iterable[Metric]]
+
+__all__ = ["GcsMetrics", "MetricSource", "counter", "counters", "gauge"]
+
+
+def counter(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> Metric:
+    """A counter family with one sample (``name`` without ``_total``; it is added)."""
+    family = CounterMetricFamily(name, doc, labels=sorted(labels or {}))
+    family.add_metric([v for _k, v in sorted((labels or {}).items())], value)
+    return family
+
+
+Samples = dict[tuple[str, ...], float] | float
+
+
+def _fill(family: Metric, samples: Samples) -> Metric:
+    if isinstance(samples, dict):
+        for values, value in samples.items():
+            family.add_metric(list(values), value)  # type: ignore[attr-defined]
+    else:
+        family.add_metric([], samples)  # type: ignore[attr-defined]
+    return family
+
+
+def gauge(name: str, doc: str, samples: Samples, *, labels: tuple[str, ...] = ()) -> Metric:
+    """A gauge family: one value, or ``{label values: value}`` with ``labels`` names."""
+    return _fill(GaugeMetricFamily(name, doc, labels=list(labels)), samples)
+
+
+def counters(name: str, doc: str, samples: Samples, *, labels: tuple[str, ...] = ()) -> Metric:
+    """A counter family (``name`` without ``_total``) with one sample per label set."""
+    return _fill(CounterMetricFamily(name, doc, labels=list(labels)), samples)
+
+
+class _Sources(Collector):
+    def __init__(self) -> None:
+        self.sources: list[MetricSource] = []
+
+    def collect(self) -> Iterator[Metric]:
+        for source in self.sources:
+            yield from source()
 
 
 class GcsMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self._sources = _Sources()
+        self.registry.register(self._sources)
         self.rpc_total = Counter(
             "gcs_rpc_total", "RPCs served", ["method", "code"], registry=self.registry
         )
@@ -18,49 +89,30 @@ class GcsMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
             registry=self.registry,
         )
-        self.nodes = Gauge("gcs_nodes", "Nodes by state", ["state"], registry=self.registry)
-        self.poll_round_seconds = Gauge(
-            "gcs_load_poll_round_seconds",
-            "Duration of the last load-poll round",
-            registry=self.registry,
-        )
-        self.poll_staleness_seconds = Gauge(
-            "gcs_load_poll_max_staleness_seconds",
-            "Age of the oldest node resource report",
-            registry=self.registry,
-        )
-        self.poll_failures = Gauge(
-            "gcs_load_poll_failures",
-            "Failed GetResourceLoad calls since start",
-            registry=self.registry,
-        )
-        self.poll_ok = Gauge(
-            "gcs_load_poll_ok_total",
-            "Successful GetResourceLoad calls since start",
-            registry=self.registry,
-        )
-        self.health_failures = Gauge(
-            "gcs_health_check_failures",
-            "Failed health checks since start",
-            registry=self.registry,
-        )
-        self.pending_shapes = Gauge(
-            "gcs_pending_resource_shapes",
-            "Distinct pending resource shapes",
-            registry=self.registry,
-        )
+        self._http: object | None = None
+
+    def add_source(self, source: MetricSource) -> None:
+        """``source()`` is called at every scrape and yields metric families."""
+        self._sources.sources.append(source)
 
     def on_call(self, method: str, code: str, seconds: float) -> None:
         self.rpc_total.labels(method, code).inc()
         self.rpc_seconds.labels(method).observe(seconds)
 
     def serve(self, host: str, port: int) -> int:
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        """Start the /metrics endpoint; a busy port is an ``OSError`` that names it."""
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as err:
+            reason = "already in use" if err.errno == errno.EADDRINUSE else err.strerror
+            raise OSError(
+                err.errno, f"cannot serve metrics on {host}:{port}: {reason or err}"
+            ) from None
         self._http = server
         return int(server.server_port)
 
     def close(self) -> None:
-        http = getattr(self, "_http", None)
+        http, self._http = self._http, None
         if http is not None:
-            http.shutdown()
-            http.server_close()
+            http.shutdown()  # type: ignore[attr-defined]
+            http.server_close()  # type: ignore[attr-defined]
