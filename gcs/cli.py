@@ -111,6 +111,8 @@ def serve(demo_nodes: int, config_file: str | None, **flags: Any) -> None:
         )
     except ConfigError as err:
         raise click.UsageError(str(err)) from None
+    _check_port_free(config.host, config.port, "--port")
+    _check_port_free(config.host, config.metrics_port, "--metrics-port")
     configure_logging(config.log_format, config.log_level)
     log = structlog.get_logger("gcs.cli")
 
@@ -151,6 +153,28 @@ def serve(demo_nodes: int, config_file: str | None, **flags: Any) -> None:
             raise waiter.exception()  # type: ignore[misc]
 
     asyncio.run(run())
+
+
+def _check_port_free(host: str, port: int, flag: str) -> None:
+    """Fail before anything starts (or logs) when a fixed port is taken; the server still
+    reports a bind failure itself if it loses a race for the port."""
+    import socket
+
+    if port <= 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise click.BadParameter(f"cannot resolve {host}: {err}", param_hint="--host") from None
+    family, kind, proto, _name, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(sockaddr)
+        except OSError as err:
+            raise click.ClickException(
+                f"{flag} {port}: cannot bind {host}:{port}: {err.strerror or err}"
+            ) from None
 
 
 @main.command()

@@ -65,13 +65,26 @@ def _selector(ctx: Any, param: Any, value: str | None) -> dict[str, str]:
         raise click.BadParameter(str(err)) from None
 
 
-async def _until_signal(waiter: Any, stop: Any) -> Any:
-    """Wait for ``waiter``; SIGINT/SIGTERM call ``stop`` first."""
+def _signal_event() -> asyncio.Event:
+    """An event SIGINT/SIGTERM set; installed before anything starts, so an early signal
+    is not lost (nor turned into a KeyboardInterrupt traceback)."""
     loop = asyncio.get_running_loop()
+    signalled = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, lambda: loop.create_task(stop()))
-    return await waiter
+            loop.add_signal_handler(sig, signalled.set)
+    return signalled
+
+
+async def _until_signal(waiter: Any, signalled: asyncio.Event, leave: Any) -> Any:
+    """Wait for ``waiter``; on a signal first run ``leave`` (unregister, stop)."""
+    wait_task = asyncio.ensure_future(waiter)
+    signal_task = asyncio.ensure_future(signalled.wait())
+    await asyncio.wait({wait_task, signal_task}, return_when=asyncio.FIRST_COMPLETED)
+    if not wait_task.done():
+        await leave()
+    signal_task.cancel()
+    return await wait_task
 
 
 def _start_error(err: BaseException, address: str, timeout_s: float) -> click.ClickException:
@@ -159,13 +172,14 @@ def raylet_command(
     _client_logging(log_level)
 
     async def run() -> ExitReason:
+        signalled = _signal_event()
         agent = RayletAgent(config)
         try:
             await agent.start()
         except (TimeoutError, RuntimeError) as err:
             raise _start_error(err, gcs_address, register_timeout_s) from None
         click.echo(json.dumps({"node_id": agent.node_id.hex(), "address": agent.address}))
-        return await _until_signal(agent.wait(), agent.leave)
+        return await _until_signal(agent.wait(), signalled, agent.leave)
 
     reason = asyncio.run(run())
     if reason in FATAL_EXITS:
@@ -227,10 +241,11 @@ def raylet_fleet_command(
     )
 
     async def run() -> None:
+        signalled = _signal_event()
         fleet = RayletFleet(config)
         await fleet.start()
         click.echo(json.dumps({"started": len(fleet.agents)}))
-        await _until_signal(fleet.wait(), fleet.leave)
+        await _until_signal(fleet.wait(), signalled, fleet.leave)
 
     asyncio.run(run())
 
