@@ -51,7 +51,7 @@ def _hexify(message: Message, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:
-    return field.label == FieldDescriptor.LABEL_REPEATED
+    return bool(field.is_repeated)
 
 
 def _map_key(field: FieldDescriptor, key: str) -> Any:
