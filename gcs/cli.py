@@ -261,6 +261,32 @@ def request_resources_cmd(
         click.echo("request_resources constraint set")
 
 
+@main.command()
+@address_option()
+@click.option(
+    "--service",
+    default="",
+    help='A served service name (e.g. ray.rpc.NodeInfoGcsService); "" = the whole server.',
+)
+@click.option("--timeout", "timeout_s", type=FiniteFloat(0.0, open_min=True), default=5.0)
+def health(address: str | None, service: str, timeout_s: float) -> None:
+    """gRPC health check (grpc.health.v1): prints SERVING and exits 0, else exits 1.
+
+    For container and Kubernetes probes: `gcs health --address 127.0.0.1:6379`.
+    """
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(resolve_address(address)) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
+        )
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        raise click.ClickException(f"health: {status}")
+    click.echo(status)
+
+
 def _mount_subcommands() -> None:
     """Each subsystem owns its commands; the top level only mounts them."""
     from gcs.autoscaler.cli import autoscaler
