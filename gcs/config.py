@@ -21,9 +21,13 @@ class HealthCheckConfig:
     """GCS -> raylet gRPC health checks (Ray: ``health_check_*``)."""
 
     initial_delay_ms: int = 5000
+    """Wait after a node registers before its first health check."""
     period_ms: int = 3000
+    """Time between health checks of one node."""
     timeout_ms: int = 10000
+    """Deadline of one health check."""
     failure_threshold: int = 5
+    """Consecutive failed checks before the node is marked dead."""
     max_concurrent: int = 512
     """Health RPCs in flight at once (Ray has no cap; we bound it for 2,000+ nodes)."""
 
@@ -33,9 +37,11 @@ class LoadPollConfig:
     """``NodeManagerService.GetResourceLoad`` polling (Ray: gcs_pull_resource_loads_period)."""
 
     period_ms: int = 1000
+    """Time between load-poll rounds (every alive raylet once per round)."""
     timeout_ms: int = 2000
     """Per-call deadline; a slow raylet only delays its own entry."""
     max_concurrent: int = 1024
+    """GetResourceLoad calls in flight at once."""
     transport: str = "h2"
     """``h2``: the lean HTTP/2 client of ``gcs.managers.h2_unary`` (~3x less GCS CPU per poll;
     a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""
@@ -44,28 +50,34 @@ class LoadPollConfig:
 @dataclass(frozen=True, slots=True)
 class GcsConfig:
     host: str = "127.0.0.1"
+    """Bind address of the gRPC server and the metrics endpoint."""
     port: int = 6379
+    """gRPC port (Ray's GCS port); 0 = any free port."""
     storage: str = ""
     """Store URL; empty = embedded SQLite under ``data_dir``."""
     namespace: str = "default"
     """Key namespace per cluster in a shared backend (Ray: external_storage_namespace)."""
     data_dir: str = ".gcs-data"
+    """Directory of the embedded SQLite store (relative to the working directory)."""
     metrics_port: int = 0
     """Prometheus HTTP port; 0 = pick a free one, -1 = disabled.  ``gcs serve`` defaults to
     ``DEFAULT_METRICS_PORT`` (this dataclass default serves embedding and tests)."""
     log_format: str = "auto"
     """``json``, ``console`` or ``auto`` (console on a TTY)."""
     log_level: str = "info"
+    """debug, info, warning, error or critical."""
     session_name: str = ""
     """Empty = ``session_<timestamp>_<pid>`` generated on first start and persisted."""
     health: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     load_poll: LoadPollConfig = field(default_factory=LoadPollConfig)
     max_dead_nodes_cached: int = 1000
+    """Dead nodes kept for GetAllNodeInfo (oldest dropped first)."""
     raylet_rpc_timeout_ms: int = 30000
     """Deadline for forwarded raylet calls (DrainRaylet, Resize)."""
     max_map_entries: int = 10000
     """Largest resources/labels map accepted in a request."""
     grpc_max_message_bytes: int = 512 * 1024 * 1024
+    """Largest gRPC message sent or received (Ray's limit)."""
     gc_gen0_threshold: int = 50_000
     """Python's cyclic-GC gen-0 threshold (default 700): the GCS allocates many short-lived
     protobuf objects per poll round, and frequent full collections showed up as snapshot

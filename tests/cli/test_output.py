@@ -77,7 +77,7 @@ class TestPlanTable:
         args = ["autoscaler", "plan", "--state", str(sp), "--config", str(cp)]
         result = CliRunner().invoke(main, [*args, "--format", "text"])
         assert result.exit_code == 0, result.output
-        rows = [line for line in result.stdout.splitlines() if " x {\"TPU\"" in line]
+        rows = [line for line in result.stdout.splitlines() if ' x {"TPU"' in line]
         assert len(rows) == 3 and len(set(rows)) == 3, rows
         assert any("zone in (a)" in r for r in rows)
 
