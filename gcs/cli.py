@@ -180,28 +180,58 @@ def _check_port_free(host: str, port: int, flag: str) -> None:
 @main.command()
 @address_option()
 @format_option()
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Also every node (like `ray status -v`) and VCs."
+)
 @click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
 @click.option("--interval", type=FiniteFloat(0.1), default=2.0, show_default=True)
-def status(address: str | None, fmt: str, watch: bool, interval: float) -> None:
-    """Cluster status in the spirit of `ray status`."""
+def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: float) -> None:
+    """Cluster status in the spirit of `ray status` (-v: per node, virtual clusters)."""
     import time
 
     from gcs.json_output import message_to_dict
     from gcs.sdk import get_cluster_status
-    from gcs.status import render
+    from gcs.status import render, render_nodes, render_virtual_clusters
 
     resolved = resolve_address(address)
     while True:
         reply = get_cluster_status(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
+        clusters = _virtual_cluster_rows(resolved) if verbose else None
         if fmt == "json":
-            click.echo(dumps(message_to_dict(reply), indent=2))
+            doc = message_to_dict(reply)
+            if clusters is not None:
+                doc["virtual_clusters"] = [
+                    {"virtual_cluster_id": c, "divisible": d, "nodes": n, "replica_sets": r}
+                    for c, d, n, r in clusters
+                ]
+            click.echo(dumps(doc, indent=2))
         else:
+            text = render(reply)
+            if verbose:
+                text += render_nodes(reply) + render_virtual_clusters(clusters or [])
             if watch:
                 click.clear()
-            click.echo(render(reply), nl=False)
+            click.echo(text, nl=False)
         if not watch:
             return
         time.sleep(interval)
+
+
+def _virtual_cluster_rows(address: str) -> list[tuple[str, bool, int, dict[str, int]]]:
+    from collections import Counter
+
+    from gcs.virtual_clusters.client import VirtualClusterClient
+
+    async def fetch() -> list[tuple[str, bool, int, dict[str, int]]]:
+        async with VirtualClusterClient(address, timeout_s=CLIENT_TIMEOUT_S) as client:
+            views, _total = await client.show()
+        rows = []
+        for view in views:
+            counts = Counter(v.template_id for v in view.node_instance_views.values())
+            rows.append((view.id, view.divisible, len(view.node_instance_views), dict(counts)))
+        return sorted(rows)
+
+    return asyncio.run(fetch())
 
 
 @main.command("request-resources")

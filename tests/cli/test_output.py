@@ -90,3 +90,37 @@ class TestRequestResources:
             result = await asyncio.to_thread(CliRunner().invoke, main, args)
         assert result.exit_code == 0, result.output
         assert result.stdout.strip() == "request_resources constraint cleared"
+
+
+class TestStatusVerbose:
+    async def test_lists_every_node_and_the_virtual_clusters(self) -> None:
+        """`gcs status -v`: one entry per node (hex id, type, usage, labels), then VCs."""
+        from gcs.raylet.agent import RayletAgent, RayletConfig
+        from gcs.server import GcsServer
+        from gcs.store.memory import MemoryStore
+        from tests.conftest import fast_config
+
+        server = GcsServer(fast_config(), store=MemoryStore())
+        await server.start()
+        agent = RayletAgent(
+            RayletConfig(
+                gcs_address=server.address,
+                resources={"CPU": 4.0},
+                node_type="cpu4",
+                labels={"zone": "a"},
+            )
+        )
+        try:
+            await agent.start()
+            args = ["status", "-v", "--address", server.address]
+            result = await asyncio.to_thread(CliRunner().invoke, main, args)
+            as_json = await asyncio.to_thread(CliRunner().invoke, main, [*args, "--format", "json"])
+        finally:
+            await agent.stop()
+            await server.stop()
+        assert result.exit_code == 0, result.output
+        assert f"Node {agent.node_id.hex()} (cpu4, 127.0.0.1)" in result.stdout
+        assert "0.0/4.0 CPU" in result.stdout and "labels: zone=a" in result.stdout
+        assert "kPrimaryClusterID (divisible): 1 nodes [cpu4: 1]" in result.stdout
+        doc = _strict(as_json.stdout)
+        assert doc["virtual_clusters"][0]["virtual_cluster_id"] == "kPrimaryClusterID"
