@@ -248,11 +248,13 @@ def _virtual_cluster_rows(address: str) -> list[tuple[str, bool, int, dict[str, 
     default=None,
     help='JSON list of label selector dicts, one per bundle, e.g. [{"zone": "a"}].',
 )
+@format_option()
 def request_resources_cmd(
     address: str | None,
     num_cpus: int | None,
     bundles: str | None,
     bundle_label_selectors: str | None,
+    fmt: str,
 ) -> None:
     """Ask the autoscaler to scale to fit these resources (replaces the previous request)."""
     from gcs.cli_validation import resource_dict, strict_json
@@ -285,10 +287,11 @@ def request_resources_cmd(
         )
     except (TypeError, ValueError) as err:
         raise click.UsageError(str(err)) from None
-    if not num_cpus and not parsed_bundles:
-        click.echo("request_resources constraint cleared")
+    outcome = "cleared" if not num_cpus and not parsed_bundles else "set"
+    if fmt == "json":
+        click.echo(dumps({"constraint": outcome}))
     else:
-        click.echo("request_resources constraint set")
+        click.echo(f"request_resources constraint {outcome}")
 
 
 @main.command()
@@ -299,7 +302,8 @@ def request_resources_cmd(
     help='A served service name (e.g. ray.rpc.NodeInfoGcsService); "" = the whole server.',
 )
 @click.option("--timeout", "timeout_s", type=FiniteFloat(0.0, open_min=True), default=5.0)
-def health(address: str | None, service: str, timeout_s: float) -> None:
+@format_option()
+def health(address: str | None, service: str, timeout_s: float, fmt: str) -> None:
     """gRPC health check (grpc.health.v1): prints SERVING and exits 0, else exits 1.
 
     For container and Kubernetes probes: `gcs health --address 127.0.0.1:6379`.
@@ -314,7 +318,7 @@ def health(address: str | None, service: str, timeout_s: float) -> None:
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     if reply.status != health_pb2.HealthCheckResponse.SERVING:
         raise click.ClickException(f"health: {status}")
-    click.echo(status)
+    click.echo(dumps({"status": status}) if fmt == "json" else status)
 
 
 def _mount_subcommands() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from gcs.cli_support import GcsGroup, address_option
+from gcs.cli_support import GcsGroup, address_option, format_option
 from gcs.cli_validation import (
     LABELS,
     NODE_ID,
@@ -264,8 +264,10 @@ def raylet_fleet_command(
     default=None,
     help="Give up waiting after this many seconds (exit code 3 if tasks were still waiting).",
 )
+@format_option("json")
 def submit_command(
     *,
+    fmt: str,
     address: str | None,
     resources: dict[str, float],
     count: int,
@@ -287,20 +289,23 @@ def submit_command(
     gcs_address = _gcs_address(address)
     _client_logging()
     result = asyncio.run(submit(gcs_address, task, count, detach=detach, timeout_s=timeout_s))
-    click.echo(
-        json.dumps(
-            {
-                "placed": dict(result.placed),
-                "granted": result.granted,
-                "queued": result.queued,
-                "infeasible": result.infeasible,
-                "rejected": result.rejected,
-                "canceled": result.canceled,
-                "returned": result.returned,
-                "timed_out": result.timed_out,
-            }
+    summary = {
+        "placed": dict(result.placed),
+        "granted": result.granted,
+        "queued": result.queued,
+        "infeasible": result.infeasible,
+        "rejected": result.rejected,
+        "canceled": result.canceled,
+        "returned": result.returned,
+        "timed_out": result.timed_out,
+    }
+    if fmt == "json":
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(
+            f"{count} tasks of {json.dumps(resources)} on {len(result.placed)} raylets: "
+            + ", ".join(f"{k} {v}" for k, v in summary.items() if k != "placed")
         )
-    )
     if result.timed_out:
         click.echo(
             f"Error: {result.timed_out} of {count} tasks timed out after {timeout_s:g} s "

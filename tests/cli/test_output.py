@@ -124,3 +124,23 @@ class TestStatusVerbose:
         assert "kPrimaryClusterID (divisible): 1 nodes [cpu4: 1]" in result.stdout
         doc = _strict(as_json.stdout)
         assert doc["virtual_clusters"][0]["virtual_cluster_id"] == "kPrimaryClusterID"
+
+
+class TestOneAddressFlag:
+    def test_old_spellings_are_hidden_aliases(self, tmp_path: Path) -> None:
+        """`--address` everywhere; `--gcs-address` / `--from-gcs` still parse, unlisted."""
+        runner = CliRunner()
+        for command in (["raylet"], ["raylet-fleet"], ["submit"], ["autoscaler", "plan"]):
+            text = runner.invoke(main, [*command, "-h"]).stdout
+            assert "--address" in text
+            assert "--gcs-address" not in text and "--from-gcs" not in text
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(CLUSTER_YAML)
+        old = runner.invoke(
+            main, ["autoscaler", "plan", "--from-gcs", "127.0.0.1:1", "--config", str(cfg)]
+        )
+        assert old.exit_code == 1 and "127.0.0.1:1" in old.output
+        both = runner.invoke(
+            main, ["submit", "--address", "127.0.0.1:1", "--gcs-address", "127.0.0.1:2"]
+        )
+        assert both.exit_code == 2 and "twice" in both.output
