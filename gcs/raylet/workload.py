@@ -163,10 +163,14 @@ async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: Subm
     try:
         reply = await stub.RequestWorkerLease(request)
     except asyncio.CancelledError:
-        # timed out while waiting: withdraw the request so it stops counting as demand
+        # timed out while waiting: withdraw the request so it stops counting as demand; if
+        # the grant crossed the cancel on the wire, hand the lease back too (both idempotent)
         with contextlib.suppress(grpc.aio.AioRpcError):
             await stub.CancelWorkerLease(
                 node_manager_pb2.CancelWorkerLeaseRequest(lease_id=lease_id), timeout=5
+            )
+            await stub.ReturnWorkerLease(
+                node_manager_pb2.ReturnWorkerLeaseRequest(lease_id=lease_id), timeout=5
             )
         raise
     _count_reply(reply, result, detached=False)

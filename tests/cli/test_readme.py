@@ -269,12 +269,22 @@ class TestRunningAServer:
         try:
             _wait_port("127.0.0.1", grpc_port, proc, timeout_s=120)
             _health(f"127.0.0.1:{grpc_port}")
-        finally:
-            code = _stop(proc)
+        except AssertionError as failure:
+            _stop(proc)
+            raise AssertionError(f"{failure}; stderr: {proc.communicate()[1].decode()}") from None
+        except BaseException:
+            _stop(proc)
+            raise
+        code = _stop(proc)
         out, err = proc.communicate()
         assert code == 0, err.decode()
         assert out == b"", "stdout is for command output; logs go to stderr"
-        events = [json.loads(line)["event"] for line in err.decode().splitlines()]
+        events = []
+        for line in err.decode().splitlines():
+            try:
+                events.append(json.loads(line)["event"])
+            except (ValueError, KeyError):
+                raise AssertionError(f"not a JSON log line on stderr: {line!r}") from None
         assert "gcs.serving" in events  # every stderr line is JSON (no plain prints)
         if "sqlite:///gcs-data" in command:
             assert (cwd / "gcs-data" / "gcs.sqlite3").exists()  # relative to the cwd
