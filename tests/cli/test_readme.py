@@ -280,11 +280,11 @@ class TestRunningAServer:
         assert code == 0, err.decode()
         assert out == b"", "stdout is for command output; logs go to stderr"
         events = []
-        for line in err.decode().splitlines():
+        for log_line in err.decode().splitlines():
             try:
-                events.append(json.loads(line)["event"])
+                events.append(json.loads(log_line)["event"])
             except (ValueError, KeyError):
-                raise AssertionError(f"not a JSON log line on stderr: {line!r}") from None
+                raise AssertionError(f"not a JSON log line on stderr: {log_line!r}") from None
         assert "gcs.serving" in events  # every stderr line is JSON (no plain prints)
         if "sqlite:///gcs-data" in command:
             assert (cwd / "gcs-data" / "gcs.sqlite3").exists()  # relative to the cwd
