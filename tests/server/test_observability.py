@@ -126,7 +126,8 @@ class TestMetricTypes:
         assert "python_info" in text
         assert families["gcs_virtual_clusters"].type == "gauge"
         primary = [
-            s for s in families["gcs_virtual_cluster_nodes"].samples
+            s
+            for s in families["gcs_virtual_cluster_nodes"].samples
             if s.labels["virtual_cluster"] == "kPrimaryClusterID"
         ]
         assert primary and primary[0].value == 0

@@ -72,8 +72,10 @@ class TestCli:
 
         shown = await run("show", "vc1", "--address", address)
         assert "revision: " in shown.output and "4c8g" in shown.output
+        by_option = await run("show", "--id", "vc1", "--address", address)
+        assert by_option.exit_code == 0 and by_option.stdout == shown.stdout
 
-        removed = await run("remove", "vc1", "--address", address)
+        removed = await run("remove", "--id", "vc1", "--address", address)
         assert removed.exit_code == 0
         assert "Virtual cluster 'vc1' removed successfully" in removed.output
         missing = await run("remove", "vc1", "--address", address)
