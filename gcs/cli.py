@@ -20,16 +20,18 @@ from gcs.cli_support import (
     resolve_address,
 )
 from gcs.cli_validation import METRICS_PORT, NON_NEGATIVE_INT, PORT_OR_ANY, FiniteFloat
-from gcs.config import DEFAULT_METRICS_PORT, ConfigError, load_config
+from gcs.config import (
+    DEFAULT_METRICS_PORT,
+    LOG_LEVELS,
+    ConfigError,
+    load_config,
+    storage_scheme_ok,
+)
 
 CLIENT_TIMEOUT_S = 30.0
 """Deadline of one client call (an unreachable address fails at once, not after this)."""
 
 __all__ = ["main", "resolve_address"]
-
-
-STORAGE_SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "redis", "rediss", "unix")
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 @click.group(cls=GcsGroup)
@@ -52,8 +54,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 def _check_storage(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
-    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
-    if not scheme.startswith(STORAGE_SCHEMES):
+    if not storage_scheme_ok(value):
         raise click.BadParameter(
             f"{value!r}: unsupported scheme; use memory://, sqlite:///PATH, "
             "postgresql+asyncpg://USER@HOST/DB or redis://HOST:PORT/DB"

@@ -98,6 +98,8 @@ DEFAULT_METRICS_PORT = 9379
 """Where ``gcs serve`` exports Prometheus metrics unless told otherwise."""
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+STORAGE_SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "redis", "rediss", "unix")
+"""URL schemes ``store_from_url`` opens (``sqlite+aiosqlite``, ``postgresql+asyncpg``...)."""
 
 # env var -> dotted field path.  Ray's names first where Ray has the knob.
 ENV_VARS: dict[str, str] = {
@@ -261,6 +263,11 @@ def _names(path: str) -> str:
     return f"{path} ({', '.join(env)})" if env else path
 
 
+def storage_scheme_ok(url: str) -> bool:
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    return bool(scheme) and scheme.startswith(STORAGE_SCHEMES)
+
+
 def validate(config: GcsConfig, where: str = "config") -> None:
     """Every knob in range; each error names the key (and its environment variable)."""
     if config.log_format not in {"json", "console", "auto"}:
@@ -279,6 +286,11 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         )
     if config.load_poll.transport not in {"grpc", "h2"}:
         raise ConfigError(f"{where}.{_names('load_poll.transport')}: must be grpc or h2")
+    if config.storage and not storage_scheme_ok(config.storage):
+        raise ConfigError(
+            f"{where}.{_names('storage')}: {config.storage!r}: unsupported scheme; use "
+            "memory://, sqlite:///PATH, postgresql+asyncpg://USER@HOST/DB or redis://HOST:PORT/DB"
+        )
     for path in _POSITIVE:
         value = _get_path(config, path)
         if value <= 0:
