@@ -39,7 +39,7 @@ from gcs.rpc import service_handler, wire_service_name
 from gcs.rpc import services as svc
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.interceptors import ClusterIdInterceptor
-from gcs.server.metrics import GcsMetrics, counter, counters, gauge
+from gcs.server.metrics import GcsMetrics, counter, counters, gauge, on_loop
 from gcs.server.reflection import wire_pool
 from gcs.services.autoscaler import AutoscalerStateServicer
 from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
@@ -192,7 +192,7 @@ class GcsServer:
         self._tune_gc()
         await self._start_grpc()
         await pubsub.start()
-        self.metrics.add_source(self._metric_families)
+        self.metrics.add_source(on_loop(asyncio.get_running_loop(), self._metric_families))
         if cfg.metrics_port >= 0:
             self.metrics_port = self.metrics.serve(cfg.host, cfg.metrics_port)
         loop = asyncio.get_running_loop()

@@ -13,6 +13,8 @@ collectors, as ``prometheus_client``'s default registry would.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import errno
 from collections.abc import Callable, Iterable, Iterator
 
@@ -30,7 +32,41 @@ from prometheus_client.registry import Collector
 
 MetricSource = Callable[[], Iterable[Metric]]
 
-__all__ = ["GcsMetrics", "MetricSource", "counter", "counters", "gauge"]
+__all__ = ["GcsMetrics", "MetricSource", "counter", "counters", "gauge", "on_loop"]
+
+SCRAPE_TIMEOUT_S = 5.0
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, source: MetricSource) -> MetricSource:
+    """Run ``source`` on the event loop that owns the state it reads.
+
+    The HTTP endpoint scrapes from its own thread; reading manager dicts there while the
+    loop mutates them could fail mid-iteration, so the read is marshalled onto the loop
+    (a busy or stopped loop yields nothing rather than blocking the scrape forever).
+    """
+
+    def collect() -> Iterable[Metric]:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            return list(source())
+        result: concurrent.futures.Future[list[Metric]] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                result.set_result(list(source()))
+            except BaseException as err:
+                result.set_exception(err)
+
+        try:
+            loop.call_soon_threadsafe(call)
+            return result.result(SCRAPE_TIMEOUT_S)
+        except (RuntimeError, TimeoutError):  # loop closed, or too busy to answer
+            return []
+
+    return collect
 
 
 def counter(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> Metric:

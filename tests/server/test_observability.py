@@ -133,3 +133,23 @@ class TestMetricTypes:
         assert primary and primary[0].value == 0
         subscribers = families["gcs_pubsub_subscribers"].samples
         assert {s.labels["publisher"] for s in subscribers} == {"control_plane", "observability"}
+
+
+class TestScrapeThread:
+    async def test_sources_are_read_on_the_event_loop(self) -> None:
+        """The HTTP endpoint scrapes from its own thread; manager state is read on the loop
+        that owns it (reading dicts from another thread can fail mid-iteration)."""
+        import threading
+
+        from gcs.server.metrics import on_loop
+
+        seen: list[int] = []
+
+        def source() -> list:
+            seen.append(threading.get_ident())
+            return []
+
+        collect = on_loop(asyncio.get_running_loop(), source)
+        await asyncio.to_thread(collect)  # a scrape thread
+        collect()  # on the loop itself: no deadlock
+        assert seen == [threading.get_ident()] * 2
