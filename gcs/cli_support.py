@@ -75,6 +75,10 @@ def _debug_requested(ctx: click.Context) -> bool:
     return os.environ.get(DEBUG_ENV, "").lower() in {"1", "true", "yes"}
 
 
+_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+"""click >= 8.2 raises this (a UsageError) for a group called without a command."""
+
+
 class GcsGroup(click.Group):
     """A click group whose commands fail with one line, never a traceback (see module doc)."""
 
@@ -90,6 +94,9 @@ class GcsGroup(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
+        except _NO_ARGS_IS_HELP as err:  # bare `gcs` / `gcs vcluster`: the help, as click does
+            err.show()
+            sys.exit(err.exit_code)
         except click.UsageError as err:
             hint = f" (see '{err.ctx.command_path} -h')" if err.ctx is not None else ""
             click.echo(f"Error: {one_line(err.format_message())}{hint}", err=True)

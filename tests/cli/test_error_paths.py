@@ -175,6 +175,14 @@ class TestBusyPorts:
 
 
 class TestDebugAndHelp:
+    @pytest.mark.parametrize("args", [(), ("vcluster",), ("autoscaler",)])
+    def test_group_without_a_command_shows_its_help(self, args: tuple[str, ...]) -> None:
+        """Not an error squeezed into one line: the group's help, as click prints it."""
+        result = run(*args)
+        text = result.stdout + result.stderr
+        assert "Commands:" in text and len(text.splitlines()) > 3, text
+        assert "Traceback" not in text
+
     def test_debug_shows_the_traceback(self) -> None:
         result = run("--debug", "status", "--address", NOTHING)
         assert result.returncode != 0 and "Traceback" in result.stderr
