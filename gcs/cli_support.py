@@ -91,9 +91,9 @@ class GcsGroup(click.Group):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         """Like click's, but a usage error is one line too (with a pointer to ``-h``)."""
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except _NO_ARGS_IS_HELP as err:  # bare `gcs` / `gcs vcluster`: the help, as click does
             err.show()
             sys.exit(err.exit_code)

@@ -374,7 +374,7 @@ class GcsServer:
                 labels=("virtual_cluster",),
             )
         )
-        publishers = {
+        publishers: dict[tuple[str, ...], Any] = {
             ("control_plane",): m.pubsub.control_plane.stats(),
             ("observability",): m.pubsub.observability.stats(),
         }
