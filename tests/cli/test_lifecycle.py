@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from gcs.demo import DemoCluster
 from gcs.proto import gcs_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
@@ -79,3 +81,30 @@ class TestSubmitTimeout:
         finally:
             await agent.stop()
             await server.stop()
+
+
+class TestSubmitTimeoutCli:
+    async def test_exit_code_3_and_what_timed_out(self) -> None:
+        """`gcs submit --timeout` with nothing granted: JSON summary on stdout, one line on
+        stderr naming how many tasks timed out, exit 3 (it used to exit 0)."""
+        import json
+
+        from click.testing import CliRunner
+
+        from gcs.cli import main
+
+        server = GcsServer(fast_config(), store=MemoryStore())
+        await server.start()
+        agent = RayletAgent(RayletConfig(gcs_address=server.address, resources={"CPU": 1.0}))
+        try:
+            await agent.start()
+            args = ["submit", "--address", server.address, "--resources", '{"CPU": 8}']
+            args += ["--count", "2", "--timeout", "0.3"]
+            result = await asyncio.to_thread(CliRunner().invoke, main, args)
+        finally:
+            await agent.stop()
+            await server.stop()
+        assert result.exit_code == 3, result.output
+        summary = json.loads(result.stdout)
+        assert (summary["granted"], summary["timed_out"]) == (0, 2)
+        assert result.stderr.strip() == "Error: 2 of 2 tasks timed out after 0.3 s (0 granted)"
