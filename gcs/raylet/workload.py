@@ -160,8 +160,11 @@ async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: Subm
         reply = await stub.RequestWorkerLease(request, metadata=metadata, timeout=30)
         _count_reply(reply, result, detached=True)
         return
+    # attached too, the raylet is told the hold time: if this process vanishes (Ctrl-C, a
+    # grant crossing a cancel on the wire) the raylet frees the lease itself
+    hold = [(wire.SYNTHETIC_SECONDS_KEY, repr(float(task.seconds)))]
     try:
-        reply = await stub.RequestWorkerLease(request)
+        reply = await stub.RequestWorkerLease(request, metadata=hold)
     except asyncio.CancelledError:
         # timed out while waiting: withdraw the request so it stops counting as demand; if
         # the grant crossed the cancel on the wire, hand the lease back too (both idempotent)
@@ -179,12 +182,14 @@ async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: Subm
     try:
         await asyncio.sleep(task.seconds)
     finally:
-        await stub.ReturnWorkerLease(
-            node_manager_pb2.ReturnWorkerLeaseRequest(
-                lease_id=lease_id, worker_port=reply.worker_address.port
-            ),
-            timeout=5,
-        )
+        # NOT_FOUND: the raylet's own hold timer freed it first (same moment)
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await stub.ReturnWorkerLease(
+                node_manager_pb2.ReturnWorkerLeaseRequest(
+                    lease_id=lease_id, worker_port=reply.worker_address.port
+                ),
+                timeout=5,
+            )
         result.returned += 1
 
 
