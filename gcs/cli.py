@@ -8,36 +8,71 @@ import sys
 from typing import Any
 
 import click
+import structlog
 
-from gcs.config import ConfigError, load_config
+from gcs.cli_support import (
+    DEBUG_ENV,
+    DEBUG_KEY,
+    GcsGroup,
+    address_option,
+    dumps,
+    format_option,
+    resolve_address,
+)
+from gcs.cli_validation import METRICS_PORT, NON_NEGATIVE_INT, PORT_OR_ANY, FiniteFloat
+from gcs.config import (
+    DEFAULT_METRICS_PORT,
+    LOG_LEVELS,
+    ConfigError,
+    load_config,
+    storage_scheme_ok,
+)
+
+CLIENT_TIMEOUT_S = 30.0
+"""Deadline of one client call (an unreachable address fails at once, not after this)."""
+
+__all__ = ["main", "resolve_address"]
 
 
-def resolve_address(address: str | None) -> str:
-    """Explicit flag, else ``GCS_ADDRESS``, else ``RAY_ADDRESS`` (the SDK's one resolver)."""
-    from gcs.sdk import AddressNotFound
-    from gcs.sdk import resolve_address as sdk_resolve
-
-    try:
-        return sdk_resolve(address)
-    except AddressNotFound:
-        raise click.UsageError(
-            "no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS"
-        ) from None
-
-
-@click.group()
+@click.group(cls=GcsGroup)
 @click.version_option(package_name="gcs")
-def main() -> None:
-    """A Ray-wire-compatible control plane (GCS) with virtual clusters and an autoscaler."""
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar=DEBUG_ENV,
+    help="Show a traceback when a command fails (default: one line on stderr).",
+)
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """A Ray-wire-compatible control plane (GCS) with virtual clusters and an autoscaler.
+
+    Exit codes: 0 ok, 1 the operation failed (unreachable, refused, timed out), 2 bad input.
+    """
+    ctx.meta[DEBUG_KEY] = debug
+
+
+def _check_storage(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not storage_scheme_ok(value):
+        raise click.BadParameter(
+            f"{value!r}: unsupported scheme; use memory://, sqlite:///PATH, "
+            "postgresql+asyncpg://USER@HOST/DB or redis://HOST:PORT/DB"
+        )
+    return value
 
 
 @main.command()
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="gRPC port (default 6379, Ray's).")
+@click.option(
+    "--port", type=PORT_OR_ANY, default=None, help="gRPC port (default 6379, Ray's; 0 = any)."
+)
 @click.option(
     "--storage",
     default=None,
-    help="memory://, sqlite:///PATH, postgresql+asyncpg://..., redis://HOST:PORT/DB. "
+    callback=_check_storage,
+    help="memory://, sqlite:///relative/path or sqlite:////absolute/path, "
+    "postgresql+asyncpg://USER@HOST/DB, redis://HOST:PORT/DB. "
     "Default: embedded SQLite under --data-dir.",
 )
 @click.option("--namespace", default=None, help="Key namespace per cluster in a shared store.")
@@ -47,12 +82,15 @@ def main() -> None:
     "config_file",
     type=click.Path(dir_okay=False),
     default=None,
-    help="YAML config file (flags and GCS_* env vars override it).",
+    help="YAML config file (flags and GCS_*/RAY_* env vars override it).",
 )
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
-@click.option("--log-level", default=None)
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default=None)
 @click.option(
-    "--metrics-port", type=int, default=None, help="Prometheus port (0 = any free port, -1 = off)."
+    "--metrics-port",
+    type=METRICS_PORT,
+    default=None,
+    help=f"Prometheus port (default {DEFAULT_METRICS_PORT}; 0 = any free port, -1 = off).",
 )
 @click.option(
     "--auth-mode",
@@ -70,7 +108,7 @@ def main() -> None:
 @click.option(
     "--demo",
     "demo_nodes",
-    type=int,
+    type=NON_NEGATIVE_INT,
     default=0,
     help="Also start N local raylet agents with synthetic load (a demo cluster).",
 )
@@ -90,9 +128,13 @@ def serve(
     from gcs.server.logging import configure_logging
 
     try:
-        config = load_config(config_file=config_file, flags=flags)
+        config = load_config(
+            config_file=config_file,
+            flags=flags,
+            defaults={"metrics_port": DEFAULT_METRICS_PORT},
+        )
     except ConfigError as err:
-        raise click.BadParameter(str(err)) from err
+        raise click.UsageError(str(err)) from None
     try:
         security = Security.for_server(
             config.auth_mode,
@@ -101,7 +143,6 @@ def serve(
         )
     except AuthConfigError as err:
         raise click.ClickException(str(err)) from None
-    configure_logging(config.log_format, config.log_level)
     cluster = None
     if autoscaler_config:
         from gcs.autoscaler.config import ConfigError as ClusterConfigError
@@ -111,104 +152,222 @@ def serve(
             cluster = load_cluster_config(autoscaler_config)
         except ClusterConfigError as err:
             raise click.ClickException(str(err)) from None
+    _check_port_free(config.host, config.port, "--port")
+    _check_port_free(config.host, config.metrics_port, "--metrics-port")
+    configure_logging(config.log_format, config.log_level)
+    log = structlog.get_logger("gcs.cli")
 
     async def run() -> None:
         server = GcsServer(config, security=security)
-        await server.start()
+        try:
+            await server.start()
+        except BaseException:
+            await server.stop()
+            raise
         embedded = None
-        if cluster is not None:
-            from gcs.autoscaler.runtime import embedded_autoscaler
-
-            embedded = await embedded_autoscaler(server, cluster)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         demo = None
-        if demo_nodes:
-            from gcs.demo import DemoCluster
+        try:
+            if demo_nodes:
+                from gcs.demo import DemoCluster
 
-            demo = DemoCluster(server.address, nodes=demo_nodes, security=security)
-            await demo.start()
-        click.echo(
-            f"gcs serving on {server.address} (storage {server.store.url}); "
-            f"try: gcs status --address {server.address}",
-            err=True,
-        )
-        waiter = asyncio.create_task(server.wait())
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if demo is not None:
-            await demo.stop()
-        if embedded is not None:
-            await embedded.stop_embedded()
-        await server.stop()
+                demo = DemoCluster(server.address, nodes=demo_nodes, security=security)
+                await demo.start()
+            if cluster is not None:
+                from gcs.autoscaler.runtime import embedded_autoscaler
+
+                embedded = await embedded_autoscaler(server, cluster)
+            log.info(
+                "gcs.serving",
+                address=server.address,
+                storage=server.store.url,
+                metrics_port=server.metrics_port or None,
+                demo_nodes=demo_nodes,
+                autoscaler=cluster.provider.type if cluster is not None else None,
+                hint=f"gcs status --address {server.address}",
+            )
+            waiter = asyncio.create_task(server.wait())
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if demo is not None:
+                await demo.stop()
+            if embedded is not None:
+                await embedded.stop_embedded()
+            await server.stop()
         if waiter.done() and waiter.exception() is not None:
             raise waiter.exception()  # type: ignore[misc]
 
     asyncio.run(run())
 
 
-@main.command()
-@click.option("--address", default=None, help="GCS address (else GCS_ADDRESS, RAY_ADDRESS).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def status(address: str | None, fmt: str) -> None:
-    """Cluster status in the spirit of `ray status`."""
-    from google.protobuf import json_format
+def _check_port_free(host: str, port: int, flag: str) -> None:
+    """Fail before anything starts (or logs) when a fixed port is taken; the server still
+    reports a bind failure itself if it loses a race for the port."""
+    import socket
 
-    from gcs.sdk import GcsSdkError, get_cluster_status
-    from gcs.status import render
-
+    if port <= 0:
+        return
     try:
-        reply = get_cluster_status(address=resolve_address(address))
-    except GcsSdkError as err:
-        raise click.ClickException(str(err)) from None
-    if fmt == "json":
-        click.echo(json_format.MessageToJson(reply))
-    else:
-        click.echo(render(reply), nl=False)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise click.BadParameter(f"cannot resolve {host}: {err}", param_hint="--host") from None
+    family, kind, proto, _name, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(sockaddr)
+        except OSError as err:
+            raise click.ClickException(
+                f"{flag} {port}: cannot bind {host}:{port}: {err.strerror or err}"
+            ) from None
+
+
+@main.command()
+@address_option()
+@format_option()
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Also every node (like `ray status -v`) and VCs."
+)
+@click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
+@click.option("--interval", type=FiniteFloat(0.1), default=2.0, show_default=True)
+def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: float) -> None:
+    """Cluster status in the spirit of `ray status` (-v: per node, virtual clusters)."""
+    import time
+
+    from gcs.json_output import message_to_dict
+    from gcs.sdk import get_cluster_status
+    from gcs.status import render, render_nodes, render_virtual_clusters
+
+    resolved = resolve_address(address)
+    while True:
+        reply = get_cluster_status(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
+        clusters = _virtual_cluster_rows(resolved) if verbose else None
+        if fmt == "json":
+            doc = message_to_dict(reply)
+            if clusters is not None:
+                doc["virtual_clusters"] = [
+                    {"virtual_cluster_id": c, "divisible": d, "nodes": n, "replica_sets": r}
+                    for c, d, n, r in clusters
+                ]
+            click.echo(dumps(doc, indent=2))
+        else:
+            text = render(reply)
+            if verbose:
+                text += render_nodes(reply) + render_virtual_clusters(clusters or [])
+            if watch:
+                click.clear()
+            click.echo(text, nl=False)
+        if not watch:
+            return
+        time.sleep(interval)
+
+
+def _virtual_cluster_rows(address: str) -> list[tuple[str, bool, int, dict[str, int]]]:
+    from collections import Counter
+
+    from gcs.virtual_clusters.client import VirtualClusterClient
+
+    async def fetch() -> list[tuple[str, bool, int, dict[str, int]]]:
+        async with VirtualClusterClient(address, timeout_s=CLIENT_TIMEOUT_S) as client:
+            views, _total = await client.show()
+        rows = []
+        for view in views:
+            counts = Counter(v.template_id for v in view.node_instance_views.values())
+            rows.append((view.id, view.divisible, len(view.node_instance_views), dict(counts)))
+        return sorted(rows)
+
+    return asyncio.run(fetch())
 
 
 @main.command("request-resources")
-@click.option("--address", default=None, help="GCS address (else GCS_ADDRESS, RAY_ADDRESS).")
-@click.option("--num-cpus", type=int, default=None, help="Scale to fit this many CPUs.")
+@address_option()
+@click.option(
+    "--num-cpus",
+    type=NON_NEGATIVE_INT,
+    default=None,
+    help="Scale to fit this many CPUs (0 with no bundles clears the request).",
+)
 @click.option("--bundles", default=None, help='JSON list of resource dicts, e.g. [{"GPU": 1}].')
 @click.option(
     "--bundle-label-selectors",
     default=None,
     help='JSON list of label selector dicts, one per bundle, e.g. [{"zone": "a"}].',
 )
+@format_option()
 def request_resources_cmd(
     address: str | None,
     num_cpus: int | None,
     bundles: str | None,
     bundle_label_selectors: str | None,
+    fmt: str,
 ) -> None:
     """Ask the autoscaler to scale to fit these resources (replaces the previous request)."""
-    import json
-
-    from gcs.sdk import GcsSdkError, request_resources
+    from gcs.cli_validation import resource_dict, strict_json
+    from gcs.sdk import request_resources
 
     def parse(text: str | None, flag: str) -> Any:
         if text is None:
             return None
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise click.BadParameter(f"not valid JSON: {err}", param_hint=flag) from None
+            return strict_json(text)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint=flag) from None
 
+    parsed_bundles = parse(bundles, "--bundles")
+    if isinstance(parsed_bundles, list):
+        for i, bundle in enumerate(parsed_bundles):
+            try:
+                resource_dict(bundle)
+            except ValueError as err:
+                raise click.BadParameter(f"bundle {i}: {err}", param_hint="--bundles") from None
+    if num_cpus is None and parsed_bundles is None:
+        raise click.UsageError("give --num-cpus and/or --bundles (--num-cpus 0 clears)")
     try:
         request_resources(
             num_cpus=num_cpus,
-            bundles=parse(bundles, "--bundles"),
+            bundles=parsed_bundles,
             bundle_label_selectors=parse(bundle_label_selectors, "--bundle-label-selectors"),
             address=resolve_address(address),
+            timeout_s=CLIENT_TIMEOUT_S,
         )
     except (TypeError, ValueError) as err:
         raise click.UsageError(str(err)) from None
-    except GcsSdkError as err:
-        raise click.ClickException(str(err)) from None
-    click.echo("request_resources constraint set")
+    outcome = "cleared" if not num_cpus and not parsed_bundles else "set"
+    if fmt == "json":
+        click.echo(dumps({"constraint": outcome}))
+    else:
+        click.echo(f"request_resources constraint {outcome}")
+
+
+@main.command()
+@address_option()
+@click.option(
+    "--service",
+    default="",
+    help='A served service name (e.g. ray.rpc.NodeInfoGcsService); "" = the whole server.',
+)
+@click.option("--timeout", "timeout_s", type=FiniteFloat(0.0, open_min=True), default=5.0)
+@format_option()
+def health(address: str | None, service: str, timeout_s: float, fmt: str) -> None:
+    """gRPC health check (grpc.health.v1): prints SERVING and exits 0, else exits 1.
+
+    For container and Kubernetes probes: `gcs health --address 127.0.0.1:6379`.
+    """
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(resolve_address(address)) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
+        )
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        raise click.ClickException(f"health: {status}")
+    click.echo(dumps({"status": status}) if fmt == "json" else status)
 
 
 def _mount_subcommands() -> None:

@@ -23,9 +23,13 @@ class HealthCheckConfig:
     """GCS -> raylet gRPC health checks (Ray: ``health_check_*``)."""
 
     initial_delay_ms: int = 5000
+    """Wait after a node registers before its first health check."""
     period_ms: int = 3000
+    """Time between health checks of one node."""
     timeout_ms: int = 10000
+    """Deadline of one health check."""
     failure_threshold: int = 5
+    """Consecutive failed checks before the node is marked dead."""
     max_concurrent: int = 512
     """Health RPCs in flight at once (Ray has no cap; we bound it for 2,000+ nodes)."""
 
@@ -35,9 +39,11 @@ class LoadPollConfig:
     """``NodeManagerService.GetResourceLoad`` polling (Ray: gcs_pull_resource_loads_period)."""
 
     period_ms: int = 1000
+    """Time between load-poll rounds (every alive raylet once per round)."""
     timeout_ms: int = 2000
     """Per-call deadline; a slow raylet only delays its own entry."""
     max_concurrent: int = 1024
+    """GetResourceLoad calls in flight at once."""
     failure_backoff_max_ms: int = 10000
     """A raylet whose polls keep failing is polled 1, 2, 4, ... periods apart, at most this
     long apart (health checks, not polls, decide whether it is dead)."""
@@ -114,27 +120,34 @@ class RayletIoConfig:
 @dataclass(frozen=True, slots=True)
 class GcsConfig:
     host: str = "127.0.0.1"
+    """Bind address of the gRPC server and the metrics endpoint."""
     port: int = 6379
+    """gRPC port (Ray's GCS port); 0 = any free port."""
     storage: str = ""
     """Store URL; empty = embedded SQLite under ``data_dir``."""
     namespace: str = "default"
     """Key namespace per cluster in a shared backend (Ray: external_storage_namespace)."""
     data_dir: str = ".gcs-data"
+    """Directory of the embedded SQLite store (relative to the working directory)."""
     metrics_port: int = 0
-    """Prometheus HTTP port; 0 = pick a free one, -1 = disabled."""
+    """Prometheus HTTP port; 0 = pick a free one, -1 = disabled.  ``gcs serve`` defaults to
+    ``DEFAULT_METRICS_PORT`` (this dataclass default serves embedding and tests)."""
     log_format: str = "auto"
     """``json``, ``console`` or ``auto`` (console on a TTY)."""
     log_level: str = "info"
+    """debug, info, warning, error or critical."""
     session_name: str = ""
     """Empty = ``session_<timestamp>_<pid>`` generated on first start and persisted."""
     health: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     load_poll: LoadPollConfig = field(default_factory=LoadPollConfig)
     raylet_io: RayletIoConfig = field(default_factory=RayletIoConfig)
     max_dead_nodes_cached: int = 1000
+    """Dead nodes kept for GetAllNodeInfo (oldest dropped first)."""
     raylet_rpc_timeout_ms: int = 30000
     """Deadline for forwarded raylet calls (DrainRaylet, Resize)."""
     limits: RequestLimits = field(default_factory=RequestLimits)
     grpc_max_message_bytes: int = 512 * 1024 * 1024
+    """Largest gRPC message sent or received (Ray's limit)."""
     gc_gen0_threshold: int = 50_000
     """Python's cyclic-GC gen-0 threshold (default 700): the GCS allocates many short-lived
     protobuf objects per poll round, and frequent full collections showed up as snapshot
@@ -157,6 +170,13 @@ class GcsConfig:
         path = pathlib.Path(self.data_dir).resolve() / "gcs.sqlite3"
         return f"sqlite+aiosqlite:///{path}"
 
+
+DEFAULT_METRICS_PORT = 9379
+"""Where ``gcs serve`` exports Prometheus metrics unless told otherwise."""
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+STORAGE_SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "redis", "rediss", "unix")
+"""URL schemes ``store_from_url`` opens (``sqlite+aiosqlite``, ``postgresql+asyncpg``...)."""
 
 # env var -> dotted field path.  Ray's names first where Ray has the knob.
 ENV_VARS: dict[str, str] = {
@@ -187,6 +207,31 @@ ENV_VARS: dict[str, str] = {
 }
 TOKEN_ENV_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 """Ray's token sources: they override a config file's ``auth_token_path`` (not the flag)."""
+
+
+RAY_FILE_KEYS: dict[str, str] = {
+    var.removeprefix("RAY_"): path for var, path in ENV_VARS.items() if var.startswith("RAY_")
+}
+"""Ray's knob names accepted as top-level keys of a ``--config`` file too
+(``health_check_period_ms: 1000`` = ``health: {period_ms: 1000}``)."""
+
+_POSITIVE = (
+    "health.initial_delay_ms",
+    "health.period_ms",
+    "health.timeout_ms",
+    "health.failure_threshold",
+    "health.max_concurrent",
+    "load_poll.period_ms",
+    "load_poll.timeout_ms",
+    "load_poll.max_concurrent",
+    "raylet_rpc_timeout_ms",
+    "load_poll.failure_backoff_max_ms",
+    "grpc_max_message_bytes",
+    "node_instances_replenish_interval_ms",
+    "expired_job_clusters_gc_interval_ms",
+)
+"""Periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
+_NON_NEGATIVE = ("max_dead_nodes_cached", "gc_gen0_threshold")
 
 
 class ConfigError(ValueError):
@@ -246,9 +291,16 @@ def load_config(
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> GcsConfig:
-    """Merge default < file < environment < flags (flags given as dotted paths)."""
+    """Merge default < ``defaults`` < file < environment < flags (flags as dotted paths).
+
+    ``defaults`` lets a front end (``gcs serve``) choose defaults of its own, such as
+    a fixed metrics port, without changing the dataclass defaults embedders rely on.
+    """
     tree: dict[str, Any] = {}
+    for path, value in (defaults or {}).items():
+        _set_path(tree, path, value)
     if config_file:
         try:
             loaded = yaml.safe_load(pathlib.Path(config_file).read_text()) or {}
@@ -256,7 +308,7 @@ def load_config(
             raise ConfigError(f"config file {config_file}: {exc}") from exc
         if not isinstance(loaded, Mapping):
             raise ConfigError(f"config file {config_file}: top level must be a mapping")
-        tree = _merge(tree, loaded)
+        tree = _merge(tree, _ray_keys_to_paths(loaded))
     env = os.environ if env is None else env
     env_tree: dict[str, Any] = {}
     for var, path in ENV_VARS.items():
@@ -272,18 +324,74 @@ def load_config(
     tree = _merge(tree, flag_tree)
     where = f"config ({config_file})" if config_file else "config"
     config = _build(GcsConfig, tree, where)
-    if config.log_format not in {"json", "console", "auto"}:
-        raise ConfigError(f"{where}.log_format: must be json, console or auto")
-    if not 0 <= config.port <= 65535:
-        raise ConfigError(f"{where}.port: out of range: {config.port}")
     try:
         config = dataclasses.replace(
             config, auth_mode=parse_mode(config.auth_mode, f"{where}.auth_mode")
         )
     except AuthConfigError as err:
         raise ConfigError(str(err)) from None
+    validate(config, where)
+    return config
+
+
+def _ray_keys_to_paths(loaded: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in loaded.items():
+        if isinstance(key, str) and key in RAY_FILE_KEYS:
+            _set_path(out, RAY_FILE_KEYS[key], value)
+    rest = {k: v for k, v in loaded.items() if k not in RAY_FILE_KEYS}
+    return _merge(rest, out)
+
+
+def _get_path(config: Any, path: str) -> Any:
+    value = config
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _names(path: str) -> str:
+    """``health.period_ms`` -> ``health.period_ms (RAY_health_check_period_ms)``."""
+    env = [var for var, p in ENV_VARS.items() if p == path]
+    return f"{path} ({', '.join(env)})" if env else path
+
+
+def storage_scheme_ok(url: str) -> bool:
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    return bool(scheme) and scheme.startswith(STORAGE_SCHEMES)
+
+
+def validate(config: GcsConfig, where: str = "config") -> None:
+    """Every knob in range; each error names the key (and its environment variable)."""
+    if config.log_format not in {"json", "console", "auto"}:
+        raise ConfigError(f"{where}.{_names('log_format')}: must be json, console or auto")
+    if config.log_level.lower() not in LOG_LEVELS:
+        raise ConfigError(
+            f"{where}.{_names('log_level')}: {config.log_level!r} is not one of "
+            + ", ".join(LOG_LEVELS)
+        )
+    if not 0 <= config.port <= 65535:
+        raise ConfigError(f"{where}.{_names('port')}: must be in 0..65535, got {config.port}")
+    if not -1 <= config.metrics_port <= 65535:
+        raise ConfigError(
+            f"{where}.{_names('metrics_port')}: must be -1 (off), 0 (any) or a port, "
+            f"got {config.metrics_port}"
+        )
     if config.load_poll.transport not in {"grpc", "h2"}:
-        raise ConfigError(f"{where}.load_poll.transport: must be grpc or h2")
+        raise ConfigError(f"{where}.{_names('load_poll.transport')}: must be grpc or h2")
+    if config.storage and not storage_scheme_ok(config.storage):
+        raise ConfigError(
+            f"{where}.{_names('storage')}: {config.storage!r}: unsupported scheme; use "
+            "memory://, sqlite:///PATH, postgresql+asyncpg://USER@HOST/DB or redis://HOST:PORT/DB"
+        )
+    for path in _POSITIVE:
+        value = _get_path(config, path)
+        if value <= 0:
+            raise ConfigError(f"{where}.{_names(path)}: must be > 0, got {value}")
+    for path in _NON_NEGATIVE:
+        value = _get_path(config, path)
+        if value < 0:
+            raise ConfigError(f"{where}.{_names(path)}: must be >= 0, got {value}")
     check_limits(config, where)
     io = config.raylet_io
     for name in ("max_open_clients", "max_in_flight", "max_calls_per_s"):
@@ -291,7 +399,6 @@ def load_config(
             raise ConfigError(f"{where}.raylet_io.{name}: must be >= 0 (0 = automatic)")
     if io.startup_contacts_per_s <= 0:
         raise ConfigError(f"{where}.raylet_io.startup_contacts_per_s: must be > 0")
-    return config
 
 
 REQUEST_OVERHEAD_BYTES = 64 * 1024

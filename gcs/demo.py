@@ -3,14 +3,19 @@
 Half the agents are ``cpu4`` nodes, the rest ``gpu1`` nodes (at least one of each).  The
 demo then keeps real demand in the cluster, placed through the raylets' lease RPCs exactly
 as ``gcs submit`` does: running tasks, a backlog that does not fit right now, and a shape no
-node can ever run (infeasible) -- all visible in ``gcs status``.  Tasks are re-submitted as
-they finish so the picture stays alive.
+node can ever run (infeasible) -- all visible in ``gcs status``.
+
+The load is a steady cycle, not a growing backlog: each cycle submits the same tasks
+attached with a timeout of one cycle; when it ends every lease still waiting is cancelled
+and every running one returned, then the next cycle starts.  Demand therefore never
+exceeds one cycle's worth (ADR: detached leases that never fit would pile up forever).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
 import structlog
 
@@ -20,28 +25,45 @@ from gcs.rpc.security import Security
 
 log = structlog.get_logger("gcs.demo")
 
-_LOAD = (
-    # (resources, count, seconds): steady running work, backlog, and an infeasible shape.
-    ({"CPU": 2.0}, 6, 120.0),
-    ({"CPU": 1.0, "GPU": 1.0}, 3, 120.0),
-    ({"CPU": 64.0}, 2, 120.0),
+CYCLE_S = 120.0
+
+LOAD: tuple[tuple[dict[str, float], int, float], ...] = (
+    # (resources, count, fraction of a cycle each task runs): running work, a backlog
+    # (more GPU tasks than GPUs), and an infeasible shape.
+    ({"CPU": 2.0}, 6, 0.75),
+    ({"CPU": 1.0, "GPU": 1.0}, 3, 0.75),
+    ({"CPU": 64.0}, 2, 0.75),
 )
 
 
 class DemoCluster:
     def __init__(
-        self, gcs_address: str, *, nodes: int = 3, security: Security | None = None
+        self,
+        gcs_address: str,
+        *,
+        nodes: int = 3,
+        cycle_s: float = CYCLE_S,
+        load: Sequence[tuple[dict[str, float], int, float]] = LOAD,
+        host: str = "127.0.0.1",
+        security: Security | None = None,
     ) -> None:
         """``security``: the GCS's token/TLS (``gcs serve --auth-mode token --demo N``)."""
         if nodes < 1:
             raise ValueError("a demo cluster needs at least one node")
+        if cycle_s <= 0:
+            raise ValueError("cycle_s must be > 0")
         self._address = gcs_address
         self._security = security
         self._count = nodes
+        self._cycle_s = cycle_s
+        self._load = tuple(load)
+        self._host = host
         self.agents: list[RayletAgent] = []
+        self.cycles = 0
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, *, load: bool = True) -> None:
+        """Start the agents, then (``load``) the cycle of synthetic load."""
         gpu_nodes = max(1, self._count // 2) if self._count > 1 else 0
         for i in range(self._count):
             gpu = i >= self._count - gpu_nodes
@@ -50,29 +72,38 @@ class DemoCluster:
                 resources={"CPU": 4.0, "GPU": 1.0} if gpu else {"CPU": 4.0},
                 node_type="gpu1" if gpu else "cpu4",
                 labels={"zone": "a" if i % 2 == 0 else "b"},
+                host=self._host,
                 node_name=f"demo-{i}",
                 instance_id=f"demo-{i}",
             )
             agent = RayletAgent(config, security=self._security)
             await agent.start()
             self.agents.append(agent)
-        self._task = asyncio.get_running_loop().create_task(self._keep_load(), name="demo-load")
-        log.info("demo.started", nodes=self._count)
+        if load:
+            loop = asyncio.get_running_loop()
+            self._task = loop.create_task(self._keep_load(), name="demo-load")
+        log.info("demo.started", nodes=self._count, cycle_s=self._cycle_s)
+
+    async def run_cycle(self) -> None:
+        """One cycle: submit the load attached; at the cycle's end withdraw what is left."""
+        runs = [
+            submit(
+                self._address,
+                TaskSpec(resources, fraction * self._cycle_s),
+                count,
+                timeout_s=self._cycle_s,
+                security=self._security,
+            )
+            for resources, count, fraction in self._load
+        ]
+        for outcome in await asyncio.gather(*runs, return_exceptions=True):
+            if isinstance(outcome, BaseException):  # the demo must never take the server down
+                log.warning("demo.submit_failed", error=repr(outcome))
+        self.cycles += 1
 
     async def _keep_load(self) -> None:
         while True:
-            for resources, count, seconds in _LOAD:
-                try:
-                    await submit(
-                        self._address,
-                        TaskSpec(resources, seconds),
-                        count,
-                        detach=True,
-                        security=self._security,
-                    )
-                except Exception as err:  # the demo must never take the server down
-                    log.warning("demo.submit_failed", error=repr(err))
-            await asyncio.sleep(_LOAD[0][2])
+            await self.run_cycle()
 
     async def stop(self) -> None:
         if self._task is not None:

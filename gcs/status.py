@@ -109,3 +109,43 @@ def render(reply: autoscaler_pb2.GetClusterStatusReply, *, now_s: float | None =
         body = ", ".join(f"{s} * {n}" for s, n in shapes.items())
         lines.append(f" {body} ({strategy}): 1+ pending placement groups")
     return "\n".join(lines) + "\n"
+
+
+def render_nodes(reply: autoscaler_pb2.GetClusterStatusReply) -> str:
+    """``ray status -v``'s per-node part: every node with its usage, idle time and labels."""
+    lines = ["", "Node details", _RULE]
+    nodes = sorted(
+        reply.cluster_resource_state.node_states,
+        key=lambda n: (n.status == NodeStatus.DEAD, n.ray_node_type_name, n.node_id),
+    )
+    if not nodes:
+        lines.append(" (no nodes)")
+    for node in nodes:
+        status = NodeStatus.Name(node.status)
+        idle = f", idle {node.idle_duration_ms / 1000:.0f} s" if node.idle_duration_ms else ""
+        lines.append(
+            f"Node {node.node_id.hex()} ({node.ray_node_type_name or 'no type'}, "
+            f"{node.node_ip_address or '?'}): {status}{idle}"
+        )
+        for name in sorted(node.total_resources):
+            if name.startswith("node:"):
+                continue
+            total = node.total_resources[name]
+            used = total - node.available_resources.get(name, 0.0)
+            lines.append(f"  {_fmt_amount(used)}/{_fmt_amount(total)} {name}")
+        labels = {k: v for k, v in node.labels.items() if not k.startswith("ray.io/")}
+        if labels:
+            lines.append("  labels: " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    return "\n".join(lines) + "\n"
+
+
+def render_virtual_clusters(rows: list[tuple[str, bool, int, dict[str, int]]]) -> str:
+    """(id, divisible, nodes, replica sets) per virtual cluster."""
+    lines = ["", "Virtual clusters", _RULE]
+    if not rows:
+        lines.append(" (none)")
+    for cluster_id, divisible, nodes, replica_sets in rows:
+        kind = "divisible" if divisible else "indivisible"
+        sets = ", ".join(f"{t}: {n}" for t, n in sorted(replica_sets.items())) or "-"
+        lines.append(f" {cluster_id} ({kind}): {nodes} nodes [{sets}]")
+    return "\n".join(lines) + "\n"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import structlog
 
 from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
 from gcs.server import GcsServer
@@ -25,6 +27,17 @@ def fast_config(**overrides: object) -> GcsConfig:
     }
     base.update(overrides)
     return GcsConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _logs_on_stderr() -> None:
+    """Server and agent logs go to stderr, as in production, so a test reading a command's
+    stdout (CliRunner's ``result.stdout``) never sees log lines mixed in.  Not cached, so
+    ``structlog.testing.capture_logs`` keeps working."""
+    structlog.configure(
+        logger_factory=structlog.PrintLoggerFactory(file=sys.__stderr__),
+        cache_logger_on_first_use=False,
+    )
 
 
 @pytest.fixture(scope="session")

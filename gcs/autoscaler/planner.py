@@ -217,6 +217,32 @@ def state_to_input(
     )
 
 
+def drop_unknown_node_types(
+    state: autoscaler_pb2.ClusterResourceState, cluster: ClusterConfig
+) -> tuple[autoscaler_pb2.ClusterResourceState, list[str]]:
+    """Leave out live nodes whose type the cluster config lacks, with one warning each.
+
+    A live GCS may run nodes the YAML does not describe (started by hand, another
+    launcher); one such node must not stop the whole plan.  Their capacity is not counted,
+    so the plan may launch more than a config that knew them would.
+    """
+    types = cluster.scheduler.node_types
+    kept = autoscaler_pb2.ClusterResourceState()
+    kept.CopyFrom(state)
+    del kept.node_states[:]
+    warnings = []
+    for i, ns in enumerate(state.node_states):
+        if ns.status in _LIVE and ns.ray_node_type_name not in types:
+            warnings.append(
+                f"node_states[{i}] (node {ns.node_id.hex()}): node type "
+                f"{ns.ray_node_type_name!r} is not in the cluster config "
+                f"({', '.join(types)}); left out of the plan, its capacity not counted"
+            )
+            continue
+        kept.node_states.append(ns)
+    return kept, warnings
+
+
 def plan(
     state: autoscaler_pb2.ClusterResourceState,
     cluster: ClusterConfig,
@@ -286,8 +312,22 @@ def reply_to_json(reply: SchedulingReply) -> dict[str, Any]:
     }
 
 
+def _selectors_text(row: dict[str, Any]) -> str:
+    selectors = row.get("label_selectors") or []
+    parts = [
+        " && ".join(f"{key} {op} ({','.join(values)})" for key, op, values in sel)
+        for sel in selectors
+        if sel
+    ]
+    return f" [{' | '.join(parts)}]" if parts else ""
+
+
 def render_table(doc: dict[str, Any]) -> str:
-    lines = ["LAUNCH"]
+    lines = []
+    if doc.get("warnings"):
+        lines.append("WARNINGS")
+        lines += [f"  ! {w}" for w in doc["warnings"]]
+    lines.append("LAUNCH")
     lines += [f"  {t:<24} {n:>6}" for t, n in doc["launch"].items()] or ["  (none)"]
     lines.append("TERMINATE")
     lines += [
@@ -303,7 +343,8 @@ def render_table(doc: dict[str, Any]) -> str:
     inf = doc["infeasible"]
     lines.append("INFEASIBLE")
     rows = [
-        f"  {r['count']:>6} x {json.dumps(r['resources'], sort_keys=True)}" for r in inf["requests"]
+        f"  {r['count']:>6} x {json.dumps(r['resources'], sort_keys=True)}{_selectors_text(r)}"
+        for r in inf["requests"]
     ]
     rows += [f"  gang {g['details'] or '(no details)'}" for g in inf["gangs"]]
     rows += ["  request_resources constraint" for _ in inf["constraints"]]

@@ -48,6 +48,8 @@ from gcs.server.interceptors import CallGuardInterceptor
 log = structlog.get_logger("gcs.raylet")
 
 CLUSTER_ID_METADATA_KEY = "ray_cluster_id"
+UNREGISTER_TIMEOUT_S = 5.0
+"""Leaving must not hang on an unreachable GCS."""
 _GCS_DOWN = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 )
@@ -208,6 +210,17 @@ class RayletAgent:
             await self._channel.close()
         log.info("raylet.stopped", node_id=self.node_id.hex(), reason=reason.value)
         self._stopped.set()
+
+    async def leave(self, reason_message: str = "raylet stopped by a signal") -> None:
+        """Unregister (EXPECTED_TERMINATION), then stop: a signalled raylet leaves cleanly
+        instead of being found dead by health checks later."""
+        if self._exit is not None or self.cluster_id is None:
+            await self.stop()
+            return
+        death = common_pb2.NodeDeathInfo(
+            reason=common_pb2.NodeDeathInfo.EXPECTED_TERMINATION, reason_message=reason_message
+        )
+        await self._unregister_and_stop(death, ExitReason.STOPPED)
 
     def node_info(self) -> gcs_pb2.GcsNodeInfo:
         cfg = self.config
@@ -384,7 +397,8 @@ class RayletAgent:
         _, stub = self._stubs()
         try:
             await stub.UnregisterNode(
-                gcs_service_pb2.UnregisterNodeRequest(node_id=self.node_id, node_death_info=death)
+                gcs_service_pb2.UnregisterNodeRequest(node_id=self.node_id, node_death_info=death),
+                timeout=min(self.config.rpc_timeout_s, UNREGISTER_TIMEOUT_S),
             )
         except grpc.aio.AioRpcError as err:
             log.warning("raylet.unregister_failed", code=err.code(), details=err.details())

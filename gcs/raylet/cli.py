@@ -15,23 +15,54 @@ from typing import Any
 
 import click
 
+from gcs.cli_support import GcsGroup, address_option, format_option
+from gcs.cli_validation import (
+    LABELS,
+    NODE_ID,
+    NON_NEGATIVE_INT,
+    PORT_OR_ANY,
+    POSITIVE_INT,
+    RESOURCES,
+    FiniteFloat,
+    string_map,
+)
 from gcs.raylet.agent import ExitReason, RayletAgent, RayletConfig
 from gcs.raylet.fleet import FleetConfig, RayletFleet, run_fleet_processes
 from gcs.raylet.wire import parse_selector
 from gcs.raylet.workload import TaskSpec, submit
 
 FATAL_EXITS = frozenset({ExitReason.DECLARED_DEAD, ExitReason.CLUSTER_CHANGED})
+EXIT_TIMED_OUT = 3
+"""``gcs submit --timeout``: some tasks were still waiting when the timeout struck."""
 
 
 def _gcs_address(value: str | None) -> str:
-    from gcs.sdk import AddressNotFound, resolve_address
+    from gcs.cli_support import resolve_address
 
+    return resolve_address(value)
+
+
+def _client_logging(level: str = "warning") -> None:
+    """Agent logs go to stderr so stdout carries only the command's JSON result."""
+    from gcs.server.logging import configure_logging
+
+    configure_logging("auto", level, cache=False)
+
+
+_log_level_option = click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="warning",
+    show_default=True,
+    help="Agent logs (on stderr).",
+)
+
+
+def _selector(ctx: Any, param: Any, value: str | None) -> dict[str, str]:
     try:
-        return resolve_address(value)
-    except AddressNotFound:
-        raise click.UsageError(
-            "--gcs-address is required (or set GCS_ADDRESS / RAY_ADDRESS)"
-        ) from None
+        return string_map(value, "label")
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
 
 
 def _check_security() -> None:
@@ -45,40 +76,54 @@ def _check_security() -> None:
         raise click.ClickException(str(err)) from None
 
 
-def _json_dict(ctx: Any, param: Any, value: str | None) -> dict[str, Any]:
-    if value is None or value == "":
-        return {}
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as err:
-        raise click.BadParameter(f"not JSON: {err}") from None
-    if not isinstance(parsed, dict):
-        raise click.BadParameter("expected a JSON object")
-    return parsed
-
-
-def _resources(ctx: Any, param: Any, value: str | None) -> dict[str, float]:
-    parsed = _json_dict(ctx, param, value)
-    try:
-        return {str(k): float(v) for k, v in parsed.items()}
-    except (TypeError, ValueError):
-        raise click.BadParameter("resource amounts must be numbers") from None
-
-
-async def _until_signal(waiter: Any, stop: Any) -> Any:
-    """Wait for ``waiter``; SIGINT/SIGTERM call ``stop`` first."""
+def _signal_event() -> asyncio.Event:
+    """An event SIGINT/SIGTERM set; installed before anything starts, so an early signal
+    is not lost (nor turned into a KeyboardInterrupt traceback)."""
     loop = asyncio.get_running_loop()
+    signalled = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, lambda: loop.create_task(stop()))
-    return await waiter
+            loop.add_signal_handler(sig, signalled.set)
+    return signalled
 
 
-_gcs_option = click.option(
-    "--gcs-address", default=None, help="GCS host:port (env GCS_ADDRESS, RAY_ADDRESS)."
-)
+async def _until_signal(waiter: Any, signalled: asyncio.Event, leave: Any) -> Any:
+    """Wait for ``waiter``; on a signal first run ``leave`` (unregister, stop)."""
+    wait_task = asyncio.ensure_future(waiter)
+    signal_task = asyncio.ensure_future(signalled.wait())
+    await asyncio.wait({wait_task, signal_task}, return_when=asyncio.FIRST_COMPLETED)
+    if not wait_task.done():
+        await leave()
+    signal_task.cancel()
+    return await wait_task
+
+
+def _start_error(err: BaseException, address: str, timeout_s: float) -> click.ClickException:
+    if isinstance(err, TimeoutError):
+        return click.ClickException(
+            f"could not register with the GCS at {address} within {timeout_s:g} s "
+            "(is it running and reachable?)"
+        )
+    if isinstance(err, RuntimeError) and "bind" in str(err).lower():
+        return click.ClickException(f"cannot bind the raylet port: {err}".split(";")[0])
+    raise err
+
+
+_gcs_option = address_option("--gcs-address")
 _resources_option = click.option(
-    "--resources", callback=_resources, default='{"CPU": 1}', show_default=True, help="JSON map."
+    "--resources",
+    type=RESOURCES,
+    default='{"CPU": 1}',
+    show_default=True,
+    help="JSON map of resource -> amount (finite, >= 0).",
+)
+_register_timeout_option = click.option(
+    "--register-timeout",
+    "register_timeout_s",
+    type=FiniteFloat(0.0, open_min=True),
+    default=30.0,
+    show_default=True,
+    help="Give up if the GCS has not accepted the registration after this many seconds.",
 )
 
 
@@ -86,38 +131,47 @@ _resources_option = click.option(
 @_gcs_option
 @_resources_option
 @click.option("--node-type", default="", help="GcsNodeInfo.node_type_name.")
-@click.option("--labels", callback=_json_dict, default=None, help="JSON map of node labels.")
+@click.option("--labels", type=LABELS, default=None, help="JSON map of node labels (strings).")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=0, help="0 = a free port.")
+@click.option("--port", type=PORT_OR_ANY, default=0, help="0 = a free port.")
 @click.option("--node-name", default="")
 @click.option("--instance-id", default="")
-@click.option("--node-id", default=None, help="56 hex chars; random when omitted.")
+@click.option("--node-id", type=NODE_ID, default=None, help="56 hex chars; random when omitted.")
 @click.option("--head", is_flag=True, help="Register as the head node.")
-@click.option("--liveness-check-interval-ms", type=int, default=60_000, show_default=True)
+@click.option("--liveness-check-interval-ms", type=POSITIVE_INT, default=60_000, show_default=True)
 @click.option("--rejoin-new-cluster", is_flag=True, help="Re-register if the cluster id changes.")
+@_register_timeout_option
+@_log_level_option
 def raylet_command(
     *,
-    gcs_address: str | None,
+    address: str | None,
     resources: dict[str, float],
     node_type: str,
-    labels: dict[str, Any],
+    labels: dict[str, str] | None,
     host: str,
     port: int,
     node_name: str,
     instance_id: str,
-    node_id: str | None,
+    node_id: bytes | None,
     head: bool,
     liveness_check_interval_ms: int,
     rejoin_new_cluster: bool,
+    register_timeout_s: float,
+    log_level: str,
 ) -> None:
-    """Run one lightweight raylet agent until it is drained, shut down or signalled."""
+    """Run one lightweight raylet agent until it is drained, shut down or signalled.
+
+    Prints {"node_id", "address"} as JSON on stdout once registered; logs go to stderr.
+    SIGINT/SIGTERM unregister the node (EXPECTED_TERMINATION) before exiting.
+    """
     _check_security()
+    gcs_address = _gcs_address(address)
     config = RayletConfig(
-        gcs_address=_gcs_address(gcs_address),
+        gcs_address=gcs_address,
         resources=resources,
         node_type=node_type,
-        labels={str(k): str(v) for k, v in labels.items()},
-        node_id=bytes.fromhex(node_id) if node_id else None,
+        labels=labels or {},
+        node_id=node_id,
         host=host,
         port=port,
         node_name=node_name,
@@ -125,13 +179,19 @@ def raylet_command(
         is_head=head,
         liveness_check_interval_ms=liveness_check_interval_ms,
         rejoin_new_cluster=rejoin_new_cluster,
+        register_timeout_s=register_timeout_s,
     )
+    _client_logging(log_level)
 
     async def run() -> ExitReason:
+        signalled = _signal_event()
         agent = RayletAgent(config)
-        await agent.start()
+        try:
+            await agent.start()
+        except (TimeoutError, RuntimeError) as err:
+            raise _start_error(err, gcs_address, register_timeout_s) from None
         click.echo(json.dumps({"node_id": agent.node_id.hex(), "address": agent.address}))
-        return await _until_signal(agent.wait(), agent.stop)
+        return await _until_signal(agent.wait(), signalled, agent.leave)
 
     reason = asyncio.run(run())
     if reason in FATAL_EXITS:
@@ -140,34 +200,38 @@ def raylet_command(
 
 @click.command("raylet-fleet")
 @_gcs_option
-@click.option("--count", type=int, required=True)
+@click.option("--count", type=POSITIVE_INT, required=True)
 @_resources_option
 @click.option("--node-type", default="")
-@click.option("--labels", callback=_json_dict, default=None)
-@click.option("--processes", type=int, default=1, show_default=True)
+@click.option("--labels", type=LABELS, default=None, help="JSON map of node labels (strings).")
+@click.option("--processes", type=POSITIVE_INT, default=1, show_default=True)
 @click.option("--distinct-ips", is_flag=True, help="Bind agent i to its own 127.x.y.z.")
 @click.option("--name-prefix", default="fleet", show_default=True)
-@click.option("--first-index", type=int, default=0, hidden=True)
-@click.option("--liveness-check-interval-ms", type=int, default=60_000, show_default=True)
+@click.option("--first-index", type=NON_NEGATIVE_INT, default=0, hidden=True)
+@click.option("--liveness-check-interval-ms", type=POSITIVE_INT, default=60_000, show_default=True)
+@_log_level_option
 def raylet_fleet_command(
     *,
-    gcs_address: str | None,
+    address: str | None,
     count: int,
     resources: dict[str, float],
     node_type: str,
-    labels: dict[str, Any],
+    labels: dict[str, str] | None,
     processes: int,
     distinct_ips: bool,
     name_prefix: str,
     first_index: int,
     liveness_check_interval_ms: int,
+    log_level: str,
 ) -> None:
     """Run COUNT raylet agents, in this process or spread over --processes children."""
-    address = _gcs_address(gcs_address)
     _check_security()
+    gcs_address = _gcs_address(address)
+    labels = labels or {}
+    _client_logging(log_level)
     if processes > 1:
         argv = [
-            "--gcs-address", address,
+            "--gcs-address", gcs_address,
             "--resources", json.dumps(resources),
             "--node-type", node_type,
             "--labels", json.dumps(labels),
@@ -178,11 +242,11 @@ def raylet_fleet_command(
             argv.append("--distinct-ips")
         sys.exit(asyncio.run(run_fleet_processes(argv, count, processes)))
     config = FleetConfig(
-        gcs_address=address,
+        gcs_address=gcs_address,
         count=count,
         resources=resources,
         node_type=node_type,
-        labels={str(k): str(v) for k, v in labels.items()},
+        labels=labels,
         name_prefix=name_prefix,
         first_index=first_index,
         distinct_ips=distinct_ips,
@@ -190,60 +254,81 @@ def raylet_fleet_command(
     )
 
     async def run() -> None:
+        signalled = _signal_event()
         fleet = RayletFleet(config)
         await fleet.start()
         click.echo(json.dumps({"started": len(fleet.agents)}))
-        await _until_signal(fleet.wait(), fleet.stop)
+        await _until_signal(fleet.wait(), signalled, fleet.leave)
 
     asyncio.run(run())
 
 
 @click.command("submit")
-@click.option("--address", "gcs_address", default=None, help="GCS host:port.")
+@address_option("--gcs-address")
 @_resources_option
-@click.option("--count", type=int, default=1, show_default=True)
-@click.option("--seconds", type=float, default=10.0, show_default=True)
-@click.option("--label-selector", callback=_json_dict, default=None, help='e.g. {"zone":"in(a,b)"}')
+@click.option("--count", type=POSITIVE_INT, default=1, show_default=True)
+@click.option("--seconds", type=FiniteFloat(0.0), default=10.0, show_default=True)
+@click.option("--label-selector", callback=_selector, default=None, help='e.g. {"zone":"in(a,b)"}')
 @click.option("--detach", is_flag=True, help="Leave the leases to the raylets and exit at once.")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="Give up waiting after.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=FiniteFloat(0.0, open_min=True),
+    default=None,
+    help="Give up waiting after this many seconds (exit code 3 if tasks were still waiting).",
+)
+@format_option("json")
 def submit_command(
     *,
-    gcs_address: str | None,
+    fmt: str,
+    address: str | None,
     resources: dict[str, float],
     count: int,
     seconds: float,
-    label_selector: dict[str, Any],
+    label_selector: dict[str, str],
     detach: bool,
     timeout_s: float | None,
 ) -> None:
-    """Place COUNT synthetic tasks, each holding RESOURCES for SECONDS."""
-    task = TaskSpec(
-        resources=resources,
-        seconds=seconds,
-        label_selector=parse_selector({str(k): str(v) for k, v in label_selector.items()}),
-    )
+    """Place COUNT synthetic tasks, each holding RESOURCES for SECONDS.
+
+    Prints a JSON summary on stdout.  Exit 0 when every task ran (or, with --detach, was
+    handed to a raylet); 3 when --timeout struck first (the summary says how many waited).
+    """
     try:
-        result = asyncio.run(
-            submit(_gcs_address(gcs_address), task, count, detach=detach, timeout_s=timeout_s)
-        )
+        selector = parse_selector(label_selector)
     except ValueError as err:
-        raise click.ClickException(str(err)) from None
-    click.echo(
-        json.dumps(
-            {
-                "placed": dict(result.placed),
-                "granted": result.granted,
-                "queued": result.queued,
-                "infeasible": result.infeasible,
-                "rejected": result.rejected,
-                "canceled": result.canceled,
-                "returned": result.returned,
-            }
+        raise click.BadParameter(str(err), param_hint="--label-selector") from None
+    task = TaskSpec(resources=resources, seconds=seconds, label_selector=selector)
+    gcs_address = _gcs_address(address)
+    _client_logging()
+    result = asyncio.run(submit(gcs_address, task, count, detach=detach, timeout_s=timeout_s))
+    summary = {
+        "placed": dict(result.placed),
+        "granted": result.granted,
+        "queued": result.queued,
+        "infeasible": result.infeasible,
+        "rejected": result.rejected,
+        "canceled": result.canceled,
+        "returned": result.returned,
+        "timed_out": result.timed_out,
+    }
+    if fmt == "json":
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(
+            f"{count} tasks of {json.dumps(resources)} on {len(result.placed)} raylets: "
+            + ", ".join(f"{k} {v}" for k, v in summary.items() if k != "placed")
         )
-    )
+    if result.timed_out:
+        click.echo(
+            f"Error: {result.timed_out} of {count} tasks timed out after {timeout_s:g} s "
+            f"({result.granted} granted)",
+            err=True,
+        )
+        sys.exit(EXIT_TIMED_OUT)
 
 
-@click.group()
+@click.group(cls=GcsGroup)
 def cli() -> None:
     """Raylet agent commands (standalone entry point)."""
 

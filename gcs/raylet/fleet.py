@@ -131,6 +131,13 @@ class RayletFleet:
         if self._channel is not None:
             await self._channel.close()
 
+    async def leave(self) -> None:
+        """Every agent unregisters, then the fleet stops (what SIGINT/SIGTERM do)."""
+        if self._stopped:
+            return
+        await asyncio.gather(*(a.leave() for a in self.agents), return_exceptions=True)
+        await self.stop()
+
     def alive(self) -> list[RayletAgent]:
         return [a for a in self.agents if a.exit_reason is None]
 

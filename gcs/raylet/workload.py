@@ -59,6 +59,8 @@ class SubmitResult:
     rejected: int = 0
     canceled: int = 0
     returned: int = 0
+    timed_out: int = 0
+    """Tasks still waiting (or running, attached) when ``timeout_s`` struck."""
 
 
 def plan(task: TaskSpec, count: int, nodes: Sequence[NodeTarget]) -> list[tuple[NodeTarget, bool]]:
@@ -144,6 +146,7 @@ async def submit(
         else:
             pending = [asyncio.ensure_future(r) for r in runs]
             _, late = await asyncio.wait(pending, timeout=timeout_s)
+            result.timed_out = len(late)
             for fut in late:
                 fut.cancel()
             await asyncio.gather(*late, return_exceptions=True)
@@ -164,13 +167,20 @@ async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: Subm
         reply = await stub.RequestWorkerLease(request, metadata=metadata, timeout=30)
         _count_reply(reply, result, detached=True)
         return
+    # attached too, the raylet is told the hold time: if this process vanishes (Ctrl-C, a
+    # grant crossing a cancel on the wire) the raylet frees the lease itself
+    hold = [(wire.SYNTHETIC_SECONDS_KEY, repr(float(task.seconds)))]
     try:
-        reply = await stub.RequestWorkerLease(request)
+        reply = await stub.RequestWorkerLease(request, metadata=hold)
     except asyncio.CancelledError:
-        # timed out while waiting: withdraw the request so it stops counting as demand
+        # timed out while waiting: withdraw the request so it stops counting as demand; if
+        # the grant crossed the cancel on the wire, hand the lease back too (both idempotent)
         with contextlib.suppress(grpc.aio.AioRpcError):
             await stub.CancelWorkerLease(
                 node_manager_pb2.CancelWorkerLeaseRequest(lease_id=lease_id), timeout=5
+            )
+            await stub.ReturnWorkerLease(
+                node_manager_pb2.ReturnWorkerLeaseRequest(lease_id=lease_id), timeout=5
             )
         raise
     _count_reply(reply, result, detached=False)
@@ -179,12 +189,14 @@ async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: Subm
     try:
         await asyncio.sleep(task.seconds)
     finally:
-        await stub.ReturnWorkerLease(
-            node_manager_pb2.ReturnWorkerLeaseRequest(
-                lease_id=lease_id, worker_port=reply.worker_address.port
-            ),
-            timeout=5,
-        )
+        # NOT_FOUND: the raylet's own hold timer freed it first (same moment)
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await stub.ReturnWorkerLease(
+                node_manager_pb2.ReturnWorkerLeaseRequest(
+                    lease_id=lease_id, worker_port=reply.worker_address.port
+                ),
+                timeout=5,
+            )
         result.returned += 1
 
 

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import gc
 import pathlib
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from gcs.clock import Clock, SystemClock
 from gcs.config import GcsConfig, kv_put_request_bytes
@@ -45,7 +47,8 @@ from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.interceptors import CallGuardInterceptor
-from gcs.server.metrics import GcsMetrics
+from gcs.server.metrics import GcsMetrics, counter, gauge, on_loop, pubsub_families
+from gcs.server.reflection import wire_pool
 from gcs.services.autoscaler import AutoscalerStateServicer
 from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
 from gcs.services.kv import InternalKVServicer
@@ -166,7 +169,6 @@ class GcsServer:
                 RAY_VIRTUAL_CLUSTER_CHANNEL
             ),
         )
-        self.metrics.track_pubsub((pubsub.control_plane, pubsub.observability))
         # Wiring, all at construction.  Event fan-outs come first: emitters and listeners
         # take them as constructor arguments (listeners subscribe in their constructors),
         # so node events reach, in order: resource cache, client pool, health checker, VC.
@@ -245,13 +247,13 @@ class GcsServer:
         self._tune_gc()
         await self._start_grpc()
         await pubsub.start()
+        self.metrics.add_source(on_loop(asyncio.get_running_loop(), self._metric_families))
         if cfg.metrics_port >= 0:
             self.metrics_port = self.metrics.serve(cfg.host, cfg.metrics_port)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(poller.run(), name="load-poller"),
             loop.create_task(health_checker.run(), name="health-checker"),
-            loop.create_task(self._refresh_metrics(), name="metrics"),
             loop.create_task(
                 virtual_clusters.run_periodic(
                     cfg.node_instances_replenish_interval_ms,
@@ -360,13 +362,25 @@ class GcsServer:
         names = [wire_service_name(d) for d, _ in servicers]
         for name in ["", *names]:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        # reflection lists what is served: Ray's ray.rpc.* names (see gcs.server.reflection)
+        reflected = [
+            *(d for d, _ in servicers),
+            reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
+            health_pb2.DESCRIPTOR.services_by_name["Health"],
+        ]
         reflection.enable_server_reflection(
-            [*(d.full_name for d, _ in servicers), reflection.SERVICE_NAME, health.SERVICE_NAME],
+            [*names, reflection.SERVICE_NAME, health.SERVICE_NAME],
             server,
+            pool=wire_pool(reflected),
         )
-        self.port = self.security.add_port(server, f"{cfg.host}:{cfg.port}")
+        try:
+            self.port = self.security.add_port(server, f"{cfg.host}:{cfg.port}")
+        except RuntimeError:  # grpc's "Failed to bind to address ..."
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"could not bind {cfg.host}:{cfg.port}")
+            raise OSError(
+                errno.EADDRINUSE, f"cannot bind the gRPC port {cfg.host}:{cfg.port} (in use?)"
+            )
         await server.start()
         self._server = server
 
@@ -407,19 +421,62 @@ class GcsServer:
             for task in pending:
                 task.cancel()
 
-    async def _refresh_metrics(self) -> None:
-        assert self.managers is not None
+    def _metric_families(self) -> list[Any]:
+        """Figures read from their owners at scrape time (gcs.server.metrics)."""
         m = self.managers
-        while True:
-            self.metrics.nodes.labels("ALIVE").set(len(m.nodes.alive))
-            self.metrics.nodes.labels("DEAD").set(len(m.nodes.dead))
-            self.metrics.poll_round_seconds.set(m.poller.stats.last_round_s)
-            self.metrics.poll_staleness_seconds.set(m.poller.stats.max_staleness_s)
-            self.metrics.poll_failures.set(m.poller.stats.polls_failed)
-            self.metrics.poll_ok.set(m.poller.stats.polls_ok)
-            self.metrics.health_failures.set(m.health.failures)
-            self.metrics.pending_shapes.set(len(m.resources.demand))
-            await asyncio.sleep(1.0)
+        if m is None:
+            return []
+        stats = m.poller.stats
+        out = [
+            gauge(
+                "gcs_nodes",
+                "Nodes by state",
+                {("ALIVE",): len(m.nodes.alive), ("DEAD",): len(m.nodes.dead)},
+                labels=("state",),
+            ),
+            gauge(
+                "gcs_load_poll_round_seconds",
+                "Duration of the last load-poll round",
+                stats.last_round_s,
+            ),
+            gauge(
+                "gcs_load_poll_max_staleness_seconds",
+                "Age of the oldest node resource report",
+                stats.max_staleness_s,
+            ),
+            counter("gcs_load_poll_ok", "Successful GetResourceLoad calls", stats.polls_ok),
+            counter("gcs_load_poll_failures", "Failed GetResourceLoad calls", stats.polls_failed),
+            counter("gcs_health_check_failures", "Failed raylet health checks", m.health.failures),
+            gauge(
+                "gcs_pending_resource_shapes",
+                "Distinct pending resource shapes",
+                len(m.resources.demand),
+            ),
+        ]
+        clusters = m.virtual_clusters.registry.clusters()
+        kinds: dict[tuple[str, ...], float] = {}
+        for cluster in clusters:
+            kinds[(cluster.kind.name,)] = kinds.get((cluster.kind.name,), 0) + 1
+        out.append(
+            gauge("gcs_virtual_clusters", "Virtual clusters by kind", kinds, labels=("kind",))
+        )
+        out.append(
+            gauge(
+                "gcs_virtual_cluster_nodes",
+                "Node instances per virtual cluster",
+                {(c.id,): len(c.members) for c in clusters},
+                labels=("virtual_cluster",),
+            )
+        )
+        out.extend(
+            pubsub_families(
+                {
+                    "control_plane": m.pubsub.control_plane.stats(),
+                    "observability": m.pubsub.observability.stats(),
+                }
+            )
+        )
+        return out
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or self._stopping:

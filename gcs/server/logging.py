@@ -8,7 +8,9 @@ import sys
 import structlog
 
 
-def configure_logging(fmt: str = "auto", level: str = "info") -> None:
+def configure_logging(fmt: str = "auto", level: str = "info", *, cache: bool = True) -> None:
+    """Logs go to stderr, always (stdout is for command output).  ``cache=False`` for
+    short-lived client commands that may run inside another program (tests)."""
     if fmt == "auto":
         fmt = "console" if sys.stderr.isatty() else "json"
     renderer: structlog.types.Processor
@@ -29,5 +31,5 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )

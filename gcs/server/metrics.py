@@ -1,21 +1,156 @@
-"""Prometheus metrics, on a registry the server owns (no process-global state)."""
+"""Prometheus metrics, on a registry the server owns (no process-global state).
+
+Two kinds of figures:
+
+* pushed as they happen: RPC counts and latencies (``on_call``);
+* read from their owners at scrape time (:meth:`GcsMetrics.add_source`): node counts,
+  poll and health-check totals, virtual clusters, pubsub.  A figure that only grows is a
+  counter (``*_total``), never a gauge, so ``rate()`` works across restarts.
+
+The registry also carries the standard process (CPU, memory, fds), platform and Python GC
+collectors, as ``prometheus_client``'s default registry would.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+import asyncio
+import concurrent.futures
+import errno
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    start_http_server,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from gcs.pubsub.publisher import Publisher
+MetricSource = Callable[[], Iterable[Metric]]
+
+__all__ = [
+    "GcsMetrics",
+    "MetricSource",
+    "counter",
+    "counters",
+    "gauge",
+    "on_loop",
+    "pubsub_families",
+]
+
+SCRAPE_TIMEOUT_S = 5.0
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, source: MetricSource) -> MetricSource:
+    """Run ``source`` on the event loop that owns the state it reads.
+
+    The HTTP endpoint scrapes from its own thread; reading manager dicts there while the
+    loop mutates them could fail mid-iteration, so the read is marshalled onto the loop
+    (a busy or stopped loop yields nothing rather than blocking the scrape forever).
+    """
+
+    def collect() -> Iterable[Metric]:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            return list(source())
+        result: concurrent.futures.Future[list[Metric]] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                result.set_result(list(source()))
+            except BaseException as err:
+                result.set_exception(err)
+
+        try:
+            loop.call_soon_threadsafe(call)
+            return result.result(SCRAPE_TIMEOUT_S)
+        except (RuntimeError, TimeoutError):  # loop closed, or too busy to answer
+            return []
+
+    return collect
+
+
+def counter(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> Metric:
+    """A counter family with one sample (``name`` without ``_total``; it is added)."""
+    family = CounterMetricFamily(name, doc, labels=sorted(labels or {}))
+    family.add_metric([v for _k, v in sorted((labels or {}).items())], value)
+    return family
+
+
+Samples = dict[tuple[str, ...], float] | float
+
+
+def _fill(family: Metric, samples: Samples) -> Metric:
+    if isinstance(samples, dict):
+        for values, value in samples.items():
+            family.add_metric(list(values), value)  # type: ignore[attr-defined]
+    else:
+        family.add_metric([], samples)  # type: ignore[attr-defined]
+    return family
+
+
+def gauge(name: str, doc: str, samples: Samples, *, labels: tuple[str, ...] = ()) -> Metric:
+    """A gauge family: one value, or ``{label values: value}`` with ``labels`` names."""
+    return _fill(GaugeMetricFamily(name, doc, labels=list(labels)), samples)
+
+
+def counters(name: str, doc: str, samples: Samples, *, labels: tuple[str, ...] = ()) -> Metric:
+    """A counter family (``name`` without ``_total``) with one sample per label set."""
+    return _fill(CounterMetricFamily(name, doc, labels=list(labels)), samples)
+
+
+_PUBSUB_METRICS = (
+    ("gcs_pubsub_subscribers", "Pubsub subscribers", "subscribers", gauge),
+    ("gcs_pubsub_held_polls", "Long polls held open", "held_polls", gauge),
+    ("gcs_pubsub_queued_messages", "Messages waiting for an ack", "queued_messages", gauge),
+    ("gcs_pubsub_held_messages", "Distinct messages held for subscribers", "held_messages", gauge),
+    ("gcs_pubsub_held_bytes", "Bytes of messages held, each once", "held_bytes", gauge),
+    ("gcs_pubsub_published", "Messages published", "last_sequence_id", counters),
+    ("gcs_pubsub_dropped_messages", "Messages dropped over a limit", "dropped_messages", counters),
+    ("gcs_pubsub_dropped_bytes", "Bytes of messages dropped", "dropped_bytes", counters),
+    (
+        "gcs_pubsub_dropped_subscribers",
+        "Subscribers dropped as lagging",
+        "dropped_subscribers",
+        counters,
+    ),
+)
+
+
+def pubsub_families(stats: Mapping[str, Any]) -> list[Metric]:
+    """``gcs_pubsub_*`` families from each publisher's ``stats()``, by publisher name."""
+    out = []
+    for metric, doc, attr, kind in _PUBSUB_METRICS:
+        values = {(name,): float(getattr(ps, attr)) for name, ps in stats.items()}
+        out.append(kind(metric, doc, values, labels=("publisher",)))  # type: ignore[operator]
+    return out
+
+
+class _Sources(Collector):
+    def __init__(self) -> None:
+        self.sources: list[MetricSource] = []
+
+    def collect(self) -> Iterator[Metric]:
+        for source in self.sources:
+            yield from source()
 
 
 class GcsMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self._sources = _Sources()
+        self.registry.register(self._sources)
         self.rpc_total = Counter(
             "gcs_rpc_total", "RPCs served", ["method", "code"], registry=self.registry
         )
@@ -26,40 +161,13 @@ class GcsMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
             registry=self.registry,
         )
-        self.nodes = Gauge("gcs_nodes", "Nodes by state", ["state"], registry=self.registry)
-        self.poll_round_seconds = Gauge(
-            "gcs_load_poll_round_seconds",
-            "Duration of the last load-poll round",
-            registry=self.registry,
-        )
-        self.poll_staleness_seconds = Gauge(
-            "gcs_load_poll_max_staleness_seconds",
-            "Age of the oldest node resource report",
-            registry=self.registry,
-        )
-        self.poll_failures = Gauge(
-            "gcs_load_poll_failures",
-            "Failed GetResourceLoad calls since start",
-            registry=self.registry,
-        )
-        self.poll_ok = Gauge(
-            "gcs_load_poll_ok_total",
-            "Successful GetResourceLoad calls since start",
-            registry=self.registry,
-        )
-        self.health_failures = Gauge(
-            "gcs_health_check_failures",
-            "Failed health checks since start",
-            registry=self.registry,
-        )
-        self.pending_shapes = Gauge(
-            "gcs_pending_resource_shapes",
-            "Distinct pending resource shapes",
-            registry=self.registry,
-        )
-
+        self._http: object | None = None
         self._call_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         """(method, code) -> metric children: ``labels()`` costs ~5 us, paid once here."""
+
+    def add_source(self, source: MetricSource) -> None:
+        """``source()`` is called at every scrape and yields metric families."""
+        self._sources.sources.append(source)
 
     def on_call(self, method: str, code: str, seconds: float) -> None:
         children = self._call_children.get((method, code))
@@ -71,55 +179,20 @@ class GcsMetrics:
         children[0].inc()
         children[1].observe(seconds)
 
-    def track_pubsub(self, publishers: Iterable[Publisher]) -> None:
-        """Export each publisher's held bytes and drop counters, read at scrape time."""
-        previous = getattr(self, "_pubsub_collector", None)
-        if previous is not None:  # a restarted server tracks its new publishers
-            self.registry.unregister(previous)
-        self._pubsub_collector = _PubSubCollector(tuple(publishers))
-        self.registry.register(self._pubsub_collector)
-
     def serve(self, host: str, port: int) -> int:
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        """Start the /metrics endpoint; a busy port is an ``OSError`` that names it."""
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as err:
+            reason = "already in use" if err.errno == errno.EADDRINUSE else err.strerror
+            raise OSError(
+                err.errno, f"cannot serve metrics on {host}:{port}: {reason or err}"
+            ) from None
         self._http = server
         return int(server.server_port)
 
     def close(self) -> None:
-        http = getattr(self, "_http", None)
+        http, self._http = self._http, None
         if http is not None:
-            http.shutdown()
-            http.server_close()
-
-
-class _PubSubCollector(Collector):
-    """``gcs_pubsub_*`` series per publisher, from the counters it keeps itself."""
-
-    def __init__(self, publishers: tuple[Publisher, ...]) -> None:
-        self._publishers = publishers
-
-    def collect(self) -> Iterator[Any]:
-        held = GaugeMetricFamily(
-            "gcs_pubsub_held_bytes", "Bytes of messages held for subscribers", labels=["publisher"]
-        )
-        held_messages = GaugeMetricFamily(
-            "gcs_pubsub_held_messages", "Messages held for subscribers", labels=["publisher"]
-        )
-        dropped = CounterMetricFamily(
-            "gcs_pubsub_dropped_messages", "Messages dropped by a cap", labels=["publisher"]
-        )
-        dropped_bytes = CounterMetricFamily(
-            "gcs_pubsub_dropped_bytes", "Bytes of messages dropped by a cap", labels=["publisher"]
-        )
-        dropped_subs = CounterMetricFamily(
-            "gcs_pubsub_dropped_subscribers",
-            "Subscribers dropped for lagging",
-            labels=["publisher"],
-        )
-        for pub in self._publishers:
-            name = [pub.config.name]
-            held.add_metric(name, pub.held_bytes)
-            held_messages.add_metric(name, pub.held_messages)
-            dropped.add_metric(name, pub.dropped_messages)
-            dropped_bytes.add_metric(name, pub.dropped_bytes)
-            dropped_subs.add_metric(name, pub.dropped_subscribers)
-        yield from (held, held_messages, dropped, dropped_bytes, dropped_subs)
+            http.shutdown()  # type: ignore[attr-defined]
+            http.server_close()  # type: ignore[attr-defined]

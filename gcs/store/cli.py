@@ -6,12 +6,13 @@ import asyncio
 
 import click
 
+from gcs.cli_support import GcsGroup, one_line
 from gcs.store.errors import StoreError
 
 __all__ = ["db"]
 
 
-@click.group("db")
+@click.group("db", cls=GcsGroup)
 def db() -> None:
     """Manage the SQL storage schema (SQLite / PostgreSQL)."""
 
@@ -34,5 +35,5 @@ def upgrade_command(url: str) -> None:
     try:
         revision = asyncio.run(upgrade(url))
     except (StoreError, ValueError) as err:
-        raise click.ClickException(str(err)) from err
+        raise click.ClickException(one_line(str(err))) from None
     click.echo(f"schema at revision {revision}")

@@ -1,11 +1,8 @@
 """Apply the store's Alembic migrations programmatically.
 
-Where the scripts live: the repository's top-level ``migrations/`` directory holds them
-(``alembic.ini`` next to it is for running Alembic by hand).  ``gcs/store/migrations`` is a
-symlink to it, so the scripts ship inside the installed package (pyproject package-data
-``gcs.store: migrations/**/*``) and the same path works from a checkout.  If the symlink was
-not materialised (e.g. a checkout with ``core.symlinks=false``) we fall back to the top-level
-directory of the checkout.
+Where the scripts live: ``gcs/store/migrations`` (the one location; they ship inside the
+installed package through pyproject package-data ``gcs.store: migrations/**/*``).  The
+repository's ``alembic.ini`` points there for running Alembic by hand.
 
 Migrations run on the caller's async engine through ``AsyncConnection.run_sync``: Alembic's
 synchronous API drives the async driver via SQLAlchemy's greenlet bridge, so network I/O
@@ -37,10 +34,10 @@ _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 
 
 def migrations_dir() -> pathlib.Path:
-    """Directory with ``env.py`` and ``versions/`` (installed package first, then checkout)."""
-    for candidate in (_PACKAGE_DIR / "migrations", _PACKAGE_DIR.parent.parent / "migrations"):
-        if (candidate / "env.py").is_file():
-            return candidate
+    """Directory with ``env.py`` and ``versions/``."""
+    candidate = _PACKAGE_DIR / "migrations"
+    if (candidate / "env.py").is_file():
+        return candidate
     raise FileNotFoundError(
         f"gcs store migrations not found under {_PACKAGE_DIR / 'migrations'}; "
         "the installation is incomplete"

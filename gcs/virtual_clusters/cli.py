@@ -14,13 +14,17 @@ from typing import Any, TypeVar
 import click
 
 from gcs.auth import AuthConfigError
+from gcs.cli_support import GcsGroup, dumps, one_line
+from gcs.cli_support import address_option as shared_address_option
+from gcs.cli_support import format_option as shared_format_option
+from gcs.cli_validation import NON_NEGATIVE_INT, POSITIVE_INT, strict_json
 from gcs.virtual_clusters.client import VirtualClusterCallError, VirtualClusterClient
 
 T = TypeVar("T")
 
 
 def _address(address: str | None) -> str:
-    from gcs.cli import resolve_address
+    from gcs.cli_support import resolve_address
 
     return resolve_address(address)
 
@@ -37,20 +41,35 @@ def _call(address: str | None, fn: Callable[[VirtualClusterClient], Awaitable[T]
 
 
 def _fail(text: str) -> None:
-    click.echo(text, err=True)
+    """ant-ray's wording, one line on stderr, exit 1."""
+    click.echo(one_line(text), err=True)
     raise SystemExit(1)
 
 
 def _replica_sets(raw: str) -> dict[str, int]:
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise click.BadParameter(f"not JSON: {err}") from None
+        value = strict_json(raw)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--replica-sets") from None
     if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, int) for k, v in value.items()
+        isinstance(k, str) and k and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        for k, v in value.items()
     ):
-        raise click.BadParameter('expected a JSON object of template -> count, e.g. {"4c8g": 2}')
+        raise click.BadParameter(
+            'expected a JSON object of template -> count >= 0, e.g. {"4c8g": 2}',
+            param_hint="--replica-sets",
+        )
     return value
+
+
+def _cluster_id(positional: str | None, option: str | None) -> str:
+    """``show``/``remove`` take the id positionally (ant-ray) or as ``--id`` (like create)."""
+    if positional and option and positional != option:
+        raise click.UsageError("the cluster id is given twice with different values")
+    cluster_id = positional or option
+    if not cluster_id:
+        raise click.UsageError("missing the virtual cluster id (positional or --id)")
+    return cluster_id
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -61,15 +80,12 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-address_option = click.option(
-    "--address", default=None, help="GCS address (else GCS_ADDRESS, then RAY_ADDRESS)."
-)
-format_option = click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+address_option = shared_address_option("--gcs-address")
+format_option = shared_format_option("text", extra=("table",))
+"""``table`` is the old spelling of ``text``."""
 
 
-@click.group("vcluster")
+@click.group("vcluster", cls=GcsGroup)
 def vcluster() -> None:
     """Manage virtual clusters (ant-ray compatible)."""
 
@@ -105,7 +121,9 @@ def create(
 @click.option("--id", "cluster_id", required=True)
 @click.option("--divisible", is_flag=True, default=False)
 @click.option("--replica-sets", "replica_sets", default="{}", help='JSON, e.g. {"4c8g": 2}')
-@click.option("--revision", type=int, required=True, help="The cluster's current revision.")
+@click.option(
+    "--revision", type=NON_NEGATIVE_INT, required=True, help="The cluster's current revision."
+)
 @address_option
 @format_option
 def update(
@@ -138,7 +156,7 @@ def update(
 def _report_applied(cluster_id: str, applied: Any, verb: str, fmt: str) -> None:
     if fmt == "json":
         click.echo(
-            json.dumps(
+            dumps(
                 {
                     "virtual_cluster_id": cluster_id,
                     "revision": applied.revision,
@@ -158,10 +176,12 @@ def _report_applied(cluster_id: str, applied: Any, verb: str, fmt: str) -> None:
 
 
 @vcluster.command("remove")
-@click.argument("cluster_id")
+@click.argument("cluster_id", required=False)
+@click.option("--id", "id_option", default=None, help="The cluster id (or give it positionally).")
 @address_option
-def remove(cluster_id: str, address: str | None) -> None:
+def remove(cluster_id: str | None, id_option: str | None, address: str | None) -> None:
     """Remove a virtual cluster."""
+    cluster_id = _cluster_id(cluster_id, id_option)
     try:
         _call(address, lambda c: c.remove(cluster_id))
     except VirtualClusterCallError as err:
@@ -182,7 +202,7 @@ def _row(view: Any) -> dict[str, Any]:
 
 
 @vcluster.command("list")
-@click.option("--limit", type=int, default=None)
+@click.option("--limit", type=POSITIVE_INT, default=None)
 @address_option
 @format_option
 def list_command(limit: int | None, address: str | None, fmt: str) -> None:
@@ -194,7 +214,7 @@ def list_command(limit: int | None, address: str | None, fmt: str) -> None:
         return
     rows = [_row(v) for v in views]
     if fmt == "json":
-        click.echo(json.dumps({"virtual_clusters": rows, "total": total}, sort_keys=True))
+        click.echo(dumps({"virtual_clusters": rows, "total": total}, sort_keys=True))
         return
     for row in rows:
         row["replica_sets"] = json.dumps(row["replica_sets"])
@@ -204,11 +224,13 @@ def list_command(limit: int | None, address: str | None, fmt: str) -> None:
 
 
 @vcluster.command("show")
-@click.argument("cluster_id")
+@click.argument("cluster_id", required=False)
+@click.option("--id", "id_option", default=None, help="The cluster id (or give it positionally).")
 @address_option
 @format_option
-def show(cluster_id: str, address: str | None, fmt: str) -> None:
+def show(cluster_id: str | None, id_option: str | None, address: str | None, fmt: str) -> None:
     """One virtual cluster: revision, autoscaling config and every node."""
+    cluster_id = _cluster_id(cluster_id, id_option)
     try:
         views, _total = _call(address, lambda c: c.show())
     except VirtualClusterCallError as err:
@@ -230,7 +252,7 @@ def show(cluster_id: str, address: str | None, fmt: str) -> None:
     }
     detail = {**_row(view), "node_instances": nodes}
     if fmt == "json":
-        click.echo(json.dumps(detail, sort_keys=True))
+        click.echo(dumps(detail, sort_keys=True))
         return
     click.echo(f"virtual_cluster_id: {view.id}")
     click.echo(f"divisible: {view.divisible}")

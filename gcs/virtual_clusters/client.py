@@ -7,6 +7,7 @@ and payloads (recommended replica sets, failed node ids).
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,7 +133,9 @@ class VirtualClusterClient:
         found = [c for c in await self.list(cluster_id) if c.id == cluster_id]
         return found[0] if found else None
 
-    async def show(self, limit: int | None = None) -> tuple[list[V.VirtualClusterView], int]:
+    async def show(
+        self, limit: int | None = None
+    ) -> tuple[builtins.list[V.VirtualClusterView], int]:  # `list` is a method here
         request = V.GetAllVirtualClusterInfoRequest()
         if limit is not None:
             request.limit = limit

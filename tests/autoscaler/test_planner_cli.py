@@ -119,14 +119,19 @@ class TestPlanBadInput:
         assert res.exit_code != 0
         assert needle in res.output
 
-    def test_unknown_node_type_in_state_names_the_node(self, tmp_path: Path) -> None:
-        """A node whose type the config lacks is an error pointing at node_states[i]."""
+    def test_unknown_node_type_in_state_is_left_out_with_a_warning(self, tmp_path: Path) -> None:
+        """A live node whose type the config lacks does not abort the plan: it is left out,
+        and a warning names node_states[i] and the type (in the JSON and on stderr)."""
         s = _state()
         s.node_states[1].ray_node_type_name = "mystery"
         sp, cp = _write(tmp_path, s)
         res = CliRunner().invoke(autoscaler, ["plan", "--state", sp, "--config", cp])
-        assert res.exit_code != 0
-        assert "node_states[1].ray_node_type_name" in res.output and "mystery" in res.output
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.stdout)
+        (warning,) = doc["warnings"]
+        assert "node_states[1]" in warning and "mystery" in warning
+        assert doc["launch"] == {"gpu8": 2}
+        assert "Warning: node_states[1]" in res.stderr
 
     def test_malformed_state_json_is_an_error(self, tmp_path: Path) -> None:
         """Not JSON at all -> clear error with the file name."""

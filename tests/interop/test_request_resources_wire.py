@@ -85,7 +85,8 @@ def canonical(raw: bytes) -> tuple[bytes, bool]:
 @pytest.mark.interop
 class TestSameErrorsAsRay:
     @pytest.fixture(scope="class")
-    def ray_errors(self, ray_venv: venvs.Venv) -> dict[str, list[str]]:
+    @classmethod
+    def ray_errors(cls, ray_venv: venvs.Venv) -> dict[str, list[str]]:
         cases = [(case_id, kwargs) for case_id, kwargs, _, _ in BAD_ARGUMENTS]
         cases += [(case_id, kwargs) for case_id, kwargs in GOOD_ARGUMENTS]
         return venvs.run_in_venv(ray_venv, _with(RAY_ERRORS_SCRIPT, CASES=repr(cases)))

@@ -67,7 +67,8 @@ print(json.dumps({
 @pytest.mark.interop
 class TestSameProcess:
     @pytest.fixture(scope="class")
-    def result(self, ray_venv_with_gcs: VenvWithGcs) -> dict:
+    @classmethod
+    def result(cls, ray_venv_with_gcs: VenvWithGcs) -> dict:
         return ray_venv_with_gcs.run(SCRIPT, timeout=180)
 
     def test_our_checkout_is_the_gcs_that_was_imported(self, result: dict) -> None:

@@ -192,7 +192,7 @@ class TestMetrics:
     async def test_held_bytes_and_drops_are_exported_per_publisher(self) -> None:
         from prometheus_client import generate_latest
 
-        from gcs.server.metrics import GcsMetrics
+        from gcs.server.metrics import GcsMetrics, pubsub_families
 
         pub = observability(
             limits=MailboxLimits(1000, None, Overflow.DROP_OLDEST), max_message_bytes=1000
@@ -201,7 +201,7 @@ class TestMetrics:
         for i in range(3):
             pub.publish(RAY_LOG_CHANNEL, b"", log_message(i, 600).log_batch_message)
         metrics = GcsMetrics()
-        metrics.track_pubsub([pub])
+        metrics.add_source(lambda: pubsub_families({"observability": pub.stats()}))
         text = generate_latest(metrics.registry).decode()
         assert f'gcs_pubsub_held_bytes{{publisher="observability"}} {float(pub.held_bytes)}' in text
         assert 'gcs_pubsub_dropped_messages_total{publisher="observability"} 2.0' in text

@@ -118,7 +118,14 @@ class TestKillNineOnRedis:
             asyncio.create_task(node_writer()),
             asyncio.create_task(constraint_and_state_writer()),
         ]
-        await asyncio.sleep(1.5)
+        # kill once every writer has had writes acknowledged (not after a fixed time: on a
+        # loaded machine 1.5 s bought fewer than 50 acks)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 120
+        while not (len(acked_keys) > 50 and acked_nodes and acked_constraint):
+            assert loop.time() < deadline, "writers got no acknowledgements"
+            assert not any(t.done() for t in tasks), "a writer stopped before the crash"
+            await asyncio.sleep(0.05)
         gcs.kill9()
         stop.set()
         await asyncio.gather(*tasks)

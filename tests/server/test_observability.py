@@ -39,7 +39,8 @@ class TestObservability:
                 names = set()
                 async for response in refl.ServerReflectionInfo(requests()):
                     names |= {s.name for s in response.list_services_response.service}
-                assert "gcs.rpc.NodeInfoGcsService" in names
+                assert "ray.rpc.NodeInfoGcsService" in names
+                assert not [n for n in names if n.startswith("gcs.")], names
                 assert "grpc.health.v1.Health" in names
                 s = Stubs(ch, server.meta.cluster_id)
                 await s.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())
@@ -53,3 +54,102 @@ class TestObservability:
             assert "gcs_load_poll_round_seconds" in text
         finally:
             await server.stop()
+
+
+class TestReflectionServesWireNames:
+    async def test_listed_services_resolve_and_are_callable_by_name(self) -> None:
+        """Every listed service resolves through a reflection client (what grpcurl does),
+        and GetClusterId called by its reflected name answers with the cluster id."""
+        from google.protobuf.descriptor_pool import DescriptorPool
+        from google.protobuf.message_factory import GetMessageClass
+        from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+            ProtoReflectionDescriptorDatabase,
+        )
+
+        server = GcsServer(fast_config(), store=MemoryStore())
+        await server.start()
+        try:
+
+            def probe() -> tuple[list[str], bytes]:
+                with grpc.insecure_channel(server.address) as channel:
+                    db = ProtoReflectionDescriptorDatabase(channel)
+                    pool = DescriptorPool(db)
+                    names = list(db.get_services())
+                    for name in names:
+                        pool.FindServiceByName(name)  # raises if it does not resolve
+                    service = pool.FindServiceByName("ray.rpc.NodeInfoGcsService")
+                    method = service.methods_by_name["GetClusterId"]
+                    request = GetMessageClass(method.input_type)()
+                    reply_cls = GetMessageClass(method.output_type)
+                    call = channel.unary_unary(
+                        f"/{service.full_name}/{method.name}",
+                        request_serializer=lambda m: m.SerializeToString(),
+                        response_deserializer=reply_cls.FromString,
+                    )
+                    reply = call(request, timeout=10)
+                    return names, reply.cluster_id
+
+            names, cluster_id = await asyncio.to_thread(probe)
+        finally:
+            await server.stop()
+        assert "ray.rpc.autoscaler.AutoscalerStateService" in names
+        assert "ray.rpc.NodeInfoGcsService" in names
+        assert all(n.startswith(("ray.rpc.", "grpc.")) for n in names), names
+        assert cluster_id == server.meta.cluster_id
+
+
+class TestMetricTypes:
+    async def test_counters_process_collectors_and_virtual_clusters(self) -> None:
+        """Monotonic figures are counters (*_total), the process/Python collectors are on
+        the server's registry, and virtual clusters are counted with their nodes."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        server = GcsServer(fast_config(metrics_port=0), store=MemoryStore())
+        await server.start()
+        try:
+            url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+        finally:
+            await server.stop()
+        families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+        for name in (
+            "gcs_load_poll_ok",
+            "gcs_load_poll_failures",
+            "gcs_health_check_failures",
+            "gcs_pubsub_published",
+        ):
+            assert families[name].type == "counter", name
+        text = body.decode()
+        assert "gcs_load_poll_ok_total 0.0" in text
+        assert "process_cpu_seconds_total" in text
+        assert "python_gc_collections_total" in text
+        assert "python_info" in text
+        assert families["gcs_virtual_clusters"].type == "gauge"
+        primary = [
+            s
+            for s in families["gcs_virtual_cluster_nodes"].samples
+            if s.labels["virtual_cluster"] == "kPrimaryClusterID"
+        ]
+        assert primary and primary[0].value == 0
+        subscribers = families["gcs_pubsub_subscribers"].samples
+        assert {s.labels["publisher"] for s in subscribers} == {"control_plane", "observability"}
+
+
+class TestScrapeThread:
+    async def test_sources_are_read_on_the_event_loop(self) -> None:
+        """The HTTP endpoint scrapes from its own thread; manager state is read on the loop
+        that owns it (reading dicts from another thread can fail mid-iteration)."""
+        import threading
+
+        from gcs.server.metrics import on_loop
+
+        seen: list[int] = []
+
+        def source() -> list:
+            seen.append(threading.get_ident())
+            return []
+
+        collect = on_loop(asyncio.get_running_loop(), source)
+        await asyncio.to_thread(collect)  # a scrape thread
+        collect()  # on the loop itself: no deadlock
+        assert seen == [threading.get_ident()] * 2

@@ -96,3 +96,40 @@ class TestLimits:
             load_config(env={"GCS_MAX_KV_VALUE_BYTES": str(600 * 1024 * 1024)})
         with pytest.raises(ConfigError, match="expected an integer"):
             load_config(env={"GCS_MAX_ID_BYTES": "lots"})
+
+
+class TestValidation:
+    @pytest.mark.parametrize(
+        ("env", "needle"),
+        [
+            ({"RAY_gcs_pull_resource_loads_period_milliseconds": "0"}, "load_poll.period_ms"),
+            ({"RAY_health_check_period_ms": "-5"}, "RAY_health_check_period_ms"),
+            ({"RAY_health_check_failure_threshold": "0"}, "failure_threshold"),
+            ({"GCS_LOG_LEVEL": "LOUD"}, "log_level"),
+            ({"GCS_METRICS_PORT": "-2"}, "metrics_port"),
+            ({"GCS_PORT": "70000"}, "port"),
+        ],
+    )
+    def test_out_of_range_knobs_are_refused(self, env, needle) -> None:
+        """A zero period would spin a core; every knob is checked once, the key named."""
+        with pytest.raises(ConfigError, match=needle):
+            load_config(env=env)
+
+    def test_ray_flat_names_work_in_the_file(self, tmp_path) -> None:
+        """``health_check_period_ms: 1234`` in YAML = ``health: {period_ms: 1234}``."""
+        path = tmp_path / "gcs.yaml"
+        path.write_text(
+            "health_check_period_ms: 1234\n"
+            "gcs_pull_resource_loads_period_milliseconds: 250\n"
+            "health:\n  timeout_ms: 999\n"
+        )
+        config = load_config(config_file=str(path), env={})
+        assert config.health.period_ms == 1234 and config.health.timeout_ms == 999
+        assert config.load_poll.period_ms == 250
+
+    def test_front_end_defaults_sit_below_everything(self) -> None:
+        """``gcs serve`` passes its metrics port as a default: env and flags still win."""
+        assert load_config(env={}, defaults={"metrics_port": 9379}).metrics_port == 9379
+        env = {"GCS_METRICS_PORT": "0"}
+        assert load_config(env=env, defaults={"metrics_port": 9379}).metrics_port == 0
+        assert load_config(env={}).metrics_port == 0

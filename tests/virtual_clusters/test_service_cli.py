@@ -29,7 +29,7 @@ class TestCli:
             env={"GCS_ADDRESS": address},
         )
         assert created.exit_code == 0, created.output
-        data = json.loads(created.output)
+        data = json.loads(created.stdout)
         assert len(data["node_instances"]) == 2 and data["revision"] > 0
 
         dup = await run("create", "--id", "vc1", "--address", address)
@@ -64,16 +64,18 @@ class TestCli:
         assert "revision: " in updated.output
 
         listed = await run("list", "--format", "json", env={"RAY_ADDRESS": address})
-        rows = {r["virtual_cluster_id"]: r for r in json.loads(listed.output)["virtual_clusters"]}
+        rows = {r["virtual_cluster_id"]: r for r in json.loads(listed.stdout)["virtual_clusters"]}
         assert rows["vc1"]["replica_sets"] == {"4c8g": 1}
         assert "kPrimaryClusterID" in rows
         table = await run("list", "--address", address)
-        assert table.output.splitlines()[0].startswith("VIRTUAL_CLUSTER_ID")
+        assert table.stdout.splitlines()[0].startswith("VIRTUAL_CLUSTER_ID")
 
         shown = await run("show", "vc1", "--address", address)
         assert "revision: " in shown.output and "4c8g" in shown.output
+        by_option = await run("show", "--id", "vc1", "--address", address)
+        assert by_option.exit_code == 0 and by_option.stdout == shown.stdout
 
-        removed = await run("remove", "vc1", "--address", address)
+        removed = await run("remove", "--id", "vc1", "--address", address)
         assert removed.exit_code == 0
         assert "Virtual cluster 'vc1' removed successfully" in removed.output
         missing = await run("remove", "vc1", "--address", address)

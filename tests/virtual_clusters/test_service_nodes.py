@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 
 from gcs.proto import autoscaler_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2, virtual_cluster_pb2
@@ -140,10 +138,13 @@ class TestPublish:
             await memory_env.vc.RemoveVirtualCluster(
                 virtual_cluster_pb2.RemoveVirtualClusterRequest(virtual_cluster_id="ind")
             )
-            await eventually(lambda: len(got) >= 2)
-            await asyncio.sleep(0.1)
+            # a sentinel published last: the channel is ordered, so once it arrives anything
+            # else published before it (e.g. for the divisible cluster) would have too
+            await memory_env.create("sentinel", {"4c8g": 1})
+            await eventually(lambda: any(m.key_id == b"sentinel" for m in got))
             await sub.close()
-        assert [m.key_id for m in got] == [b"ind", b"ind"]
+        assert [m.key_id for m in got] == [b"ind", b"ind", b"sentinel"]
+        got = got[:2]
         first, second = (m.virtual_cluster_message for m in got)
         assert (first.id, first.is_removed, first.revision) == ("ind", False, created.revision)
         assert set(first.node_instances) == set(created.node_instances)

@@ -1,0 +1,253 @@
+"""Every CLI failure is one line on stderr and a non-zero exit, never a traceback.
+
+Each command runs as a real process (as a user types it) against nothing (127.0.0.1:1), a
+busy port, or bad input.  Exit codes: 1 the operation failed, 2 bad usage/input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gcs.testing.servers import free_port
+
+NOTHING = "127.0.0.1:1"
+GCS = [str(Path(sys.executable).with_name("gcs"))]
+if not Path(GCS[0]).exists():  # pragma: no cover - installed without console scripts
+    GCS = [sys.executable, "-m", "gcs.cli"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"GCS_ADDRESS", "RAY_ADDRESS", "GCS_DEBUG"} and not k.startswith("GCS_")
+    }
+    env.update(extra)
+    return env
+
+
+def run(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GCS, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or _env(),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
+    where = f"stdout={result.stdout!r} stderr={result.stderr!r}"
+    assert "Traceback" not in result.stderr + result.stdout, where
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), where
+    assert result.returncode == code, where
+    assert result.stdout == "", where
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def busy_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster_yaml(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("cfg") / "cluster.yaml"
+    path.write_text(
+        "head_node_type: head\navailable_node_types:\n"
+        "  head: {resources: {CPU: 0}, max_workers: 0}\n"
+        "  cpu4: {resources: {CPU: 4}, max_workers: 5}\n"
+    )
+    return str(path)
+
+
+UNREACHABLE = [
+    ("status", "--address", NOTHING),
+    ("status", "--address", NOTHING, "--format", "json"),
+    ("vcluster", "list", "--address", NOTHING),
+    ("vcluster", "show", "vc1", "--address", NOTHING),
+    ("vcluster", "create", "--id", "vc1", "--address", NOTHING),
+    ("submit", "--address", NOTHING, "--detach"),
+    ("submit", "--gcs-address", NOTHING),
+    ("request-resources", "--address", NOTHING, "--num-cpus", "4"),
+    ("raylet", "--address", NOTHING, "--register-timeout", "1"),
+]
+
+
+class TestUnreachable:
+    @pytest.mark.parametrize("args", UNREACHABLE, ids=lambda a: " ".join(a[:2]))
+    def test_one_line_exit_1(self, args: tuple[str, ...]) -> None:
+        """An address where nothing listens: one line naming the failure, exit 1."""
+        line = assert_one_line_error(run(*args), 1)
+        assert "127.0.0.1:1" in line or "unreachable" in line or "cannot reach" in line
+
+    def test_autoscaler_plan_honours_gcs_address(self, cluster_yaml: str) -> None:
+        """No --address: GCS_ADDRESS is used (and, as nothing listens there, one line)."""
+        result = run("autoscaler", "plan", "--config", cluster_yaml, env=_env(GCS_ADDRESS=NOTHING))
+        line = assert_one_line_error(result, 1)
+        assert NOTHING in line
+
+    def test_no_address_anywhere_is_a_usage_error(self) -> None:
+        line = assert_one_line_error(run("status"), 2)
+        assert "GCS_ADDRESS" in line
+
+
+BAD_INPUT = [
+    (("submit", "--address", NOTHING, "--resources", '{"CPU": 1e309}'), "--resources"),
+    (("submit", "--address", NOTHING, "--resources", '{"CPU": NaN}'), "--resources"),
+    (("submit", "--address", NOTHING, "--resources", '{"CPU": Infinity}'), "--resources"),
+    (("submit", "--address", NOTHING, "--resources", '{"CPU": -2}'), "CPU"),
+    (("submit", "--address", NOTHING, "--resources", '{"CPU": "x"}'), "CPU"),
+    (("submit", "--address", NOTHING, "--resources", "[1]"), "--resources"),
+    (("submit", "--address", NOTHING, "--count", "-3"), "--count"),
+    (("submit", "--address", NOTHING, "--seconds", "nan"), "--seconds"),
+    (("submit", "--address", NOTHING, "--timeout", "0"), "--timeout"),
+    (("raylet", "--address", NOTHING, "--resources", '{"CPU": -4}'), "CPU"),
+    (("raylet", "--address", NOTHING, "--node-id", "zz"), "--node-id"),
+    (("raylet", "--address", NOTHING, "--port", "99999"), "--port"),
+    (("raylet", "--address", NOTHING, "--labels", '{"zone": 1}'), "--labels"),
+    (("raylet-fleet", "--address", NOTHING, "--count", "0"), "--count"),
+    (("request-resources", "--address", NOTHING, "--num-cpus", "-5"), "--num-cpus"),
+    (("request-resources", "--address", NOTHING, "--bundles", '[{"GPU": 1e400}]'), "--bundles"),
+    (("request-resources", "--address", NOTHING, "--bundles", '[{"GPU": -1}]'), "--bundles"),
+    (("status", "--address", "nonsense"), "--address"),
+    (("status", "--address", "127.0.0.1:99999"), "--address"),
+    (("vcluster", "create", "--id", "a", "--replica-sets", '{"x": -1}'), "--replica-sets"),
+    (("vcluster", "update", "--id", "a", "--revision", "-1"), "--revision"),
+    (("serve", "--log-level", "LOUD"), "--log-level"),
+    (("serve", "--storage", "bogus://x"), "--storage"),
+    (("serve", "--demo", "-2"), "--demo"),
+    (("serve", "--port", "99999"), "--port"),
+    (("serve", "--metrics-port", "-7"), "--metrics-port"),
+    (("status", "--bogus-flag"), "--bogus-flag"),
+]
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(("args", "field"), BAD_INPUT, ids=lambda a: " ".join(a[-2:]))
+    def test_rejected_with_the_field_named(self, args: tuple[str, ...], field: str) -> None:
+        """Bad numbers and JSON never reach a request: exit 2, the field named."""
+        line = assert_one_line_error(run(*args), 2)
+        assert field in line
+
+    def test_zero_poll_period_is_rejected_not_spun(self) -> None:
+        """RAY_gcs_pull_resource_loads_period_milliseconds=0 would spin a core."""
+        env = _env(RAY_gcs_pull_resource_loads_period_milliseconds="0")
+        line = assert_one_line_error(run("serve", "--storage", "memory://", env=env), 2)
+        assert "RAY_gcs_pull_resource_loads_period_milliseconds" in line
+
+    def test_bad_config_file_key(self, tmp_path: Path) -> None:
+        path = tmp_path / "gcs.yaml"
+        path.write_text("bogus_knob: 1\n")
+        line = assert_one_line_error(run("serve", "--config", str(path)), 2)
+        assert "bogus_knob" in line
+
+
+class TestBusyPorts:
+    def test_serve_grpc_port_in_use(self, busy_port: int) -> None:
+        result = run("serve", "--storage", "memory://", "--port", str(busy_port))
+        line = assert_one_line_error(result, 1)
+        assert str(busy_port) in line and "--port" in line
+
+    def test_serve_metrics_port_in_use(self, busy_port: int) -> None:
+        result = run(
+            "serve", "--storage", "memory://", "--port", "0", "--metrics-port", str(busy_port)
+        )
+        line = assert_one_line_error(result, 1)
+        assert str(busy_port) in line and "--metrics-port" in line
+
+
+class TestDebugAndHelp:
+    @pytest.mark.parametrize("args", [(), ("vcluster",), ("autoscaler",)])
+    def test_group_without_a_command_shows_its_help(self, args: tuple[str, ...]) -> None:
+        """Not an error squeezed into one line: the group's help, as click prints it."""
+        result = run(*args)
+        text = result.stdout + result.stderr
+        assert "Commands:" in text and len(text.splitlines()) > 3, text
+        assert "Traceback" not in text
+
+    def test_debug_shows_the_traceback(self) -> None:
+        result = run("--debug", "status", "--address", NOTHING)
+        assert result.returncode != 0 and "Traceback" in result.stderr
+
+    @pytest.mark.parametrize(
+        "args",
+        [
+            (),
+            ("serve",),
+            ("status",),
+            ("submit",),
+            ("raylet",),
+            ("raylet-fleet",),
+            ("request-resources",),
+            ("vcluster",),
+            ("vcluster", "show"),
+            ("autoscaler", "plan"),
+            ("db", "upgrade"),
+        ],
+    )
+    def test_dash_h_everywhere(self, args: tuple[str, ...]) -> None:
+        result = run(*args, "-h")
+        assert result.returncode == 0 and "Usage:" in result.stdout, result.stderr
+
+
+class TestRayletSignal:
+    def test_sigint_unregisters_the_node(self) -> None:
+        """Ctrl-C on `gcs raylet`: the GCS marks the node DEAD (EXPECTED_TERMINATION) at
+        once instead of finding it dead by health checks later; stdout is only JSON."""
+        from gcs.proto import gcs_pb2, gcs_service_pb2
+        from gcs.rpc.services import NODE_INFO
+        from gcs.sdk import GcsClient
+
+        port = free_port()
+        server = subprocess.Popen(
+            [*GCS, "serve", "--storage", "memory://", "--port", str(port),
+             "--metrics-port", "-1", "--log-format", "json"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
+        )  # fmt: skip
+        raylet = None
+        try:
+            address = f"127.0.0.1:{port}"
+            raylet = subprocess.Popen(
+                [*GCS, "raylet", "--address", address, "--log-level", "info"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+            )  # fmt: skip
+            assert raylet.stdout is not None
+            first = raylet.stdout.readline()
+            node_id = json.loads(first)["node_id"]  # stdout: the JSON result, not logs
+            raylet.send_signal(signal.SIGINT)
+            out, err = raylet.communicate(timeout=30)
+            assert raylet.returncode == 0, err
+            assert out == "" and "Traceback" not in err
+            with GcsClient(address) as client:
+                reply = client.call(
+                    NODE_INFO,
+                    "GetAllNodeInfo",
+                    gcs_service_pb2.GetAllNodeInfoRequest(),
+                )
+            nodes = {n.node_id.hex(): n for n in reply.node_info_list}
+            node = nodes[node_id]
+            assert node.state == gcs_pb2.GcsNodeInfo.DEAD
+            assert node.death_info.reason == node.death_info.EXPECTED_TERMINATION
+        finally:
+            for proc in (raylet, server):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()

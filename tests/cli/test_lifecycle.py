@@ -1,0 +1,114 @@
+"""Graceful lifecycle: the demo's load is a steady cycle; a signalled raylet unregisters;
+``gcs submit --timeout`` reports what timed out."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gcs.demo import DemoCluster
+from gcs.proto import gcs_pb2
+from gcs.raylet.agent import RayletAgent, RayletConfig
+from gcs.raylet.workload import TaskSpec, submit
+from gcs.server import GcsServer
+from gcs.store.memory import MemoryStore
+from tests.conftest import eventually, fast_config
+
+SHORT_LOAD = (
+    ({"CPU": 2.0}, 6, 0.5),  # more than fits: a backlog
+    ({"CPU": 1.0, "GPU": 1.0}, 3, 0.5),
+    ({"CPU": 64.0}, 2, 0.5),  # infeasible
+)
+
+
+def _leftover(demo: DemoCluster) -> tuple[int, int]:
+    """(granted leases, waiting lease requests) summed over the demo's raylets."""
+    granted = sum(len(a.resources.granted_ids()) for a in demo.agents)
+    waiting = 0
+    for agent in demo.agents:
+        _, rows = agent.resources.load()
+        waiting += sum(r.ready + r.infeasible for r in rows)
+    return granted, waiting
+
+
+class TestDemoLoad:
+    async def test_each_cycle_leaves_nothing_behind(self) -> None:
+        """After a cycle, no lease is held and no request waits: demand cannot pile up
+        (the old demo re-submitted detached work every cycle, so the backlog grew)."""
+        server = GcsServer(fast_config(), store=MemoryStore())
+        await server.start()
+        demo = DemoCluster(server.address, nodes=3, cycle_s=0.5, load=SHORT_LOAD)
+        try:
+            await demo.start(load=False)
+            for _ in range(2):
+                await demo.run_cycle()
+                _granted, waiting = _leftover(demo)
+                assert waiting == 0  # every request still waiting was withdrawn
+                # a lease whose grant crossed the timeout on the wire is freed by the raylet
+                # within the task's hold time: nothing is held for good
+                await eventually(lambda: _leftover(demo) == (0, 0), timeout_s=30)
+            assert demo.cycles == 2
+        finally:
+            await demo.stop()
+            await server.stop()
+
+
+class TestRayletLeaves:
+    async def test_leave_unregisters_with_expected_termination(self) -> None:
+        """What SIGINT/SIGTERM run: the node is DEAD at once, EXPECTED_TERMINATION."""
+        server = GcsServer(fast_config(), store=MemoryStore())
+        await server.start()
+        try:
+            agent = RayletAgent(RayletConfig(gcs_address=server.address))
+            await agent.start()
+            await agent.leave()
+            node = server.managers.nodes.dead.get(agent.node_id)
+            assert node is not None, "the node was not unregistered"
+            assert node.state == gcs_pb2.GcsNodeInfo.DEAD
+            assert node.death_info.reason == node.death_info.EXPECTED_TERMINATION
+            assert agent.node_id not in server.managers.nodes.alive
+        finally:
+            await server.stop()
+
+
+class TestSubmitTimeout:
+    async def test_timeout_counts_the_tasks_that_waited(self) -> None:
+        """Nothing fits: every task is still waiting when the timeout strikes."""
+        server = GcsServer(fast_config(), store=MemoryStore())
+        await server.start()
+        agent = RayletAgent(RayletConfig(gcs_address=server.address, resources={"CPU": 1.0}))
+        try:
+            await agent.start()
+            result = await submit(server.address, TaskSpec({"CPU": 8.0}, 1.0), 2, timeout_s=0.2)
+            assert (result.granted, result.timed_out) == (0, 2)
+            _, rows = agent.resources.load()
+            assert sum(r.ready + r.infeasible for r in rows) == 0  # withdrawn
+        finally:
+            await agent.stop()
+            await server.stop()
+
+
+class TestSubmitTimeoutCli:
+    async def test_exit_code_3_and_what_timed_out(self) -> None:
+        """`gcs submit --timeout` with nothing granted: JSON summary on stdout, one line on
+        stderr naming how many tasks timed out, exit 3 (it used to exit 0)."""
+        import json
+
+        from click.testing import CliRunner
+
+        from gcs.cli import main
+
+        server = GcsServer(fast_config(), store=MemoryStore())
+        await server.start()
+        agent = RayletAgent(RayletConfig(gcs_address=server.address, resources={"CPU": 1.0}))
+        try:
+            await agent.start()
+            args = ["submit", "--address", server.address, "--resources", '{"CPU": 8}']
+            args += ["--count", "2", "--timeout", "0.3"]
+            result = await asyncio.to_thread(CliRunner().invoke, main, args)
+        finally:
+            await agent.stop()
+            await server.stop()
+        assert result.exit_code == 3, result.output
+        summary = json.loads(result.stdout)
+        assert (summary["granted"], summary["timed_out"]) == (0, 2)
+        assert result.stderr.strip() == "Error: 2 of 2 tasks timed out after 0.3 s (0 granted)"
