@@ -36,6 +36,9 @@ class LoadPollConfig:
     timeout_ms: int = 2000
     """Per-call deadline; a slow raylet only delays its own entry."""
     max_concurrent: int = 1024
+    slice_size: int = 64
+    """Polls started, and replies applied, per event-loop turn: a round of 2,000 never holds
+    the loop (and the requests it serves) in one iteration."""
     transport: str = "h2"
     """``h2``: the lean HTTP/2 client of ``gcs.managers.h2_unary`` (~3x less GCS CPU per poll;
     a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""
@@ -98,6 +101,7 @@ ENV_VARS: dict[str, str] = {
     "RAY_health_check_failure_threshold": "health.failure_threshold",
     "RAY_gcs_pull_resource_loads_period_milliseconds": "load_poll.period_ms",
     "GCS_LOAD_POLL_TRANSPORT": "load_poll.transport",
+    "GCS_LOAD_POLL_SLICE_SIZE": "load_poll.slice_size",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",

@@ -13,6 +13,7 @@ is still in flight is skipped for the round, so a slow or dead raylet never dela
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -209,6 +210,56 @@ class ResourceCache:
         ]
 
 
+class SlicedApplier:
+    """Applies poll replies to the cache at most ``slice_size`` per event-loop turn.
+
+    A poll round's replies arrive in bursts (hundreds per ``select``); applying each one in
+    its own task's wake-up would run them all in one loop iteration and hold every other
+    request (``GetClusterResourceState`` among them) for tens of milliseconds.  Replies are
+    queued instead and one drain task applies a slice, yields to the loop, and goes on.
+    """
+
+    def __init__(
+        self,
+        cache: ResourceCache,
+        slice_size: int,
+        on_report: Callable[[bytes], None] | None = None,
+    ) -> None:
+        if slice_size < 1:
+            raise ValueError(f"load_poll.slice_size must be >= 1, got {slice_size}")
+        self._cache = cache
+        self._slice = slice_size
+        self._on_report = on_report
+        self._pending: collections.deque[tuple[bytes, gcs_pb2.ResourcesData]] = collections.deque()
+        self._drain: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def submit(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> None:
+        self._pending.append((node_id, data))
+        if self._drain is None:
+            self._drain = asyncio.get_running_loop().create_task(self._run())
+
+    async def flush(self) -> None:
+        """Return once every reply submitted so far has been applied."""
+        while self._drain is not None:
+            await asyncio.shield(self._drain)
+
+    async def _run(self) -> None:
+        pending, apply, on_report = self._pending, self._cache.apply, self._on_report
+        try:
+            while pending:
+                for _ in range(min(self._slice, len(pending))):
+                    node_id, data = pending.popleft()
+                    if apply(node_id, data) and on_report is not None:
+                        on_report(node_id)
+                if pending:
+                    await asyncio.sleep(0)
+        finally:
+            self._drain = None
+
+
 @dataclass(slots=True)
 class PollStats:
     rounds: int = 0
@@ -241,7 +292,7 @@ class LoadPoller:
         self._clients = clients
         self._clock = clock
         self._config = config
-        self._on_report = on_report
+        self._applier = SlicedApplier(cache, config.slice_size, on_report)
         self._in_flight: set[bytes] = set()
         self._sem = asyncio.Semaphore(config.max_concurrent)
         self._failures: dict[bytes, int] = {}
@@ -255,18 +306,36 @@ class LoadPoller:
         self.stats = PollStats()
 
     async def poll_once(self) -> None:
-        """One round: poll every alive node not still busy from the previous round."""
+        """One round: poll every alive node not still busy from the previous round.
+
+        Polls are started ``slice_size`` per loop turn (each start writes to a socket), so
+        a round of thousands never holds the loop in one iteration; replies are applied in
+        slices by the ``SlicedApplier``.
+        """
         started = time.monotonic()
-        tasks = []
-        for node_id, node in self._nodes.alive.items():
-            if node_id in self._in_flight:
-                self.stats.skipped_in_flight += 1
-                continue
-            self._in_flight.add(node_id)
-            address = f"{node.node_manager_address}:{node.node_manager_port}"
-            tasks.append(self._poll(node_id, address))
-        if tasks:
-            await asyncio.gather(*tasks)
+        loop = asyncio.get_running_loop()
+        alive = self._nodes.alive
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for node_id in list(alive):
+                node = alive.get(node_id)  # re-read: the loop runs between slices
+                if node is None:
+                    continue
+                if node_id in self._in_flight:
+                    self.stats.skipped_in_flight += 1
+                    continue
+                self._in_flight.add(node_id)
+                address = f"{node.node_manager_address}:{node.node_manager_port}"
+                tasks.append(loop.create_task(self._poll(node_id, address)))
+                if len(tasks) % self._config.slice_size == 0:
+                    await asyncio.sleep(0)
+            if tasks:
+                await asyncio.gather(*tasks)
+            await self._applier.flush()
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            raise
         self.stats.rounds += 1
         self.stats.last_round_s = time.monotonic() - started
         now = self._clock.monotonic_s()
@@ -311,8 +380,7 @@ class LoadPoller:
             self._in_flight.discard(node_id)
         self._failures.pop(node_id, None)
         self.stats.polls_ok += 1
-        if self._cache.apply(node_id, reply.resources) and self._on_report is not None:
-            self._on_report(node_id)
+        self._applier.submit(node_id, reply.resources)
 
     async def run(self) -> None:
         """Start a round every period without waiting for stragglers of the last one."""

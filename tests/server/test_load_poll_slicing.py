@@ -1,0 +1,135 @@
+"""A load-poll round never holds the event loop: polls start, and replies are applied, at most
+``slice_size`` per loop turn (issue 12 item 7: GetClusterResourceState p99 under polling).
+
+The raylets are fakes answering in-process, so the whole round is loop turns; an observer
+task that yields every turn measures how much of the round ran between two of its turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from gcs.clock import FakeClock
+from gcs.config import LoadPollConfig
+from gcs.managers.nodes import NodeManager
+from gcs.managers.resources import LoadPoller, ResourceCache, SlicedApplier
+from gcs.proto import gcs_pb2, node_manager_pb2
+from gcs.store.memory import MemoryStore
+
+NODES = 300
+SLICE = 16
+_REPLY = node_manager_pb2.GetResourceLoadReply(
+    resources=gcs_pb2.ResourcesData(resources_available={"CPU": 1.0}, resources_total={"CPU": 4.0})
+).SerializeToString()
+
+
+class _Raylets:
+    """Stands in for ``RayletClientPool``: every raylet answers ``GetResourceLoad`` once
+    ``answer`` is set (all in the same loop turn: the burst a real round produces)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.answer = asyncio.Event()
+
+    def get(self, node_id: bytes, address: str) -> _Raylets:
+        return self
+
+    def h2_load(self) -> _Raylets:
+        return self
+
+    async def call(self, message: bytes, timeout_s: float) -> bytes:
+        self.started += 1
+        await self.answer.wait()
+        return _REPLY
+
+
+async def _setup(
+    on_report: Callable[[bytes], None] | None = None,
+) -> tuple[ResourceCache, LoadPoller, _Raylets]:
+    clock = FakeClock()
+    nodes = NodeManager(MemoryStore(), clock)
+    cache = ResourceCache(clock)
+    nodes.add_listener(cache)
+    for i in range(NODES):
+        await nodes.register(
+            gcs_pb2.GcsNodeInfo(
+                node_id=i.to_bytes(28, "big"),
+                node_manager_address="127.0.0.1",
+                node_manager_port=10_000 + i,
+                resources_total={"CPU": 4.0},
+                state=gcs_pb2.GcsNodeInfo.ALIVE,
+            )
+        )
+    raylets = _Raylets()
+    config = LoadPollConfig(slice_size=SLICE, max_concurrent=10_000, transport="h2")
+    poller = LoadPoller(nodes, cache, raylets, clock, config, on_report=on_report)  # type: ignore[arg-type]
+    return cache, poller, raylets
+
+
+async def _per_turn(
+    round_: asyncio.Task[None], cache: ResourceCache, raylets: _Raylets
+) -> tuple[int, int]:
+    """Largest number of polls started and of replies applied within one loop turn."""
+    most_started = most_applied = 0
+    started, applied = raylets.started, cache.updates
+    while not round_.done():
+        if raylets.started == NODES:
+            raylets.answer.set()
+        await asyncio.sleep(0)
+        most_started = max(most_started, raylets.started - started)
+        most_applied = max(most_applied, cache.updates - applied)
+        started, applied = raylets.started, cache.updates
+    await round_
+    return most_started, most_applied
+
+
+async def test_a_round_starts_polls_a_slice_per_loop_turn() -> None:
+    cache, poller, raylets = await _setup()
+    round_ = asyncio.get_running_loop().create_task(poller.poll_once())
+    most_started, _ = await _per_turn(round_, cache, raylets)
+    assert raylets.started == NODES
+    assert most_started <= SLICE, f"{most_started} polls started in one loop turn"
+
+
+async def test_a_burst_of_replies_is_applied_a_slice_per_loop_turn() -> None:
+    """All replies arrive in one turn; applying them must still take many turns."""
+    cache, poller, raylets = await _setup()
+    round_ = asyncio.get_running_loop().create_task(poller.poll_once())
+    _, most_applied = await _per_turn(round_, cache, raylets)
+    assert cache.updates == NODES
+    assert most_applied <= SLICE, f"{most_applied} replies applied in one loop turn"
+
+
+async def test_poll_once_returns_once_every_reply_is_applied() -> None:
+    reported: list[bytes] = []
+    cache, poller, raylets = await _setup(on_report=reported.append)
+    raylets.answer.set()
+    await poller.poll_once()
+    assert cache.updates == NODES
+    assert len(reported) == NODES
+    assert poller.stats.polls_ok == NODES
+    assert all(e.data.resources_available["CPU"] == 1.0 for e in cache.nodes.values())
+
+
+async def test_cancelling_a_round_mid_launch_cancels_the_polls_it_started() -> None:
+    cache, poller, raylets = await _setup()
+    round_ = asyncio.get_running_loop().create_task(poller.poll_once())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert 0 < raylets.started < NODES
+    round_.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await round_
+    raylets.answer.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert cache.updates == 0
+    assert poller._in_flight == set()
+
+
+def test_slice_size_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="slice_size"):
+        SlicedApplier(ResourceCache(FakeClock()), 0)
