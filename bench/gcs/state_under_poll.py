@@ -187,10 +187,11 @@ async def serve(port: int, stats_path: str, profile_loop: bool) -> None:
     probe = LoopProbe(profile_loop)
     loop = asyncio.get_running_loop()
     probe_task = loop.create_task(probe.run())
-    window: dict[str, float] = {}
+    window: dict[str, Any] = {}
     stop = asyncio.Event()
 
     def begin() -> None:
+        window["startup_gc"] = probe.summary()["gc_ms"]  # type: ignore[assignment]
         probe.reset()
         window.update(polls=poller.stats.polls_ok, cpu=time.process_time(), t=time.monotonic())
 
@@ -199,6 +200,7 @@ async def serve(port: int, stats_path: str, profile_loop: bool) -> None:
         seconds = time.monotonic() - window["t"]
         polls = poller.stats.polls_ok - window["polls"]
         cpu = time.process_time() - window["cpu"]
+        out["startup_gc"] = window["startup_gc"]
         out["window"] = {
             "seconds": seconds,
             "polls_per_s": polls / seconds,
@@ -321,6 +323,13 @@ def read(args: argparse.Namespace) -> None:
         + "; ".join(
             f"gen{g} n={v['n']} total={v['total']:.0f} ms max={v['max']:.1f} ms"
             for g, v in server["gc_ms"].items()
+        )
+    )
+    print(
+        "GC pauses (CPU) while the fleet registered: "
+        + "; ".join(
+            f"gen{g} n={v['n']} total={v['total']:.0f} ms max={v['max']:.1f} ms"
+            for g, v in server["startup_gc"].items()
         )
     )
     full = server["full_gc"]

@@ -1,0 +1,84 @@
+"""Bounded cyclic-GC pauses (issue 12 item 7): the server freezes what survives a
+generation-1 collection, so later collections never rescan the long-lived heap."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from gcs.server import GcsServer
+from gcs.server.app import freeze_survivors
+from gcs.store.memory import MemoryStore
+from tests.conftest import fast_config
+
+
+class _Cell:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the cyclic GC frees it
+
+
+@pytest.fixture
+def gc_state() -> Iterator[None]:
+    threshold, callbacks = gc.get_threshold(), list(gc.callbacks)
+    try:
+        yield
+    finally:
+        gc.callbacks[:] = callbacks
+        gc.set_threshold(*threshold)
+
+
+def test_survivors_of_a_generation_1_collection_are_frozen(gc_state: None) -> None:
+    gc.callbacks.append(freeze_survivors)
+    gc.collect(1)
+    before = gc.get_freeze_count()
+    long_lived = [[i] for i in range(20_000)]
+    gc.collect(1)
+    assert gc.get_freeze_count() >= before + len(long_lived)
+
+
+def test_young_cycles_are_still_collected(gc_state: None) -> None:
+    gc.callbacks.append(freeze_survivors)
+    gc.collect(1)
+    cell = _Cell()
+    ref = weakref.ref(cell)
+    del cell
+    gc.collect(0)
+    assert ref() is None
+
+
+def test_a_generation_0_collection_freezes_nothing(gc_state: None) -> None:
+    """Gen-0 survivors may be in-flight requests: only two-collection survivors freeze."""
+    gc.callbacks.append(freeze_survivors)
+    gc.collect(1)
+    before = gc.get_freeze_count()
+    young = [[i] for i in range(1000)]
+    gc.collect(0)
+    assert gc.get_freeze_count() == before
+    assert young
+
+
+async def test_the_server_installs_and_removes_the_policy(gc_state: None) -> None:
+    server = GcsServer(
+        fast_config(gc_gen0_threshold=12_345, gc_gen1_threshold=3), store=MemoryStore()
+    )
+    await server.start()
+    try:
+        assert freeze_survivors in gc.callbacks
+        assert gc.get_threshold()[:2] == (12_345, 3)
+    finally:
+        await server.stop()
+    assert freeze_survivors not in gc.callbacks
+
+
+async def test_threshold_0_leaves_python_gc_alone(gc_state: None) -> None:
+    gc.set_threshold(700, 10, 10)
+    server = GcsServer(fast_config(gc_gen0_threshold=0), store=MemoryStore())
+    await server.start()
+    try:
+        assert freeze_survivors not in gc.callbacks
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        await server.stop()
