@@ -308,13 +308,18 @@ class LoadPoller:
     async def poll_once(self) -> None:
         """One round: poll every alive node not still busy from the previous round.
 
-        Polls are started ``slice_size`` per loop turn (each start writes to a socket), so
-        a round of thousands never holds the loop in one iteration; replies are applied in
-        slices by the ``SlicedApplier``.
+        Polls are started ``slice_size`` at a time, the slices spread evenly over
+        ``spread`` of the period (each start writes to a socket, and replies come back about
+        as they were sent), so a round of thousands never holds the loop in one iteration;
+        replies are applied in slices by the ``SlicedApplier``.
         """
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         alive = self._nodes.alive
+        slice_size = self._config.slice_size
+        pause_s = (
+            self._config.spread * self._config.period_ms / 1000 * slice_size / max(len(alive), 1)
+        )
         tasks: list[asyncio.Task[None]] = []
         try:
             for node_id in list(alive):
@@ -327,8 +332,8 @@ class LoadPoller:
                 self._in_flight.add(node_id)
                 address = f"{node.node_manager_address}:{node.node_manager_port}"
                 tasks.append(loop.create_task(self._poll(node_id, address)))
-                if len(tasks) % self._config.slice_size == 0:
-                    await asyncio.sleep(0)
+                if len(tasks) % slice_size == 0:
+                    await asyncio.sleep(pause_s)
             if tasks:
                 await asyncio.gather(*tasks)
             await self._applier.flush()

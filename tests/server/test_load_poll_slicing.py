@@ -8,12 +8,13 @@ task that yields every turn measures how much of the round ran between two of it
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 
 import pytest
 
 from gcs.clock import FakeClock
-from gcs.config import LoadPollConfig
+from gcs.config import ConfigError, LoadPollConfig, load_config
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import LoadPoller, ResourceCache, SlicedApplier
 from gcs.proto import gcs_pb2, node_manager_pb2
@@ -64,7 +65,7 @@ async def _setup(
             )
         )
     raylets = _Raylets()
-    config = LoadPollConfig(slice_size=SLICE, max_concurrent=10_000, transport="h2")
+    config = LoadPollConfig(slice_size=SLICE, spread=0.0, max_concurrent=10_000, transport="h2")
     poller = LoadPoller(nodes, cache, raylets, clock, config, on_report=on_report)  # type: ignore[arg-type]
     return cache, poller, raylets
 
@@ -133,3 +134,21 @@ async def test_cancelling_a_round_mid_launch_cancels_the_polls_it_started() -> N
 def test_slice_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="slice_size"):
         SlicedApplier(ResourceCache(FakeClock()), 0)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"GCS_LOAD_POLL_SLICE_SIZE": "0"}, "load_poll.slice_size: must be >= 1"),
+        ({"GCS_LOAD_POLL_SPREAD": "1.5"}, "load_poll.spread: must be in [0, 1]"),
+        ({"GCS_LOAD_POLL_SPREAD": "half"}, "load_poll.spread: expected a number"),
+    ],
+)
+def test_bad_slicing_settings_are_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(env=env)
+
+
+def test_slicing_settings_from_the_environment() -> None:
+    config = load_config(env={"GCS_LOAD_POLL_SLICE_SIZE": "8", "GCS_LOAD_POLL_SPREAD": "0.25"})
+    assert (config.load_poll.slice_size, config.load_poll.spread) == (8, 0.25)
