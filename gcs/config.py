@@ -71,11 +71,11 @@ class GcsConfig:
     max_map_entries: int = 10000
     """Largest resources/labels map accepted in a request."""
     grpc_max_message_bytes: int = 512 * 1024 * 1024
-    gc_gen0_threshold: int = 50_000
-    """Python's cyclic-GC gen-0 threshold (default 700): the GCS allocates many short-lived
-    objects per poll round and frequent collections showed up as snapshot latency spikes
-    (20,000 collected every ~3 s under a 2,000-raylet poll, 50,000 every ~30 s, ~15 ms each).
-    0 leaves Python's GC settings alone."""
+    gc_gen0_threshold: int = 20_000
+    """Python's cyclic-GC gen-0 threshold (default 700; 0 leaves Python's GC settings alone).
+    A collection's pause grows with this (under a 2,000-raylet poll: gen-0 ~5-20 ms, the
+    gen-1 that follows every second one ~20-25 ms at 20,000; 50,000 gave 30 and 75 ms), and
+    Python's default collects so often that old generations showed up as latency spikes."""
     gc_gen1_threshold: int = 1
     """A gen-1 collection follows every (this + 1)-th gen-0 one (Python: 10): with
     ``gc_freeze_survivors`` it scans at most two batches of survivors, then freezes them."""
