@@ -315,15 +315,18 @@ class LoadPoller:
         """
         started = time.monotonic()
         loop = asyncio.get_running_loop()
-        alive = self._nodes.alive
         slice_size = self._config.slice_size
         pause_s = (
-            self._config.spread * self._config.period_ms / 1000 * slice_size / max(len(alive), 1)
+            self._config.spread
+            * self._config.period_ms
+            / 1000
+            * slice_size
+            / max(len(self._nodes.alive), 1)
         )
         tasks: list[asyncio.Task[None]] = []
         try:
-            for node_id in list(alive):
-                node = alive.get(node_id)  # re-read: the loop runs between slices
+            for node_id in list(self._nodes.alive):
+                node = self._nodes.alive.get(node_id)  # re-read: the loop runs between slices
                 if node is None:
                     continue
                 if node_id in self._in_flight:

@@ -49,7 +49,7 @@ class _Raylets:
 
 async def _setup(
     on_report: Callable[[bytes], None] | None = None,
-) -> tuple[ResourceCache, LoadPoller, _Raylets]:
+) -> tuple[ResourceCache, LoadPoller, _Raylets, NodeManager]:
     clock = FakeClock()
     nodes = NodeManager(MemoryStore(), clock)
     cache = ResourceCache(clock)
@@ -67,7 +67,7 @@ async def _setup(
     raylets = _Raylets()
     config = LoadPollConfig(slice_size=SLICE, spread=0.0, max_concurrent=10_000, transport="h2")
     poller = LoadPoller(nodes, cache, raylets, clock, config, on_report=on_report)  # type: ignore[arg-type]
-    return cache, poller, raylets
+    return cache, poller, raylets, nodes
 
 
 async def _per_turn(
@@ -88,7 +88,7 @@ async def _per_turn(
 
 
 async def test_a_round_starts_polls_a_slice_per_loop_turn() -> None:
-    cache, poller, raylets = await _setup()
+    cache, poller, raylets, _ = await _setup()
     round_ = asyncio.get_running_loop().create_task(poller.poll_once())
     most_started, _ = await _per_turn(round_, cache, raylets)
     assert raylets.started == NODES
@@ -97,7 +97,7 @@ async def test_a_round_starts_polls_a_slice_per_loop_turn() -> None:
 
 async def test_a_burst_of_replies_is_applied_a_slice_per_loop_turn() -> None:
     """All replies arrive in one turn; applying them must still take many turns."""
-    cache, poller, raylets = await _setup()
+    cache, poller, raylets, _ = await _setup()
     round_ = asyncio.get_running_loop().create_task(poller.poll_once())
     _, most_applied = await _per_turn(round_, cache, raylets)
     assert cache.updates == NODES
@@ -106,7 +106,7 @@ async def test_a_burst_of_replies_is_applied_a_slice_per_loop_turn() -> None:
 
 async def test_poll_once_returns_once_every_reply_is_applied() -> None:
     reported: list[bytes] = []
-    cache, poller, raylets = await _setup(on_report=reported.append)
+    cache, poller, raylets, _ = await _setup(on_report=reported.append)
     raylets.answer.set()
     await poller.poll_once()
     assert cache.updates == NODES
@@ -116,7 +116,7 @@ async def test_poll_once_returns_once_every_reply_is_applied() -> None:
 
 
 async def test_cancelling_a_round_mid_launch_cancels_the_polls_it_started() -> None:
-    cache, poller, raylets = await _setup()
+    cache, poller, raylets, _ = await _setup()
     round_ = asyncio.get_running_loop().create_task(poller.poll_once())
     for _ in range(3):
         await asyncio.sleep(0)
@@ -129,6 +129,18 @@ async def test_cancelling_a_round_mid_launch_cancels_the_polls_it_started() -> N
         await asyncio.sleep(0)
     assert cache.updates == 0
     assert poller._in_flight == set()
+
+
+async def test_a_node_that_dies_during_the_launch_is_not_polled() -> None:
+    cache, poller, raylets, nodes = await _setup()
+    round_ = asyncio.get_running_loop().create_task(poller.poll_once())
+    await asyncio.sleep(0)
+    last = (NODES - 1).to_bytes(28, "big")
+    await nodes.mark_dead(last, 2, "gone")
+    raylets.answer.set()
+    await round_
+    assert raylets.started == NODES - 1
+    assert last not in cache.nodes
 
 
 def test_slice_size_must_be_positive() -> None:
