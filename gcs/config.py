@@ -80,8 +80,10 @@ class GcsConfig:
     """A gen-1 collection follows every (this + 1)-th gen-0 one (Python: 10): with
     ``gc_freeze_survivors`` it scans at most two batches of survivors, then freezes them."""
     gc_freeze_survivors: bool = True
-    """Freeze what survives a gen-1 collection (``gc.freeze``), so no collection ever scans
-    the long-lived heap again (at 2,000 nodes a full collection costs 130-300 ms)."""
+    """Freeze what survives a gen-1 collection (``gc.freeze``), so no automatic collection
+    scans the long-lived heap (at 2,000 nodes a full collection costs 130-300 ms); one full
+    collection reclaims cycles among frozen objects each time the frozen heap doubles
+    (``gcs.server.gc_policy``)."""
     node_instances_replenish_interval_ms: int = 30000
     """Period of virtual-cluster dead-node replenishment (ant-ray's name and default)."""
     expired_job_clusters_gc_interval_ms: int = 30000

@@ -36,6 +36,7 @@ from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import service_handler, wire_service_name
 from gcs.rpc import services as svc
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
+from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.interceptors import ClusterIdInterceptor
 from gcs.server.metrics import GcsMetrics
 from gcs.services.autoscaler import AutoscalerStateServicer
@@ -85,6 +86,7 @@ class GcsServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._stopping = False
+        self._gc_freezer: SurvivorFreezer | None = None
 
     @property
     def address(self) -> str:
@@ -230,10 +232,9 @@ class GcsServer:
         )
 
     def _tune_gc(self) -> None:
-        """Bound cyclic-GC pauses (see config): freeze what start-up loaded, collect young
-        objects in small batches, and freeze what survives a generation-1 collection so no
-        later collection scans the long-lived heap (2,000 nodes: ~400k tracked objects,
-        a full collection ~130-300 ms of CPU)."""
+        """Bound cyclic-GC pauses (see config and ``gc_policy``): freeze what start-up
+        loaded, collect young objects in small batches, and freeze what survives a
+        generation-1 collection so no automatic collection scans the long-lived heap."""
         cfg = self.config
         if cfg.gc_gen0_threshold > 0:
             if gc.get_freeze_count() == 0:  # once per process: only what start-up loaded
@@ -241,8 +242,9 @@ class GcsServer:
                 gc.freeze()
             _, _, gen2 = gc.get_threshold()
             gc.set_threshold(cfg.gc_gen0_threshold, cfg.gc_gen1_threshold, max(gen2, 100))
-            if cfg.gc_freeze_survivors and freeze_survivors not in gc.callbacks:
-                gc.callbacks.append(freeze_survivors)
+            if cfg.gc_freeze_survivors:
+                self._gc_freezer = SurvivorFreezer()
+                gc.callbacks.append(self._gc_freezer)
 
     async def _start_grpc(self) -> None:
         assert self.meta is not None and self.managers is not None
@@ -330,6 +332,8 @@ class GcsServer:
             self.metrics.poll_ok.set(m.poller.stats.polls_ok)
             self.metrics.health_failures.set(m.health.failures)
             self.metrics.pending_shapes.set(len(m.resources.demand))
+            if self._gc_freezer is not None and self._gc_freezer.reclaim_if_grown():
+                log.info("gc.reclaimed_frozen", frozen=gc.get_freeze_count())
             await asyncio.sleep(1.0)
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
@@ -366,8 +370,8 @@ class GcsServer:
             await self.managers.health.close()
             await self.managers.clients.close()
         self.metrics.close()
-        if freeze_survivors in gc.callbacks:  # process-wide: only tests run two servers
-            gc.callbacks.remove(freeze_survivors)
+        if self._gc_freezer is not None and self._gc_freezer in gc.callbacks:
+            gc.callbacks.remove(self._gc_freezer)
         if self._store is not None and self._owns_store:
             await self._store.close()
         self._stopped.set()
@@ -379,16 +383,6 @@ class GcsServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-def freeze_survivors(phase: str, info: dict[str, int]) -> None:
-    """``gc.callbacks`` hook: right after a collection of generation 1 or 2, generations 0
-    and 1 are empty and everything left has survived at least two collections (long-lived:
-    nodes, clients, connections); freezing it keeps every later collection as small as the
-    young generations.  Frozen objects are still freed by reference counting (a dropped
-    raylet client leaves no cycles); only cyclic garbage formed later among them stays."""
-    if phase == "stop" and info["generation"] >= 1:
-        gc.freeze()
 
 
 class _DropClient:

@@ -1,5 +1,6 @@
 """Bounded cyclic-GC pauses (issue 12 item 7): the server freezes what survives a
-generation-1 collection, so later collections never rescan the long-lived heap."""
+generation-1 collection, so later collections never rescan the long-lived heap, and
+reclaims cycles among frozen objects once the frozen heap has doubled."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from gcs.server import GcsServer
-from gcs.server.app import freeze_survivors
+from gcs.server.gc_policy import SurvivorFreezer
 from gcs.store.memory import MemoryStore
 from tests.conftest import fast_config
 
@@ -18,6 +19,10 @@ from tests.conftest import fast_config
 class _Cell:
     def __init__(self) -> None:
         self.me = self  # a reference cycle: only the cyclic GC frees it
+
+
+def _freezers() -> int:
+    return sum(1 for cb in gc.callbacks if isinstance(cb, SurvivorFreezer))
 
 
 @pytest.fixture
@@ -31,7 +36,7 @@ def gc_state() -> Iterator[None]:
 
 
 def test_survivors_of_a_generation_1_collection_are_frozen(gc_state: None) -> None:
-    gc.callbacks.append(freeze_survivors)
+    gc.callbacks.append(SurvivorFreezer())
     gc.collect(1)
     before = gc.get_freeze_count()
     long_lived = [[i] for i in range(20_000)]
@@ -40,7 +45,7 @@ def test_survivors_of_a_generation_1_collection_are_frozen(gc_state: None) -> No
 
 
 def test_young_cycles_are_still_collected(gc_state: None) -> None:
-    gc.callbacks.append(freeze_survivors)
+    gc.callbacks.append(SurvivorFreezer())
     gc.collect(1)
     cell = _Cell()
     ref = weakref.ref(cell)
@@ -51,7 +56,7 @@ def test_young_cycles_are_still_collected(gc_state: None) -> None:
 
 def test_a_generation_0_collection_freezes_nothing(gc_state: None) -> None:
     """Gen-0 survivors may be in-flight requests: only two-collection survivors freeze."""
-    gc.callbacks.append(freeze_survivors)
+    gc.callbacks.append(SurvivorFreezer())
     gc.collect(1)
     before = gc.get_freeze_count()
     young = [[i] for i in range(1000)]
@@ -66,11 +71,11 @@ async def test_the_server_installs_and_removes_the_policy(gc_state: None) -> Non
     )
     await server.start()
     try:
-        assert freeze_survivors in gc.callbacks
+        assert _freezers() == 1
         assert gc.get_threshold()[:2] == (12_345, 3)
     finally:
         await server.stop()
-    assert freeze_survivors not in gc.callbacks
+    assert _freezers() == 0
 
 
 async def test_threshold_0_leaves_python_gc_alone(gc_state: None) -> None:
@@ -78,7 +83,31 @@ async def test_threshold_0_leaves_python_gc_alone(gc_state: None) -> None:
     server = GcsServer(fast_config(gc_gen0_threshold=0), store=MemoryStore())
     await server.start()
     try:
-        assert freeze_survivors not in gc.callbacks
+        assert _freezers() == 0
         assert gc.get_threshold() == (700, 10, 10)
     finally:
         await server.stop()
+
+
+def test_cycles_among_frozen_objects_are_reclaimed_once_the_frozen_heap_has_grown(
+    gc_state: None,
+) -> None:
+    freezer = SurvivorFreezer(growth=2.0)
+    gc.callbacks.append(freezer)
+    cells = [_Cell() for _ in range(5000)]
+    refs = [weakref.ref(c) for c in cells[:10]]
+    gc.collect(1)  # the cells survive it: frozen
+    del cells  # now cyclic garbage that no automatic collection looks at
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    freezer.baseline = gc.get_freeze_count()
+    assert not freezer.reclaim_if_grown()  # not grown since the last reclaim
+    freezer.baseline = gc.get_freeze_count() // 3
+    assert freezer.reclaim_if_grown()
+    assert all(r() is None for r in refs)
+    assert freezer.reclaims == 1
+
+
+def test_reclaim_growth_must_exceed_1() -> None:
+    with pytest.raises(ValueError, match="growth"):
+        SurvivorFreezer(growth=1.0)
