@@ -218,6 +218,7 @@ async def serve(port: int, stats_path: str, profile_loop: bool) -> None:
             "tracked": len(gc.get_objects()),
             "frozen": gc.get_freeze_count(),
             "threshold": gc.get_threshold(),
+            "reclaims": getattr(getattr(server, "gc_freezer", None), "reclaims", 0),
         }
         with open(stats_path + ".tmp", "w") as f:
             json.dump(out, f)
@@ -335,7 +336,8 @@ def read(args: argparse.Namespace) -> None:
     full = server["full_gc"]
     print(
         f"a full collection now: {full['ms']:.1f} ms CPU over {full['tracked']} tracked objects "
-        f"({full['frozen']} frozen; thresholds {full['threshold']})"
+        f"({full['frozen']} frozen; thresholds {full['threshold']}; "
+        f"{full['reclaims']} reclaims of frozen cycles since start)"
     )
     print(
         f"GCS {w['cores']:.2f} cores, {w['polls_per_s']:.0f} polls/s, "

@@ -86,7 +86,7 @@ class GcsServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._stopping = False
-        self._gc_freezer: SurvivorFreezer | None = None
+        self.gc_freezer: SurvivorFreezer | None = None
 
     @property
     def address(self) -> str:
@@ -243,8 +243,8 @@ class GcsServer:
             _, _, gen2 = gc.get_threshold()
             gc.set_threshold(cfg.gc_gen0_threshold, cfg.gc_gen1_threshold, max(gen2, 100))
             if cfg.gc_freeze_survivors:
-                self._gc_freezer = SurvivorFreezer()
-                gc.callbacks.append(self._gc_freezer)
+                self.gc_freezer = SurvivorFreezer()
+                gc.callbacks.append(self.gc_freezer)
 
     async def _start_grpc(self) -> None:
         assert self.meta is not None and self.managers is not None
@@ -332,7 +332,7 @@ class GcsServer:
             self.metrics.poll_ok.set(m.poller.stats.polls_ok)
             self.metrics.health_failures.set(m.health.failures)
             self.metrics.pending_shapes.set(len(m.resources.demand))
-            if self._gc_freezer is not None and self._gc_freezer.reclaim_if_grown():
+            if self.gc_freezer is not None and self.gc_freezer.reclaim_if_grown():
                 log.info("gc.reclaimed_frozen", frozen=gc.get_freeze_count())
             await asyncio.sleep(1.0)
 
@@ -370,8 +370,8 @@ class GcsServer:
             await self.managers.health.close()
             await self.managers.clients.close()
         self.metrics.close()
-        if self._gc_freezer is not None and self._gc_freezer in gc.callbacks:
-            gc.callbacks.remove(self._gc_freezer)
+        if self.gc_freezer is not None and self.gc_freezer in gc.callbacks:
+            gc.callbacks.remove(self.gc_freezer)
         if self._store is not None and self._owns_store:
             await self._store.close()
         self._stopped.set()
