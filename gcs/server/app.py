@@ -333,7 +333,7 @@ class GcsServer:
             self.metrics.health_failures.set(m.health.failures)
             self.metrics.pending_shapes.set(len(m.resources.demand))
             if self.gc_freezer is not None and self.gc_freezer.reclaim_if_grown():
-                log.info("gc.reclaimed_frozen", frozen=gc.get_freeze_count())
+                log.info("gc.reclaimed_frozen", resident_bytes=self.gc_freezer.baseline)
             await asyncio.sleep(1.0)
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:

@@ -8,26 +8,39 @@ survives a generation-1 collection, so automatic collections only ever scan youn
 Frozen objects are still freed by reference counting (a dropped raylet client leaves no
 cycles), but a frozen object that later ends up in a reference cycle (a task that was in
 flight when frozen and then fails: exception -> traceback -> frame) is never reclaimed by
-an automatic collection.  ``reclaim_if_grown`` bounds that: once the frozen heap has grown
-by ``growth`` since the last reclaim it runs one full collection over everything (the
-pause Python's own policy would take after similar growth), so memory stays within a
-constant factor of the live heap.
+an automatic collection.  ``reclaim_if_grown`` bounds that: once the process's resident
+memory has grown by ``growth`` since the last reclaim it runs one full collection over
+everything (the pause Python's own policy takes after similar growth), so memory stays
+within a constant factor of the live heap.  (Resident memory, not ``gc.get_freeze_count``:
+that walks the frozen list, ~40 ms at 2,000 raylets.)
 """
 
 from __future__ import annotations
 
 import gc
+import os
+from collections.abc import Callable
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux ``/proc``); 0 where unavailable."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class SurvivorFreezer:
     """A ``gc.callbacks`` hook (install with ``gc.callbacks.append(freezer)``)."""
 
-    def __init__(self, growth: float = 2.0) -> None:
+    def __init__(self, growth: float = 2.0, rss: Callable[[], int] = resident_bytes) -> None:
         if growth <= 1.0:
             raise ValueError(f"gc reclaim growth must be > 1, got {growth}")
         self._growth = growth
-        self.baseline = gc.get_freeze_count()
-        """Frozen-object count after the last full reclaim (or at construction)."""
+        self._rss = rss
+        self.baseline = rss()
+        """Resident bytes after the last reclaim (or at construction)."""
         self.reclaims = 0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
@@ -37,14 +50,14 @@ class SurvivorFreezer:
             gc.freeze()
 
     def reclaim_if_grown(self) -> bool:
-        """Unfreeze, collect everything, freeze again, when the frozen heap has grown
+        """Unfreeze, collect everything, freeze again, when resident memory has grown
         ``growth``-fold since the last time; call it from the event loop, not from a GC
         callback (``gc.collect`` does nothing while a collection is running)."""
-        if gc.get_freeze_count() <= self._growth * max(self.baseline, 1000):
+        if not self.baseline or self._rss() <= self._growth * self.baseline:
             return False
         gc.unfreeze()
         gc.collect()
         gc.freeze()
-        self.baseline = gc.get_freeze_count()
+        self.baseline = self._rss()
         self.reclaims += 1
         return True

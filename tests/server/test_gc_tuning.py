@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from gcs.server import GcsServer
-from gcs.server.gc_policy import SurvivorFreezer
+from gcs.server.gc_policy import SurvivorFreezer, resident_bytes
 from gcs.store.memory import MemoryStore
 from tests.conftest import fast_config
 
@@ -89,10 +89,11 @@ async def test_threshold_0_leaves_python_gc_alone(gc_state: None) -> None:
         await server.stop()
 
 
-def test_cycles_among_frozen_objects_are_reclaimed_once_the_frozen_heap_has_grown(
+def test_cycles_among_frozen_objects_are_reclaimed_once_memory_has_doubled(
     gc_state: None,
 ) -> None:
-    freezer = SurvivorFreezer(growth=2.0)
+    rss = [100 << 20]
+    freezer = SurvivorFreezer(growth=2.0, rss=lambda: rss[0])
     gc.callbacks.append(freezer)
     cells = [_Cell() for _ in range(5000)]
     refs = [weakref.ref(c) for c in cells[:10]]
@@ -100,12 +101,17 @@ def test_cycles_among_frozen_objects_are_reclaimed_once_the_frozen_heap_has_grow
     del cells  # now cyclic garbage that no automatic collection looks at
     gc.collect()
     assert all(r() is not None for r in refs)
-    freezer.baseline = gc.get_freeze_count()
-    assert not freezer.reclaim_if_grown()  # not grown since the last reclaim
-    freezer.baseline = gc.get_freeze_count() // 3
+    rss[0] = 200 << 20
+    assert not freezer.reclaim_if_grown()  # grown, but not more than twofold
+    rss[0] = 201 << 20
     assert freezer.reclaim_if_grown()
     assert all(r() is None for r in refs)
-    assert freezer.reclaims == 1
+    assert (freezer.baseline, freezer.reclaims) == (201 << 20, 1)
+    assert not freezer.reclaim_if_grown()
+
+
+def test_resident_bytes_is_read_from_proc() -> None:
+    assert resident_bytes() > 1 << 20
 
 
 def test_reclaim_growth_must_exceed_1() -> None:
