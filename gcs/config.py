@@ -82,8 +82,8 @@ class GcsConfig:
     gc_freeze_survivors: bool = True
     """Freeze what survives a gen-1 collection (``gc.freeze``), so no automatic collection
     scans the long-lived heap (at 2,000 nodes a full collection costs 130-300 ms); one full
-    collection reclaims cycles among frozen objects each time resident memory doubles
-    (``gcs.server.gc_policy``)."""
+    collection reclaims cycles among frozen objects each time resident memory doubles past
+    512 MB (``gcs.server.gc_policy``)."""
     node_instances_replenish_interval_ms: int = 30000
     """Period of virtual-cluster dead-node replenishment (ant-ray's name and default)."""
     expired_job_clusters_gc_interval_ms: int = 30000

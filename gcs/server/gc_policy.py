@@ -9,10 +9,10 @@ Frozen objects are still freed by reference counting (a dropped raylet client le
 cycles), but a frozen object that later ends up in a reference cycle (a task that was in
 flight when frozen and then fails: exception -> traceback -> frame) is never reclaimed by
 an automatic collection.  ``reclaim_if_grown`` bounds that: once the process's resident
-memory has grown by ``growth`` since the last reclaim it runs one full collection over
-everything (the pause Python's own policy takes after similar growth), so memory stays
-within a constant factor of the live heap.  (Resident memory, not ``gc.get_freeze_count``:
-that walks the frozen list, ~40 ms at 2,000 raylets.)
+memory has grown by ``growth`` since the last reclaim (and is past a floor) it runs one
+full collection over everything (the pause Python's own policy takes after similar
+growth), so memory stays within a constant factor of the live heap.  (Resident memory,
+not ``gc.get_freeze_count``: that walks the frozen list, ~40 ms at 2,000 raylets.)
 """
 
 from __future__ import annotations
@@ -34,11 +34,19 @@ def resident_bytes() -> int:
 class SurvivorFreezer:
     """A ``gc.callbacks`` hook (install with ``gc.callbacks.append(freezer)``)."""
 
-    def __init__(self, growth: float = 2.0, rss: Callable[[], int] = resident_bytes) -> None:
+    def __init__(
+        self,
+        growth: float = 2.0,
+        rss: Callable[[], int] = resident_bytes,
+        floor_bytes: int = 512 << 20,
+    ) -> None:
         if growth <= 1.0:
             raise ValueError(f"gc reclaim growth must be > 1, got {growth}")
         self._growth = growth
         self._rss = rss
+        self._floor = floor_bytes
+        """Below this resident size no reclaim runs: a 2,000-raylet GCS (~150 MB) never
+        pauses for one; the valve is for leaks, not for ordinary growth."""
         self.baseline = rss()
         """Resident bytes after the last reclaim (or at construction)."""
         self.reclaims = 0
@@ -53,7 +61,8 @@ class SurvivorFreezer:
         """Unfreeze, collect everything, freeze again, when resident memory has grown
         ``growth``-fold since the last time; call it from the event loop, not from a GC
         callback (``gc.collect`` does nothing while a collection is running)."""
-        if not self.baseline or self._rss() <= self._growth * self.baseline:
+        rss = self._rss()
+        if not self.baseline or rss <= max(self._growth * self.baseline, self._floor):
             return False
         gc.unfreeze()
         gc.collect()

@@ -93,7 +93,7 @@ def test_cycles_among_frozen_objects_are_reclaimed_once_memory_has_doubled(
     gc_state: None,
 ) -> None:
     rss = [100 << 20]
-    freezer = SurvivorFreezer(growth=2.0, rss=lambda: rss[0])
+    freezer = SurvivorFreezer(growth=2.0, rss=lambda: rss[0], floor_bytes=0)
     gc.callbacks.append(freezer)
     cells = [_Cell() for _ in range(5000)]
     refs = [weakref.ref(c) for c in cells[:10]]
@@ -108,6 +108,15 @@ def test_cycles_among_frozen_objects_are_reclaimed_once_memory_has_doubled(
     assert all(r() is None for r in refs)
     assert (freezer.baseline, freezer.reclaims) == (201 << 20, 1)
     assert not freezer.reclaim_if_grown()
+
+
+def test_no_reclaim_below_the_floor(gc_state: None) -> None:
+    rss = [100 << 20]
+    freezer = SurvivorFreezer(growth=2.0, rss=lambda: rss[0], floor_bytes=512 << 20)
+    rss[0] = 400 << 20
+    assert not freezer.reclaim_if_grown()
+    rss[0] = 513 << 20
+    assert freezer.reclaim_if_grown()
 
 
 def test_resident_bytes_is_read_from_proc() -> None:
