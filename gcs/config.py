@@ -47,6 +47,12 @@ class LoadPollConfig:
     failure_backoff_max_ms: int = 10000
     """A raylet whose polls keep failing is polled 1, 2, 4, ... periods apart, at most this
     long apart (health checks, not polls, decide whether it is dead)."""
+    slice_size: int = 64
+    """Polls started, and replies applied, per event-loop turn: a round of 2,000 never holds
+    the loop (and the requests it serves) in one iteration."""
+    spread: float = 0.5
+    """Fraction of the period over which a round's slices are started (0: back to back);
+    each node is still polled once per period, but replies no longer arrive in one burst."""
     transport: str = "h2"
     """``h2``: the lean HTTP/2 client of ``gcs.rpc.raylets.h2_unary`` (~3x less GCS CPU per poll;
     a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""
@@ -148,10 +154,19 @@ class GcsConfig:
     limits: RequestLimits = field(default_factory=RequestLimits)
     grpc_max_message_bytes: int = 512 * 1024 * 1024
     """Largest gRPC message sent or received (Ray's limit)."""
-    gc_gen0_threshold: int = 50_000
-    """Python's cyclic-GC gen-0 threshold (default 700): the GCS allocates many short-lived
-    protobuf objects per poll round, and frequent full collections showed up as snapshot
-    latency spikes.  0 leaves Python's default."""
+    gc_gen0_threshold: int = 20_000
+    """Python's cyclic-GC gen-0 threshold (default 700; 0 leaves Python's GC settings alone).
+    A collection's pause grows with this (under a 2,000-raylet poll: gen-0 ~5-20 ms, the
+    gen-1 that follows every second one ~20-25 ms at 20,000; 50,000 gave 30 and 75 ms), and
+    Python's default collects so often that old generations showed up as latency spikes."""
+    gc_gen1_threshold: int = 1
+    """A gen-1 collection follows every (this + 1)-th gen-0 one (Python: 10): with
+    ``gc_freeze_survivors`` it scans at most two batches of survivors, then freezes them."""
+    gc_freeze_survivors: bool = True
+    """Freeze what survives a gen-1 collection (``gc.freeze``), so no automatic collection
+    scans the long-lived heap (at 2,000 nodes a full collection costs 130-300 ms); one full
+    collection reclaims cycles among frozen objects each time resident memory doubles past
+    512 MB (``gcs.server.gc_policy``)."""
     node_instances_replenish_interval_ms: int = 30000
     """Period of virtual-cluster dead-node replenishment (ant-ray's name and default)."""
     expired_job_clusters_gc_interval_ms: int = 30000
@@ -199,6 +214,8 @@ ENV_VARS: dict[str, str] = {
     "GCS_RAYLET_MAX_IN_FLIGHT": "raylet_io.max_in_flight",
     "GCS_RAYLET_MAX_CALLS_PER_S": "raylet_io.max_calls_per_s",
     "GCS_RAYLET_STARTUP_CONTACTS_PER_S": "raylet_io.startup_contacts_per_s",
+    "GCS_LOAD_POLL_SLICE_SIZE": "load_poll.slice_size",
+    "GCS_LOAD_POLL_SPREAD": "load_poll.spread",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
@@ -244,6 +261,11 @@ def _coerce(value: Any, target: Any, where: str) -> Any:
             return int(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if target is float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
     if target is str:
         return str(value)
     return value
@@ -392,6 +414,10 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         value = _get_path(config, path)
         if value < 0:
             raise ConfigError(f"{where}.{_names(path)}: must be >= 0, got {value}")
+    if config.load_poll.slice_size < 1:
+        raise ConfigError(f"{where}.load_poll.slice_size: must be >= 1")
+    if not 0 <= config.load_poll.spread <= 1:
+        raise ConfigError(f"{where}.load_poll.spread: must be in [0, 1]")
     check_limits(config, where)
     io = config.raylet_io
     for name in ("max_open_clients", "max_in_flight", "max_calls_per_s"):

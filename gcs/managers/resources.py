@@ -17,6 +17,7 @@ first polls of nodes known from the store are spread over a window
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -214,6 +215,56 @@ class ResourceCache:
         ]
 
 
+class SlicedApplier:
+    """Applies poll replies to the cache at most ``slice_size`` per event-loop turn.
+
+    A poll round's replies arrive in bursts (hundreds per ``select``); applying each one in
+    its own task's wake-up would run them all in one loop iteration and hold every other
+    request (``GetClusterResourceState`` among them) for tens of milliseconds.  Replies are
+    queued instead and one drain task applies a slice, yields to the loop, and goes on.
+    """
+
+    def __init__(
+        self,
+        cache: ResourceCache,
+        slice_size: int,
+        on_report: Callable[[bytes], None] | None = None,
+    ) -> None:
+        if slice_size < 1:
+            raise ValueError(f"load_poll.slice_size must be >= 1, got {slice_size}")
+        self._cache = cache
+        self._slice = slice_size
+        self._on_report = on_report
+        self._pending: collections.deque[tuple[bytes, gcs_pb2.ResourcesData]] = collections.deque()
+        self._drain: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def submit(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> None:
+        self._pending.append((node_id, data))
+        if self._drain is None:
+            self._drain = asyncio.get_running_loop().create_task(self._run())
+
+    async def flush(self) -> None:
+        """Return once every reply submitted so far has been applied."""
+        while self._drain is not None:
+            await asyncio.shield(self._drain)
+
+    async def _run(self) -> None:
+        pending, apply, on_report = self._pending, self._cache.apply, self._on_report
+        try:
+            while pending:
+                for _ in range(min(self._slice, len(pending))):
+                    node_id, data = pending.popleft()
+                    if apply(node_id, data) and on_report is not None:
+                        on_report(node_id)
+                if pending:
+                    await asyncio.sleep(0)
+        finally:
+            self._drain = None
+
+
 @dataclass(slots=True)
 class PollStats:
     rounds: int = 0
@@ -244,7 +295,7 @@ class LoadPoller:
         self._timeout_s = config.timeout_ms / 1000
         self._period_s = config.period_ms / 1000
         self._backoff_max_s = config.failure_backoff_max_ms / 1000
-        self._on_report = on_report
+        self._applier = SlicedApplier(cache, config.slice_size, on_report)
         self._in_flight: set[bytes] = set()
         self._sem = asyncio.Semaphore(config.max_concurrent)
         self._failures: dict[bytes, int] = {}
@@ -258,46 +309,69 @@ class LoadPoller:
         self._not_before.update(due)
 
     async def poll_once(self) -> None:
-        """One round: poll every due alive node not still busy, and wait for the replies."""
+        """One round: poll every due alive node not still busy, and wait for the replies
+        (applied in slices by the ``SlicedApplier``)."""
         started = time.monotonic()
         await self._finish_round(started, await self._dispatch())
 
     async def _dispatch(self) -> list[asyncio.Task[None]]:
-        """Start this round's polls; returns once the last one has a slot (not a reply)."""
+        """Start this round's polls; returns once the last one has a slot (not a reply).
+
+        Polls start ``slice_size`` at a time, the slices spread evenly over ``spread`` of the
+        period (each start writes to a socket and replies come back about as they were sent),
+        so a round of thousands never holds the loop in one iteration.  A node whose polls
+        keep failing is skipped until its backoff (``not_before``) has passed.
+        """
         loop = asyncio.get_running_loop()
-        tasks = []
+        tasks: list[asyncio.Task[None]] = []
         not_before = self._not_before
+        slice_size = self._config.slice_size
+        pause_s = self._config.spread * self._period_s * slice_size / max(len(self._nodes.alive), 1)
         now = self._clock.monotonic_s()
-        for i, (node_id, node) in enumerate(list(self._nodes.alive.items())):
-            if i % _DISPATCH_SLICE == _DISPATCH_SLICE - 1:
-                await asyncio.sleep(0)  # 50,000 nodes: never hold the loop for a whole pass
-                now = self._clock.monotonic_s()
-            if node_id in self._in_flight:
-                self.stats.skipped_in_flight += 1
-                continue
-            if not_before:
-                due = not_before.get(node_id)
-                if due is not None:
-                    if due > now:
-                        continue
-                    del not_before[node_id]
-            await self._sem.acquire()
-            if node_id not in self._nodes.alive:  # died while we waited for a slot
-                self._sem.release()
-                continue
-            self._in_flight.add(node_id)
-            address = f"{node.node_manager_address}:{node.node_manager_port}"
-            tasks.append(loop.create_task(self._poll(node_id, address)))
+        try:
+            for i, node_id in enumerate(list(self._nodes.alive)):
+                if i % _DISPATCH_SLICE == _DISPATCH_SLICE - 1:
+                    await asyncio.sleep(0)  # 50,000 nodes: never hold the loop for a whole pass
+                    now = self._clock.monotonic_s()
+                if node_id in self._in_flight:
+                    self.stats.skipped_in_flight += 1
+                    continue
+                if not_before:
+                    due = not_before.get(node_id)
+                    if due is not None:
+                        if due > now:
+                            continue
+                        del not_before[node_id]
+                await self._sem.acquire()
+                node = self._nodes.alive.get(node_id)  # re-read: the loop ran meanwhile
+                if node is None:  # died while we waited
+                    self._sem.release()
+                    continue
+                self._in_flight.add(node_id)
+                address = f"{node.node_manager_address}:{node.node_manager_port}"
+                tasks.append(loop.create_task(self._poll(node_id, address)))
+                if len(tasks) % slice_size == 0:
+                    await asyncio.sleep(pause_s)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            raise
         alive = self._nodes.alive
         for table in (self._not_before, self._failures):
             if len(table) > len(alive):  # entries of dead nodes
-                for node_id in [n for n in table if n not in alive]:
-                    del table[node_id]
+                for dead in [n for n in table if n not in alive]:
+                    del table[dead]
         return tasks
 
     async def _finish_round(self, started: float, tasks: list[asyncio.Task[None]]) -> None:
-        if tasks:
-            await asyncio.gather(*tasks)
+        try:
+            if tasks:
+                await asyncio.gather(*tasks)
+            await self._applier.flush()
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            raise
         self.stats.rounds += 1
         self.stats.last_round_s = time.monotonic() - started
         now = self._clock.monotonic_s()
@@ -325,8 +399,7 @@ class LoadPoller:
             self._sem.release()
         self._failures.pop(node_id, None)
         self.stats.polls_ok += 1
-        if self._cache.apply(node_id, data) and self._on_report is not None:
-            self._on_report(node_id)
+        self._applier.submit(node_id, data)
 
     async def run(self) -> None:
         """Start a round every period without waiting for stragglers of the last one.

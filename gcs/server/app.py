@@ -46,6 +46,7 @@ from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
+from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.interceptors import CallGuardInterceptor
 from gcs.server.metrics import GcsMetrics, counter, gauge, on_loop, pubsub_families
 from gcs.server.reflection import wire_pool
@@ -103,6 +104,7 @@ class GcsServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._stopping = False
+        self.gc_freezer: SurvivorFreezer | None = None
 
     @property
     def address(self) -> str:
@@ -254,6 +256,7 @@ class GcsServer:
         self._tasks = [
             loop.create_task(poller.run(), name="load-poller"),
             loop.create_task(health_checker.run(), name="health-checker"),
+            loop.create_task(self._reclaim_frozen(), name="gc-reclaim"),
             loop.create_task(
                 virtual_clusters.run_periodic(
                     cfg.node_instances_replenish_interval_ms,
@@ -290,13 +293,19 @@ class GcsServer:
         )
 
     def _tune_gc(self) -> None:
-        """Freeze what start-up loaded (long-lived) and collect less often (see config)."""
-        if self.config.gc_gen0_threshold > 0:
+        """Bound cyclic-GC pauses (see config and ``gc_policy``): freeze what start-up
+        loaded, collect young objects in small batches, and freeze what survives a
+        generation-1 collection so no automatic collection scans the long-lived heap."""
+        cfg = self.config
+        if cfg.gc_gen0_threshold > 0:
             if gc.get_freeze_count() == 0:  # once per process: only what start-up loaded
                 gc.collect()
                 gc.freeze()
-            _, gen1, gen2 = gc.get_threshold()
-            gc.set_threshold(self.config.gc_gen0_threshold, max(gen1, 50), max(gen2, 100))
+            _, _, gen2 = gc.get_threshold()
+            gc.set_threshold(cfg.gc_gen0_threshold, cfg.gc_gen1_threshold, max(gen2, 100))
+            if cfg.gc_freeze_survivors:
+                self.gc_freezer = SurvivorFreezer()
+                gc.callbacks.append(self.gc_freezer)
 
     async def _start_grpc(self) -> None:
         assert self.meta is not None and self.managers is not None
@@ -478,6 +487,14 @@ class GcsServer:
         )
         return out
 
+    async def _reclaim_frozen(self) -> None:
+        """The GC policy's safety valve: one full collection when resident memory doubled
+        (cycles among frozen objects are otherwise never reclaimed; see gc_policy)."""
+        while True:
+            if self.gc_freezer is not None and self.gc_freezer.reclaim_if_grown():
+                log.info("gc.reclaimed_frozen", resident_bytes=self.gc_freezer.baseline)
+            await asyncio.sleep(1.0)
+
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or self._stopping:
             return
@@ -512,6 +529,8 @@ class GcsServer:
             await self.managers.health.close()
             await self.managers.raylets.close()
         self.metrics.close()
+        if self.gc_freezer is not None and self.gc_freezer in gc.callbacks:
+            gc.callbacks.remove(self.gc_freezer)
         if self._store is not None and self._owns_store:
             await self._store.close()
         self._stopped.set()
