@@ -239,15 +239,17 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
     import time
 
     from gcs.json_output import message_to_dict
-    from gcs.sdk import get_cluster_status
-    from gcs.status import render, render_nodes, render_virtual_clusters
+    from gcs.sdk import get_autoscaler_events, get_cluster_status
+    from gcs.status import render, render_events, render_nodes, render_virtual_clusters
 
     resolved = resolve_address(address)
     while True:
         reply = get_cluster_status(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
         clusters = _virtual_cluster_rows(resolved) if verbose else None
+        events = get_autoscaler_events(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
         if fmt == "json":
             doc = message_to_dict(reply)
+            doc["autoscaler_events"] = events
             if clusters is not None:
                 doc["virtual_clusters"] = [
                     {"virtual_cluster_id": c, "divisible": d, "nodes": n, "replica_sets": r}
@@ -258,6 +260,7 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
             text = render(reply)
             if verbose:
                 text += render_nodes(reply) + render_virtual_clusters(clusters or [])
+            text += render_events(events)
             if watch:
                 click.clear()
             click.echo(text, nl=False)

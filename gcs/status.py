@@ -149,3 +149,14 @@ def render_virtual_clusters(rows: list[tuple[str, bool, int, dict[str, int]]]) -
         sets = ", ".join(f"{t}: {n}" for t, n in sorted(replica_sets.items())) or "-"
         lines.append(f" {cluster_id} ({kind}): {nodes} nodes [{sets}]")
     return "\n".join(lines) + "\n"
+
+
+def render_events(events: list[dict[str, object]], *, limit: int = 20) -> str:
+    """The autoscaler's recent events, as ``ray status`` ends with its own."""
+    if not events:
+        return ""
+    lines = ["Recent autoscaler events:"]
+    for event in events[-limit:]:
+        when = time.strftime("%H:%M:%S", time.localtime(float(event.get("t", 0.0))))  # type: ignore[arg-type]
+        lines.append(f" {when} {event.get('message', '')}")
+    return "\n".join(lines) + "\n"

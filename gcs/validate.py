@@ -10,13 +10,14 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sized
 from typing import Any, TypeVar
 
 from gcs.config import RequestLimits
 from gcs.errors import InvalidArgument
 
 T = TypeVar("T")
+S = TypeVar("S", bound=Sized)
 
 RESOURCE_AMOUNT_MAX = (2**63 - 1) / 10_000
 """Ray keeps resource amounts as fixed point (int64 in units of 1/10,000); larger amounts
@@ -66,7 +67,7 @@ def fixed_id(value: bytes, field: str, size: int, *, required: bool = False) -> 
     return value
 
 
-def entries(values: Sequence[T], field: str, max_entries: int) -> Sequence[T]:
+def entries(values: S, field: str, max_entries: int) -> S:
     if len(values) > max_entries:
         raise InvalidArgument(f"{field} has {len(values)} entries; the limit is {max_entries}")
     return values

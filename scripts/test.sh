@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The full test suite on a fresh machine: installs what it needs (virtualenv, redis-server,
-# PostgreSQL binaries), then runs ruff and pytest.  Tests start their own servers on free
+# PostgreSQL binaries), then runs ruff, mypy and pytest.  Tests start their own servers on free
 # ports; the interop tests build cached virtualenvs with ray==2.60.0 / ant-ray==2.44.1.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,7 @@ bash scripts/bootstrap.sh
 bash scripts/ensure_services.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy gcs
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 rc=$?

@@ -174,9 +174,9 @@ class AutoscalerStateManager:
             append(static)
             append(dynamic)
         for node_id, node in self._nodes.dead.items():
-            static = self._dead_bytes.get(node_id)
-            if static is None:
-                static = self._dead_bytes[node_id] = autoscaler_pb2.NodeState(
+            dead_static = self._dead_bytes.get(node_id)
+            if dead_static is None:
+                dead_static = self._dead_bytes[node_id] = autoscaler_pb2.NodeState(
                     node_id=node_id,
                     instance_id=node.instance_id,
                     ray_node_type_name=node.node_type_name,
@@ -184,7 +184,7 @@ class AutoscalerStateManager:
                     instance_type_name=node.instance_type_name,
                     status=NodeStatus.DEAD,
                 ).SerializeToString()
-            parts.extend(len_field_parts(3, static, version_bytes))
+            parts.extend(len_field_parts(3, dead_static, version_bytes))
         if len(self._dead_bytes) > len(self._nodes.dead) + 64:
             self._dead_bytes = {k: v for k, v in self._dead_bytes.items() if k in self._nodes.dead}
         live = self._nodes.alive

@@ -180,7 +180,10 @@ class NodeManager:
         async with self._lane:
             if node_id not in self.alive:
                 return False
-            info = common_pb2.NodeDeathInfo(reason=reason, reason_message=message)
+            info = common_pb2.NodeDeathInfo(
+                reason=reason,  # type: ignore[arg-type]  # an enum value
+                reason_message=message,
+            )
             await self._kill(node_id, info)
             return True
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -146,6 +147,9 @@ class VirtualClusterManager:
         return LiveUsage(self._resources, self._jobs, self._pgs)
 
     # -- startup -------------------------------------------------------------------------
+    def _finish_job_cluster(self, cluster_id: str) -> Plan:
+        return self.registry.on_job_finished(cluster_id, self.usage())
+
     async def load(self) -> None:
         """Replay after NodeManager/JobManager/PlacementGroupManager loaded; persist repairs;
         then finish job clusters whose job is already dead. Publishes nothing."""
@@ -177,7 +181,9 @@ class VirtualClusterManager:
         )
         for cluster_id in dead_jobs:
             if self.registry.get(cluster_id) is not None:
-                await self._run(lambda c=cluster_id: self.registry.on_job_finished(c, self.usage()))
+                await self._run(
+                    functools.partial(self._finish_job_cluster, cluster_id)  # type: ignore[arg-type]
+                )
         log.info(
             "virtual_clusters.loaded",
             clusters=len(records),

@@ -26,7 +26,11 @@ def selector_from_proto(selector: common_pb2.LabelSelector) -> tuple[LabelConstr
 def selector_to_proto(selector: tuple[LabelConstraint, ...]) -> common_pb2.LabelSelector:
     return common_pb2.LabelSelector(
         label_constraints=[
-            common_pb2.LabelSelectorConstraint(label_key=k, operator=op, label_values=list(v))
+            common_pb2.LabelSelectorConstraint(
+                label_key=k,
+                operator=op,  # type: ignore[arg-type]  # enum values are ints
+                label_values=list(v),
+            )
             for k, op, v in selector
         ]
     )

@@ -9,6 +9,7 @@ from gcs.sdk._client import AsyncGcsClient, GcsClient
 from gcs.sdk._errors import AddressNotFound, GcsSdkError, RpcError
 from gcs.sdk._resources import (
     build_constraint_request,
+    get_autoscaler_events,
     get_cluster_status,
     get_cluster_status_async,
     request_resources,
@@ -26,6 +27,7 @@ __all__ = [
     "ResourceDemand",
     "RpcError",
     "build_constraint_request",
+    "get_autoscaler_events",
     "get_cluster_status",
     "get_cluster_status_async",
     "request_resources",

@@ -15,11 +15,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import grpc
+
 from gcs.labels import label_selector_error, selector_proto
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.services import AUTOSCALER_STATE
 from gcs.sdk._address import resolve_address
 from gcs.sdk._client import DEFAULT_TIMEOUT_S, AsyncGcsClient, GcsClient
+from gcs.sdk._errors import RpcError
 
 _SELECTOR_SHAPE_MESSAGE = (
     "Bundle label selector must be a list of string dictionary label selectors. For example: "
@@ -151,3 +154,40 @@ async def get_cluster_status_async(
         return await client.call(
             AUTOSCALER_STATE, "GetClusterStatus", autoscaler_pb2.GetClusterStatusRequest()
         )
+
+
+AUTOSCALER_EVENTS_NAMESPACE = b"gcs_autoscaler"
+AUTOSCALER_EVENTS_KEY = b"events"
+
+
+def get_autoscaler_events(
+    address: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> list[dict[str, object]]:
+    """Recent autoscaler events (``{"t", "kind", "message"}``, oldest first), as the
+    autoscaler (embedded or standalone) publishes them to the GCS's InternalKV; ``[]`` when
+    no autoscaler runs."""
+    import json
+
+    from gcs.proto import gcs_service_pb2
+    from gcs.rpc.services import INTERNAL_KV
+
+    with GcsClient(resolve_address(address), timeout_s=timeout_s) as client:
+        try:
+            reply = client.call(
+                INTERNAL_KV,
+                "InternalKVGet",
+                gcs_service_pb2.InternalKVGetRequest(
+                    namespace=AUTOSCALER_EVENTS_NAMESPACE, key=AUTOSCALER_EVENTS_KEY
+                ),
+            )
+        except RpcError as err:
+            if err.status == grpc.StatusCode.UNIMPLEMENTED:  # a GCS without InternalKV
+                return []
+            raise
+    if reply.status.code != 0 or not reply.value:
+        return []
+    try:
+        events = json.loads(reply.value)
+    except ValueError:
+        return []
+    return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []

@@ -129,7 +129,9 @@ def pubsub_families(stats: Mapping[str, Any]) -> list[Metric]:
     """``gcs_pubsub_*`` families from each publisher's ``stats()``, by publisher name."""
     out = []
     for metric, doc, attr, kind in _PUBSUB_METRICS:
-        values = {(name,): float(getattr(ps, attr)) for name, ps in stats.items()}
+        values: dict[tuple[str, ...], float] = {
+            (name,): float(getattr(ps, attr)) for name, ps in stats.items()
+        }
         out.append(kind(metric, doc, values, labels=("publisher",)))  # type: ignore[operator]
     return out
 

@@ -315,7 +315,7 @@ class RedisStore(Store):
     async def get(self, table: str, key: bytes) -> bytes | None:
         async with self._translate("get") as client:
             value = await client.hget(self._hash(table), key)  # type: ignore[misc]
-            return bytes(value) if value is not None else None
+            return bytes(value) if value is not None else None  # type: ignore[arg-type]
 
     async def multi_get(self, table: str, keys: Iterable[bytes]) -> dict[bytes, bytes]:
         wanted = list(dict.fromkeys(keys))
@@ -325,7 +325,9 @@ class RedisStore(Store):
                 chunk = wanted[start : start + _HMGET_CHUNK]
                 values = await client.hmget(self._hash(table), chunk)  # type: ignore[misc]
                 found.update(
-                    (k, bytes(v)) for k, v in zip(chunk, values, strict=True) if v is not None
+                    (k, bytes(v))  # type: ignore[arg-type]
+                    for k, v in zip(chunk, values, strict=True)
+                    if v is not None
                 )
         return found
 
@@ -346,7 +348,7 @@ class RedisStore(Store):
                 cursor, page = await client.hscan(  # type: ignore[misc]
                     self._hash(table), cursor, match=match, count=_HSCAN_COUNT
                 )
-                found.update((bytes(k), bytes(v)) for k, v in page.items())
+                found.update((bytes(k), bytes(v)) for k, v in page.items())  # type: ignore[arg-type,union-attr]
                 if cursor == 0:
                     return found
 

@@ -529,7 +529,7 @@ def _install_sqlite_hooks(engine: AsyncEngine, *, busy_timeout_ms: int) -> None:
         immediate = conn.get_execution_options().get(_WRITE_OPTION, False)
         statement = "BEGIN IMMEDIATE" if immediate else "BEGIN"
         dbapi = conn.connection.dbapi_connection
-        if hasattr(dbapi, "run_async"):
+        if dbapi is not None and hasattr(dbapi, "run_async"):
             # One trip to aiosqlite's thread instead of three (cursor, execute, close).
             dbapi.run_async(lambda driver: _run_statement(driver, statement))
         else:

@@ -85,6 +85,17 @@ async def test_scale_up_under_submit_and_back_down_to_min(tmp_path: Path) -> Non
         kinds = [e.kind for e in rt.events.recent(100)]
         assert kinds.count("drain") == 7 and "launch" in kinds
         assert rt.reconciler.failed_rounds == 0, rt.reconciler.last_error
+        # the events reach `gcs status` through the GCS (InternalKV), as `ray status` shows
+        from gcs.sdk import get_autoscaler_events
+        from gcs.status import render_events
+
+        async def published() -> bool:
+            got = await asyncio.to_thread(get_autoscaler_events, server.address)
+            return sum(1 for e in got if str(e["message"]).startswith("Draining")) == 7
+
+        await eventually(published, timeout_s=30)
+        text = render_events(await asyncio.to_thread(get_autoscaler_events, server.address))
+        assert text.startswith("Recent autoscaler events:") and "Adding" in text
     finally:
         if submit is not None and submit.returncode is None:
             submit.kill()

@@ -15,6 +15,7 @@ class TestExports:
             "ResourceDemand",
             "RpcError",
             "build_constraint_request",
+            "get_autoscaler_events",
             "get_cluster_status",
             "get_cluster_status_async",
             "request_resources",

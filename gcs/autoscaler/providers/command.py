@@ -35,6 +35,7 @@ from gcs.autoscaler.providers.processes import (
     ProcessRecords,
     kill_group,
     pid_alive,
+    spawn_logged,
 )
 from gcs.autoscaler.scheduler.types import NodeKind
 
@@ -111,16 +112,7 @@ class CommandProvider:
         log_path = self._records.logs / f"{cloud_id}.log"
         try:
             argv = self._render(cmds.start, cloud_id, node_type)
-            out = await asyncio.to_thread(log_path.open, "ab")
-            with out:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=out,
-                    start_new_session=True,
-                    env=self._env(cloud_id, node_type),
-                )
+            proc = await spawn_logged(argv, log_path, self._env(cloud_id, node_type))
         except (OSError, ValueError, KeyError) as err:
             self._launch_error(node_type, 1, request_id, f"start command failed: {err}")
             return

@@ -8,7 +8,6 @@ reconciler joins Ray nodes to instances.  Processes are remembered on disk
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -21,7 +20,12 @@ import structlog
 
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.providers.base import CloudInstance, LaunchNodeError, ProviderError
-from gcs.autoscaler.providers.processes import ProcessRecord, ProcessRecords, terminate_records
+from gcs.autoscaler.providers.processes import (
+    ProcessRecord,
+    ProcessRecords,
+    spawn_logged,
+    terminate_records,
+)
 from gcs.autoscaler.scheduler.types import NodeKind
 
 log = structlog.get_logger("gcs.autoscaler.providers")
@@ -83,16 +87,7 @@ class LocalProvider:
         ]  # fmt: skip
         if is_head:
             cmd.append("--head")
-        out = await asyncio.to_thread(log_path.open, "ab")
-        with out:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-                env={**os.environ, **self._env},
-            )
+        proc = await spawn_logged(cmd, log_path, {**os.environ, **self._env})
         self._records.save(
             ProcessRecord(
                 cloud_id,

@@ -103,6 +103,23 @@ class ProcessRecords:
         return out
 
 
+async def spawn_logged(
+    argv: Sequence[str], log_path: Path, env: Mapping[str, str]
+) -> asyncio.subprocess.Process:
+    """Start ``argv`` in its own session (so :func:`kill_group` stops all it started), with
+    stdout and stderr appended to ``log_path``."""
+    out = await asyncio.to_thread(log_path.open, "ab")
+    with out:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            env=dict(env),
+        )
+
+
 async def kill_group(pid: int, *, grace_s: float = 5.0) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

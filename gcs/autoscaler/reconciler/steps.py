@@ -208,18 +208,18 @@ def ray_status(
     """Step 5: mirror each Ray node's status onto its instance (never backwards)."""
     by_node: dict[str, Instance] = {}
     by_cloud: dict[str, Instance] = {}
-    for inst in sorted(instances.values(), key=lambda i: i.status not in TERMINAL_STATUSES):
+    for row in sorted(instances.values(), key=lambda i: i.status not in TERMINAL_STATUSES):
         # live rows sort last, so they win a shared node or cloud id
-        if inst.node_id:
-            by_node[inst.node_id] = inst
-        if inst.cloud_instance_id:
-            by_cloud[inst.cloud_instance_id] = inst
+        if row.node_id:
+            by_node[row.node_id] = row
+        if row.cloud_instance_id:
+            by_cloud[row.cloud_instance_id] = row
     out: dict[str, InstanceUpdate] = {}
     for node in ray_nodes:
         target = _FROM_RAY.get(node.status)
         if target is None:
             raise UnknownRayNodeStatus(f"Ray node {node.node_id} has status UNSPECIFIED")
-        inst = by_node.get(node.node_id)
+        inst: Instance | None = by_node.get(node.node_id)
         if inst is None:
             cloud_id = node.node_id if read_only else node.instance_id
             inst = by_cloud.get(cloud_id) if cloud_id else None
@@ -283,71 +283,48 @@ _WARN_ONLY = frozenset(
 )
 
 
+#: Status -> (its timeout in ReconcileConfig, the status a timeout leads to, what happened).
+#: REQUESTED is special: it is retried (back to QUEUED) until the retries run out.
+_TIMEOUTS: Mapping[S, tuple[str, S, str]] = {
+    S.ALLOCATED: ("allocate_status_timeout_s", S.ALLOCATION_TIMEOUT, "no Ray node within"),
+    S.RAY_INSTALLING: (
+        "ray_install_status_timeout_s", S.RAY_INSTALL_FAILED, "Ray not installed within"
+    ),
+    S.TERMINATING: ("terminating_status_timeout_s", S.TERMINATION_FAILED, "not terminated within"),
+    S.RAY_STOP_REQUESTED: (
+        "ray_stop_requested_status_timeout_s", S.RAY_RUNNING, "drain not done within"
+    ),
+}  # fmt: skip
+
+
 def stuck(
     instances: Mapping[str, Instance], cfg: ReconcileConfig, now_ns: int
 ) -> tuple[list[InstanceUpdate], list[str]]:
     """Step 9: timeouts of §2.5.  Returns (updates, warnings)."""
     out: list[InstanceUpdate] = []
     warnings: list[str] = []
-
-    def waited(inst: Instance) -> float:
-        return (now_ns - _entered(inst)) / 1e9
-
     for inst in instances.values():
-        s, age = inst.status, waited(inst)
-        iid = inst.instance_id
+        s, iid = inst.status, inst.instance_id
+        age = (now_ns - _entered(inst)) / 1e9
         if s is S.REQUESTED and age > cfg.request_status_timeout_s:
-            if inst.times_entered(S.REQUESTED) > cfg.max_num_retry_request_to_allocate:
-                out.append(
-                    InstanceUpdate(
-                        iid,
-                        S.ALLOCATION_FAILED,
-                        details=f"no cloud instance after {inst.times_entered(S.REQUESTED)} "
-                        f"requests of {cfg.request_status_timeout_s:g} s",
-                    )
-                )
+            tries = inst.times_entered(S.REQUESTED)
+            limit = cfg.request_status_timeout_s
+            if tries > cfg.max_num_retry_request_to_allocate:
+                why = f"no cloud instance after {tries} requests of {limit:g} s"
+                out.append(InstanceUpdate(iid, S.ALLOCATION_FAILED, details=why))
             else:
+                why = f"launch not allocated within {limit:g} s; retrying"
+                out.append(InstanceUpdate(iid, S.QUEUED, details=why))
+        elif s in _TIMEOUTS:
+            attr, then, what = _TIMEOUTS[s]
+            limit = getattr(cfg, attr)
+            if age > limit:
+                # back to RAY_RUNNING names the node again (a required field there)
                 out.append(
                     InstanceUpdate(
-                        iid,
-                        S.QUEUED,
-                        details=f"launch not allocated within {cfg.request_status_timeout_s:g} s;"
-                        " retrying",
+                        iid, then, details=f"{what} {limit:g} s", ray_node_id=inst.node_id
                     )
                 )
-        elif s is S.ALLOCATED and age > cfg.allocate_status_timeout_s:
-            out.append(
-                InstanceUpdate(
-                    iid,
-                    S.ALLOCATION_TIMEOUT,
-                    details=f"no Ray node within {cfg.allocate_status_timeout_s:g} s",
-                )
-            )
-        elif s is S.RAY_INSTALLING and age > cfg.ray_install_status_timeout_s:
-            out.append(
-                InstanceUpdate(
-                    iid,
-                    S.RAY_INSTALL_FAILED,
-                    details=f"Ray not installed within {cfg.ray_install_status_timeout_s:g} s",
-                )
-            )
-        elif s is S.TERMINATING and age > cfg.terminating_status_timeout_s:
-            out.append(
-                InstanceUpdate(
-                    iid,
-                    S.TERMINATION_FAILED,
-                    details=f"not terminated within {cfg.terminating_status_timeout_s:g} s",
-                )
-            )
-        elif s is S.RAY_STOP_REQUESTED and age > cfg.ray_stop_requested_status_timeout_s:
-            out.append(
-                InstanceUpdate(
-                    iid,
-                    S.RAY_RUNNING,
-                    details=f"drain not done within {cfg.ray_stop_requested_status_timeout_s:g} s",
-                    ray_node_id=inst.node_id,
-                )
-            )
         elif s in _WARN_ONLY and age > cfg.transient_status_warn_interval_s:
             warnings.append(f"instance {iid} has been {s.name} for {age:.0f} s")
     return out, warnings

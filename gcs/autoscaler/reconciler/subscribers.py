@@ -16,6 +16,7 @@ in the :class:`~gcs.autoscaler.reconciler.events.EventLog`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,7 +43,7 @@ class _Tasks:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def spawn(self, make: Callable[[], Awaitable[None]], name: str) -> None:
-        task = asyncio.get_running_loop().create_task(make(), name=name)  # type: ignore[arg-type]
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(make(), name=name)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -89,8 +90,7 @@ class CloudInstanceUpdater:
             elif inst.status is InstanceStatus.TERMINATING and inst.cloud_instance_id:
                 to_terminate.append(inst.cloud_instance_id)
         for request_id, counts in launches.items():
-            shape = dict(counts)
-            self._tasks.spawn(lambda s=shape, r=request_id: self._launch(s, r), "launch")
+            self._tasks.spawn(functools.partial(self._launch, dict(counts), request_id), "launch")
         if to_terminate:
             ids = sorted(set(to_terminate))
             self._tasks.spawn(lambda: self._terminate(ids, uuid.uuid4().hex), "terminate")
@@ -149,7 +149,7 @@ class RayStopper:
             inst = ev.instance
             if inst.status is not InstanceStatus.RAY_STOP_REQUESTED or not inst.node_id:
                 continue
-            self._tasks.spawn(lambda i=inst: self._stop(i), "ray-stop")  # type: ignore[misc]
+            self._tasks.spawn(functools.partial(self._stop, inst), "ray-stop")
 
     async def _stop(self, inst) -> None:  # type: ignore[no-untyped-def]
         term = inst.termination

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import replace
+from typing import Any
 
 from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_instance, from_type
 from gcs.autoscaler.scheduler.packing import LaunchNote, PackContext, try_schedule
@@ -93,7 +94,7 @@ class _Round:
 
     def protected(self, node: WorkNode) -> bool:
         label = self.opts.do_not_disrupt_label
-        return bool(label) and node.labels.get(label) == "true"
+        return label is not None and bool(label) and node.labels.get(label) == "true"
 
     def _apply_own_idle_clock(self) -> None:
         now = self.inp.now_s
@@ -491,12 +492,12 @@ class _Round:
             tuple(launches) if self.opts.cold_start_full_batch and not running_workers else ()
         )
         if self.blocked:
-            for t in sorted(self.blocked):
+            for blocked_type in sorted(self.blocked):
                 self.reasons.append(
                     Decision(
                         "skip",
-                        t,
-                        f"not launching {t}: a launch failed less than "
+                        blocked_type,
+                        f"not launching {blocked_type}: a launch failed less than "
                         f"{self.opts.unavailable_type_ttl_s:g} s ago",
                     )
                 )
@@ -536,7 +537,7 @@ def _cap_work(inp: SchedulingInput) -> tuple[SchedulingInput, list[Decision]]:
     o = inp.config.options
     per_kind = max(1, o.max_work_units // max(1, len(inp.instances)))
     deferred: list[Decision] = []
-    changes: dict[str, tuple] = {}  # type: ignore[type-arg]
+    changes: dict[str, Any] = {}
     if len(inp.demands) > per_kind:
         changes["demands"] = inp.demands[:per_kind]
         deferred.append(_deferred("demands", len(inp.demands), per_kind, "request shapes"))

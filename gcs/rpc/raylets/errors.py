@@ -7,6 +7,8 @@ usable answer arrived and becomes :class:`~gcs.errors.RayletUnreachable`.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import grpc
 
 from gcs.errors import GcsError, RayletUnreachable, RayStatusCode, RayStatusError
@@ -18,7 +20,7 @@ _REFUSALS = {
     grpc.StatusCode.FAILED_PRECONDITION: RayStatusCode.Invalid,
 }
 
-TransportError = grpc.aio.AioRpcError | H2CallError
+TransportError: TypeAlias = grpc.aio.AioRpcError | H2CallError
 
 
 def status_of(err: TransportError) -> tuple[grpc.StatusCode, str]:

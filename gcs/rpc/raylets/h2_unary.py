@@ -340,7 +340,7 @@ class H2Connection(asyncio.Protocol):
             if cached is not None:
                 return cached
         try:
-            headers = self._decoder.decode(block)
+            headers: list[tuple[str, str]] = list(self._decoder.decode(block))  # type: ignore[arg-type]
         except hpack.HPACKError as err:
             raise _ProtocolError(f"HPACK: {err}") from None
         if stateless and not table.dynamic_entries:
