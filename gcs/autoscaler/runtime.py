@@ -16,9 +16,10 @@ import asyncio
 import contextlib
 import os
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -46,6 +47,7 @@ from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.clock import Clock, SystemClock
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.security import Security
+from gcs.server.metrics import on_loop
 from gcs.store import Store
 
 if TYPE_CHECKING:
@@ -196,6 +198,49 @@ class AutoscalerRuntime:
         except Exception as err:  # the next round tries again
             log.warning("autoscaler.events_not_published", error=str(err))
 
+    def metric_families(self) -> list[Any]:
+        """``gcs_autoscaler_*`` figures, read at scrape time (gcs.server.metrics sources)."""
+        from gcs.server.metrics import counters, gauge
+
+        by_status = Counter(i.status.name for i in self.instances.instances.values())
+        kinds = self.events.counts
+        rec = self.reconciler
+        return [
+            gauge(
+                "gcs_autoscaler_instances",
+                "Autoscaler instances by status",
+                {(name,): float(n) for name, n in by_status.items()},
+                labels=("status",),
+            ),
+            counters("gcs_autoscaler_rounds", "Reconcile rounds run", float(rec.rounds)),
+            counters(
+                "gcs_autoscaler_failed_rounds",
+                "Reconcile rounds aborted (provider, GCS or storage failure)",
+                float(rec.failed_rounds),
+            ),
+            counters(
+                "gcs_autoscaler_launched_nodes",
+                "Nodes the provider accepted to launch",
+                float(self.updater.launched),
+            ),
+            counters(
+                "gcs_autoscaler_terminated_nodes",
+                "Nodes the provider terminated",
+                float(self.updater.terminated),
+            ),
+            counters(
+                "gcs_autoscaler_events",
+                "Autoscaler events by kind (launch, drain, drain-rejected, release, ...)",
+                {(kind,): float(n) for kind, n in kinds.items()},
+                labels=("kind",),
+            ),
+            counters(
+                "gcs_autoscaler_invalid_updates",
+                "Instance updates the lifecycle table rejected",
+                float(self.instances.invalid_updates),
+            ),
+        ]
+
     async def wait(self) -> None:
         if self._task is not None:
             await self._task
@@ -235,4 +280,6 @@ async def embedded_autoscaler(server: GcsServer, cluster: ClusterConfig) -> Auto
         security=server.security,
     )
     await runtime.start()
+    # read on the loop that owns the state (the scrape runs on the HTTP server's thread)
+    server.metrics.add_source(on_loop(asyncio.get_running_loop(), runtime.metric_families))
     return runtime

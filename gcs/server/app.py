@@ -57,6 +57,7 @@ from gcs.services.node_info import NodeInfoServicer
 from gcs.services.node_resources import NodeResourceInfoServicer
 from gcs.services.virtual_clusters import VirtualClusterInfoServicer
 from gcs.store import Store, StoreUnavailable, store_from_url
+from gcs.store.metered import MeteredStore
 
 log = structlog.get_logger("gcs.server")
 
@@ -153,7 +154,8 @@ class GcsServer:
 
     async def start(self) -> None:
         security = self._resolve_security()
-        store = await self._open_store()
+        # managers get the metered store; ``self.store`` stays the backend itself
+        store = MeteredStore(await self._open_store(), self.metrics.registry)
         cfg = self.config
         kv = KvManager(store)
         self.meta = await load_or_create(store, kv, session_name=cfg.session_name)

@@ -268,3 +268,32 @@ async def test_random_updates_never_break_the_lifecycle(steps) -> None:  # type:
             assert new in VALID_TRANSITIONS[old]
         assert decode_instance(encode_instance(inst)) == inst
     assert len(rec.events) == im.version
+
+
+async def test_autoscaler_metrics_are_exported(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """gcs_autoscaler_* families: instances by status, rounds, events by kind (monotonic)."""
+    from prometheus_client import generate_latest
+
+    from gcs.autoscaler.config import parse_cluster_config
+    from gcs.autoscaler.runtime import AutoscalerRuntime
+    from gcs.rpc.security import Security
+    from gcs.server.metrics import GcsMetrics
+
+    cluster = parse_cluster_config(
+        {"provider": {"type": "read-only"}, "available_node_types": {"head": {"resources": {}}}}
+    )
+    runtime = AutoscalerRuntime(
+        cluster, "127.0.0.1:1", state_dir=tmp_path, store=MemoryStore(), security=Security()
+    )
+    try:
+        await runtime.instances.update([queued("i-1", "head")])
+        for _ in range(250):  # more than the log keeps: the counter must not fall back
+            runtime.events.add("launch", "Adding 1 x head")
+        metrics = GcsMetrics()
+        metrics.add_source(runtime.metric_families)
+        text = generate_latest(metrics.registry).decode()
+        assert 'gcs_autoscaler_instances{status="QUEUED"} 1.0' in text
+        assert 'gcs_autoscaler_events_total{kind="launch"} 250.0' in text
+        assert "gcs_autoscaler_failed_rounds_total 0.0" in text
+    finally:
+        await runtime.stop()

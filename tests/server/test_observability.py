@@ -6,6 +6,7 @@ import asyncio
 import urllib.request
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -153,3 +154,29 @@ class TestScrapeThread:
         await asyncio.to_thread(collect)  # a scrape thread
         collect()  # on the loop itself: no deadlock
         assert seen == [threading.get_ident()] * 2
+
+
+async def test_store_operations_are_timed_and_failures_counted_by_meaning() -> None:
+    """gcs_store_*: latency per op, and failures by what they mean for a client."""
+    from prometheus_client import generate_latest
+
+    from gcs.server import GcsServer
+    from gcs.store import StoreUnavailable
+    from gcs.store.memory import MemoryStore
+    from tests.conftest import fast_config
+
+    store = MemoryStore()
+    server = GcsServer(fast_config(), store=store)
+    await server.start()
+    try:
+        assert server.managers is not None
+        await server.managers.kv.put(b"ns", b"k", b"v", overwrite=True)
+        store.fail_writes = True
+        with pytest.raises(StoreUnavailable):
+            await server.managers.kv.put(b"ns", b"k2", b"v", overwrite=True)
+        text = generate_latest(server.metrics.registry).decode()
+        assert 'gcs_store_op_seconds_count{op="write"}' in text
+        assert 'gcs_store_failures_total{op="write",outcome="unavailable"} 1.0' in text
+    finally:
+        store.fail_writes = False
+        await server.stop()

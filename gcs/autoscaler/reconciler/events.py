@@ -7,7 +7,7 @@ shows its recent events.
 from __future__ import annotations
 
 import json
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from gcs.clock import Clock
@@ -25,10 +25,13 @@ class EventLog:
         self._clock = clock
         self._events: deque[AutoscalerEvent] = deque(maxlen=capacity)
         self.version = 0
+        self.counts: Counter[str] = Counter()
+        """Events by kind since start (monotonic, unlike the bounded log)."""
 
     def add(self, kind: str, message: str) -> None:
         self._events.append(AutoscalerEvent(self._clock.now_s(), kind, message))
         self.version += 1
+        self.counts[kind] += 1
 
     def recent(self, n: int = 20) -> list[AutoscalerEvent]:
         return list(self._events)[-n:]

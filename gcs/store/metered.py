@@ -1,0 +1,112 @@
+"""A store that times and counts what passes through it (``gcs_store_*`` metrics).
+
+Wraps any :class:`Store`; the GCS hands the wrapped store to its managers.  Failures are
+counted by what they mean for a client: ``unavailable`` (nothing written), ``unknown`` (may
+have been written; resolved later), ``conflict`` (a compare-and-set lost), ``error``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from gcs.store.base import Store, WriteBatch
+from gcs.store.errors import StoreConflict, StoreOutcomeUnknown, StoreUnavailable
+
+__all__ = ["MeteredStore"]
+
+R = TypeVar("R")
+
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5)
+
+
+def _outcome(err: BaseException) -> str:
+    if isinstance(err, StoreOutcomeUnknown):
+        return "unknown"
+    if isinstance(err, StoreUnavailable):
+        return "unavailable"
+    if isinstance(err, StoreConflict):
+        return "conflict"
+    return "error"
+
+
+class MeteredStore(Store):
+    def __init__(self, inner: Store, registry: CollectorRegistry) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self._seconds = Histogram(
+            "gcs_store_op_seconds",
+            "Store operation latency",
+            ["op"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+        self._failures = Counter(
+            "gcs_store_failures",
+            "Store operations that failed, by meaning",
+            ["op", "outcome"],
+            registry=registry,
+        )
+        self._batch_keys = Histogram(
+            "gcs_store_batch_keys",
+            "Keys written or deleted per batch",
+            buckets=(1, 2, 5, 10, 100, 1000, 10000),
+            registry=registry,
+        )
+        self._observe = {op: self._seconds.labels(op).observe for op in _OPS}
+
+    async def _timed(self, op: str, call: Callable[[], Awaitable[R]]) -> R:
+        start = time.perf_counter()
+        try:
+            return await call()
+        except Exception as err:
+            self._failures.labels(op, _outcome(err)).inc()
+            raise
+        finally:
+            self._observe[op](time.perf_counter() - start)
+
+    async def open(self) -> None:
+        await self.inner.open()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def get(self, table: str, key: bytes) -> bytes | None:
+        return await self._timed("get", lambda: self.inner.get(table, key))
+
+    async def multi_get(self, table: str, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+        return await self._timed("multi_get", lambda: self.inner.multi_get(table, keys))
+
+    async def get_all(self, table: str) -> dict[bytes, bytes]:
+        return await self._timed("get_all", lambda: self.inner.get_all(table))
+
+    async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]:
+        return await self._timed("scan_prefix", lambda: self.inner.scan_prefix(table, prefix))
+
+    async def write(self, batch: WriteBatch) -> None:
+        self._batch_keys.observe(len(batch.puts) + len(batch.deletes))
+        await self._timed("write", lambda: self.inner.write(batch))
+
+    async def landed(self, write_id: bytes) -> bool:
+        return await self._timed("landed", lambda: self.inner.landed(write_id))
+
+    async def increment(self, counter: str, by: int = 1) -> int:
+        return await self._timed("increment", lambda: self.inner.increment(counter, by))
+
+    async def read_counter(self, counter: str) -> int:
+        return await self._timed("read_counter", lambda: self.inner.read_counter(counter))
+
+
+_OPS = (
+    "get",
+    "multi_get",
+    "get_all",
+    "scan_prefix",
+    "write",
+    "landed",
+    "increment",
+    "read_counter",
+)
