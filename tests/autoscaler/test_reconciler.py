@@ -338,6 +338,17 @@ class Harness:
         return {iid: i.status for iid, i in self.im.instances.items()}
 
 
+def with_running_head(*instances: Instance) -> Harness:
+    """A harness whose head instance runs (cloud ``ch``, Ray node ``aa``), plus ``instances``."""
+    h = Harness(
+        inst("head", S.RAY_RUNNING, cloud="ch", node="aa", kind=NodeKind.HEAD, itype="head"),
+        *instances,
+    )
+    h.provider.add("ch", "head", NodeKind.HEAD)
+    h.node("aa", autoscaler_pb2.IDLE, "ch", "head", total_resources={"node:__internal_head__": 1})
+    return h
+
+
 class TestRounds:
     async def test_stopped_ray_terminates_in_the_same_round(self) -> None:
         h = Harness(
@@ -377,13 +388,7 @@ class TestRounds:
         assert sorted(h.statuses().values()) == [S.ALLOCATED, S.TERMINATED]
 
     async def test_scale_up_then_idle_drain_and_termination(self) -> None:
-        h = Harness(
-            inst("head", S.RAY_RUNNING, cloud="ch", node="aa", kind=NodeKind.HEAD, itype="head")
-        )
-        h.provider.add("ch", "head", NodeKind.HEAD)
-        h.node(
-            "aa", autoscaler_pb2.IDLE, "ch", "head", total_resources={"node:__internal_head__": 1}
-        )
+        h = with_running_head()
         h.gcs.state.pending_resource_requests.add(
             request=autoscaler_pb2.ResourceRequest(resources_bundle={"CPU": 6}), count=2
         )
@@ -429,13 +434,7 @@ class TestRounds:
         assert report.autoscaler_state_version == h.im.version
 
     async def test_provider_failures_cost_one_round_and_show_as_failed(self) -> None:
-        h = Harness(
-            inst("head", S.RAY_RUNNING, cloud="ch", node="aa", kind=NodeKind.HEAD, itype="head")
-        )
-        h.provider.add("ch", "head", NodeKind.HEAD)
-        h.node(
-            "aa", autoscaler_pb2.IDLE, "ch", "head", total_resources={"node:__internal_head__": 1}
-        )
+        h = with_running_head()
         h.gcs.state.pending_resource_requests.add(
             request=autoscaler_pb2.ResourceRequest(resources_bundle={"CPU": 8}), count=1
         )
@@ -451,14 +450,8 @@ class TestRounds:
         assert [f.reason for f in report.failed_instance_requests] == ["quota exceeded"]
 
     async def test_hanging_provider_launch_becomes_a_launch_error(self) -> None:
-        h = Harness(
-            inst("head", S.RAY_RUNNING, cloud="ch", node="aa", kind=NodeKind.HEAD, itype="head")
-        )
+        h = with_running_head()
         h.updater._timeout_s = 0.01
-        h.provider.add("ch", "head", NodeKind.HEAD)
-        h.node(
-            "aa", autoscaler_pb2.IDLE, "ch", "head", total_resources={"node:__internal_head__": 1}
-        )
         h.gcs.state.pending_resource_requests.add(
             request=autoscaler_pb2.ResourceRequest(resources_bundle={"CPU": 4}), count=1
         )
@@ -477,13 +470,7 @@ class TestRounds:
         assert h.im.instances == {} and h.provider.launch_calls == []
 
     async def test_infeasible_demand_is_reported(self) -> None:
-        h = Harness(
-            inst("head", S.RAY_RUNNING, cloud="ch", node="aa", kind=NodeKind.HEAD, itype="head")
-        )
-        h.provider.add("ch", "head", NodeKind.HEAD)
-        h.node(
-            "aa", autoscaler_pb2.IDLE, "ch", "head", total_resources={"node:__internal_head__": 1}
-        )
+        h = with_running_head()
         h.gcs.state.pending_resource_requests.add(
             request=autoscaler_pb2.ResourceRequest(resources_bundle={"GPU": 1}), count=3
         )
@@ -495,15 +482,8 @@ class TestVirtualClusters:
     async def test_a_node_held_by_a_virtual_cluster_is_released_not_terminated(self) -> None:
         """Idle past the timeout but held by vc1: no drain; it goes back to the primary.
         Once the primary holds it, the next round drains it."""
-        h = Harness(
-            inst("head", S.RAY_RUNNING, cloud="ch", node="aa", kind=NodeKind.HEAD, itype="head"),
-            inst("w", S.RAY_RUNNING, cloud="cw", node="b0"),
-        )
-        h.provider.add("ch", "head", NodeKind.HEAD)
+        h = with_running_head(inst("w", S.RAY_RUNNING, cloud="cw", node="b0"))
         h.provider.add("cw", "type-1")
-        h.node(
-            "aa", autoscaler_pb2.IDLE, "ch", "head", total_resources={"node:__internal_head__": 1}
-        )
         h.node(
             "b0",
             autoscaler_pb2.IDLE,
