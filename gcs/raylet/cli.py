@@ -311,6 +311,8 @@ def submit_command(
         "canceled": result.canceled,
         "returned": result.returned,
         "timed_out": result.timed_out,
+        "moved": result.moved,
+        "ran_on": dict(result.ran_on),
     }
     if fmt == "json":
         click.echo(json.dumps(summary))

@@ -6,7 +6,12 @@ id).  A task that fits no node is still sent, to one node, where it waits as *in
 the demand shows up in ``resource_load_by_shape`` and the autoscaler can react.
 
 Attached mode (default): this process holds each lease, sleeps S seconds after the grant and
-returns it.  Detached mode: requests carry metadata ``gcs-synthetic-seconds`` and
+returns it.  A lease still queued after ``respill_s`` moves to a node that has room now (from
+the GCS's view of available resources; Ray's raylets spill back the same way), so nodes an
+autoscaler adds take queued work: the request is withdrawn (CancelWorkerLease) and sent to
+the other node unless a grant crossed the withdrawal.
+
+Detached mode: requests carry metadata ``gcs-synthetic-seconds`` and
 ``gcs-synthetic-detach: 1``; each raylet replies at once and frees the lease itself S seconds
 after granting it, so demand outlives the submitting process.
 """
@@ -17,7 +22,7 @@ import asyncio
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -28,7 +33,7 @@ from gcs.raylet.agent import CLUSTER_ID_METADATA_KEY
 from gcs.raylet.resources import LabelConstraint, selector_matches
 from gcs.rpc import ServiceStub
 from gcs.rpc.security import Security
-from gcs.rpc.services import NODE_INFO, NODE_MANAGER
+from gcs.rpc.services import NODE_INFO, NODE_MANAGER, NODE_RESOURCE_INFO
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,10 @@ class SubmitResult:
     returned: int = 0
     timed_out: int = 0
     """Tasks still waiting (or running, attached) when ``timeout_s`` struck."""
+    ran_on: Counter[str] = field(default_factory=Counter)
+    """Attached: grants per raylet address (after any move)."""
+    moved: int = 0
+    """Attached: queued leases moved to a node with room."""
 
 
 def plan(task: TaskSpec, count: int, nodes: Sequence[NodeTarget]) -> list[tuple[NodeTarget, bool]]:
@@ -113,6 +122,61 @@ def _lease_request(task: TaskSpec) -> node_manager_pb2.RequestWorkerLeaseRequest
     )
 
 
+class RoomFinder:
+    """Nodes with room for a task now, from the GCS (alive nodes + available resources),
+    refreshed at most every ``refresh_s``; a suggestion is reserved until the next refresh so
+    several queued tasks do not all move to the same free slot."""
+
+    def __init__(self, gcs_address: str, security: Security, *, refresh_s: float = 1.0) -> None:
+        self._address = gcs_address
+        self._security = security
+        self._refresh_s = refresh_s
+        self._at = -1e9
+        self._nodes: dict[str, NodeTarget] = {}
+        self._free: dict[str, dict[str, float]] = {}
+        self._lock = asyncio.Lock()
+
+    async def _refresh(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._at < self._refresh_s:
+            return
+        self._at = loop.time()
+        nodes = await alive_nodes(self._address, security=self._security)
+        async with self._security.aio_channel(self._address) as channel:
+            info = ServiceStub(channel, NODE_INFO, timeout_s=10)
+            cluster = await info.GetClusterId(gcs_service_pb2.GetClusterIdRequest())
+            md = [(CLUSTER_ID_METADATA_KEY, cluster.cluster_id.hex())]
+            stub = ServiceStub(channel, NODE_RESOURCE_INFO, metadata=md, timeout_s=10)
+            reply = await stub.GetAllAvailableResources(
+                gcs_service_pb2.GetAllAvailableResourcesRequest()
+            )
+        by_id = {n.node_id: n for n in nodes}
+        self._nodes = {n.address: n for n in nodes}
+        self._free = {
+            by_id[r.node_id].address: dict(r.resources_available)
+            for r in reply.resources_list
+            if r.node_id in by_id
+        }
+
+    async def node_with_room(self, task: TaskSpec, *, exclude: str) -> str | None:
+        async with self._lock:
+            try:
+                await self._refresh()
+            except (grpc.aio.AioRpcError, OSError):
+                return None
+            for address in sorted(self._free):
+                node, free = self._nodes.get(address), self._free[address]
+                if address == exclude or node is None:
+                    continue
+                if not selector_matches(task.label_selector, node.labels):
+                    continue
+                if all(free.get(k, 0.0) >= v for k, v in task.resources.items()):
+                    for k, v in task.resources.items():
+                        free[k] -= v  # reserved until the next refresh
+                    return address
+            return None
+
+
 async def submit(
     gcs_address: str,
     task: TaskSpec,
@@ -121,26 +185,33 @@ async def submit(
     detach: bool = False,
     timeout_s: float | None = None,
     security: Security | None = None,
+    respill_s: float = 1.0,
 ) -> SubmitResult:
     """Place ``count`` tasks; attached mode returns once all finished (or ``timeout_s``).
-    ``security`` (token, TLS) defaults to Ray's environment."""
+    ``security`` (token, TLS) defaults to Ray's environment; ``respill_s`` <= 0 never moves a
+    queued lease."""
     security = security if security is not None else Security.from_env()
     nodes = await alive_nodes(gcs_address, security=security)
     placements = plan(task, count, nodes)
     result = SubmitResult()
     channels: dict[str, grpc.aio.Channel] = {}
+    stubs: dict[str, ServiceStub] = {}
+
+    def stub_for(address: str) -> ServiceStub:
+        if address not in stubs:
+            channels[address] = security.aio_channel(address)
+            stubs[address] = ServiceStub(channels[address], NODE_MANAGER, timeout_s=None)
+        return stubs[address]
+
+    finder = RoomFinder(gcs_address, security) if respill_s > 0 and not detach else None
     try:
-        stubs: dict[str, ServiceStub] = {}
-        for node, _ in placements:
-            if node.address not in stubs:
-                channels[node.address] = security.aio_channel(node.address)
-                stubs[node.address] = ServiceStub(
-                    channels[node.address], NODE_MANAGER, timeout_s=None
-                )
         for node, feasible in placements:
             result.placed[node.address] += 1
             result.infeasible += not feasible
-        runs = [_run_one(stubs[node.address], task, detach, result) for node, _ in placements]
+        runs = [
+            _run_one(stub_for, node.address, task, detach, result, finder, respill_s)
+            for node, _ in placements
+        ]
         if timeout_s is None:
             await asyncio.gather(*runs)
         else:
@@ -156,7 +227,16 @@ async def submit(
     return result
 
 
-async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: SubmitResult) -> None:
+async def _run_one(
+    stub_for: Callable[[str], ServiceStub],
+    address: str,
+    task: TaskSpec,
+    detach: bool,
+    result: SubmitResult,
+    finder: RoomFinder | None,
+    respill_s: float,
+) -> None:
+    stub = stub_for(address)
     request = _lease_request(task)
     lease_id = request.lease_spec.lease_id
     if detach:
@@ -171,7 +251,19 @@ async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: Subm
     # grant crossing a cancel on the wire) the raylet frees the lease itself
     hold = [(wire.SYNTHETIC_SECONDS_KEY, repr(float(task.seconds)))]
     try:
-        reply = await stub.RequestWorkerLease(request, metadata=hold)
+        while True:
+            call = asyncio.ensure_future(stub.RequestWorkerLease(request, metadata=hold))
+            answer, target = await _await_or_move(
+                call, stub, lease_id, task, address, finder, respill_s
+            )
+            if answer is not None:
+                reply = answer
+                break
+            assert target is not None
+            address, stub = target, stub_for(target)  # withdrawn here: ask the node with room
+            request = _lease_request(task)
+            lease_id = request.lease_spec.lease_id
+            result.moved += 1
     except asyncio.CancelledError:
         # timed out while waiting: withdraw the request so it stops counting as demand; if
         # the grant crossed the cancel on the wire, hand the lease back too (both idempotent)
@@ -186,6 +278,7 @@ async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: Subm
     _count_reply(reply, result, detached=False)
     if not reply.HasField("worker_address"):
         return
+    result.ran_on[address] += 1
     try:
         await asyncio.sleep(task.seconds)
     finally:
@@ -198,6 +291,38 @@ async def _run_one(stub: ServiceStub, task: TaskSpec, detach: bool, result: Subm
                 timeout=5,
             )
         result.returned += 1
+
+
+async def _await_or_move(
+    call: asyncio.Future[node_manager_pb2.RequestWorkerLeaseReply],
+    stub: ServiceStub,
+    lease_id: bytes,
+    task: TaskSpec,
+    address: str,
+    finder: RoomFinder | None,
+    respill_s: float,
+) -> tuple[node_manager_pb2.RequestWorkerLeaseReply | None, str | None]:
+    """The lease reply, or (None, another node) once the queued request was withdrawn."""
+    try:
+        while True:
+            done, _ = await asyncio.wait({call}, timeout=respill_s if finder else None)
+            if done:
+                return call.result(), None
+            assert finder is not None
+            target = await finder.node_with_room(task, exclude=address)
+            if target is None:
+                continue
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await stub.CancelWorkerLease(
+                    node_manager_pb2.CancelWorkerLeaseRequest(lease_id=lease_id), timeout=5
+                )
+            reply = await call
+            if reply.canceled and not reply.HasField("worker_address"):
+                return None, target
+            return reply, None  # a grant crossed the withdrawal: keep it
+    except asyncio.CancelledError:
+        call.cancel()
+        raise
 
 
 def _count_reply(
