@@ -171,15 +171,16 @@ def serve(
             loop.add_signal_handler(sig, stop.set)
         demo = None
         try:
-            if demo_nodes:
-                from gcs.demo import DemoCluster
-
-                demo = DemoCluster(server.address, nodes=demo_nodes, security=security)
-                await demo.start()
             if cluster is not None:
                 from gcs.autoscaler.runtime import embedded_autoscaler
 
                 embedded = await embedded_autoscaler(server, cluster)
+            if demo_nodes:
+                from gcs.demo import DemoCluster
+
+                demo = DemoCluster(server.address, nodes=demo_nodes, security=security)
+                # with an autoscaler its provider runs the nodes; the demo brings the load
+                await demo.start(agents=cluster is None)
             log.info(
                 "gcs.serving",
                 address=server.address,

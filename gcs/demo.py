@@ -62,10 +62,11 @@ class DemoCluster:
         self.cycles = 0
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self, *, load: bool = True) -> None:
-        """Start the agents, then (``load``) the cycle of synthetic load."""
+    async def start(self, *, load: bool = True, agents: bool = True) -> None:
+        """Start the agents (unless an autoscaler provides the nodes: ``agents=False``),
+        then (``load``) the cycle of synthetic load."""
         gpu_nodes = max(1, self._count // 2) if self._count > 1 else 0
-        for i in range(self._count):
+        for i in range(self._count if agents else 0):
             gpu = i >= self._count - gpu_nodes
             config = RayletConfig(
                 gcs_address=self._address,

@@ -500,3 +500,13 @@ class TestVirtualClusters:
         await h.round()  # the primary holds it now
         assert h.gcs.drains == ["b0"]
         assert "release" in [e.kind for e in h.events.recent(20)]
+
+
+async def test_a_ray_node_on_a_machine_the_provider_does_not_run_is_not_adopted() -> None:
+    """Ray would adopt it and mark it TERMINATED again every round (the cloud does not list
+    it); ours leaves it alone as an unmanaged node."""
+    h = with_running_head()
+    h.node("cc", autoscaler_pb2.IDLE, "by-hand-1", "type-1", total_resources={"CPU": 4})
+    for _ in range(3):
+        await h.round()
+    assert sorted(h.im.instances) == ["head"]

@@ -133,9 +133,12 @@ def adopt_extra(
     rows = list(instances.values())
     known_nodes = {i.node_id for i in rows if i.node_id}
     out: list[InstanceUpdate] = []
-    # (a) Ray nodes on a cloud instance, unknown by node id.
+    # (a) Ray nodes on a cloud instance, unknown by node id.  Only instances the provider
+    # lists: a Ray node on a machine the provider does not run (started by hand, another
+    # tool's) is not ours to adopt -- Ray adopts it and step 2 then marks it TERMINATED,
+    # every round anew.
     for node in ray_nodes:
-        if not node.instance_id or node.node_id in known_nodes:
+        if not node.instance_id or node.node_id in known_nodes or node.instance_id not in cloud:
             continue
         waiting = any(
             i.cloud_instance_id == node.instance_id and not i.node_id and i.status not in _DEAD_ROWS
