@@ -222,14 +222,23 @@ class PostgresServer:
         if account is not None:
             for path in (self.directory, self.directory / "socket"):
                 os.chown(path, account.pw_uid, account.pw_gid)
-        subprocess.run(
-            [initdb, "-D", str(self.directory / "data"), "-U", self.superuser,
-             "--auth=trust", "--encoding=UTF8", "--no-sync", "--no-instructions"],
-            check=True,
-            capture_output=True,
-            cwd=self.directory,
-            **self._run_as(),
-        )  # fmt: skip
+        # initdb has been seen to die of SIGSEGV here when several test workers run it at
+        # once (-n 4 on 2 cores); a crash by signal is retried on a fresh data directory,
+        # a failure with an exit code is not.
+        for attempt in range(3):
+            result = subprocess.run(
+                [initdb, "-D", str(self.directory / "data"), "-U", self.superuser,
+                 "--auth=trust", "--encoding=UTF8", "--no-sync", "--no-instructions"],
+                check=False,
+                capture_output=True,
+                cwd=self.directory,
+                **self._run_as(),
+            )  # fmt: skip
+            if result.returncode >= 0 or attempt == 2:
+                break
+            shutil.rmtree(self.directory / "data", ignore_errors=True)
+            time.sleep(0.5)
+        result.check_returncode()
         self._initialised = True
 
     def start(self) -> PostgresServer:
