@@ -367,19 +367,8 @@ class TestAutoscaler:
         )  # fmt: skip
         try:
             _wait_port("127.0.0.1", port, proc, timeout_s=120)
-            deadline = time.monotonic() + 180
-            nodes = 0
-            while time.monotonic() < deadline and nodes < 2:
-                result = subprocess.run(
-                    ["gcs", "status", "--address", f"127.0.0.1:{port}", "--format", "json"],
-                    capture_output=True, text=True, env=_env(), timeout=60, check=False,
-                )  # fmt: skip
-                if result.returncode == 0:
-                    states = json.loads(result.stdout)["cluster_resource_state"]
-                    live = ("RUNNING", "IDLE")
-                    nodes = sum(1 for n in states.get("node_states", []) if n.get("status") in live)
-                time.sleep(0.5)
-            assert nodes >= 2, "the head and one cpu4 worker did not come up"
+            # the head and one cpu4 worker (min_workers), started by the local provider
+            _wait_live_nodes(f"127.0.0.1:{port}", at_least=2, timeout_s=180)
         finally:
             code = _stop(proc, signal.SIGINT)
         assert code == 0, proc.communicate()[1].decode()[-2000:]

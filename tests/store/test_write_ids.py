@@ -153,6 +153,29 @@ def private_redis() -> Iterator[RedisServer]:
     server.cleanup()
 
 
+async def _redis_drained(server: RedisServer, timeout_s: float = 30.0) -> None:
+    """Wait until Redis has processed every command already sent to it (no client, except
+    this one, has unread bytes in its query buffer): a late copy of a write sent before the
+    stall has then either applied or never will."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(server.url)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            me = await client.client_id()
+            pending = [
+                c for c in await client.client_list() if int(c["id"]) != me and int(c["qbuf"])
+            ]
+            if not pending:
+                return
+            assert loop.time() < deadline, f"commands still queued in redis: {pending}"
+            await asyncio.sleep(0.01)
+    finally:
+        await client.aclose()
+
+
 def _signal(server: RedisServer, sig: int) -> None:
     proc = server._proc
     if proc is not None and proc.poll() is None:
@@ -179,7 +202,7 @@ class TestRedis:
                 _signal(private_redis, signal.SIGCONT)
             landed = await store.landed(batch.write_id)
             assert (await store.get("NODE", b"n") == b"alive") == landed
-            await asyncio.sleep(0.3)  # nothing still in flight may change the answer
+            await _redis_drained(private_redis)  # nothing still in flight may change it
             assert (await store.get("NODE", b"n") == b"alive") == landed
             assert await store.landed(batch.write_id) == landed
 
@@ -203,7 +226,7 @@ class TestRedis:
             finally:
                 handle.cancel()
                 _signal(private_redis, signal.SIGCONT)
-            await asyncio.sleep(0.3)
+            await _redis_drained(private_redis)
             present = await store.get("NODE", b"n") == b"alive"
             if outcome is None:
                 assert present

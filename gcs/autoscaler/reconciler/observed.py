@@ -59,7 +59,10 @@ def ray_nodes_from_state(state: autoscaler_pb2.ClusterResourceState) -> list[Ray
 
 @dataclass(frozen=True, slots=True)
 class ReconcileConfig:
-    """Ray 2.60's ``InstanceReconcileConfig`` defaults and the launch-rate knobs (§1.13, §2.5)."""
+    """Ray 2.60's ``InstanceReconcileConfig`` defaults and the launch-rate knobs (§1.13, §2.5).
+
+    No node updaters (Ray's steps 6 and 13, installing Ray on ALLOCATED instances): our
+    providers start Ray themselves, so RAY_INSTALLING is never entered."""
 
     request_status_timeout_s: float = 600
     max_num_retry_request_to_allocate: int = 3
@@ -70,5 +73,3 @@ class ReconcileConfig:
     transient_status_warn_interval_s: float = 90
     upscaling_speed: float = 0.0
     max_concurrent_launches: int = 10
-    install_ray: bool = False
-    """Node updaters: ALLOCATED -> RAY_INSTALLING (off: providers start Ray themselves)."""

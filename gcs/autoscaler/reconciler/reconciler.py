@@ -180,8 +180,6 @@ class Reconciler:
             await self._step(
                 "launch", steps.launches(self._im.instances, self.config, self._new_request_id)
             )
-        if self.config.install_ray:
-            await self._step("install", steps.install_ray(self._im.instances, cloud))
 
         report = autoscaling_state(
             self._im.instances, reply, im_version=self._im.version, cluster_state=state

@@ -239,17 +239,6 @@ def ray_status(
     return list(out.values())
 
 
-def install_failed(
-    instances: Mapping[str, Instance], install_errors: Mapping[str, str]
-) -> list[InstanceUpdate]:
-    """Step 6: RAY_INSTALLING with an installer error -> RAY_INSTALL_FAILED."""
-    return [
-        InstanceUpdate(iid, S.RAY_INSTALL_FAILED, details=why)
-        for iid, why in install_errors.items()
-        if (i := instances.get(iid)) is not None and i.status is S.RAY_INSTALLING
-    ]
-
-
 def stop_failed(
     instances: Mapping[str, Instance], stop_errors: Mapping[str, str]
 ) -> list[InstanceUpdate]:
@@ -453,20 +442,6 @@ def launches(
             )
         total_requested += n
     return out
-
-
-def install_ray(
-    instances: Mapping[str, Instance], cloud: Mapping[str, CloudInstance]
-) -> list[InstanceUpdate]:
-    """Step 13 (node updaters only): ALLOCATED and running -> RAY_INSTALLING."""
-    return [
-        InstanceUpdate(i.instance_id, S.RAY_INSTALLING, details="installing Ray")
-        for i in instances.values()
-        if i.status is S.ALLOCATED
-        and i.node_kind is not NodeKind.HEAD
-        and (ci := cloud.get(i.cloud_instance_id)) is not None
-        and ci.is_running
-    ]
 
 
 def vc_held_nodes(state: autoscaler_pb2.ClusterResourceState) -> dict[str, str]:

@@ -207,15 +207,10 @@ class SimRay:
             self.changes += 1
         for cid, node_id in list(self._by_cloud.items()):
             if cid not in live:
-                node = self.nodes.pop(node_id, None)
+                # tasks on it are lost (no retries): their batch never completes
+                self.nodes.pop(node_id, None)
                 del self._by_cloud[cid]
                 self.changes += 1
-                if node is not None and node.running:
-                    self._requeue_lost(node)
-
-    def _requeue_lost(self, node: SimNode) -> None:
-        """Tasks on a vanished node are lost: count them as done (the sim has no retries)."""
-        node.running = 0
 
     def _place(self, now: float) -> None:
         nodes = [n for n in self.nodes.values() if not n.dead]
