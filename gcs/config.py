@@ -280,6 +280,13 @@ def _coerce(value: Any, target: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a number, got {value!r}") from None
     if target is str:
         return str(value)
+    if target is bool and not isinstance(value, bool):
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
     return value
 
 

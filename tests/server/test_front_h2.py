@@ -35,7 +35,7 @@ from gcs.rpc.h2wire import (
     frame,
 )
 
-PATH = b"/ray.rpc.InternalPubSubGcsService/GcsSubscriberPoll"
+PATH = b"/ray.rpc.ControlPlanePubSubGcsService/GcsSubscriberPoll"
 
 
 class FakeTransport(asyncio.Transport):
