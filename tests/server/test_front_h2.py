@@ -393,3 +393,23 @@ async def test_app_exception_is_internal_error_not_a_crash() -> None:
     peer.feed(peer.request(1))
     assert goaway_code(peer.sent()) == 0x2
     assert peer.conn.closed
+
+
+async def test_keepalive_pings_a_silent_peer_then_drops_it() -> None:
+    peer = Peer()
+    peer.start()
+    peer.sent()
+    conn = peer.conn
+    conn.keepalive_tick(0.0, 20.0)  # the peer was just heard
+    assert peer.sent() == []
+    conn.keepalive_tick(10.0, 20.0)
+    [(ftype, flags, _, payload)] = peer.sent()
+    assert ftype == PING and not flags & ACK
+    peer.feed(frame(PING, ACK, 0, payload))  # answered: alive
+    conn.keepalive_tick(20.0, 20.0)
+    conn.keepalive_tick(30.0, 20.0)
+    assert [f[0] for f in peer.sent()] == [PING]
+    conn.keepalive_tick(45.0, 20.0)
+    assert not conn.closed
+    conn.keepalive_tick(50.0, 20.0)  # unanswered for 20 s
+    assert conn.closed and peer.transport.closing

@@ -77,6 +77,7 @@ log = structlog.get_logger("gcs.rpc.front")
 Header = tuple[bytes, bytes]
 _U32 = struct.Struct(">I")
 _SETTING = struct.Struct(">HI")
+_KEEPALIVE_PING = b"gcs-kalv"
 _ABORT_AFTER_S = 5.0
 """A connection closed after an error is aborted if its last bytes cannot be flushed."""
 
@@ -171,6 +172,8 @@ class H2ServerConnection(asyncio.Protocol):
         self._queued_out = 0
         self._paused = False
         self._peer_goaway = False
+        self._heard = True
+        self._ping_sent_at: float | None = None
 
     # ------------------------------------------------------------- asyncio.Protocol
 
@@ -205,6 +208,8 @@ class H2ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self._heard = True
+        self._ping_sent_at = None
         buf = self._buf
         buf += data
         pos = 0
@@ -615,6 +620,22 @@ class H2ServerConnection(asyncio.Protocol):
         transport.write(data)
         if self._paused:
             self._check_output_bound()
+
+    def keepalive_tick(self, now: float, timeout_s: float) -> None:
+        """Called periodically: PING a silent peer; drop it if the PING stays unanswered
+        ``timeout_s`` (as grpc's server keepalive does: a held poll of a vanished client
+        would otherwise keep its connection forever)."""
+        if self.closed:
+            return
+        if self._ping_sent_at is not None:
+            if now - self._ping_sent_at >= timeout_s:
+                self.abort(NO_ERROR, "keepalive timeout")
+            return
+        if self._heard:
+            self._heard = False
+            return
+        self._ping_sent_at = now
+        self._write(frame(PING, 0, 0, _KEEPALIVE_PING))
 
     # ------------------------------------------------------------- connection end
 

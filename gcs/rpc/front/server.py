@@ -109,8 +109,13 @@ class FrontServer:
         limits: H2Limits,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        keepalive_s: float = 10.0,
+        keepalive_timeout_s: float = 20.0,
     ) -> None:
         self._router = router
+        self._keepalive_s = keepalive_s
+        self._keepalive_timeout_s = keepalive_timeout_s
+        self._keepalive: asyncio.Task[None] | None = None
         self._forwarder = forwarder
         self._limits = limits
         self._ssl = ssl_context
@@ -125,6 +130,7 @@ class FrontServer:
         self._server = await loop.create_server(
             self._connection, host, port, ssl=self._ssl, backlog=4096, reuse_address=True
         )
+        self._keepalive = loop.create_task(self._keepalive_loop(), name="front-keepalive")
         return int(self._server.sockets[0].getsockname()[1])
 
     def _connection(self) -> H2ServerConnection:
@@ -138,9 +144,19 @@ class FrontServer:
         if not self.connections:
             self._idle.set()
 
+    async def _keepalive_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._keepalive_s)
+            now = loop.time()
+            for conn in list(self.connections):
+                conn.keepalive_tick(now, self._keepalive_timeout_s)
+
     async def stop(self, grace_s: float) -> None:
         """GOAWAY to every client, wait up to ``grace_s`` for open streams, then close.
         Held polls are answered before (the publisher's close) or reset here."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
