@@ -413,3 +413,25 @@ async def test_keepalive_pings_a_silent_peer_then_drops_it() -> None:
     assert not conn.closed
     conn.keepalive_tick(50.0, 20.0)  # unanswered for 20 s
     assert conn.closed and peer.transport.closing
+
+
+async def test_repeated_indexed_header_blocks_follow_table_changes() -> None:
+    """A re-poll's all-indexed block is decoded once; a block that changes the table
+    invalidates what was cached (the same bytes may then mean other headers)."""
+    peer = Peer()
+    peer.start()
+    enc = peer.encoder
+    headers = [(":method", "POST"), (":path", "/a"), ("x-k", "one")]
+    first = enc.encode(headers)
+    again = enc.encode(headers)
+    assert all(b & 0x80 for b in again)  # all indexed
+    # a new entry shifts the dynamic indices: the same bytes then name other headers
+    shift = enc.encode([(":path", "/b"), ("x-k", "two")])
+    blocks = [first, again, again, shift, again]
+    for i, block in enumerate(blocks):
+        peer.feed(frame(HEADERS, END_HEADERS | END_STREAM, 2 * i + 1, block))
+    reference = hpack.Decoder()
+    expected = [dict(reference.decode(b, raw=True)) for b in blocks]  # type: ignore[arg-type]
+    got = [e[2] for e in peer.app.events if e[0] == "request"]
+    assert got == expected
+    assert expected[4] != expected[1]  # the cache must not have answered the last one

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
@@ -22,7 +23,9 @@ from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream
 from gcs.rpc.front.hot import HotCall, HotDispatcher, HotMethod
 from gcs.rpc.h2wire import PROTOCOL_ERROR
 from gcs.rpc.server import CallHook
-from gcs.server.interceptors import CallGuard
+
+if TYPE_CHECKING:  # gcs.server imports this package
+    from gcs.server.interceptors import CallGuard
 
 log = structlog.get_logger("gcs.rpc.front")
 
