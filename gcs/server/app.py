@@ -579,10 +579,12 @@ class GcsServer:
         if self._stopping:
             return
         self._stopping = True
+        if self._front is not None:
+            self._front.goaway()  # no new streams: answered polls are not re-held
         if self.managers is not None:
             await self.managers.pubsub.stop()  # answer held long polls before the drain
         if self._front is not None:
-            await self._front.stop(grace_s)  # GOAWAY; forwarded calls still reach grpc.aio
+            await self._front.stop(grace_s)  # open streams finish; relayed ones reach grpc.aio
         if self._server is not None:
             await self._server.stop(grace_s)
         if self._private_dir:

@@ -435,3 +435,37 @@ async def test_repeated_indexed_header_blocks_follow_table_changes() -> None:
     got = [e[2] for e in peer.app.events if e[0] == "request"]
     assert got == expected
     assert expected[4] != expected[1]  # the cache must not have answered the last one
+
+
+def test_keeps_table_matches_what_decoding_does() -> None:
+    """``_keeps_table`` says True only for blocks whose decoding leaves the dynamic table
+    as it was (over random header lists, Huffman on and off, sensitive fields)."""
+    import random
+
+    from gcs.rpc.front.h2 import _keeps_table
+    from gcs.rpc.h2wire import literal, literal_new
+
+    rng = random.Random(5)
+    encoder, decoder = hpack.Encoder(), hpack.Decoder()
+    seen_true = seen_false = 0
+    for _ in range(300):
+        headers = [
+            hpack.HeaderTuple(f"k{rng.randrange(6)}", "v" * rng.randrange(0, 200))
+            if rng.random() < 0.7
+            else hpack.NeverIndexedHeaderTuple(f"s{rng.randrange(3)}", "x" * rng.randrange(200))
+            for _ in range(rng.randrange(1, 5))
+        ]
+        block = encoder.encode(headers, huffman=rng.random() < 0.5)
+        before = list(decoder.header_table.dynamic_entries)
+        decoder.decode(block)
+        unchanged = list(decoder.header_table.dynamic_entries) == before
+        if _keeps_table(block):
+            assert unchanged, block.hex()
+            seen_true += 1
+        else:
+            seen_false += 1
+    assert seen_true and seen_false
+    c_core_like = b"\xc3\xc2\x83" + literal_new("ray_cluster_id", "ab" * 28) + literal(4, "/p")
+    assert _keeps_table(c_core_like)
+    assert not _keeps_table(b"\x3f\xe1\x1f")  # a dynamic table size update
+    assert not _keeps_table(b"\x00\x7f")  # truncated

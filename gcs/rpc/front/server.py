@@ -155,15 +155,20 @@ class FrontServer:
             for conn in list(self.connections):
                 conn.keepalive_tick(now, self._keepalive_timeout_s)
 
-    async def stop(self, grace_s: float) -> None:
-        """GOAWAY to every client, wait up to ``grace_s`` for open streams, then close.
-        Held polls are answered before (the publisher's close) or reset here."""
+    def goaway(self) -> None:
+        """Stop listening and send GOAWAY: clients open no new stream here (a re-poll after
+        the publisher answered every held poll would otherwise be held again)."""
         if self._keepalive is not None:
             self._keepalive.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
             conn.goaway()
+
+    async def stop(self, grace_s: float) -> None:
+        """:meth:`goaway`, wait up to ``grace_s`` for open streams, then close.  Held polls
+        are answered before (the publisher's close) or reset here."""
+        self.goaway()
         try:
             async with asyncio.timeout(grace_s):
                 await self._idle.wait()
