@@ -420,10 +420,10 @@ class H2ServerConnection(asyncio.Protocol):
             self._write(frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM)))
             return
         stream = Stream(sid, headers, self._peer_stream_window, self.limits.stream_window)
+        stream.remote_closed = end_stream
         self.streams[sid] = stream
         self.app.on_request(self, stream)
-        if end_stream and sid in self.streams:
-            stream.remote_closed = True
+        if end_stream and self.streams.get(sid) is stream:
             self.app.on_end(self, stream)
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
