@@ -469,3 +469,54 @@ def test_keeps_table_matches_what_decoding_does() -> None:
     assert _keeps_table(c_core_like)
     assert not _keeps_table(b"\x3f\xe1\x1f")  # a dynamic table size update
     assert not _keeps_table(b"\x00\x7f")  # truncated
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_random_frames_never_hit_an_internal_error(seed: int) -> None:
+    """Seeded random frame sequences (valid and invalid types, flags, stream ids, payloads,
+    real request headers among them) through the real router with the pubsub methods: each
+    connection stays up or ends with a protocol-level GOAWAY, never INTERNAL_ERROR (a bug)."""
+    import random
+
+    from gcs.clock import SystemClock
+    from gcs.pubsub.runtime import GcsPubSub
+    from gcs.rpc.front import Forwarder, GrpcRouter, hot_methods
+    from gcs.server.interceptors import CallGuard
+
+    rng = random.Random(seed)
+    pubsub = GcsPubSub.create(SystemClock())
+    forwarder = Forwarder("unix:/nonexistent/gcs.sock", [], 1 << 20)
+    router = GrpcRouter(
+        hot_methods(pubsub.servicers(), 4096),
+        CallGuard(None, None),
+        forwarder,
+        on_call=None,
+        max_message_bytes=1 << 20,
+    )
+    for _ in range(60):
+        conn = H2ServerConnection(router, H2Limits(max_concurrent_streams=8))
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        enc = hpack.Encoder()
+        data = bytearray(PREFACE + frame(SETTINGS, 0, 0))
+        for _ in range(rng.randrange(1, 30)):
+            sid = rng.choice([0, 1, 3, 5, 2, rng.randrange(1 << 31)])
+            if rng.random() < 0.4:
+                path = rng.choice([PATH, PATH.replace(b"Poll", b"CommandBatch"), b"/x/y"])
+                block = enc.encode([(":method", "POST"), (":path", path.decode())])
+                flags = rng.choice([END_HEADERS, END_HEADERS | END_STREAM, 0])
+                data += frame(HEADERS, flags, sid | 1, block)
+            else:
+                ftype = rng.randrange(12)
+                payload = rng.randbytes(rng.choice([0, 1, 4, 5, 8, 9, 40, 300]))
+                data += frame(ftype, rng.randrange(256), sid, payload)
+        cut = rng.randrange(1, len(data))
+        conn.data_received(bytes(data[:cut]))
+        conn.data_received(bytes(data[cut:]))
+        codes = [
+            struct.unpack(">II", p[:8])[1] for t, _, _, p in frames(transport.out) if t == GOAWAY
+        ]
+        assert 0x2 not in codes, f"seed {seed}: internal error"
+        conn.close()
+    await forwarder.close()
+    await pubsub.stop()
