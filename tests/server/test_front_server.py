@@ -233,3 +233,16 @@ def _frame_types(data: bytes) -> list[int]:
         types.append(data[pos + 3])
         pos += 9 + int.from_bytes(data[pos : pos + 3])
     return types
+
+
+async def test_a_held_poll_past_its_deadline_is_released(gcs_server: GcsServer) -> None:
+    assert gcs_server.managers is not None
+    publisher = gcs_server.managers.pubsub.control_plane
+    sub = b"d" * 28
+    async with grpc.aio.insecure_channel(gcs_server.address) as channel:
+        await channel.unary_unary(COMMANDS)(_subscribe(sub, GCS_NODE_INFO_CHANNEL), timeout=10)
+        poll = gcs_service_pb2.GcsSubscriberPollRequest(subscriber_id=sub).SerializeToString()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await channel.unary_unary(POLL)(poll, timeout=0.3)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        await eventually(lambda: not publisher.held_poll_count(), 10.0)

@@ -539,9 +539,31 @@ class H2ServerConnection(asyncio.Protocol):
     def send_data(self, stream: Stream, data: bytes) -> None:
         if self.streams.get(stream.id) is not stream or not data:
             return
-        stream.out += data
-        self._queued_out += len(data)
-        self._flush(stream)
+        if stream.out:  # behind queued data
+            stream.out += data
+            self._queued_out += len(data)
+            self._flush(stream)
+            return
+        # what the windows allow goes out without copying into the stream's queue
+        view = memoryview(data)
+        chunks: list[bytes | memoryview] = []
+        pos, end, sid = 0, len(data), stream.id
+        while pos < end:
+            size = min(end - pos, self._send_window, stream.send_window, self._peer_max_frame)
+            if size <= 0:
+                break
+            chunks.append(frame_header(size, DATA, 0, sid))
+            chunks.append(view[pos : pos + size])
+            pos += size
+            self._send_window -= size
+            stream.send_window -= size
+        if chunks:
+            self._write(b"".join(chunks))
+        if pos < end:
+            stream.out += view[pos:]
+            self._queued_out += end - pos
+            self._blocked[sid] = stream
+            self._check_output_bound()
 
     def send_trailers(self, stream: Stream, block: bytes) -> None:
         """Ends the stream after the data queued before it."""
