@@ -61,10 +61,16 @@ def _auth(extra: tuple[tuple[str, str], ...] = ()) -> tuple[tuple[str, str], ...
 
 
 async def _answer(
-    address: str, path: str, body: bytes, metadata: tuple[tuple[str, str], ...]
+    address: str,
+    path: str,
+    body: bytes,
+    metadata: tuple[tuple[str, str], ...],
+    compression: grpc.Compression | None = None,
 ) -> tuple[grpc.StatusCode, str]:
     async with grpc.aio.insecure_channel(address) as channel:
-        call = channel.unary_unary(path)(body, metadata=metadata, timeout=10)
+        call = channel.unary_unary(path)(
+            body, metadata=metadata, timeout=10, compression=compression
+        )
         try:
             await call
         except grpc.aio.AioRpcError as err:
@@ -113,6 +119,14 @@ async def test_front_and_grpc_aio_answer_bad_input_alike(
     assert got_front == got_plain
     assert got_front[0] not in (grpc.StatusCode.OK, grpc.StatusCode.UNIMPLEMENTED)
     assert got_front[1]
+
+
+@pytest.mark.parametrize("body", [b"\x0a\x64", _subscribe(b"z" * 28, GCS_NODE_INFO_CHANNEL)])
+async def test_gzip_requests_alike(pair: tuple[GcsServer, GcsServer], body: bytes) -> None:
+    front, plain = pair
+    gzip = grpc.Compression.Gzip
+    got = await _answer(front.address, COMMANDS, body, _auth(), gzip)
+    assert got == await _answer(plain.address, COMMANDS, body, _auth(), gzip)
 
 
 async def test_wrong_cluster_id_alike_on_served_and_relayed_methods(

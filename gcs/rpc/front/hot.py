@@ -17,7 +17,14 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from gcs.rpc.front.grpc_wire import OK_TRAILERS, RESPONSE_HEADERS, message_frame, trailers_only
+from gcs.rpc.front.grpc_wire import (
+    OK_TRAILERS,
+    RESPONSE_HEADERS,
+    GrpcWireError,
+    inflate,
+    message_frame,
+    trailers_only,
+)
 from gcs.rpc.front.h2 import H2ServerConnection, Stream
 from gcs.rpc.server import CallHook, decode_request, failure_status
 from gcs.rpc.wire import method_path
@@ -58,10 +65,11 @@ def hot_methods(
 class HotCall:
     """One call of a hot method (a stream's ``app`` state)."""
 
-    __slots__ = ("body", "declared", "future", "method", "start", "timeout", "timer")
+    __slots__ = ("body", "declared", "encoding", "future", "method", "start", "timeout", "timer")
 
-    def __init__(self, method: HotMethod, timeout: float | None) -> None:
+    def __init__(self, method: HotMethod, timeout: float | None, encoding: bytes | None) -> None:
         self.method = method
+        self.encoding = encoding
         self.body = bytearray()
         self.declared = -1
         self.start = 0.0
@@ -97,10 +105,9 @@ class HotDispatcher:
         call.body = bytearray()
         conn.release(stream, stream.buffered)
         try:
-            if len(body) < 5 or body[0] != 0:
-                # grpc.aio would inflate a compressed request; no client of ours compresses
-                code = grpc.StatusCode.UNIMPLEMENTED if body else grpc.StatusCode.INTERNAL
-                self._fail_status(conn, stream, call, code, _framing_error(body))
+            if len(body) < 5:
+                message = "truncated gRPC message prefix" if body else "request without a message"
+                self._fail_status(conn, stream, call, grpc.StatusCode.INTERNAL, message)
                 return
             if call.declared > self._max_message:
                 self._fail_status(
@@ -111,14 +118,16 @@ class HotDispatcher:
                     f"Received message larger than max ({call.declared} vs. {self._max_message})",
                 )
                 return
+            raw, size = body[5 : 5 + call.declared], call.declared
+            if body[0]:  # compressed (grpc-encoding): inflated as grpc.aio would
+                raw, size = inflate(raw, call.encoding, self._max_message), -1
             request = decode_request(
-                method.path,
-                body[5 : 5 + call.declared],
-                method.message_cls,
-                method.max_request_bytes,
-                call.declared,
+                method.path, raw, method.message_cls, method.max_request_bytes, size
             )
             result = method.call(request)
+        except GrpcWireError as err:
+            self._fail_status(conn, stream, call, err.code, err.message)
+            return
         except Exception as exc:
             code, details = failure_status(method.path, exc)
             self._fail_status(conn, stream, call, code, details)
@@ -196,11 +205,3 @@ class HotDispatcher:
     def _record(self, call: HotCall, code: str) -> None:
         if self._on_call is not None and call.start:
             self._on_call(call.method.path, code, time.perf_counter() - call.start)
-
-
-def _framing_error(body: bytes) -> str:
-    if not body:
-        return "request without a message"
-    if len(body) < 5:
-        return "truncated gRPC message prefix"
-    return "compressed requests are not supported on this method"

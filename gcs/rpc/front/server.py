@@ -80,7 +80,7 @@ class GrpcRouter:
                 stream, trailers_only(grpc.StatusCode.UNAUTHENTICATED, refusal), end_stream=True
             )
             return
-        stream.app = HotCall(hot, seconds)
+        stream.app = HotCall(hot, seconds, encoding)
 
     def on_data(self, conn: H2ServerConnection, stream: Stream, data: bytes) -> None:
         call = stream.app
