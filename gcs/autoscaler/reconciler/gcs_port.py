@@ -6,6 +6,7 @@ Ray 2.60's GCS), so the adapter speaks only Ray's wire protocol.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,6 +89,18 @@ class GrpcAutoscalerGcs:
             "ReportAutoscalingState",
             autoscaler_pb2.ReportAutoscalingStateRequest(autoscaling_state=state),
         )
+
+    async def resize_raylet(
+        self, node_id_hex: str, resources: Mapping[str, float]
+    ) -> dict[str, float]:
+        """``ResizeRayletResourceInstances``: the raylet's totals after the resize."""
+        reply = await self._call(
+            "ResizeRayletResourceInstances",
+            autoscaler_pb2.ResizeRayletResourceInstancesRequest(
+                node_id=bytes.fromhex(node_id_hex), resources=dict(resources)
+            ),
+        )
+        return dict(reply.total_resources)  # type: ignore[attr-defined]
 
     async def drain_idle(self, node_id_hex: str, message: str) -> DrainResult:
         reply = await self._call(
