@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from gcs.testing.fake_k8s import ApiError, ResizeOutcome
 from tests.autoscaler.kuberay_harness import (
     GI,
     IPPR_SMALL,
@@ -51,3 +52,164 @@ async def test_case1_idle_worker_is_resized_in_place(h1: KubeRayHarness) -> None
     resize_paths = [r for r in h1.k8s.requests if r[1].endswith("/resize")]
     assert resize_paths == [("PATCH", f"/api/v1/namespaces/default/pods/{pod}/resize",
                              "application/json-patch+json")]  # fmt: skip
+
+
+async def test_case2_resize_and_scale_out_then_resize_the_new_worker(h1: KubeRayHarness) -> None:
+    """[{CPU 1}] + {CPU 2}, {CPU 4} -> resize to 4 and launch one; the new one then grows."""
+    (first,) = h1.workers()
+    h1.ray.demand = [{"CPU": 2}, {"CPU": 4}]
+    await h1.round()
+    assert h1.pod_cpu(first) == "4"
+    assert h1.cr()["spec"]["workerGroupSpecs"][0]["replicas"] == 2
+    (second,) = [p for p in h1.workers() if p != first]
+    await h1.round()  # synced: the first worker has 4 CPUs in Ray
+    h1.ray.place(first, {"CPU": 4})
+    await h1.rounds(2)  # the new worker runs Ray; {CPU 2} resizes it in place
+    assert h1.pod_cpu(second) == "4"
+    await h1.round()
+    assert h1.ray.node_of(second).total["CPU"] == 4
+    h1.ray.place(second, {"CPU": 2})
+    await h1.rounds(2)
+    assert h1.workers() == sorted([first, second])
+
+
+async def test_case3_scale_out_from_zero_then_resize() -> None:
+    """No worker: a pod is launched (counted at its IPPR max), then resized in place."""
+    h = KubeRayHarness(raycluster(worker_group(replicas=0), ippr=IPPR_SMALL))
+    try:
+        await h.start()
+        await h.rounds(2)
+        assert h.workers() == []
+        h.ray.demand = [{"CPU": 2}]
+        await h.round()
+        (pod,) = h.workers()  # one launch, not two: the new pod counts at CPU 4
+        assert h.cr()["spec"]["workerGroupSpecs"][0]["replicas"] == 1
+        await h.rounds(2)
+        assert h.pod_cpu(pod) == "4"
+        await h.round()
+        assert h.ray.node_of(pod).total["CPU"] == 4
+        h.ray.place(pod, {"CPU": 2})
+        await h.rounds(2)
+        assert h.workers() == [pod]
+    finally:
+        h.stop()
+
+
+async def test_case4_timeout_rolls_back_scales_out_and_the_new_pod_grows(
+    h1: KubeRayHarness,
+) -> None:
+    """T1 resize hangs; T2 no earlier than resize-timeout: rolled back + scale-out, the
+    annotation says why; T3-T4 the new pod grows; the failed pod is not retried."""
+    (first,) = h1.workers()
+    h1.k8s.script_resize(first, ResizeOutcome("inprogress"))
+    h1.ray.demand = [{"CPU": 2}]
+    await h1.round()
+    sent_at = h1.ippr_status(first)["resizing-at"]
+    assert sent_at is not None
+    assert h1.k8s.pod(first)["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "4"
+    assert h1.pod_cpu(first) == "1"  # the kubelet has not applied it
+    # up to the timeout: waiting, no scale-out, no rollback
+    await h1.round(advance_s=30)
+    await h1.round(advance_s=29)
+    assert h1.clock.now_s() - sent_at <= 60
+    assert len(h1.workers()) == 1
+    assert h1.ippr_status(first)["last-failed-at"] is None
+    await h1.round(advance_s=2)  # past resize-timeout
+    status = h1.ippr_status(first)
+    assert status["last-failed-reason"] == "Pod resize timed out"
+    assert status["last-failed-at"] is not None
+    assert h1.k8s.pod(first)["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "1"
+    assert len(h1.workers()) == 2  # scaled out in the same round
+    (second,) = [p for p in h1.workers() if p != first]
+    await h1.round()
+    assert h1.ray.node_of(first).total["CPU"] == 1  # rollback synced to Ray
+    await h1.rounds(2)
+    assert h1.pod_cpu(second) == "4"
+    await h1.round()
+    assert h1.ray.node_of(second).total["CPU"] == 4
+    h1.ray.place(second, {"CPU": 2})
+    h1.ray.demand = [{"CPU": 2}]  # more demand: the failed pod is still not retried
+    await h1.rounds(2)
+    assert h1.pod_cpu(first) == "1"
+    resizes_of_first = [r for r in h1.k8s.requests if r[1].endswith(f"{first}/resize")]
+    assert len(resizes_of_first) == 2  # the resize and its rollback, nothing since
+
+
+async def test_resize_error_rolls_back_with_the_kubelet_message(h1: KubeRayHarness) -> None:
+    (pod,) = h1.workers()
+    h1.k8s.script_resize(pod, ResizeOutcome("error", "container runtime refused"))
+    h1.ray.demand = [{"CPU": 2}]
+    await h1.round()
+    await h1.round()
+    status = h1.ippr_status(pod)
+    assert status["last-failed-reason"] == "container runtime refused"
+    assert h1.pod_cpu(pod) == "1"
+    assert len(h1.workers()) == 2
+
+
+async def test_downsizing_gives_unused_capacity_back_after_the_idle_timeout() -> None:
+    """Beyond Ray: logical resources shrink first (never below in use), then the pod;
+    never below the template size."""
+    ippr = {"small-group": {**IPPR_SMALL["small-group"], "downsize": True}}
+    h = KubeRayHarness(
+        raycluster(worker_group(replicas=1, min_replicas=1), ippr=ippr, idle_timeout_s=60)
+    )
+    try:
+        await h.start()
+        await h.rounds(2)
+        (pod,) = h.workers()
+        h.ray.demand = [{"CPU": 2}]
+        await h.rounds(2)
+        assert h.ray.node_of(pod).total["CPU"] == 4
+        h.ray.place(pod, {"CPU": 2})
+        await h.round(advance_s=30)
+        await h.round(advance_s=29)
+        assert h.pod_cpu(pod) == "4"  # unused for less than the idle timeout
+        await h.round(advance_s=2)
+        # shrunk to what is in use (2 CPU; memory back to the template's 1Gi)
+        assert h.ray.node_of(pod).total == {"CPU": 2, "memory": GI}
+        assert h.pod_cpu(pod) == "2"
+        await h.round()
+        assert h.ippr_status(pod)["resizing-at"] is None
+        h.ray.node_of(pod).used.clear()  # the work ends
+        await h.round(advance_s=1)
+        await h.round(advance_s=61)
+        assert h.pod_cpu(pod) == "1"  # template size, never below
+        await h.round()
+        assert h.ray.node_of(pod).total == {"CPU": 1, "memory": GI}
+        await h.rounds(2, advance_s=61)
+        assert h.pod_cpu(pod) == "1"
+    finally:
+        h.stop()
+
+
+async def test_downsizing_pod_failure_restores_the_logical_resources() -> None:
+    ippr = {"small-group": {**IPPR_SMALL["small-group"], "downsize": True}}
+    h = KubeRayHarness(raycluster(worker_group(replicas=1, min_replicas=1), ippr=ippr))
+    try:
+        await h.start()
+        await h.rounds(2)
+        (pod,) = h.workers()
+        h.ray.demand = [{"CPU": 2}]
+        await h.rounds(2)
+        h.ray.place(pod, {"CPU": 2})
+        h.ray.node_of(pod).used.clear()
+        h.k8s.fail_next[f"PATCH {pod}/resize"] = ApiError(500, "InternalError", "etcd down")
+        await h.round(advance_s=1)
+        await h.round(advance_s=61)
+        calls = [c[1] for c in h.ray.resize_calls]
+        assert calls[-2]["CPU"] == 1 and calls[-1]["CPU"] == 4  # shrunk, then restored
+        assert h.ray.node_of(pod).total["CPU"] == 4
+        assert h.pod_cpu(pod) == "4"
+    finally:
+        h.stop()
+
+
+async def test_downsizing_is_off_unless_asked(h1: KubeRayHarness) -> None:
+    (pod,) = h1.workers()
+    h1.ray.demand = [{"CPU": 2}]
+    await h1.rounds(2)
+    h1.ray.place(pod, {"CPU": 2})
+    h1.ray.node_of(pod).used.clear()
+    await h1.rounds(3, advance_s=61)
+    assert h1.pod_cpu(pod) == "4"
