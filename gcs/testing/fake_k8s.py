@@ -106,7 +106,8 @@ class FakeKubernetes:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread is not None:
+            self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=10)

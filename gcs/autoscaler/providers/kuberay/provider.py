@@ -112,9 +112,8 @@ class KubeRayProvider:
     async def get_non_terminated(self) -> Mapping[str, CloudInstance]:
         cr = await self._api.get_cluster()
         self._set_ippr(parse_ippr(cr))
-        pods = [
-            p for p in await self._api.list_pods() if not p["metadata"].get("deletionTimestamp")
-        ]
+        listed = await self._api.list_pods()
+        pods = [p for p in listed if not p["metadata"].get("deletionTimestamp")]
         pods = [p for p in pods if _labels(p).get("ray.io/node-type") in ("head", "worker")]
         self._pods = {_name(p): p for p in pods}
         running = Counter(
@@ -132,7 +131,7 @@ class KubeRayProvider:
                 self._statuses[_name(p)] = pod_status(p, entry.spec, now)
         self._unused.keep_only(set(self._statuses))
         await self._sync_with_raylets()
-        await self._clear_finished_deletes(cr)
+        await self._clear_finished_deletes(cr, {_name(p) for p in listed})
         out = {}
         for p in pods:
             kind = NodeKind.HEAD if _labels(p)["ray.io/node-type"] == "head" else NodeKind.WORKER
@@ -210,11 +209,11 @@ class KubeRayProvider:
             return
         self._fail(launches, deletes, request_id, "RayCluster kept changing (409); retry later")
 
-    async def _clear_finished_deletes(self, cr: Mapping[str, Any]) -> None:
+    async def _clear_finished_deletes(self, cr: Mapping[str, Any], existing: set[str]) -> None:
         ops: list[dict[str, Any]] = [_rv_test(cr)]
         for i, group in enumerate((cr.get("spec") or {}).get("workerGroupSpecs") or []):
             pending = (group.get("scaleStrategy") or {}).get("workersToDelete") or []
-            if pending and not any(p in self._pods for p in pending):
+            if pending and not any(p in existing for p in pending):
                 ops.append(_strategy_op(i, []))
         if len(ops) == 1:
             return
@@ -361,10 +360,11 @@ def _scale_ops(
         if not p["metadata"].get("deletionTimestamp")
         and _labels(p).get("ray.io/node-type") == "worker"
     }
+    existing = {_name(p) for p in pods}  # pods being deleted still exist
     groups = (cr.get("spec") or {}).get("workerGroupSpecs") or []
     for group in groups:
         pending = (group.get("scaleStrategy") or {}).get("workersToDelete") or []
-        if any(p in live for p in pending):
+        if any(p in existing for p in pending):
             return None, {}, []
     names = {str(g.get("groupName")) for g in groups}
     unknown = [g for g in launches if g not in names]
