@@ -113,10 +113,11 @@ class TestStrictFake:
     async def test_json_patch_sent_as_merge_patch_is_400(self, api) -> None:  # type: ignore[no-untyped-def]
         from gcs.autoscaler.providers.kuberay.k8s import KubeApiError
 
-        with pytest.raises(KubeApiError) as err:
+        ops = [{"op": "replace", "path": "/spec/suspend", "value": True}]
+        with pytest.raises(KubeApiError) as err:  # the client's default content type
             await api._run(lambda: api._custom.patch_namespaced_custom_object(
                 group="ray.io", version="v1", namespace="default", plural="rayclusters",
-                name=api.cluster_name, body=[{"op": "replace", "path": "/spec/suspend", "value": True}],
+                name=api.cluster_name, body=ops,
             ))  # fmt: skip
         assert err.value.status == 400
 
