@@ -127,6 +127,7 @@ class SimRay(FakeAutoscalerGcs):
         self.demand: list[dict[str, float]] = []
         self.resize_calls: list[tuple[str, dict[str, float]]] = []
         self.fail_resize = False
+        self.drivers = 0
         self._ids = 0
 
     def add_pod(self, pod: Mapping[str, Any]) -> None:
@@ -180,6 +181,9 @@ class SimRay(FakeAutoscalerGcs):
             free = node.total[name] - node.used.get(name, 0.0)
             node.total[name] += max(target - node.total[name], -free)
         return dict(node.total)
+
+    async def live_drivers(self) -> int:
+        return self.drivers
 
     def place(self, pod: str, shape: Mapping[str, float]) -> None:
         """Run ``shape`` on ``pod`` (a pending request that now fits there)."""

@@ -206,3 +206,46 @@ async def test_workers_to_delete_kept_until_the_pods_are_gone(h: KubeRayHarness)
     h.k8s.finish_deletions()
     await h.provider.get_non_terminated()
     assert _group(h)["scaleStrategy"]["workersToDelete"] == []
+
+
+@pytest.mark.parametrize("policy", ["Suspend", "Delete"])
+async def test_idle_cluster_is_terminated_once_no_driver_ran_for_the_timeout(policy: str) -> None:
+    cr = raycluster(worker_group(replicas=1))
+    cr["spec"]["idleTerminationOptions"] = {"timeoutSeconds": 30, "policy": policy}
+    h = KubeRayHarness(cr)
+    try:
+        await h.start()
+        h.ray.drivers = 1
+        await h.round(advance_s=100)
+        h.ray.drivers = 0
+        await h.round(advance_s=1)  # the idle clock starts
+        await h.round(advance_s=29)
+        assert h.cr()["spec"].get("idleSuspend") is None and not h.provider.idle_terminated
+        await h.round(advance_s=2)
+        assert h.provider.idle_terminated
+        if policy == "Suspend":
+            assert h.cr()["spec"]["idleSuspend"] is True
+            assert h.k8s.pod_names() == []  # the operator suspended it
+        else:
+            meta = h.cr()["metadata"]
+            assert "ray.io/idle-termination-cleanup-finalizer" in meta["finalizers"]
+            assert meta["deletionTimestamp"]
+    finally:
+        h.stop()
+
+
+async def test_a_driver_resets_the_idle_clock() -> None:
+    cr = raycluster(worker_group(replicas=1))
+    cr["spec"]["idleTerminationOptions"] = {"timeoutSeconds": 30}
+    h = KubeRayHarness(cr)
+    try:
+        await h.start()
+        await h.round(advance_s=20)
+        h.ray.drivers = 1
+        await h.round(advance_s=1)
+        h.ray.drivers = 0
+        await h.round(advance_s=20)
+        await h.round(advance_s=9)
+        assert not h.provider.idle_terminated
+    finally:
+        h.stop()

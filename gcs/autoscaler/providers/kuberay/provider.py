@@ -47,11 +47,20 @@ MAX_CONFLICT_RETRIES = 5
 CAPPED = "Launch capped by maxReplicas limit."
 
 
-class RayletResizer(Protocol):
+IDLE_FINALIZER = "ray.io/idle-termination-cleanup-finalizer"
+
+
+class KubeRayGcs(Protocol):
+    """What the provider asks the GCS."""
+
     async def resize_raylet(
         self, node_id_hex: str, resources: Mapping[str, float]
     ) -> Mapping[str, float]:
         """GCS ``ResizeRayletResourceInstances``: the raylet's new totals."""
+        ...
+
+    async def live_drivers(self) -> int:
+        """Drivers alive now (Ray-internal ones not counted)."""
         ...
 
 
@@ -74,7 +83,7 @@ class KubeRayProvider:
     def __init__(
         self,
         api: KubeApi,
-        gcs: RayletResizer,
+        gcs: KubeRayGcs,
         clock: Clock,
         *,
         options: Options | None = None,
@@ -92,6 +101,8 @@ class KubeRayProvider:
         self._logged_errors: dict[str, str] = {}
         self._unused = UnusedClock()
         self._idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
+        self._no_driver_since: float | None = None
+        self.idle_terminated = False
 
     # -- what the reconciler reads ----------------------------------------------------------
     def current_config(self) -> ClusterConfig | None:
@@ -132,6 +143,7 @@ class KubeRayProvider:
         self._unused.keep_only(set(self._statuses))
         await self._sync_with_raylets()
         await self._clear_finished_deletes(cr, {_name(p) for p in listed})
+        await self._idle_termination(cr)
         out = {}
         for p in pods:
             kind = NodeKind.HEAD if _labels(p)["ray.io/node-type"] == "head" else NodeKind.WORKER
@@ -221,6 +233,48 @@ class KubeRayProvider:
             await self._api.json_patch_cluster(ops)
         except KubeApiError as err:  # a conflict or an outage: next listing tries again
             log.info("provider.clear_deletes_deferred", error=str(err))
+
+    async def _idle_termination(self, cr: Mapping[str, Any]) -> None:
+        """``spec.idleTerminationOptions``: once no driver has been alive for
+        ``timeoutSeconds``, Suspend (``spec.idleSuspend``) or Delete the RayCluster."""
+        options = (cr.get("spec") or {}).get("idleTerminationOptions")
+        if not options or self.idle_terminated or (cr.get("spec") or {}).get("idleSuspend"):
+            self._no_driver_since = None
+            return
+        try:
+            drivers = await self._gcs.live_drivers()
+        except Exception as err:  # no answer: no decision this round
+            log.warning("provider.driver_check_failed", error=str(err))
+            return
+        now = self._clock.now_s()
+        if drivers:
+            self._no_driver_since = None
+            return
+        if self._no_driver_since is None:
+            self._no_driver_since = now
+        timeout = float(options.get("timeoutSeconds", 0))
+        if now - self._no_driver_since < timeout:
+            return
+        policy = str(options.get("policy") or "Suspend")
+        try:
+            if policy == "Delete":
+                finalizers = list((cr.get("metadata") or {}).get("finalizers") or [])
+                if IDLE_FINALIZER not in finalizers:
+                    await self._api.json_patch_cluster(
+                        [
+                            _rv_test(cr),
+                            {"op": "add", "path": "/metadata/finalizers",
+                             "value": [*finalizers, IDLE_FINALIZER]},
+                        ]
+                    )  # fmt: skip
+                await self._api.delete_cluster()
+            else:
+                await self._api.merge_patch_cluster({"spec": {"idleSuspend": True}})
+        except KubeApiError as err:  # a conflict or an outage: the next listing decides again
+            log.warning("provider.idle_termination_failed", policy=policy, error=str(err))
+            return
+        self.idle_terminated = True
+        log.info("provider.idle_terminated", policy=policy, idle_s=now - self._no_driver_since)
 
     # -- in-place resize ---------------------------------------------------------------------
     async def _sync_with_raylets(self) -> None:
