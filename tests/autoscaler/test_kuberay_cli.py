@@ -62,6 +62,15 @@ async def test_live_drivers_against_a_real_gcs() -> None:
         await server.stop()
 
 
+def _spawn_autoscaler(address: str, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gcs", "autoscaler", "run", "--gcs-address", address,
+             "--provider", "kuberay", "--cluster-name", NAME, "--cluster-namespace", "default"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
 @pytest.mark.slow
 async def test_run_scales_the_raycluster_to_min_replicas(fake, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The sidecar command against a real GCS: the head pod's raylet registers, the
@@ -76,13 +85,7 @@ async def test_run_scales_the_raycluster_to_min_replicas(fake, tmp_path: Path) -
     try:
         k8s.add_raycluster(raycluster(worker_group(replicas=0, min_replicas=2)))
         env = _env(KUBECONFIG=kubeconfig, AUTOSCALER_UPDATE_INTERVAL_S="0.3")
-        log = open(tmp_path / "autoscaler.log", "wb")  # noqa: SIM115 - owned by the process
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gcs", "autoscaler", "run", "--gcs-address", server.address,
-             "--provider", "kuberay", "--cluster-name", NAME, "--cluster-namespace", "default"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        log.close()
+        proc = _spawn_autoscaler(server.address, env, tmp_path / "autoscaler.log")
 
         def replicas() -> int:
             return int(k8s.raycluster(NAME)["spec"]["workerGroupSpecs"][0]["replicas"])
