@@ -213,3 +213,57 @@ async def test_downsizing_is_off_unless_asked(h1: KubeRayHarness) -> None:
     h1.ray.node_of(pod).used.clear()
     await h1.rounds(3, advance_s=61)
     assert h1.pod_cpu(pod) == "4"
+
+
+async def test_deferred_resize_is_retried_at_what_the_node_can_give(h1: KubeRayHarness) -> None:
+    """PodResizePending/Deferred: the message's free capacity becomes the suggested max and
+    the resize is re-sent at that size (Ray §3.2)."""
+    (pod,) = h1.workers()
+    msg = "Node didn't have enough resource: cpu, requested: 4000, used: 6000, capacity: 8000"
+    h1.k8s.script_resize(pod, ResizeOutcome("deferred", msg))
+    h1.ray.demand = [{"CPU": 2}]
+    await h1.round()
+    cond = h1.k8s.pod(pod)["status"]["conditions"][-1]
+    assert (cond["type"], cond["reason"]) == ("PodResizePending", "Deferred")
+    await h1.round()  # (8000 - 6000) / 1000 + (limit - request = 0) -> 2 CPUs
+    assert h1.pod_cpu(pod) == "2"
+    assert h1.ippr_status(pod)["suggested-max-cpu"] == 2.0
+    await h1.round()
+    assert h1.ray.node_of(pod).total["CPU"] == 2
+    assert len(h1.workers()) == 1
+
+
+async def test_raylet_sync_failure_keeps_the_resize_in_flight(h1: KubeRayHarness) -> None:
+    """GCS down when the pod has grown: the annotation is not cleared; the next round syncs."""
+    (pod,) = h1.workers()
+    h1.ray.demand = [{"CPU": 2}]
+    await h1.round()
+    h1.ray.fail_resize = True
+    await h1.round()
+    assert h1.ippr_status(pod)["resizing-at"] is not None
+    assert h1.ray.node_of(pod).total["CPU"] == 1
+    h1.ray.fail_resize = False
+    await h1.round()
+    assert h1.ippr_status(pod)["resizing-at"] is None
+    assert h1.ray.node_of(pod).total["CPU"] == 4
+
+
+async def test_downsize_with_the_gcs_down_leaves_the_pod_alone() -> None:
+    ippr = {"small-group": {**IPPR_SMALL["small-group"], "downsize": True}}
+    h = KubeRayHarness(raycluster(worker_group(replicas=1, min_replicas=1), ippr=ippr))
+    try:
+        await h.start()
+        await h.rounds(2)
+        (pod,) = h.workers()
+        h.ray.demand = [{"CPU": 2}]
+        await h.rounds(2)
+        h.ray.place(pod, {"CPU": 2})
+        h.ray.node_of(pod).used.clear()
+        h.ray.fail_resize = True
+        await h.round(advance_s=1)
+        await h.round(advance_s=61)
+        assert h.pod_cpu(pod) == "4"  # no pod patch without the raylet shrinking first
+        resizes = [r for r in h.k8s.requests if r[1].endswith(f"{pod}/resize")]
+        assert len(resizes) == 1
+    finally:
+        h.stop()
