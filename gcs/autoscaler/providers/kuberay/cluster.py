@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gcs.autoscaler.config import ClusterConfig, ConfigError, parse_cluster_config, quantity
@@ -116,8 +117,6 @@ def cluster_config(
     }
     cfg = parse_cluster_config(raw, options)
     # the IPPR minimum is the pod template's size (limit else request), not the logical one
-    from dataclasses import replace
-
     node_types = dict(cfg.scheduler.node_types)
     for name, entry in ippr.groups.items():
         t = node_types.get(name)

@@ -10,7 +10,6 @@ fresh read when someone else changed it first.  Resizes go through ``pods/<name>
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -181,7 +180,7 @@ class KubeRayProvider:
     def _fail(
         self, launches: Mapping[str, int], deletes: Sequence[str], request_id: str, why: str
     ) -> None:
-        now = time.time_ns()
+        now = int(self._clock.now_s() * 1e9)
         for group, count in launches.items():
             if count > 0:
                 self._errors.append(LaunchNodeError(group, count, request_id, now, why))
