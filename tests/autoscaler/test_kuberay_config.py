@@ -226,3 +226,31 @@ class TestClusterConfig:
             "small-group"
         ]
         assert (t.min_workers, t.max_workers, t.ippr) == (2, 2, None)
+
+
+class TestMoreRayScenarios:
+    """The rest of Ray's test_ippr_provider.py cases that are pure."""
+
+    @pytest.mark.parametrize(
+        ("message", "reason", "attr", "want"),
+        [
+            # used 4Gi of 10Gi, gap limit 4Gi - request 2Gi: 6Gi + 2Gi
+            (f"Node didn't have enough resource: memory, requested: {9 * GI}, used: {4 * GI}, "
+             f"capacity: {10 * GI}", "Deferred", "suggested_max_memory", 8 * GI),
+            # capacity 9000m + gap 1
+            ("Node didn't have enough capacity: cpu, requested: 12000, capacity: 9000",
+             "Infeasible", "suggested_max_cpu", 10.0),
+        ],
+    )  # fmt: skip
+    def test_pending_suggestions(self, message: str, reason: str, attr: str, want: float) -> None:
+        cond = [
+            {"type": "PodResizePending", "status": "True", "reason": reason, "message": message}
+        ]
+        st = pod_status(_pod(conditions=cond), SPEC, 100)
+        assert getattr(st, attr) == want and st.k8s_resize_status == "new"
+
+    def test_existing_failure_blocks_resizing_up_and_sends_nothing(self) -> None:
+        ann = {"last-failed-at": 50, "last-failed-reason": "Pod resize timed out"}
+        st = pod_status(_pod(annotation=ann), SPEC, 100)
+        assert not st.can_resize_up(SPEC) and not st.has_resize_to_send()
+        assert st.last_failed_reason == "Pod resize timed out"

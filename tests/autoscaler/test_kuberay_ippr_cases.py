@@ -267,3 +267,30 @@ async def test_downsize_with_the_gcs_down_leaves_the_pod_alone() -> None:
         assert len(resizes) == 1
     finally:
         h.stop()
+
+
+async def test_mixed_cpu_up_memory_down_shrinks_memory_through_the_gcs_first(
+    h1: KubeRayHarness,
+) -> None:
+    """Ray's mixed case: the GCS is asked for {CPU: current, memory: smaller} before the pod
+    is patched with CPU up and memory down."""
+    from gcs.autoscaler.scheduler.types import Resize
+
+    (pod,) = h1.workers()
+    node = h1.ray.node_of(pod)
+    await h1.provider.resize(
+        [Resize("i", pod, node.node_id, "small-group", 2.0, GI / 2, 1.0, GI, "test")], []
+    )
+    assert h1.ray.resize_calls[-1] == (node.node_id, {"CPU": 1.0, "memory": GI / 2})
+    requests = h1.k8s.pod(pod)["spec"]["containers"][0]["resources"]["requests"]
+    assert requests == {"cpu": "2", "memory": str(GI // 2)}
+
+
+async def test_removing_the_annotation_turns_ippr_off_and_forgets_statuses(
+    h1: KubeRayHarness,
+) -> None:
+    assert h1.provider.ippr_statuses()
+    h1.k8s.edit_raycluster(h1.name, lambda o: o["metadata"]["annotations"].pop("ray.io/ippr"))
+    await h1.round()
+    assert h1.provider.ippr_statuses() == {}
+    assert h1.provider.current_config().scheduler.node_types["small-group"].ippr is None  # type: ignore[union-attr]
