@@ -30,11 +30,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-__all__ = ["FakeKubernetes", "ResizeOutcome"]
+from gcs.testing.k8s_patch import (
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_PATCH,
+    ApiError,
+    patched,
+)
 
-JSON_PATCH = "application/json-patch+json"
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+__all__ = ["ApiError", "FakeKubernetes", "ResizeOutcome"]
+
 
 _CLUSTER_SPEC_KEYS = frozenset(
     {
@@ -50,12 +55,6 @@ _GROUP_KEYS = frozenset(
     }
 )  # fmt: skip
 _TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
 
 
 @dataclass(frozen=True)
@@ -355,7 +354,7 @@ class FakeKubernetes:
                 f"the body of the request was in an unknown format - accepted media types "
                 f"include: {JSON_PATCH}, {MERGE_PATCH}, application/apply-patch+yaml",
             )
-        new = _patched(obj, ctype, body)
+        new = patched(obj, ctype, body)
         _check_cluster_fields(new)
         _check_rv(obj, new)
         new["metadata"]["resourceVersion"] = self._next_rv()
@@ -392,7 +391,7 @@ class FakeKubernetes:
             return 200, copy.deepcopy(pod)
         if method != "PATCH" or sub not in ("", "resize"):
             raise ApiError(405, "MethodNotAllowed", f"{method} {sub or 'pod'} not supported")
-        new = _patched(pod, ctype, body)
+        new = patched(pod, ctype, body)
         _check_rv(pod, new)
         if sub == "":
             _only_changed(pod, new, ("metadata",), "pod updates may only change metadata here")
@@ -405,91 +404,6 @@ class FakeKubernetes:
             _start_resize(new, outcome)
         self.pods[key] = new
         return 200, copy.deepcopy(new)
-
-
-# -- patching -----------------------------------------------------------------------------
-def _patched(obj: dict[str, Any], ctype: str, body: Any) -> dict[str, Any]:
-    if ctype == JSON_PATCH:
-        if not isinstance(body, list):
-            raise ApiError(400, "BadRequest", "json patch body must be a list of operations")
-        return _json_patch(obj, body)
-    if ctype in (MERGE_PATCH, STRATEGIC_PATCH):
-        if not isinstance(body, dict):
-            raise ApiError(
-                400,
-                "BadRequest",
-                "error decoding patch: json: cannot unmarshal array into Go value of type "
-                "map[string]interface {}",
-            )
-        return _merge(copy.deepcopy(obj), body)
-    raise ApiError(415, "UnsupportedMediaType", f"unsupported patch content type {ctype!r}")
-
-
-def _merge(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    if not isinstance(target, dict):
-        target = {}
-    for k, v in patch.items():
-        if v is None:
-            target.pop(k, None)
-        else:
-            target[k] = _merge(target.get(k), v)
-    return target
-
-
-def _pointer(path: str) -> list[str]:
-    if not path.startswith("/"):
-        raise ApiError(422, "Invalid", f"invalid JSON pointer {path!r}")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _json_patch(obj: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
-    doc = copy.deepcopy(obj)
-    for op in ops:
-        if not isinstance(op, dict) or "op" not in op or "path" not in op:
-            raise ApiError(400, "BadRequest", f"malformed json patch operation {op!r}")
-        *parents, last = _pointer(op["path"])
-        node: Any = doc
-        try:
-            for p in parents:
-                node = node[int(p)] if isinstance(node, list) else node[p]
-        except (KeyError, IndexError, ValueError):
-            raise ApiError(422, "Invalid", f"path {op['path']} does not exist") from None
-        kind = op["op"]
-        try:
-            if kind == "test":
-                current = node[int(last)] if isinstance(node, list) else node.get(last)
-                if current != op.get("value"):
-                    raise ApiError(
-                        422,
-                        "Invalid",
-                        f"the server rejected our request due to an error in our request: "
-                        f"testing value {op['path']} failed",
-                    )
-            elif kind in ("add", "replace"):
-                value = copy.deepcopy(op.get("value"))
-                if isinstance(node, list):
-                    if last == "-":
-                        node.append(value)
-                    elif kind == "add":
-                        node.insert(int(last), value)
-                    else:
-                        node[int(last)] = value
-                else:
-                    if kind == "replace" and last not in node:
-                        raise ApiError(422, "Invalid", f"replace: missing path {op['path']}")
-                    node[last] = value
-            elif kind == "remove":
-                if isinstance(node, list):
-                    node.pop(int(last))
-                else:
-                    del node[last]
-            else:
-                raise ApiError(400, "BadRequest", f"unsupported json patch op {kind!r}")
-        except (KeyError, IndexError, ValueError, TypeError):
-            raise ApiError(422, "Invalid", f"{kind}: invalid path {op['path']}") from None
-    return doc
 
 
 def _check_rv(old: dict[str, Any], new: dict[str, Any]) -> None:
