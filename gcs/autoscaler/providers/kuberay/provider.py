@@ -362,6 +362,15 @@ class KubeRayProvider:
         except Exception as err:  # the next completed sync sets it again
             log.warning("provider.raylet_restore_failed", pod=pod, error=str(err))
 
+    def _group_idle_timeout_s(self, group: str) -> float:
+        """The group's ``idleTimeoutSeconds``, else the cluster's."""
+        t = self._cluster.scheduler.node_types.get(group) if self._cluster else None
+        return (
+            t.idle_timeout_s
+            if t is not None and t.idle_timeout_s is not None
+            else (self._idle_timeout_s)
+        )
+
     async def _downsize(self, nodes: Sequence[RayNode], skip: set[str]) -> None:
         now = self._clock.now_s()
         by_pod = {n.instance_id: n for n in nodes if n.instance_id}
@@ -373,7 +382,7 @@ class KubeRayProvider:
                 self._unused.reset(pod)
                 continue
             target = downsize_target(st, entry.spec, node.total, node.available)
-            if not self._unused.due(pod, target, now, self._idle_timeout_s):
+            if not self._unused.due(pod, target, now, self._group_idle_timeout_s(group)):
                 continue
             assert target is not None
             self._unused.reset(pod)
