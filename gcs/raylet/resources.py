@@ -185,9 +185,9 @@ class LocalResources:
     def resize(self, new_totals: Mapping[str, float]) -> list[bytes]:
         """Set totals of existing, non-unit resources, keeping in-use amounts.
 
-        Validates the whole request before changing anything.  Availability becomes
-        ``new total - in use`` (may go negative until leases return, as in Ray).  Returns
-        lease ids granted because of the change.
+        Validates the whole request before changing anything.  As Ray's raylet, a shrink
+        is clamped to what is free (``delta >= -available``): the total never drops below
+        what is in use.  Returns lease ids granted because of the change.
         """
         for name, amount in new_totals.items():
             if name in UNIT_INSTANCE_RESOURCES:
@@ -197,9 +197,10 @@ class LocalResources:
             if amount < 0:
                 raise InvalidArgument(f"resource {name} cannot be resized to {amount}")
         for name, amount in new_totals.items():
-            in_use = self.total[name] - self.available.get(name, 0.0)
-            self.total[name] = float(amount)
-            self.available[name] = float(amount) - in_use
+            free = max(0.0, self.available.get(name, 0.0))
+            delta = max(float(amount) - self.total[name], -free)
+            self.total[name] += delta
+            self.available[name] = self.available.get(name, 0.0) + delta
         for entry in self._waiting:
             entry.state = Placement.QUEUED if self.feasible(entry.request) else Placement.INFEASIBLE
         return self._grant_waiting()
