@@ -9,9 +9,9 @@ measured reads include the incremental re-aggregation a live cluster causes.
 
 Prints p50/p99/max in ms, reply size, and the same figures with the load unchanged.
 Compare runs by the printed percentiles (fixed seed).  ``--front off,on`` measures the
-grpc.aio port and the front server (which relays this call to grpc.aio over its private
-socket) one after the other in the same run, plus a small unary call (GetClusterId),
-and prints the front/off ratios: the forwarding cost.
+grpc.aio port and the front server (which answers every unary call itself, through the
+same handler table) one after the other in the same run, plus a small unary call
+(GetClusterId), and prints the front/off ratios.
 """
 
 from __future__ import annotations

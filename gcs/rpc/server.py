@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -162,3 +162,22 @@ def _serialize(message: Any) -> bytes:
     if isinstance(message, bytes):
         return message
     return message.SerializeToString()
+
+
+class HandlerTable:
+    """Registers handlers on a grpc.aio server and keeps them, so the front server
+    (gcs.rpc.front) answers with the very same table.  Passed where a server is expected
+    (``add_HealthServicer_to_server``, ``enable_server_reflection``)."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self.server = server
+        self.handlers: list[grpc.GenericRpcHandler] = []
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self.handlers.extend(handlers)
+        self.server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.server.add_registered_method_handlers(service, handlers)  # type: ignore[attr-defined]

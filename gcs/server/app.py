@@ -44,12 +44,19 @@ from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import method_path, service_handler, wire_service_name
 from gcs.rpc import services as svc
-from gcs.rpc.front import Forwarder, FrontServer, GrpcRouter, H2Limits, hot_methods
+from gcs.rpc.front import (
+    Forwarder,
+    FrontServer,
+    GrpcRouter,
+    H2Limits,
+    hot_methods,
+    native_methods,
+)
 from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.security import Security
-from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
+from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS, HandlerTable
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
 from gcs.server.metrics import GcsMetrics, counter, gauge, on_loop, pubsub_families
@@ -65,7 +72,7 @@ from gcs.store import Store, StoreUnavailable, store_from_url
 from gcs.store.metered import MeteredStore
 
 log = structlog.get_logger("gcs.server")
-HEALTH_CHECK_PATH = HEALTH_PREFIX + "Check"
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"]
 
 
 @dataclass(slots=True)
@@ -334,6 +341,7 @@ class GcsServer:
             ],
         )
         hook = self.metrics.on_call
+        table = HandlerTable(server)
         servicers = [
             (
                 svc.NODE_INFO,
@@ -374,14 +382,14 @@ class GcsServer:
                 max_request_bytes=limits.max_request_bytes,
                 max_request_bytes_by_method=by_method,
             )
-            server.add_generic_rpc_handlers([handler])
+            table.add_generic_rpc_handlers([handler])
         pubsub_servicers = m.pubsub.servicers(limits)
-        server.add_generic_rpc_handlers(
+        table.add_generic_rpc_handlers(
             m.pubsub.handlers(on_call=hook, limits=limits, servicers=pubsub_servicers)
         )
         servicers += [(svc.CONTROL_PLANE_PUBSUB, None), (svc.OBSERVABILITY_PUBSUB, None)]
         health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, table)
         names = [wire_service_name(d) for d, _ in servicers]
         for name in ["", *names]:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -393,11 +401,11 @@ class GcsServer:
         ]
         reflection.enable_server_reflection(
             [*names, reflection.SERVICE_NAME, health.SERVICE_NAME],
-            server,
+            table,
             pool=wire_pool(reflected),
         )
         if cfg.front_server:
-            await self._serve_behind_front(server, interceptor.guard, pubsub_servicers)
+            await self._serve_behind_front(table, interceptor.guard, pubsub_servicers)
             return
         try:
             self.port = self.security.add_port(server, f"{cfg.host}:{cfg.port}")
@@ -410,28 +418,28 @@ class GcsServer:
 
     async def _serve_behind_front(
         self,
-        server: grpc.aio.Server,
+        table: HandlerTable,
         guard: CallGuard,
         pubsub_servicers: list[tuple[ServiceDescriptor, PubSubServicer]],
     ) -> None:
         """grpc.aio on a private Unix socket (plaintext: the hop never leaves the host, the
         directory is the owner's only); the front server on the GCS port (gcs.rpc.front)."""
         cfg = self.config
+        server = table.server
         self._private_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="gcs", dir="/tmp")
         internal = f"unix:{self._private_dir}/grpc.sock"
         if server.add_insecure_port(internal) == 0:
             raise OSError(errno.EADDRINUSE, f"cannot bind the internal gRPC socket {internal}")
         await server.start()
         self._server = server
-        unary = [
-            method_path(method)
-            for descriptor in svc.SERVED_BY_GCS
-            for method in descriptor.methods
-            if not (method.client_streaming or method.server_streaming)
+        paths = [
+            *(method_path(method) for d in svc.SERVED_BY_GCS for method in d.methods),
+            *(HEALTH_PREFIX + method.name for method in HEALTH_SERVICE.methods),
         ]
-        forwarder = Forwarder(internal, [*unary, HEALTH_CHECK_PATH], cfg.grpc_max_message_bytes)
+        forwarder = Forwarder(internal, cfg.grpc_max_message_bytes)
         router = GrpcRouter(
             hot_methods(pubsub_servicers, cfg.limits.max_request_bytes),
+            native_methods(table.handlers, paths),
             guard,
             forwarder,
             on_call=self.metrics.on_call,

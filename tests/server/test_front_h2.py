@@ -36,6 +36,7 @@ from gcs.rpc.h2wire import (
 )
 
 PATH = b"/ray.rpc.ControlPlanePubSubGcsService/GcsSubscriberPoll"
+NATIVE_PATH = b"/ray.rpc.ObservabilityPubSubService/ReportJobError"
 
 
 class FakeTransport(asyncio.Transport):
@@ -480,14 +481,18 @@ async def test_random_frames_never_hit_an_internal_error(seed: int) -> None:
 
     from gcs.clock import SystemClock
     from gcs.pubsub.runtime import GcsPubSub
-    from gcs.rpc.front import Forwarder, GrpcRouter, hot_methods
+    from gcs.rpc.front import Forwarder, GrpcRouter, hot_methods, native_methods
+    from gcs.rpc.wire import method_path
     from gcs.server.interceptors import CallGuard
 
     rng = random.Random(seed)
     pubsub = GcsPubSub.create(SystemClock())
-    forwarder = Forwarder("unix:/nonexistent/gcs.sock", [], 1 << 20)
+    forwarder = Forwarder("unix:/nonexistent/gcs.sock", 1 << 20)
+    servicers = pubsub.servicers()
+    paths = [method_path(m) for d, _ in servicers for m in d.methods]
     router = GrpcRouter(
-        hot_methods(pubsub.servicers(), 4096),
+        hot_methods(servicers, 4096),
+        native_methods(pubsub.handlers(servicers=servicers), paths),
         CallGuard(None, None),
         forwarder,
         on_call=None,
@@ -502,7 +507,9 @@ async def test_random_frames_never_hit_an_internal_error(seed: int) -> None:
         for _ in range(rng.randrange(1, 30)):
             sid = rng.choice([0, 1, 3, 5, 2, rng.randrange(1 << 31)])
             if rng.random() < 0.4:
-                path = rng.choice([PATH, PATH.replace(b"Poll", b"CommandBatch"), b"/x/y"])
+                path = rng.choice(
+                    [PATH, PATH.replace(b"Poll", b"CommandBatch"), NATIVE_PATH, b"/x/y"]
+                )
                 block = enc.encode([(":method", "POST"), (":path", path.decode())])
                 flags = rng.choice([END_HEADERS, END_HEADERS | END_STREAM, 0])
                 data += frame(HEADERS, flags, sid | 1, block)
@@ -518,5 +525,6 @@ async def test_random_frames_never_hit_an_internal_error(seed: int) -> None:
         ]
         assert 0x2 not in codes, f"seed {seed}: internal error"
         conn.close()
+    await router.close()
     await forwarder.close()
     await pubsub.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import pytest
@@ -16,7 +17,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from gcs.config import RequestLimits
 from gcs.proto import gcs_pb2, gcs_service_pb2, pubsub_pb2
 from gcs.pubsub import GCS_NODE_INFO_CHANNEL
+from gcs.rpc import services as svc
 from gcs.rpc.h2wire import GOAWAY
+from gcs.rpc.wire import method_path
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import eventually, fast_config
@@ -260,3 +263,133 @@ async def test_a_held_poll_past_its_deadline_is_released(gcs_server: GcsServer) 
             await channel.unary_unary(POLL)(poll, timeout=0.3)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         await eventually(lambda: not publisher.held_poll_count(), 10.0)
+
+
+def _every_unary_method() -> list[str]:
+    paths = [
+        method_path(m)
+        for d in svc.SERVED_BY_GCS
+        for m in d.methods
+        if not (m.client_streaming or m.server_streaming)
+    ]
+    return [*paths, "/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/List"]
+
+
+@pytest.mark.parametrize("path", _every_unary_method())
+async def test_every_unary_method_answers_like_grpc_aio(
+    pair: tuple[GcsServer, GcsServer], path: str
+) -> None:
+    """(a) undecodable bytes, (b) a default request: the same status and message."""
+    front, plain = pair
+    for body in (b"\x0a\x64", b""):
+        got_front = await _answer(front.address, path, body, _auth())
+        got_plain = await _answer(plain.address, path, body, _auth())
+        assert got_front == got_plain, (body, got_front, got_plain)
+        assert got_front[1] != "Method not found!"  # a served path, not an unknown one
+
+
+BIG_CHANNEL = [
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.max_receive_message_length", 64 << 20),
+]
+
+
+async def _kv(address: str, name: str, request: Any) -> bytes:
+    async with grpc.aio.insecure_channel(address, options=BIG_CHANNEL) as channel:
+        path = method_path(svc.INTERNAL_KV.methods_by_name[name])
+        return bytes(
+            await channel.unary_unary(path)(
+                request.SerializeToString(), metadata=_auth(), timeout=60
+            )
+        )
+
+
+async def test_a_reply_above_16_mib_is_identical(pair: tuple[GcsServer, GcsServer]) -> None:
+    keys = [b"big%d" % i for i in range(5)]
+    replies = []
+    for server in pair:
+        for key in keys:
+            value = key * ((4 << 20) // len(key))
+            await _kv(
+                server.address,
+                "InternalKVPut",
+                gcs_service_pb2.InternalKVPutRequest(
+                    namespace=b"n", key=key, value=value, overwrite=True
+                ),
+            )
+        replies.append(
+            await _kv(
+                server.address,
+                "InternalKVMultiGet",
+                gcs_service_pb2.InternalKVMultiGetRequest(namespace=b"n", keys=keys),
+            )
+        )
+    assert len(replies[0]) > 16 << 20
+    assert replies[0] == replies[1]
+
+
+async def test_message_size_limits_alike(tmp_path, monkeypatch) -> None:
+    """Requests and replies above ``grpc_max_message_bytes`` get grpc.aio's answer."""
+    for var in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_USE_TLS"):
+        monkeypatch.delenv(var, raising=False)
+    answers = []
+    for front in (True, False):
+        async with (
+            GcsServer(
+                fast_config(front_server=front, grpc_max_message_bytes=1 << 20),
+                store=MemoryStore(),
+            ) as server,
+            grpc.aio.insecure_channel(server.address, options=BIG_CHANNEL) as channel,
+        ):
+            put = channel.unary_unary(method_path(svc.INTERNAL_KV.methods_by_name["InternalKVPut"]))
+            get = channel.unary_unary(
+                method_path(svc.INTERNAL_KV.methods_by_name["InternalKVMultiGet"])
+            )
+            got = []
+            for key in (b"a", b"b"):
+                request = gcs_service_pb2.InternalKVPutRequest(
+                    namespace=b"n", key=key, value=b"v" * 600_000
+                )
+                await put(request.SerializeToString(), timeout=30)
+            too_big = gcs_service_pb2.InternalKVPutRequest(
+                namespace=b"n", key=b"c", value=b"v" * (2 << 20)
+            )
+            both = gcs_service_pb2.InternalKVMultiGetRequest(namespace=b"n", keys=[b"a", b"b"])
+            publish = channel.unary_unary(PUBLISH)  # a hot method: the same bound
+            big_publish = gcs_service_pb2.GcsPublishRequest(
+                pub_messages=[pubsub_pb2.PubMessage(key_id=b"k" * (2 << 20))]
+            )
+            for call, body in ((put, too_big), (get, both), (publish, big_publish)):
+                try:
+                    await call(body.SerializeToString(), timeout=30)
+                    got.append(("OK", ""))
+                except grpc.aio.AioRpcError as err:
+                    got.append((err.code().name, err.details()))
+            answers.append(got)
+    assert answers[0] == answers[1], answers
+    assert all(code == "RESOURCE_EXHAUSTED" for code, _ in answers[0]), answers
+
+
+async def test_many_concurrent_calls_on_one_connection(pair: tuple[GcsServer, GcsServer]) -> None:
+    front, _ = pair
+    put_path = method_path(svc.INTERNAL_KV.methods_by_name["InternalKVPut"])
+    get_path = method_path(svc.INTERNAL_KV.methods_by_name["InternalKVGet"])
+    n = 500
+    async with grpc.aio.insecure_channel(front.address) as channel:
+        put, get = channel.unary_unary(put_path), channel.unary_unary(get_path)
+
+        async def one(i: int) -> bytes:
+            key = b"k%d" % i
+            request = gcs_service_pb2.InternalKVPutRequest(namespace=b"c", key=key, value=key * 3)
+            await put(request.SerializeToString(), metadata=_auth(), timeout=60)
+            reply = await get(
+                gcs_service_pb2.InternalKVGetRequest(namespace=b"c", key=key).SerializeToString(),
+                metadata=_auth(),
+                timeout=60,
+            )
+            return bytes(gcs_service_pb2.InternalKVGetReply.FromString(reply).value)
+
+        values = await asyncio.gather(*(one(i) for i in range(n)))
+        assert front._front is not None
+        assert len(front._front.connections) == 1
+    assert values == [b"k%d" % i * 3 for i in range(n)]

@@ -294,12 +294,15 @@ health:
 load_poll:
   period_ms: 3600000
 raylet_rpc_timeout_ms: 1000
+front_server: {front}
 """
 
 
-async def test_fuzz_every_unary_method(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("front", ["true", "false"], ids=["front", "grpc_aio"])
+async def test_fuzz_every_unary_method(tmp_path: pathlib.Path, front: str) -> None:
+    """With the front server on (every unary method answered natively) and off."""
     config = tmp_path / "fuzz.yaml"
-    config.write_text(FUZZ_CONFIG)
+    config.write_text(FUZZ_CONFIG.format(front=front))
     log_path = tmp_path / "gcs.log"
     gcs = GcsProcess(
         storage="memory://",

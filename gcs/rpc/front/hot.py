@@ -17,11 +17,11 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
+from gcs.rpc.front.body import RequestBody
 from gcs.rpc.front.grpc_wire import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
     GrpcWireError,
-    inflate,
     message_frame,
     trailers_only,
 )
@@ -65,13 +65,12 @@ def hot_methods(
 class HotCall:
     """One call of a hot method (a stream's ``app`` state)."""
 
-    __slots__ = ("body", "declared", "encoding", "future", "method", "start", "timeout", "timer")
+    __slots__ = ("body", "encoding", "future", "method", "start", "timeout", "timer")
 
     def __init__(self, method: HotMethod, timeout: float | None, encoding: bytes | None) -> None:
         self.method = method
         self.encoding = encoding
-        self.body = bytearray()
-        self.declared = -1
+        self.body = RequestBody()
         self.start = 0.0
         self.future: asyncio.Future[Any] | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -87,40 +86,14 @@ class HotDispatcher:
 
     def on_data(self, conn: H2ServerConnection, stream: Stream, call: HotCall, data: bytes) -> None:
         """Keep at most the request limit (+ the 5-byte prefix); count the rest."""
-        body = call.body
         limit = call.method.max_request_bytes
-        cap = (limit if limit is not None else self._max_message) + 5
-        room = cap - len(body)
-        if room > 0:
-            body += data[:room] if len(data) > room else data
-        if len(data) > room:
-            conn.release(stream, len(data) - max(room, 0))
-        if call.declared < 0 and len(body) >= 5:
-            call.declared = int.from_bytes(body[1:5])
+        call.body.add(conn, stream, data, (limit if limit is not None else self._max_message) + 5)
 
     def on_end(self, conn: H2ServerConnection, stream: Stream, call: HotCall) -> None:
         method = call.method
         call.start = time.perf_counter()
-        body = bytes(call.body)
-        call.body = bytearray()
-        conn.release(stream, stream.buffered)
         try:
-            if len(body) < 5:
-                message = "truncated gRPC message prefix" if body else "request without a message"
-                self._fail_status(conn, stream, call, grpc.StatusCode.INTERNAL, message)
-                return
-            if call.declared > self._max_message:
-                self._fail_status(
-                    conn,
-                    stream,
-                    call,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"Received message larger than max ({call.declared} vs. {self._max_message})",
-                )
-                return
-            raw, size = body[5 : 5 + call.declared], call.declared
-            if body[0]:  # compressed (grpc-encoding): inflated as grpc.aio would
-                raw, size = inflate(raw, call.encoding, self._max_message), -1
+            raw, size = call.body.take(conn, stream, call.encoding, self._max_message)
             request = decode_request(
                 method.path, raw, method.message_cls, method.max_request_bytes, size
             )

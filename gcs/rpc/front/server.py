@@ -1,5 +1,7 @@
 """The front server: owns the GCS port, answers the hot pubsub methods itself
-(:mod:`.hot`) and relays every other stream to the grpc.aio server (:mod:`.forward`).
+(:mod:`.hot`) and every other unary method through grpc.aio's own handler table
+(:mod:`.native`); it relays streaming methods and unknown paths to the grpc.aio server
+(:mod:`.forward`).
 
 Why: at 2,000 long-poll subscribers grpc.aio's per-call machinery alone costs more CPU per
 publish than Ray's C++ ``gcs_server`` (``bench/pubsub/floor_server.py``); a held poll here
@@ -21,6 +23,7 @@ from gcs.rpc.front.forward import Forwarded, Forwarder
 from gcs.rpc.front.grpc_wire import GrpcWireError, parse_timeout, request_metadata, trailers_only
 from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream
 from gcs.rpc.front.hot import HotCall, HotDispatcher, HotMethod
+from gcs.rpc.front.native import NativeCall, NativeDispatcher, NativeMethod
 from gcs.rpc.h2wire import PROTOCOL_ERROR
 from gcs.rpc.server import CallHook
 
@@ -36,6 +39,7 @@ class GrpcRouter:
     def __init__(
         self,
         hot: Mapping[str, HotMethod],
+        native: Mapping[str, NativeMethod],
         guard: CallGuard,
         forwarder: Forwarder,
         *,
@@ -43,9 +47,11 @@ class GrpcRouter:
         max_message_bytes: int,
     ) -> None:
         self._hot = hot
+        self._native = native
         self._guard = guard
         self._forwarder = forwarder
         self._dispatcher = HotDispatcher(on_call, max_message_bytes)
+        self._natives = NativeDispatcher(max_message_bytes)
 
     def on_request(self, conn: H2ServerConnection, stream: Stream) -> None:
         path = authorization = cluster_id = timeout = encoding = None
@@ -67,7 +73,8 @@ class GrpcRouter:
         try:
             seconds = parse_timeout(timeout) if timeout is not None else None
             hot = self._hot.get(method)
-            if hot is None:
+            native = self._native.get(method) if hot is None else None
+            if hot is None and native is None:
                 metadata = request_metadata(stream.headers)
                 stream.app = self._forwarder.open(conn, stream, method, metadata, seconds, encoding)
                 return
@@ -80,12 +87,18 @@ class GrpcRouter:
                 stream, trailers_only(grpc.StatusCode.UNAUTHENTICATED, refusal), end_stream=True
             )
             return
-        stream.app = HotCall(hot, seconds, encoding)
+        if hot is not None:
+            stream.app = HotCall(hot, seconds, encoding)
+        else:
+            assert native is not None
+            stream.app = NativeCall(native, seconds, encoding)
 
     def on_data(self, conn: H2ServerConnection, stream: Stream, data: bytes) -> None:
         call = stream.app
         if type(call) is HotCall:
             self._dispatcher.on_data(conn, stream, call, data)
+        elif type(call) is NativeCall:
+            self._natives.on_data(conn, stream, call, data)
         elif call is not None:
             self._forwarder.on_data(conn, stream, call, data)
 
@@ -93,6 +106,8 @@ class GrpcRouter:
         call = stream.app
         if type(call) is HotCall:
             self._dispatcher.on_end(conn, stream, call)
+        elif type(call) is NativeCall:
+            self._natives.on_end(conn, stream, call)
         elif call is not None:
             self._forwarder.on_end(conn, stream, call)
 
@@ -100,8 +115,14 @@ class GrpcRouter:
         call = stream.app
         if type(call) is HotCall:
             self._dispatcher.on_reset(call)
+        elif type(call) is NativeCall:
+            self._natives.on_reset(call)
         elif isinstance(call, Forwarded):
             self._forwarder.on_reset(call)
+
+    async def close(self) -> None:
+        """Cancel the native calls still running (their connections are closed)."""
+        await self._natives.close()
 
 
 class FrontServer:
@@ -176,6 +197,7 @@ class FrontServer:
             log.info("front.stop_forced", connections=len(self.connections))
         for conn in list(self.connections):
             conn.close()
+        await self._router.close()
         await self._forwarder.close()
         if self._server is not None:
             self._server = None

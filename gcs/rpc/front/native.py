@@ -1,0 +1,224 @@
+"""Every other unary method, answered on the front server by the very method handlers the
+grpc.aio server was given (:func:`gcs.rpc.server.service_handler`'s table: its request
+decoding, error mapping and metrics), one task per call, with a :class:`FrontContext`.
+
+Status and details are what grpc.aio answers: the handler's ``set_code`` / ``abort``; an
+exception escaping a handler (only third-party ones, such as health's deserializer) is
+``Unexpected <type>: <error>`` with the code the handler set, else UNKNOWN;
+``grpc-timeout`` cancels the task with DEADLINE_EXCEEDED; the client's RST_STREAM cancels
+it.  A sync handler (none of ours) runs on the loop, where grpc.aio would use a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, NoReturn
+
+import grpc
+import structlog
+
+from gcs.rpc.front.body import RequestBody
+from gcs.rpc.front.grpc_wire import (
+    OK_TRAILERS,
+    RESPONSE_HEADERS,
+    GrpcWireError,
+    Header,
+    Metadata,
+    message_frame,
+    request_metadata,
+    trailers_only,
+)
+from gcs.rpc.front.h2 import H2ServerConnection, Stream
+
+log = structlog.get_logger("gcs.rpc.front")
+
+
+@dataclass(frozen=True, slots=True)
+class NativeMethod:
+    path: str
+    behaviour: Callable[[Any, Any], Awaitable[Any]]
+    deserializer: Callable[[bytes], Any] | None
+    serializer: Callable[[Any], bytes] | None
+
+
+class _CallDetails(NamedTuple):
+    method: str
+    invocation_metadata: tuple[()]
+
+
+def native_methods(
+    handlers: Iterable[grpc.GenericRpcHandler], paths: Iterable[str]
+) -> dict[str, NativeMethod]:
+    """Path -> the unary-unary method handler the first of ``handlers`` serving it gives
+    (as grpc.aio looks it up); streaming and unserved paths are left out."""
+    handlers = list(handlers)
+    out: dict[str, NativeMethod] = {}
+    for path in paths:
+        for generic in handlers:
+            found = generic.service(_CallDetails(path, ()))  # type: ignore[arg-type]
+            if found is None:
+                continue
+            if not (found.request_streaming or found.response_streaming):
+                out[path] = NativeMethod(
+                    path, found.unary_unary, found.request_deserializer, found.response_serializer
+                )
+            break
+    return out
+
+
+class FrontContext:
+    """What handlers use of ``grpc.aio.ServicerContext``."""
+
+    __slots__ = ("_code", "_conn", "_deadline", "_details", "_headers")
+
+    def __init__(
+        self, headers: list[Header], deadline: float | None, conn: H2ServerConnection
+    ) -> None:
+        self._headers = headers
+        self._deadline = deadline
+        self._conn = conn
+        self._code: grpc.StatusCode | None = None
+        self._details = ""
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Metadata = ()
+    ) -> NoReturn:
+        self._code = code
+        self._details = details
+        raise grpc.aio.AbortError()
+
+    def invocation_metadata(self) -> Metadata:
+        return request_metadata(self._headers)
+
+    def time_remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max(self._deadline - asyncio.get_running_loop().time(), 0.0)
+
+    def peer(self) -> str:
+        """As grpc names it: ``ipv4:host:port``, ``ipv6:[host]:port`` or ``unix:path``."""
+        transport = self._conn.transport
+        name = transport.get_extra_info("peername") if transport is not None else None
+        if isinstance(name, tuple) and len(name) >= 2:
+            host, port = name[0], name[1]
+            return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+        return f"unix:{name}" if name else "unknown"
+
+
+class NativeCall:
+    """One call of a native method (a stream's ``app`` state)."""
+
+    __slots__ = ("body", "encoding", "method", "task", "timeout", "timer")
+
+    def __init__(self, method: NativeMethod, timeout: float | None, encoding: bytes | None):
+        self.method = method
+        self.timeout = timeout
+        self.encoding = encoding
+        self.body = RequestBody()
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class NativeDispatcher:
+    def __init__(self, max_message_bytes: int) -> None:
+        self._max_message = max_message_bytes
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def on_data(
+        self, conn: H2ServerConnection, stream: Stream, call: NativeCall, data: bytes
+    ) -> None:
+        call.body.add(conn, stream, data, self._max_message + 5)
+
+    def on_end(self, conn: H2ServerConnection, stream: Stream, call: NativeCall) -> None:
+        try:
+            raw, _ = call.body.take(conn, stream, call.encoding, self._max_message)
+        except GrpcWireError as err:
+            conn.send_headers(stream, trailers_only(err.code, err.message), end_stream=True)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = None if call.timeout is None else loop.time() + call.timeout
+        context = FrontContext(stream.headers, deadline, conn)
+        task = loop.create_task(self._run(conn, stream, call, raw, context))
+        call.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if call.timeout is not None:
+            call.timer = loop.call_later(call.timeout, self._expire, conn, stream, call)
+
+    def on_reset(self, call: NativeCall) -> None:
+        """The client went away: the handler is cancelled."""
+        if call.timer is not None:
+            call.timer.cancel()
+        if call.task is not None:
+            call.task.cancel()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _expire(self, conn: H2ServerConnection, stream: Stream, call: NativeCall) -> None:
+        call.timer = None
+        if call.task is not None and not call.task.done():
+            call.task.cancel()
+            conn.send_headers(
+                stream,
+                trailers_only(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"),
+                end_stream=True,
+            )
+
+    async def _run(
+        self,
+        conn: H2ServerConnection,
+        stream: Stream,
+        call: NativeCall,
+        raw: bytes,
+        context: FrontContext,
+    ) -> None:
+        method = call.method
+        reply = b""
+        try:
+            request = raw if method.deserializer is None else method.deserializer(raw)
+            result = method.behaviour(request, context)
+            if inspect.isawaitable(result):  # a sync handler ran inline (grpc.aio: a thread)
+                result = await result
+            code = context.code()
+            if code is None or code is grpc.StatusCode.OK:
+                reply = result if method.serializer is None else method.serializer(result)
+        except grpc.aio.AbortError:
+            pass
+        except Exception as exc:  # what grpc.aio answers for an exception out of a handler
+            log.exception("front.handler_failed", method=method.path)
+            if context.code() in (None, grpc.StatusCode.OK):
+                context.set_code(grpc.StatusCode.UNKNOWN)
+            context.set_details(f"Unexpected {type(exc)}: {exc}")
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        code = context.code()
+        if code is not None and code is not grpc.StatusCode.OK:
+            conn.send_headers(stream, trailers_only(code, context.details()), end_stream=True)
+        elif len(reply) > self._max_message:
+            message = f"SERVER: Sent message larger than max ({len(reply)} vs. {self._max_message})"
+            conn.send_headers(
+                stream,
+                trailers_only(grpc.StatusCode.RESOURCE_EXHAUSTED, message),
+                end_stream=True,
+            )
+        else:
+            conn.send_reply(stream, RESPONSE_HEADERS, message_frame(reply), OK_TRAILERS)
