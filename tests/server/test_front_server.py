@@ -124,12 +124,15 @@ async def test_front_and_grpc_aio_answer_bad_input_alike(
     assert got_front[1]
 
 
+@pytest.mark.parametrize("path", [COMMANDS, CLUSTER_ID])
 @pytest.mark.parametrize("body", [b"\x0a\x64", _subscribe(b"z" * 28, GCS_NODE_INFO_CHANNEL)])
-async def test_gzip_requests_alike(pair: tuple[GcsServer, GcsServer], body: bytes) -> None:
+async def test_gzip_requests_alike(
+    pair: tuple[GcsServer, GcsServer], body: bytes, path: str
+) -> None:
     front, plain = pair
     gzip = grpc.Compression.Gzip
-    got = await _answer(front.address, COMMANDS, body, _auth(), gzip)
-    assert got == await _answer(plain.address, COMMANDS, body, _auth(), gzip)
+    got = await _answer(front.address, path, body, _auth(), gzip)
+    assert got == await _answer(plain.address, path, body, _auth(), gzip)
 
 
 async def test_wrong_cluster_id_alike_on_served_and_relayed_methods(
