@@ -172,9 +172,9 @@ class GcsConfig:
     expired_job_clusters_gc_interval_ms: int = 30000
     """Period of the GC of finished, idle job clusters (ant-ray's name and default)."""
     front_server: bool = True
-    """Serve the GCS port with the front server (gcs.rpc.front): the pubsub long polls are
-    answered by a lean HTTP/2 server and every other call is relayed to grpc.aio on a
-    private Unix socket.  False: grpc.aio serves the port directly."""
+    """Serve the GCS port with the front server (gcs.rpc.front): a lean HTTP/2 server answers
+    every unary call itself (grpc.aio's own handlers) and relays streaming calls to grpc.aio
+    on a private Unix socket.  False: grpc.aio serves the port directly."""
     front_max_concurrent_streams: int = 4096
     """Front server: concurrent streams per client connection (more are refused)."""
     front_max_buffered_bytes: int = 64 * 1024 * 1024
