@@ -177,6 +177,8 @@ async def test_served_methods_are_counted_like_the_grpc_path(
     front, _ = pair
     await _answer(front.address, POLL, b"\x0a\x64", _auth())
     await _answer(front.address, COMMANDS, _subscribe(b"m" * 28, GCS_NODE_INFO_CHANNEL), _auth())
+    await _answer(front.address, CLUSTER_ID, b"", _auth())  # native methods too
+    await _answer(front.address, CLUSTER_ID, b"\x0a\x64", _auth())
     samples = {
         (s.labels["method"], s.labels["code"]): s.value
         for family in front.metrics.registry.collect()
@@ -186,6 +188,8 @@ async def test_served_methods_are_counted_like_the_grpc_path(
     }
     assert samples[(POLL, "INVALID_ARGUMENT")] == 1
     assert samples[(COMMANDS, "OK")] == 1
+    assert samples[(CLUSTER_ID, "OK")] == 1
+    assert samples[(CLUSTER_ID, "INVALID_ARGUMENT")] == 1
 
 
 async def test_streams_are_relayed_to_grpc_aio(pair: tuple[GcsServer, GcsServer]) -> None:
