@@ -5,7 +5,7 @@ would report them), and between reads a tenth of the nodes report a changed load
 measured reads include the incremental re-aggregation a live cluster causes.
 
     python -m bench.gcs.state_latency [--nodes 2000] [--shapes 10000] [--reads 200]
-                                      [--front off,on]
+                                      [--front off,on | off,on,on,off]
 
 Prints p50/p99/max in ms, reply size, and the same figures with the load unchanged.
 Compare runs by the printed percentiles (fixed seed).  ``--front off,on`` measures the
@@ -62,16 +62,29 @@ async def main() -> None:
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--shapes", type=int, default=10_000)
     ap.add_argument("--reads", type=int, default=200)
-    ap.add_argument("--front", default="on", help="on, off, or off,on (both, same run)")
+    ap.add_argument(
+        "--front",
+        default="on",
+        help="on, off, or a list such as off,on or off,on,on,off (same run; the samples of "
+        "each mode are pooled, so an interleaved order cancels drift in the machine's load)",
+    )
     args = ap.parse_args()
     configure_logging("console", "warning")
-    results = {}
+    results: dict[str, dict[str, list[float]]] = {}
     for mode in args.front.split(","):
         print(f"-- front server {mode}  load=[{load_avg()}]")
-        results[mode] = await run_one(args, front=mode == "on")
+        pooled = results.setdefault(mode, {})
+        for label, samples in (await run_one(args, front=mode == "on")).items():
+            pooled.setdefault(label, []).extend(samples)
     if len(results) == 2:
         off, on = results["off"], results["on"]
         for label in off:
+            for mode, pooled in (("off", off), ("on", on)):
+                ms = pooled[label]
+                print(
+                    f"pooled {mode} [{label}]: p50={statistics.median(ms):.2f} ms "
+                    f"p99={percentile(ms, 0.99):.2f} ms (n={len(ms)})"
+                )
             p50 = statistics.median(on[label]) / statistics.median(off[label])
             p99 = percentile(on[label], 0.99) / percentile(off[label], 0.99)
             extra = (statistics.median(on[label]) - statistics.median(off[label])) * 1000
