@@ -1,0 +1,418 @@
+"""Places pending placement groups on raylets: policy, then Ray's two-phase reservation.
+
+One pass (:meth:`PlacementGroupScheduler.place_once`):
+
+1. take up to ``max_groups_per_pass`` PENDING / RESCHEDULING groups that are not being
+   placed and whose retry time has come (RESCHEDULING first, then oldest first);
+2. ask the pure policy (:mod:`gcs.placement.policy`) for bundle -> node, against the alive,
+   non-draining nodes' reported availability (minus what this scheduler reserved since the
+   node last reported), restricted to the group's virtual cluster;
+3. per placed group, in the background: ``PrepareBundleResources`` on every chosen node;
+   all succeed -> ``CommitBundleResources`` on each, then the manager records the nodes
+   (CREATED when every bundle is placed); any prepare / commit failure ->
+   ``RemovePlacementGroupBundles`` (Ray 2.60's name for CancelResourceReserve) on the
+   nodes that took bundles, and the group stays pending (and gang demand) until a later
+   pass.
+
+Passes are driven by events (node added, group created / removed, bundles lost) and by a
+periodic retry; a group that could not be placed waits ``retry_interval_s`` on the injected
+clock before it is tried again, unless an event makes it worth trying sooner.
+
+Other duties, from the events it listens to: a dead node's bundles are marked lost (only
+those are placed again); a removed group's bundles are returned to their raylets; a
+finished job's non-detached groups are removed.  After a GCS restart
+:meth:`release_unused` tells every alive raylet which bundles are still in use
+(``ReleaseUnusedBundles``) before the first pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from gcs.clock import Clock
+from gcs.errors import GcsError
+from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
+from gcs.managers.nodes import NodeManager
+from gcs.managers.placement_groups import PG, PlacementGroupManager, is_placed
+from gcs.managers.resources import ResourceCache
+from gcs.placement.policy import (
+    BundleDemand,
+    GroupRequest,
+    NodeView,
+    Outcome,
+    Placement,
+    place_groups,
+    selector_from_map,
+)
+from gcs.proto import common_pb2, gcs_pb2
+from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
+
+log = structlog.get_logger("gcs.placement_groups")
+
+ClusterNodes = Callable[[str], frozenset[bytes] | None]
+"""virtual cluster id -> its node ids (None: no restriction)."""
+
+
+def _any_node(cluster_id: str) -> frozenset[bytes] | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementConfig:
+    rpc_timeout_s: float = 10.0
+    """Deadline of each prepare / commit / return call."""
+    retry_interval_s: float = 1.0
+    """A group that could not be placed is retried after this long (periodic pass too)."""
+    max_groups_per_pass: int = 100
+    """Bounded work per pass; the rest wait for the next one."""
+    max_in_flight: int = 32
+    """Groups in two-phase commit at once."""
+
+
+class PlacementGroupScheduler:
+    def __init__(
+        self,
+        pgs: PlacementGroupManager,
+        nodes: NodeManager,
+        cache: ResourceCache,
+        raylets: RayletGateway,
+        clock: Clock,
+        *,
+        node_events: NodeEvents,
+        job_events: JobEvents,
+        pg_events: PlacementGroupEvents,
+        cluster_nodes: ClusterNodes = _any_node,
+        config: PlacementConfig | None = None,
+    ) -> None:
+        self._pgs = pgs
+        self._nodes = nodes
+        self._cache = cache
+        self._raylets = raylets
+        self._clock = clock
+        self._cluster_nodes = cluster_nodes
+        self.config = config or PlacementConfig()
+        self._wake = asyncio.Event()
+        self._in_flight: dict[bytes, asyncio.Task[None]] = {}
+        self._not_before: dict[bytes, float] = {}
+        self._reserved: dict[bytes, list[tuple[bytes, dict[str, float], int]]] = {}
+        """Node -> (group, resources its bundles take there, the node's report generation
+        then): what the cached report cannot show yet."""
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.last_outcome: dict[bytes, Placement] = {}
+        """Group id -> the policy's latest answer (reasons for pending groups)."""
+        node_events.subscribe(self)
+        job_events.subscribe(self)
+        pg_events.subscribe(self)
+
+    # -- events (called synchronously from the emitters' apply steps) --------------------------
+
+    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        self.kick(retry_all=True)
+
+    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        self._reserved.pop(node.node_id, None)
+        self._spawn(self._lose_bundles(node.node_id), "pg-bundles-lost")
+
+    def check_job(self, job: gcs_pb2.JobTableData) -> None:
+        return None
+
+    def on_job_finished(self, job: gcs_pb2.JobTableData) -> None:
+        self._spawn(self._pgs.job_finished(job.job_id), "pg-job-finished")
+
+    def on_placement_group_removed(
+        self, pg: gcs_pb2.PlacementGroupTableData, virtual_cluster_id: str
+    ) -> None:
+        placed = [b for b in pg.bundles if is_placed(b)]
+        if placed:
+            self._spawn(self._return(pg.placement_group_id, placed), "pg-return-bundles")
+        self.kick(retry_all=True)  # resources are freed
+
+    def kick(self, *, retry_all: bool = False) -> None:
+        """Run a pass soon; ``retry_all`` also ends every group's retry wait."""
+        if retry_all:
+            self._not_before.clear()
+        self._wake.set()
+
+    # -- loop ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Release unused bundles (restart), then pass on every kick or retry interval."""
+        await self.release_unused()
+        while True:
+            self._wake.clear()
+            await self.place_once()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.retry_interval_s)
+
+    async def close(self) -> None:
+        tasks = [*self._tasks, *self._in_flight.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def settle(self) -> None:
+        """Wait for background work (two-phase commits, returns, event follow-ups)."""
+        while self._tasks or self._in_flight:
+            await asyncio.gather(*self._tasks, *self._in_flight.values(), return_exceptions=True)
+
+    async def release_unused(self) -> None:
+        """``ReleaseUnusedBundles`` to every alive raylet with the bundles in use there."""
+        in_use = self._pgs.bundles_in_use()
+        calls = [
+            self._release_on(node_id, raylet_address(node), in_use.get(node_id, []))
+            for node_id, node in list(self._nodes.alive.items())
+        ]
+        await asyncio.gather(*calls)
+
+    async def _release_on(
+        self, node_id: bytes, address: str, bundles: list[common_pb2.Bundle]
+    ) -> None:
+        try:
+            await self._raylets.release_unused_bundles(
+                node_id, address, bundles, self.config.rpc_timeout_s
+            )
+        except GcsError as err:
+            log.warning("pg.release_unused_failed", node_id=node_id.hex(), error=err.message)
+
+    # -- one pass ------------------------------------------------------------------------------
+
+    async def place_once(self) -> list[Placement]:
+        """Decide for the due groups and start their two-phase commits; returns the
+        policy's answers (tests read them)."""
+        now = self._clock.monotonic_s()
+        due = [
+            pg
+            for pg in self._pgs.pending()
+            if pg.placement_group_id not in self._in_flight
+            and self._not_before.get(pg.placement_group_id, 0.0) <= now
+        ]
+        due.sort(
+            key=lambda pg: (pg.state != PG.RESCHEDULING, pg.placement_group_creation_timestamp_ms)
+        )
+        room = self.config.max_in_flight - len(self._in_flight)
+        due = due[: max(0, min(self.config.max_groups_per_pass, room))]
+        if not due:
+            return []
+        results = place_groups([self._request(pg) for pg in due], self._node_views())
+        for pg, result in zip(due, results, strict=True):
+            pg_id = pg.placement_group_id
+            self.last_outcome[pg_id] = result
+            if result.outcome is Outcome.PLACED:
+                self._reserve(pg, result.assignment)
+                task = asyncio.get_running_loop().create_task(
+                    self._two_phase(pg, dict(result.assignment)), name="pg-two-phase"
+                )
+                self._in_flight[pg_id] = task
+                task.add_done_callback(functools.partial(self._two_phase_done, pg_id))
+            else:
+                self._not_before[pg_id] = now + self.config.retry_interval_s
+                log.debug("pg.not_placed", pg_id=pg_id.hex(), outcome=result.outcome.value)
+        return results
+
+    def _two_phase_done(self, pg_id: bytes, task: asyncio.Task[None]) -> None:
+        self._in_flight.pop(pg_id, None)
+        if task.cancelled():
+            return
+        err = task.exception()
+        if err is not None:  # e.g. the store failed while recording: try again later
+            self._retry_later(pg_id, f"placement failed: {err!r}")
+
+    def _request(self, pg: gcs_pb2.PlacementGroupTableData) -> GroupRequest:
+        cluster = self._pgs.virtual_cluster_of.get(pg.placement_group_id, "")
+        return GroupRequest(
+            group_id=pg.placement_group_id,
+            strategy=pg.strategy,
+            bundles=tuple(
+                BundleDemand(
+                    index=i,
+                    resources=dict(b.unit_resources),
+                    selector=selector_from_map(b.label_selector),
+                    node_id=b.node_id if is_placed(b) else b"",
+                )
+                for i, b in enumerate(pg.bundles)
+            ),
+            soft_target_node_id=pg.soft_target_node_id,
+            allowed=self._cluster_nodes(cluster) if cluster else None,
+        )
+
+    def _node_views(self) -> list[NodeView]:
+        views = []
+        for node_id, node in self._nodes.alive.items():
+            entry = self._cache.nodes.get(node_id)
+            data = entry.data if entry is not None else None
+            if data is not None and data.is_draining:
+                continue
+            total = dict(data.resources_total) if data is not None else dict(node.resources_total)
+            available = dict(data.resources_available) if data is not None else dict(total)
+            for _, shape, _ in self._fresh_reservations(node_id):
+                for name, amount in shape.items():
+                    available[name] = available.get(name, 0.0) - amount
+            labels = dict(node.labels)
+            views.append(NodeView(node_id, available, total, labels))
+        return views
+
+    def _reserve(
+        self, pg: gcs_pb2.PlacementGroupTableData, assignment: Mapping[int, bytes]
+    ) -> None:
+        for index, node_id in assignment.items():
+            entry = self._cache.nodes.get(node_id)
+            generation = entry.generation if entry is not None else 0
+            shape = dict(pg.bundles[index].unit_resources)
+            self._reserved.setdefault(node_id, []).append(
+                (pg.placement_group_id, shape, generation)
+            )
+
+    def _unreserve(self, pg_id: bytes) -> None:
+        for node_id in list(self._reserved):
+            kept = [r for r in self._reserved[node_id] if r[0] != pg_id]
+            if kept:
+                self._reserved[node_id] = kept
+            else:
+                del self._reserved[node_id]
+
+    def _fresh_reservations(self, node_id: bytes) -> list[tuple[bytes, dict[str, float], int]]:
+        """Reservations the node's cached report cannot show yet (made before its report
+        changed)."""
+        entry = self._cache.nodes.get(node_id)
+        kept = [
+            r
+            for r in self._reserved.get(node_id, [])
+            if entry is not None and r[2] >= entry.generation
+        ]
+        if kept:
+            self._reserved[node_id] = kept
+        else:
+            self._reserved.pop(node_id, None)
+        return kept
+
+    # -- two-phase commit ----------------------------------------------------------------------
+
+    async def _two_phase(
+        self, pg: gcs_pb2.PlacementGroupTableData, assignment: dict[int, bytes]
+    ) -> None:
+        pg_id = pg.placement_group_id
+        by_node: dict[bytes, list[common_pb2.Bundle]] = {}
+        for index, node_id in sorted(assignment.items()):
+            bundle = common_pb2.Bundle()
+            bundle.CopyFrom(pg.bundles[index])
+            bundle.node_id = node_id
+            by_node.setdefault(node_id, []).append(bundle)
+        addresses = {}
+        for node_id in by_node:
+            node = self._nodes.alive.get(node_id)
+            if node is None:
+                self._retry_later(pg_id, "a chosen node died")
+                return
+            addresses[node_id] = raylet_address(node)
+        timeout = self.config.rpc_timeout_s
+        prepared = await self._each(
+            by_node,
+            lambda n, bundles: self._raylets.prepare_bundles(n, addresses[n], bundles, timeout),
+        )
+        holding = [n for n, ok in prepared.items() if ok is True]
+        if len(holding) < len(by_node):
+            await self._cancel(pg_id, {n: by_node[n] for n in holding}, addresses)
+            failed = [n.hex()[:12] for n, ok in prepared.items() if ok is not True]
+            self._retry_later(pg_id, f"prepare failed on {', '.join(failed)}")
+            return
+        committed = await self._each(by_node, self._commit_on(addresses))
+        if not all(ok is True for ok in committed.values()):
+            await self._cancel(pg_id, by_node, addresses)
+            self._retry_later(pg_id, "commit failed")
+            return
+        try:
+            recorded = await self._pgs.record_placement(pg_id, assignment, self._nodes.is_alive)
+        except GcsError as err:  # not persisted: the raylets must not keep the bundles
+            log.warning("pg.record_failed", pg_id=pg_id.hex(), error=err.message)
+            recorded = False
+        if not recorded:  # removed meanwhile, or a node died: give the bundles back
+            await self._cancel(pg_id, by_node, addresses)
+            self._retry_later(pg_id, "the group changed while it was being placed")
+            return
+        self.last_outcome.pop(pg_id, None)
+        log.info("pg.placed", pg_id=pg_id.hex(), nodes=len(by_node))
+
+    def _commit_on(
+        self, addresses: dict[bytes, str]
+    ) -> Callable[[bytes, list[common_pb2.Bundle]], Coroutine[Any, Any, bool]]:
+        async def commit(node_id: bytes, bundles: list[common_pb2.Bundle]) -> bool:
+            await self._raylets.commit_bundles(
+                node_id, addresses[node_id], bundles, self.config.rpc_timeout_s
+            )
+            return True
+
+        return commit
+
+    async def _each(
+        self,
+        by_node: dict[bytes, list[common_pb2.Bundle]],
+        call: Callable[[bytes, list[common_pb2.Bundle]], Coroutine[Any, Any, bool]],
+    ) -> dict[bytes, bool | BaseException]:
+        nodes = list(by_node)
+        results = await asyncio.gather(
+            *(call(n, by_node[n]) for n in nodes), return_exceptions=True
+        )
+        for node_id, result in zip(nodes, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, GcsError):
+                    raise result
+                log.info("pg.raylet_call_failed", node_id=node_id.hex(), error=result.message)
+        return dict(zip(nodes, results, strict=True))
+
+    async def _cancel(
+        self,
+        pg_id: bytes,
+        by_node: dict[bytes, list[common_pb2.Bundle]],
+        addresses: dict[bytes, str],
+    ) -> None:
+        await asyncio.gather(
+            *(self._return_on(pg_id, n, addresses[n], b) for n, b in by_node.items())
+        )
+
+    async def _return(self, pg_id: bytes, bundles: Sequence[common_pb2.Bundle]) -> None:
+        by_node: dict[bytes, list[common_pb2.Bundle]] = {}
+        for bundle in bundles:
+            by_node.setdefault(bundle.node_id, []).append(bundle)
+        calls = []
+        for node_id, on_node in by_node.items():
+            node = self._nodes.alive.get(node_id)
+            if node is not None:  # a dead node's bundles went with it
+                calls.append(self._return_on(pg_id, node_id, raylet_address(node), on_node))
+        await asyncio.gather(*calls)
+
+    async def _return_on(
+        self, pg_id: bytes, node_id: bytes, address: str, bundles: list[common_pb2.Bundle]
+    ) -> None:
+        try:
+            await self._raylets.remove_bundles(
+                node_id, address, pg_id, bundles, self.config.rpc_timeout_s
+            )
+        except GcsError as err:  # the raylet releases it after a restart or dies with it
+            log.warning("pg.return_failed", node_id=node_id.hex(), error=err.message)
+
+    def _retry_later(self, pg_id: bytes, why: str) -> None:
+        self._unreserve(pg_id)
+        self._not_before[pg_id] = self._clock.monotonic_s() + self.config.retry_interval_s
+        log.info("pg.retry_later", pg_id=pg_id.hex(), reason=why)
+
+    async def _lose_bundles(self, node_id: bytes) -> None:
+        if await self._pgs.bundles_lost(node_id):
+            self.kick(retry_all=True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        async def body() -> None:
+            try:
+                await coro
+            except GcsError as err:
+                log.warning("pg.background_failed", task=name, error=err.message)
+
+        task = asyncio.get_running_loop().create_task(body(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
