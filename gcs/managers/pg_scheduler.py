@@ -105,6 +105,8 @@ class PlacementGroupScheduler:
         """Node -> (group, resources its bundles take there, the node's report generation
         then): what the cached report cannot show yet."""
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._views: dict[bytes, tuple[gcs_pb2.GcsNodeInfo, int, NodeView]] = {}
+        """Node -> (the node info and report generation the view was built from, view)."""
         self.last_outcome: dict[bytes, Placement] = {}
         """Group id -> the policy's latest answer (reasons for pending groups)."""
         node_events.subscribe(self)
@@ -143,7 +145,9 @@ class PlacementGroupScheduler:
     # -- loop ----------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Release unused bundles (restart), then pass on every kick or retry interval."""
+        """Repair and release unused bundles (restart), then pass on every kick or retry
+        interval."""
+        await self.repair()
         await self.release_unused()
         while True:
             self._wake.clear()
@@ -161,6 +165,13 @@ class PlacementGroupScheduler:
         """Wait for background work (two-phase commits, returns, event follow-ups)."""
         while self._tasks or self._in_flight:
             await asyncio.gather(*self._tasks, *self._in_flight.values(), return_exceptions=True)
+
+    async def repair(self) -> None:
+        """Bundles recorded on nodes that are not alive (the GCS stopped between a node's
+        death and its bundles being marked lost) are lost now."""
+        for node_id in list(self._pgs.bundles_in_use()):
+            if not self._nodes.is_alive(node_id):
+                await self._pgs.bundles_lost(node_id)
 
     async def release_unused(self) -> None:
         """``ReleaseUnusedBundles`` to every alive raylet with the bundles in use there."""
@@ -243,19 +254,33 @@ class PlacementGroupScheduler:
         )
 
     def _node_views(self) -> list[NodeView]:
+        """Alive, non-draining nodes as the policy sees them; a node's view is rebuilt only
+        when its report (or registration) changed, or this scheduler reserved on it."""
         views = []
         for node_id, node in self._nodes.alive.items():
             entry = self._cache.nodes.get(node_id)
             data = entry.data if entry is not None else None
             if data is not None and data.is_draining:
                 continue
-            total = dict(data.resources_total) if data is not None else dict(node.resources_total)
-            available = dict(data.resources_available) if data is not None else dict(total)
-            for _, shape, _ in self._fresh_reservations(node_id):
-                for name, amount in shape.items():
-                    available[name] = available.get(name, 0.0) - amount
-            labels = dict(node.labels)
-            views.append(NodeView(node_id, available, total, labels))
+            generation = entry.generation if entry is not None else -1
+            cached = self._views.get(node_id)
+            if cached is None or cached[0] is not node or cached[1] != generation:
+                total = dict(data.resources_total if data is not None else node.resources_total)
+                available = dict(data.resources_available) if data is not None else dict(total)
+                cached = (node, generation, NodeView(node_id, available, total, dict(node.labels)))
+                self._views[node_id] = cached
+            view = cached[2]
+            if node_id in self._reserved:
+                reserved = self._fresh_reservations(node_id)
+                if reserved:
+                    available = dict(view.available)
+                    for _, shape, _ in reserved:
+                        for name, amount in shape.items():
+                            available[name] = available.get(name, 0.0) - amount
+                    view = NodeView(node_id, available, view.total, view.labels)
+            views.append(view)
+        if len(self._views) > len(self._nodes.alive) + 64:
+            self._views = {k: v for k, v in self._views.items() if k in self._nodes.alive}
         return views
 
     def _reserve(

@@ -26,8 +26,10 @@ resources the earlier ones took.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from gcs.labels import selector_proto
@@ -70,6 +72,15 @@ class NodeView:
     available: Resources
     total: Resources
     labels: Mapping[str, str] = field(default_factory=dict)
+    static_key: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    """(sorted totals, sorted labels): the part of a node's class that never changes."""
+    available_key: tuple[object, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # computed once per view; callers that keep views across passes pay it once
+        static = (tuple(sorted(self.total.items())), tuple(sorted(self.labels.items())))
+        object.__setattr__(self, "static_key", static)
+        object.__setattr__(self, "available_key", tuple(sorted(self.available.items())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,63 +118,153 @@ class Placement:
 
 
 def place_groups(groups: Sequence[GroupRequest], nodes: Sequence[NodeView]) -> list[Placement]:
-    """Place ``groups`` in order; each placed group's bundles are taken from availability."""
-    free = {n.node_id: dict(n.available) for n in nodes}
+    """Place ``groups`` in order; each placed group's bundles are taken from availability.
+
+    Cost: nodes are grouped into classes of identical (free, total, labels) - in a large
+    cluster most nodes are alike - and a choice looks at one node per class (the first in
+    order, so the answer equals a node-by-node search) plus the nodes this group touched;
+    a group of B bundles costs about B x classes, not B x nodes.
+    """
+    live = _Classes(nodes, range(len(nodes)), use_total=False)
+    empty: _Classes | None = None
     out: list[Placement] = []
     for group in groups:
-        result = place_group(group, nodes, free)
-        if result.outcome is Outcome.PLACED:
+        classes = live if group.allowed is None else live.subset(group.allowed)
+        assignment, why = _solve(group, nodes, classes)
+        if assignment is not None:
             by_index = {b.index: b for b in group.bundles}
-            for index, node_id in result.assignment.items():
-                _take(free[node_id], by_index[index].resources)
-        out.append(result)
+            for index, pos in assignment.items():
+                live.take(pos, by_index[index].resources)
+            placed = {i: nodes[pos].node_id for i, pos in assignment.items()}
+            out.append(Placement(group.group_id, Outcome.PLACED, placed))
+            continue
+        if empty is None:
+            empty = _Classes(nodes, range(len(nodes)), use_total=True)
+        scope = empty if group.allowed is None else empty.subset(group.allowed)
+        never = _solve(group, nodes, scope)[0] is None
+        outcome = Outcome.INFEASIBLE if never else Outcome.NO_RESOURCES
+        out.append(Placement(group.group_id, outcome, reason=why))
     return out
 
 
-def place_group(
-    group: GroupRequest, nodes: Sequence[NodeView], free: Mapping[bytes, Mapping[str, float]]
-) -> Placement:
-    """One group against ``free`` (not changed); see the module docstring."""
-    candidates = [n for n in nodes if (group.allowed is None or n.node_id in group.allowed)]
-    pools = {n.node_id: free.get(n.node_id, n.available) for n in candidates}
-    assignment, why = _solve(group, candidates, pools)
-    if assignment is not None:
-        return Placement(group.group_id, Outcome.PLACED, assignment)
-    empty = {n.node_id: n.total for n in candidates}
-    if _solve(group, candidates, empty)[0] is None:
-        return Placement(group.group_id, Outcome.INFEASIBLE, reason=why)
-    return Placement(group.group_id, Outcome.NO_RESOURCES, reason=why)
+class _Classes:
+    """Node positions grouped by identical (free, total, labels); ``free`` per position."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeView],
+        positions: Iterable[int],
+        *,
+        use_total: bool,
+        free: Mapping[int, Resources] | None = None,
+    ) -> None:
+        """Positions in ascending order; free = each node's available (or total) unless
+        ``free`` gives it (never changed in place: copied on the first take)."""
+        self.nodes = nodes
+        self.free: dict[int, Resources] = {}
+        self.members: dict[tuple[object, ...], list[int]] = {}
+        self._key: dict[int, tuple[object, ...]] = {}
+        for pos in positions:
+            node = nodes[pos]
+            if free is not None:
+                self.free[pos] = free[pos]
+                key = (tuple(sorted(free[pos].items())), *node.static_key)
+            elif use_total:
+                self.free[pos] = node.total
+                key = (node.static_key[0], *node.static_key)
+            else:
+                self.free[pos] = node.available
+                key = (node.available_key, *node.static_key)
+            self._key[pos] = key
+            self.members.setdefault(key, []).append(pos)
+
+    def subset(self, allowed: frozenset[bytes]) -> _Classes:
+        keep = [p for p in self.free if self.nodes[p].node_id in allowed]
+        return _Classes(self.nodes, sorted(keep), use_total=False, free=self.free)
+
+    def positions_of(self, node_ids: AbstractSet[bytes]) -> set[int]:
+        return {p for p in self.free if self.nodes[p].node_id in node_ids}
+
+    def take(self, pos: int, shape: Resources) -> None:
+        members = self.members[self._key[pos]]
+        members.remove(pos)
+        if not members:
+            del self.members[self._key[pos]]
+        pool = dict(self.free[pos])
+        _take(pool, shape)
+        self.free[pos] = pool
+        key = (tuple(sorted(pool.items())), *self.nodes[pos].static_key)
+        self._key[pos] = key
+        bisect.insort(self.members.setdefault(key, []), pos)
+
+
+class _Work:
+    """One solve's view: the classes plus copies of the nodes it took from."""
+
+    def __init__(self, classes: _Classes) -> None:
+        self._classes = classes
+        self.touched: dict[int, dict[str, float]] = {}
+
+    def free(self, pos: int) -> Mapping[str, float]:
+        touched = self.touched.get(pos)
+        return touched if touched is not None else self._classes.free[pos]
+
+    def candidates(self, skip: AbstractSet[int] = frozenset()) -> list[int]:
+        """Touched nodes, then the first untouched node of each class (``skip`` left out),
+        in position order."""
+        out = [pos for pos in self.touched if pos not in skip]
+        for members in self._classes.members.values():
+            for pos in members:
+                if pos not in self.touched and pos not in skip:
+                    out.append(pos)
+                    break
+        out.sort()
+        return out
+
+    def take(self, pos: int, shape: Resources) -> None:
+        pool = self.touched.get(pos)
+        if pool is None:
+            pool = self.touched[pos] = dict(self._classes.free[pos])
+        _take(pool, shape)
 
 
 # -- strategies -------------------------------------------------------------------------
 
 
 def _solve(
-    group: GroupRequest, nodes: list[NodeView], pools: Mapping[bytes, Mapping[str, float]]
-) -> tuple[dict[int, bytes] | None, str]:
+    group: GroupRequest, nodes: Sequence[NodeView], classes: _Classes
+) -> tuple[dict[int, int] | None, str]:
+    """Bundle index -> node position for the unplaced bundles, or (None, why)."""
     todo = sorted((b for b in group.bundles if not b.node_id), key=_size_key)
     if not todo:
         return {}, ""
     placed_on = {b.node_id for b in group.bundles if b.node_id}
-    work = {n.node_id: dict(pools[n.node_id]) for n in nodes}
+    placed_pos = classes.positions_of(placed_on) if placed_on else set()
+    work = _Work(classes)
     if group.strategy == STRICT_PACK:
-        return _strict_pack(group, todo, nodes, work, placed_on)
+        target = (
+            classes.positions_of({group.soft_target_node_id})
+            if group.soft_target_node_id
+            else set()
+        )
+        return _strict_pack(todo, nodes, work, bool(placed_on), placed_pos, target)
     if group.strategy == STRICT_SPREAD:
-        return _spread(todo, nodes, work, placed_on, strict=True)
+        return _spread(todo, nodes, work, placed_pos, strict=True)
     if group.strategy == SPREAD:
-        return _spread(todo, nodes, work, placed_on, strict=False)
+        return _spread(todo, nodes, work, placed_pos, strict=False)
     return _pack(todo, nodes, work)
 
 
 def _pack(
-    todo: list[BundleDemand], nodes: list[NodeView], work: dict[bytes, dict[str, float]]
-) -> tuple[dict[int, bytes] | None, str]:
-    out: dict[int, bytes] = {}
+    todo: list[BundleDemand], nodes: Sequence[NodeView], work: _Work
+) -> tuple[dict[int, int] | None, str]:
+    out: dict[int, int] = {}
     remaining = list(todo)
     while remaining:
-        best: tuple[int, float, int, bytes, list[BundleDemand]] | None = None
-        for pos, node in enumerate(nodes):
-            pool = dict(work[node.node_id])
+        best: tuple[int, float, int, list[BundleDemand]] | None = None
+        for pos in work.candidates():
+            node = nodes[pos]
+            pool = dict(work.free(pos))
             took = []
             for bundle in remaining:
                 if matches(bundle.selector, node.labels) and _fits(bundle.resources, pool):
@@ -171,77 +272,79 @@ def _pack(
                     took.append(bundle)
             if not took:
                 continue
-            key = (-len(took), _leftover(node, work[node.node_id], _sum(took)), pos)
+            key = (-len(took), _leftover(node, work.free(pos), _sum(took)), pos)
             if best is None or key < best[:3]:
-                best = (*key, node.node_id, took)
+                best = (*key, took)
         if best is None:
             b = remaining[0]
             return None, f"PACK: bundle {b.index} {_fmt(b.resources)} fits no node"
-        node_id, took = best[3], best[4]
+        pos, took = best[2], best[3]
         for bundle in took:
-            out[bundle.index] = node_id
-            _take(work[node_id], bundle.resources)
+            out[bundle.index] = pos
+            work.take(pos, bundle.resources)
             remaining.remove(bundle)
     return out, ""
 
 
 def _spread(
     todo: list[BundleDemand],
-    nodes: list[NodeView],
-    work: dict[bytes, dict[str, float]],
-    placed_on: set[bytes],
+    nodes: Sequence[NodeView],
+    work: _Work,
+    placed_pos: set[int],
     *,
     strict: bool,
-) -> tuple[dict[int, bytes] | None, str]:
-    out: dict[int, bytes] = {}
-    used = set(placed_on)
+) -> tuple[dict[int, int] | None, str]:
+    out: dict[int, int] = {}
+    used = set(placed_pos)
     name = "STRICT_SPREAD" if strict else "SPREAD"
     for bundle in todo:
-        fitting = [
-            (pos, n)
-            for pos, n in enumerate(nodes)
-            if matches(bundle.selector, n.labels) and _fits(bundle.resources, work[n.node_id])
-        ]
-        fresh = [(pos, n) for pos, n in fitting if n.node_id not in used]
-        choice = fresh or ([] if strict else fitting)
+        choice = _fitting(bundle, nodes, work, work.candidates(used))
+        if not choice and not strict:
+            choice = _fitting(bundle, nodes, work, work.candidates())
         if not choice:
             return None, (
                 f"{name}: bundle {bundle.index} {_fmt(bundle.resources)} fits no node "
                 f"not already used by the group ({len(used)} used)"
             )
-        _, node = min(
-            choice, key=lambda pn: (_leftover(pn[1], work[pn[1].node_id], bundle.resources), pn[0])
-        )
-        out[bundle.index] = node.node_id
-        used.add(node.node_id)
-        _take(work[node.node_id], bundle.resources)
+        pos = min(choice, key=lambda p: (_leftover(nodes[p], work.free(p), bundle.resources), p))
+        out[bundle.index] = pos
+        used.add(pos)
+        work.take(pos, bundle.resources)
     return out, ""
 
 
+def _fitting(
+    bundle: BundleDemand, nodes: Sequence[NodeView], work: _Work, candidates: list[int]
+) -> list[int]:
+    return [
+        pos
+        for pos in candidates
+        if matches(bundle.selector, nodes[pos].labels) and _fits(bundle.resources, work.free(pos))
+    ]
+
+
 def _strict_pack(
-    group: GroupRequest,
     todo: list[BundleDemand],
-    nodes: list[NodeView],
-    work: dict[bytes, dict[str, float]],
-    placed_on: set[bytes],
-) -> tuple[dict[int, bytes] | None, str]:
+    nodes: Sequence[NodeView],
+    work: _Work,
+    placed_on: bool,
+    placed_pos: set[int],
+    target: set[int],
+) -> tuple[dict[int, int] | None, str]:
     total = _sum(todo)
     selector = tuple(c for b in todo for c in b.selector)
+    candidates = sorted(placed_pos) if placed_on else work.candidates()
     ok = [
-        (pos, n)
-        for pos, n in enumerate(nodes)
-        if matches(selector, n.labels) and _fits(total, work[n.node_id])
+        pos
+        for pos in dict.fromkeys([*sorted(target), *candidates])
+        if matches(selector, nodes[pos].labels) and _fits(total, work.free(pos))
     ]
-    if placed_on:
-        ok = [(pos, n) for pos, n in ok if n.node_id in placed_on]
     if not ok:
         where = "the node of its placed bundles" if placed_on else "any node"
         return None, f"STRICT_PACK: the sum {_fmt(total)} of its bundles fits not on {where}"
-    target = [(pos, n) for pos, n in ok if n.node_id == group.soft_target_node_id]
-    _, node = min(
-        target or ok, key=lambda pn: (_leftover(pn[1], work[pn[1].node_id], total), pn[0])
-    )
-    return {b.index: node.node_id for b in todo}, ""
+    preferred = [p for p in ok if p in target and (not placed_on or p in placed_pos)]
+    pos = min(preferred or ok, key=lambda p: (_leftover(nodes[p], work.free(p), total), p))
+    return {b.index: pos for b in todo}, ""
 
 
 # -- arithmetic ---------------------------------------------------------------------------

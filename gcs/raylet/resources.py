@@ -243,15 +243,11 @@ class LocalResources:
     def commit_bundles(self, keys: Iterable[BundleKey]) -> list[bytes]:
         """Expose prepared bundles' resources; returns lease ids granted as a result.
 
-        Committing a committed bundle is a no-op; an unknown one is refused (nothing is
-        changed)."""
-        keys = list(keys)
-        for pg_id, index in keys:
-            if (pg_id, index) not in self._bundles:
-                raise NotFound(f"bundle {index} of placement group {pg_id.hex()} is not prepared")
+        As Ray's raylet: a duplicate commit and a commit of an unknown bundle (never
+        prepared here, or returned meanwhile) are skipped."""
         for key in keys:
-            bundle = self._bundles[key]
-            if bundle.committed:
+            bundle = self._bundles.get(key)
+            if bundle is None or bundle.committed:
                 continue
             bundle.committed = True
             indexed, wildcard = bundle_resources(key[0], key[1], bundle.unit)

@@ -481,6 +481,13 @@ class GcsServer:
                 len(m.resources.demand),
             ),
         ]
+        by_state: dict[tuple[str, ...], float] = {}
+        for pg in m.placement_groups.groups.values():
+            key = (gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state),)
+            by_state[key] = by_state.get(key, 0) + 1
+        out.append(
+            gauge("gcs_placement_groups", "Placement groups by state", by_state, labels=("state",))
+        )
         clusters = m.virtual_clusters.registry.clusters()
         kinds: dict[tuple[str, ...], float] = {}
         for cluster in clusters:

@@ -129,10 +129,9 @@ class FakeRayletGateway:
     ) -> None:
         await self._enter("CommitBundleResources", node_id, address)
         held = self.bundles.setdefault(node_id, {})
-        for b in bundles:
-            if _key(b) not in held:
-                raise RayStatusError(RayStatusCode.NotFound, "bundle is not prepared")
-            held[_key(b)] = True
+        for b in bundles:  # unknown bundles are skipped, as a raylet does
+            if _key(b) in held:
+                held[_key(b)] = True
 
     async def remove_bundles(
         self,

@@ -206,6 +206,22 @@ class TestRestart:
         assert restarted.pgs.groups[pg_id(1)].state == PG.CREATED
 
 
+    async def test_bundles_on_a_node_dead_before_the_restart_are_lost(self, gcs: Gcs) -> None:
+        """Repair on start: a node recorded dead whose bundles were never marked lost."""
+        for name in "ab":
+            await gcs.add_node(name)
+        await gcs.pgs.create(spec(1, STRICT_SPREAD, 1, 1))
+        await gcs.place()
+        victim = gcs.placed_nodes(1)[0]
+        gcs.scheduler.on_node_dead = lambda node: None  # type: ignore[method-assign]
+        await gcs.nodes.mark_dead(victim, 2, "killed while the GCS was stopping")
+        restarted = await make_gcs(gcs.store, gcs.raylets)
+        assert restarted.pgs.groups[pg_id(1)].bundles[0].node_id == victim
+        await restarted.scheduler.repair()
+        pg = restarted.pgs.groups[pg_id(1)]
+        assert pg.state == PG.RESCHEDULING and pg.bundles[0].node_id == b""
+
+
 class TestNodeDeath:
     async def test_only_the_lost_bundle_is_rescheduled(self, gcs: Gcs) -> None:
         """Kill the node of one bundle: RESCHEDULING, the others keep their nodes, the

@@ -49,6 +49,8 @@ class TestLocalAccounting:
         assert node.total[f"bundle_group_{HEX}"] == 2000
         assert node.available[f"CPU_group_0_{HEX}"] == 1 and node.available["CPU"] == 1
         assert node.total["CPU"] == 4
+        assert node.commit_bundles([(PG, 0), (PG, 7)]) == []  # duplicate / unknown: skipped
+        assert node.total[f"CPU_group_{HEX}"] == 3
 
     def test_return_evicts_leases_and_restores_the_node(self) -> None:
         """Returning a committed bundle frees its lease and removes its resources."""

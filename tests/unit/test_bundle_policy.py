@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gcs.placement.policy import (
     PACK,
     SPREAD,
@@ -11,6 +14,7 @@ from gcs.placement.policy import (
     GroupRequest,
     NodeView,
     Outcome,
+    matches,
     place_groups,
     selector_from_map,
 )
@@ -142,3 +146,64 @@ class TestVirtualClustersAndPasses:
         g = GroupRequest(b"pg", PACK, (BundleDemand(0, {"GPU": 1}),))
         [r] = place_groups([g], [node("a")])
         assert r.outcome is Outcome.INFEASIBLE
+
+
+def _random_case(data: st.DataObject) -> tuple[list[GroupRequest], list[NodeView]]:
+    n_nodes = data.draw(st.integers(1, 8))
+    kinds = data.draw(
+        st.lists(
+            st.sampled_from([(2.0, "a"), (4.0, "a"), (4.0, "b")]),
+            min_size=n_nodes,
+            max_size=n_nodes,
+        )
+    )
+    nodes = []
+    for i, (cpu, zone) in enumerate(kinds):
+        free = data.draw(st.sampled_from([cpu, cpu / 2, 0.0]))
+        nodes.append(NodeView(bytes([i]) * 28, {"CPU": free}, {"CPU": cpu}, {"zone": zone}))
+    groups = []
+    for g in range(data.draw(st.integers(1, 4))):
+        bundles = []
+        for j in range(data.draw(st.integers(1, 4))):
+            sel = data.draw(st.sampled_from([(), selector_from_map({"zone": "b"})]))
+            placed = data.draw(st.sampled_from([b"", b"", nodes[0].node_id]))
+            bundles.append(
+                BundleDemand(j, {"CPU": data.draw(st.sampled_from([1.0, 2.0]))}, sel, placed)
+            )
+        allowed = data.draw(st.sampled_from([None, frozenset(n.node_id for n in nodes[::2])]))
+        strategy = data.draw(st.sampled_from([PACK, SPREAD, STRICT_PACK, STRICT_SPREAD]))
+        groups.append(GroupRequest(bytes([g]) * 18, strategy, tuple(bundles), allowed=allowed))
+    return groups, nodes
+
+
+class TestInvariants:
+    @settings(max_examples=150, deadline=None)
+    @given(st.data())
+    def test_every_placement_obeys_resources_labels_strategy_and_cluster(
+        self, data: st.DataObject
+    ) -> None:
+        """Placed groups never overcommit a node (earlier groups included), honour
+        selectors, the strategy and the virtual cluster; identical input, identical output."""
+        groups, nodes = _random_case(data)
+        results = place_groups(groups, nodes)
+        assert results == place_groups(groups, nodes)
+        by_id = {n.node_id: n for n in nodes}
+        used = {n.node_id: 0.0 for n in nodes}
+        for group, result in zip(groups, results, strict=True):
+            todo = {b.index: b for b in group.bundles if not b.node_id}
+            if result.outcome is not Outcome.PLACED:
+                assert result.assignment == {} and result.reason
+                continue
+            assert set(result.assignment) == set(todo)
+            for index, nid in result.assignment.items():
+                assert group.allowed is None or nid in group.allowed
+                assert matches(todo[index].selector, by_id[nid].labels)
+                used[nid] += todo[index].resources["CPU"]
+            chosen = list(result.assignment.values())
+            survivors = {b.node_id for b in group.bundles if b.node_id}
+            if group.strategy == STRICT_SPREAD:
+                assert len(set(chosen)) == len(chosen) and not survivors & set(chosen)
+            if group.strategy == STRICT_PACK and chosen:
+                assert len(set(chosen)) == 1 and (not survivors or set(chosen) <= survivors)
+        for nid, amount in used.items():
+            assert amount <= by_id[nid].available["CPU"] + 1e-9
