@@ -9,7 +9,7 @@ Strategies, with Ray 2.60's soft / strict meaning:
 * ``PACK`` (soft): as few nodes as possible - each round the node that takes the most of
   the remaining bundles wins (best fit breaks ties); spills over to more nodes if needed.
 * ``SPREAD`` (soft): each bundle on a node no other bundle of the group uses, when one
-  fits; otherwise on any node that fits.
+  fits; otherwise on the node that fits and holds the fewest of the group's bundles.
 * ``STRICT_PACK``: all bundles on one node (the sum must fit); ``soft_target_node_id`` is
   preferred when it fits; bundles being rescheduled must join the node of the placed ones.
 * ``STRICT_SPREAD``: every bundle on its own node, never a node holding another bundle of
@@ -296,6 +296,7 @@ def _spread(
 ) -> tuple[dict[int, int] | None, str]:
     out: dict[int, int] = {}
     used = set(placed_pos)
+    count = dict.fromkeys(placed_pos, 1)
     name = "STRICT_SPREAD" if strict else "SPREAD"
     for bundle in todo:
         choice = _fitting(bundle, nodes, work, work.candidates(used))
@@ -306,9 +307,17 @@ def _spread(
                 f"{name}: bundle {bundle.index} {_fmt(bundle.resources)} fits no node "
                 f"not already used by the group ({len(used)} used)"
             )
-        pos = min(choice, key=lambda p: (_leftover(nodes[p], work.free(p), bundle.resources), p))
+        pos = min(
+            choice,
+            key=lambda p: (
+                count.get(p, 0),
+                _leftover(nodes[p], work.free(p), bundle.resources),
+                p,
+            ),
+        )
         out[bundle.index] = pos
         used.add(pos)
+        count[pos] = count.get(pos, 0) + 1
         work.take(pos, bundle.resources)
     return out, ""
 

@@ -225,7 +225,7 @@ class GcsServer:
             node_events=node_events,
             job_events=job_events,
             pg_events=pg_events,
-            cluster_nodes=virtual_clusters.node_filter,
+            cluster_nodes=virtual_clusters.schedulable_nodes,
             config=PlacementConfig(rpc_timeout_s=cfg.raylet_rpc_timeout_ms / 1000),
         )
         autoscaler = AutoscalerStateManager(

@@ -205,7 +205,6 @@ class TestRestart:
         assert (pg_id(2), 0) not in gcs.raylets.bundles[gone]
         assert restarted.pgs.groups[pg_id(1)].state == PG.CREATED
 
-
     async def test_bundles_on_a_node_dead_before_the_restart_are_lost(self, gcs: Gcs) -> None:
         """Repair on start: a node recorded dead whose bundles were never marked lost."""
         for name in "ab":

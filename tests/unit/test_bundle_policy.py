@@ -52,10 +52,10 @@ class TestSpread:
         [r] = place_groups([group(SPREAD, 1, 1)], [node("a"), node("b")])
         assert sorted(nodes_of(r)) == [b"a", b"b"]
 
-    def test_reuses_nodes_when_too_few(self) -> None:
-        """SPREAD is soft: 3 bundles on 2 nodes still place."""
-        [r] = place_groups([group(SPREAD, 1, 1, 1)], [node("a"), node("b")])
-        assert r.outcome is Outcome.PLACED and set(nodes_of(r)) == {b"a", b"b"}
+    def test_reuses_nodes_evenly_when_too_few(self) -> None:
+        """SPREAD is soft: 4 bundles on 2 nodes still place, two on each."""
+        [r] = place_groups([group(SPREAD, 1, 1, 1, 1)], [node("a"), node("b")])
+        assert r.outcome is Outcome.PLACED and sorted(nodes_of(r)) == [b"a", b"a", b"b", b"b"]
 
 
 class TestStrictPack:
