@@ -15,8 +15,9 @@ One pass (:meth:`PlacementGroupScheduler.place_once`):
    pass.
 
 Passes are driven by events (node added, group created / removed, bundles lost) and by a
-periodic retry; a group that could not be placed waits ``retry_interval_s`` on the injected
-clock before it is tried again, unless an event makes it worth trying sooner.
+periodic retry (resources freed by leases are seen only through load reports); a group
+that could not be placed waits ``retry_interval_s`` on the injected clock before it is
+tried again, unless an event makes it worth trying sooner.
 
 Other duties, from the events it listens to: a dead node's bundles are marked lost (only
 those are placed again); a removed group's bundles are returned to their raylets; a
@@ -107,6 +108,8 @@ class PlacementGroupScheduler:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._views: dict[bytes, tuple[gcs_pb2.GcsNodeInfo, int, NodeView]] = {}
         """Node -> (the node info and report generation the view was built from, view)."""
+        self.passes = 0
+        """Passes the loop (:meth:`run`) has made."""
         self.last_outcome: dict[bytes, Placement] = {}
         """Group id -> the policy's latest answer (reasons for pending groups)."""
         node_events.subscribe(self)
@@ -127,6 +130,9 @@ class PlacementGroupScheduler:
 
     def on_job_finished(self, job: gcs_pb2.JobTableData) -> None:
         self._spawn(self._pgs.job_finished(job.job_id), "pg-job-finished")
+
+    def on_placement_group_created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
+        self.kick()
 
     def on_placement_group_removed(
         self, pg: gcs_pb2.PlacementGroupTableData, virtual_cluster_id: str
@@ -152,6 +158,7 @@ class PlacementGroupScheduler:
         while True:
             self._wake.clear()
             await self.place_once()
+            self.passes += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.config.retry_interval_s)
 

@@ -163,6 +163,7 @@ class PlacementGroupManager:
                 if vc_id:
                     self.virtual_cluster_of[pg_id] = vc_id
                 self.version += 1
+                self._events.created(pg)
 
             await self._lane.commit(batch, apply)
 
@@ -176,35 +177,44 @@ class PlacementGroupManager:
             await self._remove_locked([pg])
 
     async def job_finished(self, job_id: bytes) -> list[bytes]:
-        """Ray's lifetime rule: a non-detached group whose creator job and creator actor are
-        both dead is removed (a driver-created group has no actor).  Returns removed ids."""
+        """Ray's lifetime rule: every live group of the job is marked ``creator_job_dead``;
+        a non-detached one whose creator actor is dead too (a driver-created group has no
+        actor) is removed.  Returns the removed ids."""
         async with self._lane:
-            done = [
-                pg
-                for pg in self.groups.values()
-                if pg.creator_job_id == job_id
-                and pg.state != PG.REMOVED
-                and not pg.is_detached
-                and pg.creator_actor_dead
-            ]
-            if done:
-                await self._remove_locked(done)
-            return [pg.placement_group_id for pg in done]
+            changed = []
+            for pg in self.groups.values():
+                if pg.creator_job_id != job_id or pg.state == PG.REMOVED:
+                    continue
+                new = _copy(pg)
+                new.creator_job_dead = True
+                if not new.is_detached and new.creator_actor_dead:
+                    new.state = PG.REMOVED
+                changed.append(new)
+            if changed:
+                await self._commit_changes(changed)
+            return [pg.placement_group_id for pg in changed if pg.state == PG.REMOVED]
 
     async def _remove_locked(self, groups: list[gcs_pb2.PlacementGroupTableData]) -> None:
-        updated = []
-        batch = WriteBatch()
+        removed = []
         for pg in groups:
             new = _copy(pg)
             new.state = PG.REMOVED
-            new.creator_job_dead = new.creator_job_dead or not new.is_detached
+            removed.append(new)
+        await self._commit_changes(removed)
+
+    async def _commit_changes(self, changed: list[gcs_pb2.PlacementGroupTableData]) -> None:
+        """Persist changed groups in one batch; removals free their name, fail their
+        waiters and are told to listeners."""
+        batch = WriteBatch()
+        for new in changed:
             batch.put(TABLE_PLACEMENT_GROUP, new.placement_group_id, new.SerializeToString())
-            updated.append(new)
 
         def apply() -> None:
-            for new in updated:
+            for new in changed:
                 pg_id = new.placement_group_id
                 self.groups[pg_id] = new
+                if new.state != PG.REMOVED:
+                    continue
                 if self.named.get((new.ray_namespace, new.name)) == pg_id:
                     del self.named[(new.ray_namespace, new.name)]
                 self._wake(pg_id, NotFound(REMOVED_BEFORE_CREATED))

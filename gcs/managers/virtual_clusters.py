@@ -272,6 +272,9 @@ class VirtualClusterManager:
                 f"vc-job-finished-{cluster_id}",
             )
 
+    def on_placement_group_created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
+        return None
+
     def on_placement_group_removed(
         self, pg: gcs_pb2.PlacementGroupTableData, cluster_id: str
     ) -> None:

@@ -20,6 +20,7 @@ from gcs.managers.resources import ResourceCache
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.store.memory import MemoryStore
 from gcs.testing.raylets import FakeRayletGateway
+from tests.conftest import eventually
 
 JOB = (1).to_bytes(4, "little")
 STRICT_SPREAD = common_pb2.STRICT_SPREAD
@@ -172,6 +173,24 @@ class TestTwoPhaseCommit:
             node_id("a")
         ]
 
+    async def test_creation_kicks_a_pass(self, gcs: Gcs) -> None:
+        """A created group wakes the scheduler's loop; it is placed without a timer."""
+        await gcs.add_node("a")
+        gcs.scheduler.config = PlacementConfig(retry_interval_s=3600.0)
+        loop = asyncio.ensure_future(gcs.scheduler.run())
+        try:
+            await eventually(lambda: gcs.scheduler.passes == 1)  # now waiting an hour
+            await gcs.pgs.create(spec(1, common_pb2.PACK, 1))
+
+            async def created() -> bool:
+                await gcs.scheduler.settle()
+                return gcs.pgs.groups[pg_id(1)].state == PG.CREATED
+
+            await eventually(created, timeout_s=10)
+        finally:
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+
     async def test_infeasible_group_waits_for_a_new_node(self, gcs: Gcs) -> None:
         """Too few nodes for STRICT_SPREAD: no raylet call; a node added retries at once."""
         await gcs.add_node("a")
@@ -261,6 +280,7 @@ class TestLifetime:
         await gcs.scheduler.settle()
         assert gcs.pgs.groups[pg_id(1)].state == PG.REMOVED
         assert gcs.pgs.groups[pg_id(2)].state == PG.CREATED
+        assert gcs.pgs.groups[pg_id(2)].creator_job_dead
         assert gcs.raylets.bundles[node_id("a")] == {(pg_id(2), 0): True}
 
     async def test_removal_during_two_phase_returns_the_bundles(self, gcs: Gcs) -> None:
