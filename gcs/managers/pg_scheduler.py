@@ -7,12 +7,10 @@ One pass (:meth:`PlacementGroupScheduler.place_once`):
 2. ask the pure policy (:mod:`gcs.placement.policy`) for bundle -> node, against the alive,
    non-draining nodes' reported availability (minus what this scheduler reserved since the
    node last reported), restricted to the group's virtual cluster;
-3. per placed group, in the background: ``PrepareBundleResources`` on every chosen node;
-   all succeed -> ``CommitBundleResources`` on each, then the manager records the nodes
-   (CREATED when every bundle is placed); any prepare / commit failure ->
-   ``RemovePlacementGroupBundles`` (Ray 2.60's name for CancelResourceReserve) on the
-   nodes that took bundles, and the group stays pending (and gang demand) until a later
-   pass.
+3. per placed group, in the background: the two-phase reservation on the chosen raylets
+   (:mod:`gcs.managers.bundle_reservations`), then the manager records the nodes (CREATED
+   when every bundle is placed); a failed reservation leaves nothing reserved and the group
+   pending (and gang demand) until a later pass.
 
 Passes are driven by events (node added, group created / removed, bundles lost) and by a
 periodic retry (resources freed by leases are seen only through load reports); a group
@@ -31,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +37,7 @@ import structlog
 
 from gcs.clock import Clock
 from gcs.errors import GcsError
+from gcs.managers.bundle_reservations import BundleReservations, group_by_node
 from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PG, PlacementGroupManager, is_placed
@@ -53,7 +52,7 @@ from gcs.placement.policy import (
     selector_from_map,
 )
 from gcs.proto import common_pb2, gcs_pb2
-from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
+from gcs.rpc.raylets.gateway import RayletGateway
 
 log = structlog.get_logger("gcs.placement_groups")
 
@@ -95,10 +94,10 @@ class PlacementGroupScheduler:
         self._pgs = pgs
         self._nodes = nodes
         self._cache = cache
-        self._raylets = raylets
         self._clock = clock
         self._cluster_nodes = cluster_nodes
         self.config = config or PlacementConfig()
+        self._reservations = BundleReservations(raylets, nodes, self.config.rpc_timeout_s)
         self._wake = asyncio.Event()
         self._in_flight: dict[bytes, asyncio.Task[None]] = {}
         self._not_before: dict[bytes, float] = {}
@@ -137,9 +136,10 @@ class PlacementGroupScheduler:
     def on_placement_group_removed(
         self, pg: gcs_pb2.PlacementGroupTableData, virtual_cluster_id: str
     ) -> None:
-        placed = [b for b in pg.bundles if is_placed(b)]
+        placed = group_by_node([b for b in pg.bundles if is_placed(b)])
         if placed:
-            self._spawn(self._return(pg.placement_group_id, placed), "pg-return-bundles")
+            give_back = self._reservations.give_back(pg.placement_group_id, placed)
+            self._spawn(give_back, "pg-return-bundles")
         self.kick(retry_all=True)  # resources are freed
 
     def kick(self, *, retry_all: bool = False) -> None:
@@ -182,22 +182,7 @@ class PlacementGroupScheduler:
 
     async def release_unused(self) -> None:
         """``ReleaseUnusedBundles`` to every alive raylet with the bundles in use there."""
-        in_use = self._pgs.bundles_in_use()
-        calls = [
-            self._release_on(node_id, raylet_address(node), in_use.get(node_id, []))
-            for node_id, node in list(self._nodes.alive.items())
-        ]
-        await asyncio.gather(*calls)
-
-    async def _release_on(
-        self, node_id: bytes, address: str, bundles: list[common_pb2.Bundle]
-    ) -> None:
-        try:
-            await self._raylets.release_unused_bundles(
-                node_id, address, bundles, self.config.rpc_timeout_s
-            )
-        except GcsError as err:
-            log.warning("pg.release_unused_failed", node_id=node_id.hex(), error=err.message)
+        await self._reservations.release_unused(self._pgs.bundles_in_use())
 
     # -- one pass ------------------------------------------------------------------------------
 
@@ -330,34 +315,16 @@ class PlacementGroupScheduler:
         self, pg: gcs_pb2.PlacementGroupTableData, assignment: dict[int, bytes]
     ) -> None:
         pg_id = pg.placement_group_id
-        by_node: dict[bytes, list[common_pb2.Bundle]] = {}
+        chosen = []
         for index, node_id in sorted(assignment.items()):
             bundle = common_pb2.Bundle()
             bundle.CopyFrom(pg.bundles[index])
             bundle.node_id = node_id
-            by_node.setdefault(node_id, []).append(bundle)
-        addresses = {}
-        for node_id in by_node:
-            node = self._nodes.alive.get(node_id)
-            if node is None:
-                self._retry_later(pg_id, "a chosen node died")
-                return
-            addresses[node_id] = raylet_address(node)
-        timeout = self.config.rpc_timeout_s
-        prepared = await self._each(
-            by_node,
-            lambda n, bundles: self._raylets.prepare_bundles(n, addresses[n], bundles, timeout),
-        )
-        holding = [n for n, ok in prepared.items() if ok is True]
-        if len(holding) < len(by_node):
-            await self._cancel(pg_id, {n: by_node[n] for n in holding}, addresses)
-            failed = [n.hex()[:12] for n, ok in prepared.items() if ok is not True]
-            self._retry_later(pg_id, f"prepare failed on {', '.join(failed)}")
-            return
-        committed = await self._each(by_node, self._commit_on(addresses))
-        if not all(ok is True for ok in committed.values()):
-            await self._cancel(pg_id, by_node, addresses)
-            self._retry_later(pg_id, "commit failed")
+            chosen.append(bundle)
+        by_node = group_by_node(chosen)
+        why = await self._reservations.reserve(pg_id, by_node)
+        if why:
+            self._retry_later(pg_id, why)
             return
         try:
             recorded = await self._pgs.record_placement(pg_id, assignment, self._nodes.is_alive)
@@ -365,69 +332,11 @@ class PlacementGroupScheduler:
             log.warning("pg.record_failed", pg_id=pg_id.hex(), error=err.message)
             recorded = False
         if not recorded:  # removed meanwhile, or a node died: give the bundles back
-            await self._cancel(pg_id, by_node, addresses)
+            await self._reservations.give_back(pg_id, by_node)
             self._retry_later(pg_id, "the group changed while it was being placed")
             return
         self.last_outcome.pop(pg_id, None)
         log.info("pg.placed", pg_id=pg_id.hex(), nodes=len(by_node))
-
-    def _commit_on(
-        self, addresses: dict[bytes, str]
-    ) -> Callable[[bytes, list[common_pb2.Bundle]], Coroutine[Any, Any, bool]]:
-        async def commit(node_id: bytes, bundles: list[common_pb2.Bundle]) -> bool:
-            await self._raylets.commit_bundles(
-                node_id, addresses[node_id], bundles, self.config.rpc_timeout_s
-            )
-            return True
-
-        return commit
-
-    async def _each(
-        self,
-        by_node: dict[bytes, list[common_pb2.Bundle]],
-        call: Callable[[bytes, list[common_pb2.Bundle]], Coroutine[Any, Any, bool]],
-    ) -> dict[bytes, bool | BaseException]:
-        nodes = list(by_node)
-        results = await asyncio.gather(
-            *(call(n, by_node[n]) for n in nodes), return_exceptions=True
-        )
-        for node_id, result in zip(nodes, results, strict=True):
-            if isinstance(result, BaseException):
-                if not isinstance(result, GcsError):
-                    raise result
-                log.info("pg.raylet_call_failed", node_id=node_id.hex(), error=result.message)
-        return dict(zip(nodes, results, strict=True))
-
-    async def _cancel(
-        self,
-        pg_id: bytes,
-        by_node: dict[bytes, list[common_pb2.Bundle]],
-        addresses: dict[bytes, str],
-    ) -> None:
-        await asyncio.gather(
-            *(self._return_on(pg_id, n, addresses[n], b) for n, b in by_node.items())
-        )
-
-    async def _return(self, pg_id: bytes, bundles: Sequence[common_pb2.Bundle]) -> None:
-        by_node: dict[bytes, list[common_pb2.Bundle]] = {}
-        for bundle in bundles:
-            by_node.setdefault(bundle.node_id, []).append(bundle)
-        calls = []
-        for node_id, on_node in by_node.items():
-            node = self._nodes.alive.get(node_id)
-            if node is not None:  # a dead node's bundles went with it
-                calls.append(self._return_on(pg_id, node_id, raylet_address(node), on_node))
-        await asyncio.gather(*calls)
-
-    async def _return_on(
-        self, pg_id: bytes, node_id: bytes, address: str, bundles: list[common_pb2.Bundle]
-    ) -> None:
-        try:
-            await self._raylets.remove_bundles(
-                node_id, address, pg_id, bundles, self.config.rpc_timeout_s
-            )
-        except GcsError as err:  # the raylet releases it after a restart or dies with it
-            log.warning("pg.return_failed", node_id=node_id.hex(), error=err.message)
 
     def _retry_later(self, pg_id: bytes, why: str) -> None:
         self._unreserve(pg_id)
