@@ -37,6 +37,9 @@ class FakeRayletGateway:
     """When set, Resize raises RayStatusError(InvalidArgument) with this message."""
     refuse_prepare: set[bytes] = field(default_factory=set)
     """Nodes whose PrepareBundleResources answers success=false."""
+    lose_commit: set[bytes] = field(default_factory=set)
+    """Nodes whose CommitBundleResources gets no answer (RayletUnreachable) after the
+    raylet committed."""
     bundles: dict[bytes, dict[tuple[bytes, int], bool]] = field(default_factory=dict)
     """Per node: bundles held (prepared or committed) -> committed, as a raylet keeps them."""
     released_in_use: dict[bytes, list[tuple[bytes, int]]] = field(default_factory=dict)
@@ -132,6 +135,8 @@ class FakeRayletGateway:
         for b in bundles:  # unknown bundles are skipped, as a raylet does
             if _key(b) in held:
                 held[_key(b)] = True
+        if node_id in self.lose_commit:
+            raise RayletUnreachable(node_id, f"raylet {node_id.hex()} commit: deadline exceeded")
 
     async def remove_bundles(
         self,

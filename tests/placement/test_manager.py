@@ -191,6 +191,19 @@ class TestTwoPhaseCommit:
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
 
+    async def test_a_lost_commit_answer_gives_every_bundle_back(self, gcs: Gcs) -> None:
+        """Commit went through on a raylet but its answer was lost: every node (that one
+        included) is told to remove the bundles; the group stays pending."""
+        for name in "ab":
+            await gcs.add_node(name)
+        gcs.raylets.lose_commit.add(node_id("b"))
+        await gcs.pgs.create(spec(1, STRICT_SPREAD, 1, 1))
+        await gcs.place()
+        assert gcs.pgs.groups[pg_id(1)].state == PG.PENDING
+        removed = {c.node_id for c in gcs.raylets.calls_to("RemovePlacementGroupBundles")}
+        assert removed == {node_id("a"), node_id("b")}
+        assert all(not held for held in gcs.raylets.bundles.values())
+
     async def test_infeasible_group_waits_for_a_new_node(self, gcs: Gcs) -> None:
         """Too few nodes for STRICT_SPREAD: no raylet call; a node added retries at once."""
         await gcs.add_node("a")
