@@ -37,6 +37,7 @@ from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META, TABLE_PLACEMENT_GROUP
 
 PG = gcs_pb2.PlacementGroupTableData
+STATS = gcs_pb2.PlacementGroupStats
 PENDING_STATES = (PG.PENDING, PG.RESCHEDULING)
 MAX_LOAD_REPORT = 1000  # Ray: max_placement_group_load_report_size
 VC_SIDECAR_PREFIX = b"pg_vc:"
@@ -146,6 +147,10 @@ class PlacementGroupManager:
                 ray_namespace=namespace,
                 soft_target_node_id=spec.soft_target_node_id,
                 placement_group_creation_timestamp_ms=now_ms(self._clock),
+                stats=gcs_pb2.PlacementGroupStats(
+                    creation_request_received_ns=int(self._clock.now_s() * 1e9),
+                    scheduling_state=STATS.QUEUED,
+                ),
             )
             for i, bundle in enumerate(pg.bundles):
                 bundle.bundle_id.placement_group_id = pg_id
@@ -189,6 +194,7 @@ class PlacementGroupManager:
                 new.creator_job_dead = True
                 if not new.is_detached and new.creator_actor_dead:
                     new.state = PG.REMOVED
+                    new.stats.scheduling_state = STATS.REMOVED
                 changed.append(new)
             if changed:
                 await self._commit_changes(changed)
@@ -199,6 +205,7 @@ class PlacementGroupManager:
         for pg in groups:
             new = _copy(pg)
             new.state = PG.REMOVED
+            new.stats.scheduling_state = STATS.REMOVED
             removed.append(new)
         await self._commit_changes(removed)
 
@@ -245,6 +252,11 @@ class PlacementGroupManager:
                 new.bundles[index].node_id = node_id
             if all(is_placed(b) for b in new.bundles):
                 new.state = PG.CREATED
+                new.stats.scheduling_state = STATS.FINISHED
+                received_ns = new.stats.creation_request_received_ns
+                if received_ns:
+                    latency_us = (int(self._clock.now_s() * 1e9) - received_ns) // 1000
+                    new.stats.end_to_end_creation_latency_us = max(0, latency_us)
                 new.placement_group_final_bundle_placement_timestamp_ms = now_ms(self._clock)
 
             def apply() -> None:
@@ -272,6 +284,7 @@ class PlacementGroupManager:
                         bundle.ClearField("node_id")
                 if new.state == PG.CREATED:
                     new.state = PG.RESCHEDULING
+                    new.stats.scheduling_state = STATS.QUEUED
                 batch.put(TABLE_PLACEMENT_GROUP, new.placement_group_id, new.SerializeToString())
                 changed.append(new)
             if not changed:

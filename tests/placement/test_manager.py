@@ -132,6 +132,8 @@ class TestTwoPhaseCommit:
         assert methods[:3] == ["PrepareBundleResources"] * 3
         assert methods[3:] == ["CommitBundleResources"] * 3
         assert gcs.pgs.groups[pg_id(1)].state == PG.CREATED
+        stats = gcs.pgs.groups[pg_id(1)].stats
+        assert stats.scheduling_state == gcs_pb2.PlacementGroupStats.FINISHED
         assert sorted(gcs.placed_nodes(1)) == sorted(node_id(n) for n in "abc")
         assert gcs.pgs.gang_requests() == []
         reloaded = await make_gcs(gcs.store)
