@@ -19,6 +19,7 @@ import pytest
 from gcs.autoscaler.config import parse_cluster_config
 from gcs.autoscaler.providers.processes import ProcessRecords
 from gcs.autoscaler.runtime import AutoscalerRuntime
+from gcs.config import HealthCheckConfig
 from gcs.placement.naming import indexed_name
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 from gcs.server import GcsServer
@@ -50,7 +51,11 @@ CLUSTER = {
 async def test_strict_spread_gpu_group_launches_nodes_and_survives_a_raylet_kill(
     tmp_path: Path,
 ) -> None:
-    server = GcsServer(fast_config(), store=MemoryStore())
+    # a killed raylet is dead within ~2 s; a live one starved ~1 s by a loaded machine is not
+    health = HealthCheckConfig(
+        initial_delay_ms=100, period_ms=200, timeout_ms=1000, failure_threshold=5
+    )
+    server = GcsServer(fast_config(health=health), store=MemoryStore())
     await server.start()
     assert server.managers is not None and server.meta is not None
     pgs, nodes = server.managers.placement_groups, server.managers.nodes
