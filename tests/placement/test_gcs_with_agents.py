@@ -100,3 +100,56 @@ async def test_pending_gang_until_placed_then_resources_move(cluster) -> None:  
         )
 
     await eventually(returned)
+
+
+async def test_restart_keeps_created_groups_and_releases_stale_bundles() -> None:
+    """GCS restart on the same store: the group stays CREATED on the same nodes, and each
+    raylet is told what is in use (ReleaseUnusedBundles): a bundle the GCS does not know
+    (prepared for a group it never recorded) is released, the committed ones stay."""
+    store = MemoryStore()
+    server = GcsServer(fast_config(), store=store)
+    await server.start()
+    agents: list[RayletAgent] = []
+    restarted: GcsServer | None = None
+    try:
+        for _ in range(2):
+            await add_agent(server, agents)
+        assert server.meta is not None
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stubs = Stubs(channel, server.meta.cluster_id)
+            spec = common_pb2.PlacementGroupSpec(
+                placement_group_id=PG_ID,
+                strategy=common_pb2.STRICT_SPREAD,
+                bundles=[common_pb2.Bundle(unit_resources={"CPU": 1}) for _ in range(2)],
+                is_detached=True,
+            )
+            await stubs.pgs.CreatePlacementGroup(
+                G.CreatePlacementGroupRequest(placement_group_spec=spec)
+            )
+            await stubs.pgs.WaitPlacementGroupUntilReady(
+                G.WaitPlacementGroupUntilReadyRequest(placement_group_id=PG_ID), timeout=30
+            )
+        stale = (b"\x09" * 18, 0)
+        assert agents[0].resources.prepare_bundles([(stale, {"CPU": 1})])
+        port = server.port
+        await server.stop()
+        restarted = GcsServer(fast_config(port=port), store=store)
+        await restarted.start()
+        assert restarted.managers is not None
+        pg = restarted.managers.placement_groups.groups[PG_ID]
+        assert pg.state == PG.CREATED
+
+        def released() -> bool:
+            return stale not in agents[0].resources.bundles()
+
+        await eventually(released, timeout_s=15)
+        for agent in agents:
+            held = agent.resources.bundles()
+            assert list(held.values()) == [True] and next(iter(held))[0] == PG_ID
+            assert agent.resources.available["CPU"] == 1.0
+    finally:
+        for agent in agents:
+            await agent.stop()
+        if restarted is not None:
+            await restarted.stop()
+        await server.stop()
