@@ -34,6 +34,7 @@ from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
 from gcs.managers.lane import ResolvePolicy
 from gcs.managers.nodes import NodeManager
+from gcs.managers.pg_scheduler import PlacementConfig, PlacementGroupScheduler
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.managers.startup_spread import spread, spread_window_s
@@ -74,6 +75,7 @@ class Managers:
     nodes: NodeManager
     resources: ResourceCache
     placement_groups: PlacementGroupManager
+    pg_scheduler: PlacementGroupScheduler
     jobs: JobManager
     autoscaler: AutoscalerStateManager
     health: HealthChecker
@@ -205,6 +207,7 @@ class GcsServer:
             self.clock,
             events=pg_events,
             job_cluster=jobs.virtual_cluster_of,
+            job_namespace=jobs.namespace_of,
             lane_policy=self._lane_policy,
         )
         # Hears node events only once its load() replayed the node table loaded below.
@@ -220,6 +223,18 @@ class GcsServer:
             pg_events=pg_events,
             publish=pubsub.control_plane.publish,
             lane_policy=self._lane_policy,
+        )
+        pg_scheduler = PlacementGroupScheduler(
+            pgs,
+            nodes,
+            cache,
+            raylets,
+            self.clock,
+            node_events=node_events,
+            job_events=job_events,
+            pg_events=pg_events,
+            cluster_nodes=virtual_clusters.schedulable_nodes,
+            config=PlacementConfig(rpc_timeout_s=cfg.raylet_rpc_timeout_ms / 1000),
         )
         autoscaler = AutoscalerStateManager(
             store,
@@ -248,6 +263,7 @@ class GcsServer:
             nodes,
             cache,
             pgs,
+            pg_scheduler,
             jobs,
             autoscaler,
             health_checker,
@@ -266,6 +282,7 @@ class GcsServer:
         self._tasks = [
             loop.create_task(poller.run(), name="load-poller"),
             loop.create_task(health_checker.run(), name="health-checker"),
+            loop.create_task(pg_scheduler.run(), name="pg-scheduler"),
             loop.create_task(self._reclaim_frozen(), name="gc-reclaim"),
             loop.create_task(
                 virtual_clusters.run_periodic(
@@ -524,6 +541,13 @@ class GcsServer:
                 len(m.resources.demand),
             ),
         ]
+        by_state: dict[tuple[str, ...], float] = {}
+        for pg in m.placement_groups.groups.values():
+            key = (gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state),)
+            by_state[key] = by_state.get(key, 0) + 1
+        out.append(
+            gauge("gcs_placement_groups", "Placement groups by state", by_state, labels=("state",))
+        )
         clusters = m.virtual_clusters.registry.clusters()
         kinds: dict[tuple[str, ...], float] = {}
         for cluster in clusters:
@@ -593,6 +617,7 @@ class GcsServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.managers is not None:
+            await self.managers.pg_scheduler.close()
             await self.managers.virtual_clusters.close()
             await self.managers.health.close()
             await self.managers.raylets.close()
