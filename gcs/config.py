@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -144,6 +145,17 @@ class GcsConfig:
     """debug, info, warning, error or critical."""
     session_name: str = ""
     """Empty = ``session_<timestamp>_<pid>`` generated on first start and persisted."""
+    python_version: str = ""
+    """Full Python version (``3.11.7``) published in ``CLUSTER_METADATA``; Ray refuses
+    workers and drivers whose interpreter differs (``RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL``,
+    default patch).  Empty = this server's own interpreter: set it when the GCS runs on
+    another Python than the cluster."""
+    head: bool = False
+    """Be the head of a real Ray cluster: answer Ray's head-node lookup with a virtual head
+    (no raylet) so unmodified ``ray start --address`` workers join (``gcs.managers.head``)."""
+    temp_dir: str = "/tmp/ray"
+    """The virtual head's ``temp_dir`` (Ray's default); its ``session_dir`` is
+    ``<temp_dir>/<session_name>``.  Workers started without ``--temp-dir`` use it."""
     health: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     load_poll: LoadPollConfig = field(default_factory=LoadPollConfig)
     raylet_io: RayletIoConfig = field(default_factory=RayletIoConfig)
@@ -204,6 +216,9 @@ ENV_VARS: dict[str, str] = {
     "GCS_METRICS_PORT": "metrics_port",
     "GCS_LOG_FORMAT": "log_format",
     "GCS_LOG_LEVEL": "log_level",
+    "GCS_PYTHON_VERSION": "python_version",
+    "GCS_HEAD": "head",
+    "GCS_TEMP_DIR": "temp_dir",
     "RAY_health_check_initial_delay_ms": "health.initial_delay_ms",
     "RAY_health_check_period_ms": "health.period_ms",
     "RAY_health_check_timeout_ms": "health.timeout_ms",
@@ -251,6 +266,9 @@ _POSITIVE = (
 _NON_NEGATIVE = ("max_dead_nodes_cached", "gc_gen0_threshold")
 
 
+_PYTHON_VERSION = re.compile(r"\d+\.\d+\.\d+")
+
+
 class ConfigError(ValueError):
     """A config value is malformed; the message names the source and the key."""
 
@@ -268,7 +286,24 @@ def _coerce(value: Any, target: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a number, got {value!r}") from None
     if target is str:
         return str(value)
+    if target is bool:
+        return _coerce_bool(value, where)
     return value
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _coerce_bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{where}: expected true or false, got {value!r}")
 
 
 def _set_path(tree: dict[str, Any], path: str, value: Any) -> None:
@@ -414,6 +449,15 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         value = _get_path(config, path)
         if value < 0:
             raise ConfigError(f"{where}.{_names(path)}: must be >= 0, got {value}")
+    if config.python_version and not _PYTHON_VERSION.fullmatch(config.python_version):
+        raise ConfigError(
+            f"{where}.{_names('python_version')}: expected MAJOR.MINOR.PATCH such as 3.11.7, "
+            f"got {config.python_version!r}"
+        )
+    if not config.temp_dir.startswith("/"):
+        raise ConfigError(
+            f"{where}.{_names('temp_dir')}: must be an absolute path, got {config.temp_dir!r}"
+        )
     if config.load_poll.slice_size < 1:
         raise ConfigError(f"{where}.load_poll.slice_size: must be >= 1")
     if not 0 <= config.load_poll.spread <= 1:

@@ -28,7 +28,7 @@ from gcs.clock import Clock
 from gcs.config import LoadPollConfig
 from gcs.errors import GcsError
 from gcs.managers.nodes import NodeManager
-from gcs.proto import autoscaler_pb2, gcs_pb2
+from gcs.proto import autoscaler_pb2, gcs_pb2, ray_syncer_pb2
 from gcs.rpc.raylets.gateway import RayletGateway
 from gcs.wire_encoding import int_field, len_field
 
@@ -191,6 +191,38 @@ class ResourceCache:
             or data.labels != old.labels
         ):
             entry.generation += 1  # only what the cached per-node snapshot bytes depend on
+        entry.data = data
+        entry.updated_mono_s = self._clock.monotonic_s()
+        self.updates += 1
+        return True
+
+    def apply_view(self, node_id: bytes, view: ray_syncer_pb2.ResourceViewSyncMessage) -> bool:
+        """A syncer RESOURCE_VIEW: resources, idle and draining replace the held ones; the
+        load (pending demand) stays as last polled.  False for unknown (dead) nodes."""
+        entry = self.nodes.get(node_id)
+        if entry is None:
+            return False
+        old = entry.data
+        data = gcs_pb2.ResourcesData()
+        data.CopyFrom(old)
+        data.resources_available.clear()
+        data.resources_available.update(view.resources_available)
+        if view.resources_total:
+            data.resources_total.clear()
+            data.resources_total.update(view.resources_total)
+        data.idle_duration_ms = view.idle_duration_ms
+        data.is_draining = view.is_draining
+        data.draining_deadline_timestamp_ms = view.draining_deadline_timestamp_ms
+        data.object_pulls_queued = view.object_pulls_queued
+        if view.labels:
+            data.labels.clear()
+            data.labels.update(view.labels)
+        if (
+            dict(data.resources_available) != dict(old.resources_available)
+            or dict(data.resources_total) != dict(old.resources_total)
+            or data.labels != old.labels
+        ):
+            entry.generation += 1
         entry.data = data
         entry.updated_mono_s = self._clock.monotonic_s()
         self.updates += 1

@@ -20,12 +20,13 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from gcs.clock import Clock, SystemClock
+from gcs.clock import Clock, SystemClock, now_ms
 from gcs.config import GcsConfig, kv_put_request_bytes
 from gcs.errors import GcsError
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
 from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
+from gcs.managers.head import virtual_head
 from gcs.managers.health import HealthChecker
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
@@ -34,6 +35,7 @@ from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.managers.startup_spread import spread, spread_window_s
+from gcs.managers.syncer import SyncHub
 from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.proto import gcs_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
@@ -55,6 +57,7 @@ from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
 from gcs.services.kv import InternalKVServicer
 from gcs.services.node_info import NodeInfoServicer
 from gcs.services.node_resources import NodeResourceInfoServicer
+from gcs.services.syncer import RaySyncerServicer
 from gcs.services.virtual_clusters import VirtualClusterInfoServicer
 from gcs.store import Store, StoreUnavailable, store_from_url
 from gcs.store.metered import MeteredStore
@@ -75,6 +78,7 @@ class Managers:
     raylets: RayletGateway
     pubsub: GcsPubSub
     virtual_clusters: VirtualClusterManager
+    syncer: SyncHub
 
 
 class GcsServer:
@@ -158,7 +162,9 @@ class GcsServer:
         store = MeteredStore(await self._open_store(), self.metrics.registry)
         cfg = self.config
         kv = KvManager(store)
-        self.meta = await load_or_create(store, kv, session_name=cfg.session_name)
+        self.meta = await load_or_create(
+            store, kv, session_name=cfg.session_name, python_version=cfg.python_version
+        )
         load_poll = cfg.load_poll
         if security.tls is not None and load_poll.transport == "h2":
             load_poll = dataclasses.replace(load_poll, transport="grpc")  # h2 client: no TLS
@@ -191,7 +197,13 @@ class GcsServer:
         health_checker = HealthChecker(
             nodes, raylets, self.clock, cfg.health, node_events=node_events
         )
-        jobs = JobManager(store, self.clock, events=job_events, lane_policy=self._lane_policy)
+        jobs = JobManager(
+            store,
+            self.clock,
+            events=job_events,
+            publish=pubsub.control_plane.publish,
+            lane_policy=self._lane_policy,
+        )
         pgs = PlacementGroupManager(
             store,
             self.clock,
@@ -229,6 +241,9 @@ class GcsServer:
         poller = LoadPoller(
             nodes, cache, raylets, self.clock, load_poll, on_report=health_checker.mark_healthy
         )
+        syncer = SyncHub(
+            nodes, cache, node_events=node_events, on_heartbeat=health_checker.mark_healthy
+        )
         # load -> repair -> serve
         await nodes.load()
         await pgs.load()
@@ -247,6 +262,7 @@ class GcsServer:
             raylets,
             pubsub,
             virtual_clusters,
+            syncer,
         )
         self._tune_gc()
         await self._start_grpc()
@@ -333,6 +349,7 @@ class GcsServer:
                     self.meta.cluster_id,
                     limits=limits,
                     virtual_cluster_nodes=m.virtual_clusters.node_filter,
+                    head=self._virtual_head(),
                 ),
             ),
             (
@@ -367,7 +384,13 @@ class GcsServer:
             )
             server.add_generic_rpc_handlers([handler])
         server.add_generic_rpc_handlers(m.pubsub.handlers(on_call=hook, limits=limits))
-        servicers += [(svc.CONTROL_PLANE_PUBSUB, None), (svc.OBSERVABILITY_PUBSUB, None)]
+        syncer = RaySyncerServicer(m.syncer, self.clock, limits=limits, on_call=hook)
+        server.add_generic_rpc_handlers([syncer.handler()])
+        servicers += [
+            (svc.CONTROL_PLANE_PUBSUB, None),
+            (svc.OBSERVABILITY_PUBSUB, None),
+            (svc.RAY_SYNCER, None),
+        ]
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = [wire_service_name(d) for d, _ in servicers]
@@ -394,6 +417,19 @@ class GcsServer:
             )
         await server.start()
         self._server = server
+
+    def _virtual_head(self) -> gcs_pb2.GcsNodeInfo | None:
+        """``--head``: the record Ray's workers look up (see ``gcs.managers.head``)."""
+        if not self.config.head:
+            return None
+        assert self.meta is not None
+        return virtual_head(
+            self.meta.cluster_id,
+            address=self.config.host,
+            temp_dir=self.config.temp_dir,
+            session_name=self.meta.session_name,
+            start_time_ms=now_ms(self.clock),
+        )
 
     async def _notify_restart(self, notify_at: dict[bytes, float]) -> None:
         """Tell raylets known from the store that the GCS restarted (Ray does the same).

@@ -25,7 +25,11 @@ from gcs.auth import AUTHORIZATION_METADATA, UNAUTHENTICATED_MESSAGE, AuthToken
 WRONG_CLUSTER_ID = "WrongClusterID: Perhaps the client is accessing GCS after it has restarted."
 CLUSTER_ID_METADATA = "ray_cluster_id"
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
-_STREAMING_PREFIXES = ("/grpc.reflection.", "/grpc.health.v1.Health/Watch")
+_STREAMING_PREFIXES = (
+    "/grpc.reflection.",
+    "/grpc.health.v1.Health/Watch",
+    "/ray.rpc.syncer.RaySyncer/",
+)
 
 
 class CallGuardInterceptor(grpc.aio.ServerInterceptor):
@@ -33,6 +37,7 @@ class CallGuardInterceptor(grpc.aio.ServerInterceptor):
         self._cluster = cluster_id_hex.lower() if cluster_id_hex else None
         self._token = token
         self._wrong_cluster = _reject(WRONG_CLUSTER_ID, streaming=False)
+        self._wrong_cluster_stream = _reject(WRONG_CLUSTER_ID, streaming=True)
         self._unauthenticated = _reject(UNAUTHENTICATED_MESSAGE, streaming=False)
         self._unauthenticated_stream = _reject(UNAUTHENTICATED_MESSAGE, streaming=True)
 
@@ -58,6 +63,8 @@ class CallGuardInterceptor(grpc.aio.ServerInterceptor):
                     return self._unauthenticated_stream
                 return self._unauthenticated
         if not cluster_ok:
+            if handler_call_details.method.startswith(_STREAMING_PREFIXES):  # type: ignore[attr-defined]
+                return self._wrong_cluster_stream
             return self._wrong_cluster
         return await continuation(handler_call_details)
 
