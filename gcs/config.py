@@ -161,6 +161,13 @@ class GcsConfig:
     raylet_io: RayletIoConfig = field(default_factory=RayletIoConfig)
     max_dead_nodes_cached: int = 1000
     """Dead nodes kept for GetAllNodeInfo (oldest dropped first)."""
+    max_dead_workers_cached: int = 1000
+    """Dead workers kept in the WORKERS table (oldest dropped from memory and store first)."""
+    task_events_max_num_task_in_gcs: int = 100_000
+    """Task attempts whose events are kept (Ray's name and default); past it finished tasks
+    are evicted first, then actor tasks, then the rest, each counted as dropped."""
+    task_events_max_num_profile_events_per_task: int = 1000
+    """Profile events kept per task attempt (Ray's name and default)."""
     raylet_rpc_timeout_ms: int = 30000
     """Deadline for forwarded raylet calls (DrainRaylet, Resize)."""
     limits: RequestLimits = field(default_factory=RequestLimits)
@@ -232,6 +239,11 @@ ENV_VARS: dict[str, str] = {
     "GCS_LOAD_POLL_SLICE_SIZE": "load_poll.slice_size",
     "GCS_LOAD_POLL_SPREAD": "load_poll.spread",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
+    "GCS_MAX_DEAD_WORKERS_CACHED": "max_dead_workers_cached",
+    "RAY_task_events_max_num_task_in_gcs": "task_events_max_num_task_in_gcs",
+    "RAY_task_events_max_num_profile_events_per_task": (
+        "task_events_max_num_profile_events_per_task"
+    ),
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
@@ -261,9 +273,15 @@ _POSITIVE = (
     "grpc_max_message_bytes",
     "node_instances_replenish_interval_ms",
     "expired_job_clusters_gc_interval_ms",
+    "task_events_max_num_task_in_gcs",
 )
 """Periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
-_NON_NEGATIVE = ("max_dead_nodes_cached", "gc_gen0_threshold")
+_NON_NEGATIVE = (
+    "max_dead_nodes_cached",
+    "max_dead_workers_cached",
+    "gc_gen0_threshold",
+    "task_events_max_num_profile_events_per_task",
+)
 
 
 _PYTHON_VERSION = re.compile(r"\d+\.\d+\.\d+")

@@ -34,9 +34,12 @@ from gcs.managers.lane import ResolvePolicy
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.runtime_env import RuntimeEnvPins
 from gcs.managers.startup_spread import spread, spread_window_s
 from gcs.managers.syncer import SyncHub
+from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager
+from gcs.managers.workers import WorkerManager
 from gcs.proto import gcs_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.config import PublisherConfig
@@ -59,6 +62,7 @@ from gcs.services.node_info import NodeInfoServicer
 from gcs.services.node_resources import NodeResourceInfoServicer
 from gcs.services.syncer import RaySyncerServicer
 from gcs.services.virtual_clusters import VirtualClusterInfoServicer
+from gcs.services.workers_tasks import RuntimeEnvServicer, TaskInfoServicer, WorkerInfoServicer
 from gcs.store import Store, StoreUnavailable, store_from_url
 from gcs.store.metered import MeteredStore
 
@@ -79,6 +83,9 @@ class Managers:
     pubsub: GcsPubSub
     virtual_clusters: VirtualClusterManager
     syncer: SyncHub
+    workers: WorkerManager
+    tasks: TaskEventStore
+    runtime_envs: RuntimeEnvPins
 
 
 class GcsServer:
@@ -244,10 +251,23 @@ class GcsServer:
         syncer = SyncHub(
             nodes, cache, node_events=node_events, on_heartbeat=health_checker.mark_healthy
         )
+        workers = WorkerManager(
+            store,
+            self.clock,
+            publish=pubsub.control_plane.publish,
+            max_dead_cached=cfg.max_dead_workers_cached,
+            lane_policy=self._lane_policy,
+        )
+        tasks = TaskEventStore(
+            max_tasks=cfg.task_events_max_num_task_in_gcs,
+            max_profile_events_per_task=cfg.task_events_max_num_profile_events_per_task,
+        )
+        runtime_envs = RuntimeEnvPins(jobs.jobs.values, self.clock, job_events=job_events)
         # load -> repair -> serve
         await nodes.load()
         await pgs.load()
         await jobs.load()
+        await workers.load()
         await autoscaler.load()
         await virtual_clusters.load()  # replays from the node table loaded above
         self.managers = Managers(
@@ -263,6 +283,9 @@ class GcsServer:
             pubsub,
             virtual_clusters,
             syncer,
+            workers,
+            tasks,
+            runtime_envs,
         )
         self._tune_gc()
         await self._start_grpc()
@@ -275,6 +298,7 @@ class GcsServer:
             loop.create_task(poller.run(), name="load-poller"),
             loop.create_task(health_checker.run(), name="health-checker"),
             loop.create_task(self._reclaim_frozen(), name="gc-reclaim"),
+            loop.create_task(self._expire_runtime_envs(), name="runtime-env-gc"),
             loop.create_task(
                 virtual_clusters.run_periodic(
                     cfg.node_instances_replenish_interval_ms,
@@ -364,6 +388,9 @@ class GcsServer:
             (svc.INTERNAL_KV, InternalKVServicer(m.kv, limits=limits)),
             (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, limits=limits)),
             (svc.JOB_INFO, JobInfoServicer(m.jobs, limits=limits)),
+            (svc.WORKER_INFO, WorkerInfoServicer(m.workers, limits=limits)),
+            (svc.TASK_INFO, TaskInfoServicer(m.tasks, limits=limits)),
+            (svc.RUNTIME_ENV, RuntimeEnvServicer(m.runtime_envs, limits=limits)),
             (
                 svc.PLACEMENT_GROUP_INFO,
                 PlacementGroupInfoServicer(m.placement_groups, limits=limits),
@@ -531,6 +558,16 @@ class GcsServer:
         while True:
             if self.gc_freezer is not None and self.gc_freezer.reclaim_if_grown():
                 log.info("gc.reclaimed_frozen", resident_bytes=self.gc_freezer.baseline)
+            await asyncio.sleep(1.0)
+
+    async def _expire_runtime_envs(self) -> None:
+        """Unreferenced ``gcs://`` runtime-env packages leave internal KV (as in Ray)."""
+        assert self.managers is not None
+        kv, pins = self.managers.kv, self.managers.runtime_envs
+        while True:
+            for uri in pins.expire():
+                await kv.delete(b"", uri.encode(), by_prefix=False)
+                log.info("runtime_env.deleted", uri=uri)
             await asyncio.sleep(1.0)
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
