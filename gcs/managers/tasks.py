@@ -12,7 +12,8 @@ memory only (never persisted), merged per task attempt, with Ray's bounds:
   (``RAY_task_events_max_num_profile_events_per_task``, 1,000), the excess counted as
   dropped profile events;
 * workers' own drop reports (``dropped_task_attempts``, ``num_profile_events_dropped``) add
-  to the same per-job counters, and an attempt a worker reports dropped is not kept.
+  to the same per-job counters, and an attempt a worker reports dropped is not kept (nor
+  are its later events).
 
 No store write, so no lane: an ``add`` is one synchronous step on the event loop (nothing
 can interleave), and reads never wait.
@@ -32,6 +33,7 @@ TaskKey = tuple[bytes, int]
 _TERMINAL = (common_pb2.FINISHED, common_pb2.FAILED)
 _PRIORITY_TERMINAL, _PRIORITY_ACTOR, _PRIORITY_OTHER = 0, 1, 2
 EQUAL = gcs_service_pb2.EQUAL
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass(slots=True)
@@ -64,6 +66,9 @@ class TaskEventStore:
         )
         self._priority: dict[TaskKey, int] = {}
         self._drops: dict[bytes, JobDrops] = {}
+        self._dropped_attempts: OrderedDict[TaskKey, None] = OrderedDict()
+        """Attempts a worker reported lost: their later events are ignored (as in Ray);
+        bounded like the events themselves, oldest forgotten first."""
         self.evicted = 0
 
     def __len__(self) -> int:
@@ -80,10 +85,15 @@ class TaskEventStore:
         job_drops = self._drops_of(data.job_id)
         job_drops.profile += max(data.num_profile_events_dropped, 0)
         for attempt in data.dropped_task_attempts:
-            self._remove((attempt.task_id, attempt.attempt_number))
+            key = (attempt.task_id, attempt.attempt_number)
+            self._remove(key)
             job_drops.status += 1
+            self._dropped_attempts[key] = None
+            if len(self._dropped_attempts) > self._max_tasks:
+                self._dropped_attempts.popitem(last=False)
         for events in data.events_by_task:
-            self._merge(events)
+            if (events.task_id, events.attempt_number) not in self._dropped_attempts:
+                self._merge(events)
         while len(self._events) > self._max_tasks:
             self._evict_one()
 
@@ -165,8 +175,9 @@ class TaskEventStore:
             kept += 1
         jobs = [jf.job_id for jf in f.job_filters if jf.predicate == EQUAL]
         drops = [self.drops(j) for j in jobs] if jobs else list(self._drops.values())
-        reply.num_status_task_events_dropped = sum(d.status for d in drops)
-        reply.num_profile_task_events_dropped = sum(d.profile for d in drops)
+        # int32 on the wire: saturate rather than fail
+        reply.num_status_task_events_dropped = min(sum(d.status for d in drops), _INT32_MAX)
+        reply.num_profile_task_events_dropped = min(sum(d.profile for d in drops), _INT32_MAX)
         return reply
 
 
