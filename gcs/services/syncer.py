@@ -151,6 +151,8 @@ class RaySyncerServicer:
             failure.append(err)
         except (grpc.aio.AioRpcError, ConnectionError) as err:
             log.debug("syncer.read_ended", node_id=peer.node_id.hex(), error=repr(err))
+        except Exception:  # a bug of ours: end this stream (the raylet reconnects), say why
+            log.exception("syncer.read_failed", node_id=peer.node_id.hex())
         finally:
             peer.close()  # the writer ends too (the stream is over either way)
 

@@ -158,6 +158,20 @@ class TestSyncerStream:
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "node_id" in (info.value.details() or "")
 
+    async def test_a_stream_of_another_cluster_is_unauthenticated(
+        self, gcs_server: GcsServer
+    ) -> None:
+        """Ray's WrongClusterID rule holds for the stream too (a raylet of a previous
+        non-persistent GCS must not feed this one)."""
+        async with grpc.aio.insecure_channel(gcs_server.address) as channel:
+            call = channel.stream_stream(START_SYNC)(
+                metadata=(("node_id", "ab" * 28), ("ray_cluster_id", "cd" * 28))
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await call.read()
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "WrongClusterID" in (info.value.details() or "")
+
     async def test_an_undecodable_batch_ends_the_stream_naming_the_type(
         self, gcs_server: GcsServer
     ) -> None:
