@@ -53,7 +53,14 @@ from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.interceptors import CallGuardInterceptor
-from gcs.server.metrics import GcsMetrics, counter, gauge, on_loop, pubsub_families
+from gcs.server.metrics import (
+    GcsMetrics,
+    counter,
+    counters,
+    gauge,
+    on_loop,
+    pubsub_families,
+)
 from gcs.server.reflection import wire_pool
 from gcs.services.autoscaler import AutoscalerStateServicer
 from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
@@ -521,6 +528,21 @@ class GcsServer:
             counter("gcs_load_poll_ok", "Successful GetResourceLoad calls", stats.polls_ok),
             counter("gcs_load_poll_failures", "Failed GetResourceLoad calls", stats.polls_failed),
             counter("gcs_health_check_failures", "Failed raylet health checks", m.health.failures),
+            gauge("gcs_syncer_streams", "Raylets connected to the syncer", len(m.syncer.peers)),
+            counters(
+                "gcs_syncer_messages",
+                "Syncer messages by outcome",
+                {
+                    ("accepted",): m.syncer.stats.accepted,
+                    ("stale",): m.syncer.stats.stale,
+                    ("unknown_node",): m.syncer.stats.unknown_node,
+                    ("undecodable",): m.syncer.stats.undecodable,
+                    ("relayed",): m.syncer.stats.relayed,
+                    ("coalesced",): m.syncer.stats.coalesced,
+                },
+                labels=("outcome",),
+            ),
+            gauge("gcs_task_events_stored", "Task attempts with events held", len(m.tasks)),
             gauge(
                 "gcs_pending_resource_shapes",
                 "Distinct pending resource shapes",
