@@ -54,6 +54,11 @@ class LoadPollConfig:
     spread: float = 0.5
     """Fraction of the period over which a round's slices are started (0: back to back);
     each node is still polled once per period, but replies no longer arrive in one burst."""
+    syncer_max_staleness_ms: int = 0
+    """Adaptive polling: a raylet streaming syncer views whose view has not changed since its
+    last poll is polled only this often (its resources are known from the syncer; only its
+    pending demand may be this stale).  0 = every period, as Ray does.  Raylets without a
+    syncer stream are always polled every period."""
     transport: str = "h2"
     """``h2``: the lean HTTP/2 client of ``gcs.rpc.raylets.h2_unary`` (~3x less GCS CPU per poll;
     a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""
@@ -238,6 +243,7 @@ ENV_VARS: dict[str, str] = {
     "GCS_RAYLET_STARTUP_CONTACTS_PER_S": "raylet_io.startup_contacts_per_s",
     "GCS_LOAD_POLL_SLICE_SIZE": "load_poll.slice_size",
     "GCS_LOAD_POLL_SPREAD": "load_poll.spread",
+    "GCS_LOAD_POLL_SYNCER_MAX_STALENESS_MS": "load_poll.syncer_max_staleness_ms",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
     "GCS_MAX_DEAD_WORKERS_CACHED": "max_dead_workers_cached",
     "RAY_task_events_max_num_task_in_gcs": "task_events_max_num_task_in_gcs",
@@ -278,6 +284,7 @@ _POSITIVE = (
 """Periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
 _NON_NEGATIVE = (
     "max_dead_nodes_cached",
+    "load_poll.syncer_max_staleness_ms",
     "max_dead_workers_cached",
     "gc_gen0_threshold",
     "task_events_max_num_profile_events_per_task",

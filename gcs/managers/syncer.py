@@ -140,6 +140,13 @@ class SyncHub:
         held = self._views.get((node_id, kind))
         return held.version if held is not None else None
 
+    def live_version(self, node_id: bytes) -> int | None:
+        """The node's RESOURCE_VIEW version while its stream is up (else None): what the
+        load poller compares to back off (adaptive polling)."""
+        if node_id not in self._peers:
+            return None
+        return self.version(node_id)
+
     def view_updated_s(self, node_id: bytes) -> float | None:
         """Monotonic time of the node's last accepted RESOURCE_VIEW (None: never)."""
         return self._view_times.get(node_id)

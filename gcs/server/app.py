@@ -252,11 +252,17 @@ class GcsServer:
             virtual_cluster_section=virtual_clusters.autoscaler_section,
             lane_policy=self._lane_policy,
         )
-        poller = LoadPoller(
-            nodes, cache, raylets, self.clock, load_poll, on_report=health_checker.mark_healthy
-        )
         syncer = SyncHub(
             nodes, cache, node_events=node_events, on_heartbeat=health_checker.mark_healthy
+        )
+        poller = LoadPoller(
+            nodes,
+            cache,
+            raylets,
+            self.clock,
+            load_poll,
+            on_report=health_checker.mark_healthy,
+            view_version=syncer.live_version,
         )
         workers = WorkerManager(
             store,

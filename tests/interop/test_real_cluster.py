@@ -48,7 +48,7 @@ DRIVER = textwrap.dedent(
 
     @ray.remote(num_cpus=1)
     def where(i):
-        time.sleep(0.3)
+        time.sleep(1.0)  # long enough that the other node's cold worker start wins
         return ray.get_runtime_context().get_node_id()
 
     plain = collections.Counter(ray.get([where.remote(i) for i in range(100)], timeout=600))
