@@ -113,7 +113,6 @@ class SyncHub:
         self._on_heartbeat = on_heartbeat
         self._views: dict[Key, ray_syncer_pb2.RaySyncMessage] = {}
         self._peers: dict[bytes, Peer] = {}
-        self._view_times: dict[bytes, float] = {}
         self.stats = SyncStats()
         node_events.subscribe(self)
 
@@ -126,7 +125,6 @@ class SyncHub:
         stream is closed."""
         for kind in MESSAGE_TYPES:
             self._views.pop((node.node_id, kind), None)
-        self._view_times.pop(node.node_id, None)
         peer = self._peers.pop(node.node_id, None)
         if peer is not None:
             peer.close()
@@ -146,10 +144,6 @@ class SyncHub:
         if node_id not in self._peers:
             return None
         return self.version(node_id)
-
-    def view_updated_s(self, node_id: bytes) -> float | None:
-        """Monotonic time of the node's last accepted RESOURCE_VIEW (None: never)."""
-        return self._view_times.get(node_id)
 
     # -- streams -------------------------------------------------------------------------
     def connect(self, node_id: bytes) -> Peer:
@@ -171,7 +165,7 @@ class SyncHub:
         if self._peers.get(peer.node_id) is peer:
             del self._peers[peer.node_id]
 
-    def receive(self, sender: Peer, message: ray_syncer_pb2.RaySyncMessage, now_s: float) -> bool:
+    def receive(self, sender: Peer, message: ray_syncer_pb2.RaySyncMessage) -> bool:
         """Accept a newer message, feed the GCS, relay it; False when dropped."""
         stats = self.stats
         stats.received += 1
@@ -193,7 +187,6 @@ class SyncHub:
                 return False
             self._resources.apply_view(node_id, view)
             self._nodes.apply_snapshot(node_id, _snapshot(view))
-            self._view_times[node_id] = now_s
         self._on_heartbeat(node_id)
         self._views[key] = message
         stats.accepted += 1

@@ -424,7 +424,7 @@ class GcsServer:
             )
             server.add_generic_rpc_handlers([handler])
         server.add_generic_rpc_handlers(m.pubsub.handlers(on_call=hook, limits=limits))
-        syncer = RaySyncerServicer(m.syncer, self.clock, limits=limits, on_call=hook)
+        syncer = RaySyncerServicer(m.syncer, limits=limits, on_call=hook)
         server.add_generic_rpc_handlers([syncer.handler()])
         servicers += [
             (svc.CONTROL_PLANE_PUBSUB, None),

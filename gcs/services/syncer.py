@@ -19,7 +19,6 @@ import grpc
 import structlog
 from google.protobuf.message import DecodeError
 
-from gcs.clock import Clock
 from gcs.config import RequestLimits
 from gcs.ids import NODE_ID_SIZE
 from gcs.managers.syncer import GCS_SYNCER_NODE_ID, MESSAGE_TYPES, Peer, SyncHub
@@ -84,13 +83,11 @@ class RaySyncerServicer:
     def __init__(
         self,
         hub: SyncHub,
-        clock: Clock,
         *,
         limits: RequestLimits,
         on_call: CallHook | None = None,
     ) -> None:
         self._hub = hub
-        self._clock = clock
         self._limits = limits
         self._on_call = on_call
 
@@ -142,10 +139,8 @@ class RaySyncerServicer:
         hub, limits = self._hub, self._limits
         try:
             async for raw in requests:
-                messages = decode_batch(raw, limits)
-                now = self._clock.monotonic_s()
-                for message in messages:
-                    hub.receive(peer, message, now)
+                for message in decode_batch(raw, limits):
+                    hub.receive(peer, message)
         except InvalidArgument as err:
             log.warning("syncer.bad_batch", node_id=peer.node_id.hex(), error=err.message)
             failure.append(err)

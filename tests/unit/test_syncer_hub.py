@@ -60,7 +60,7 @@ async def test_a_view_is_relayed_to_the_other_raylets_not_back_to_its_sender() -
     h = Hub()
     await h.register(A, B, C)
     pa, pb, pc = h.hub.connect(A), h.hub.connect(B), h.hub.connect(C)
-    assert h.hub.receive(pa, _view(A, 1, resources_available={"CPU": 3}), 0.0)
+    assert h.hub.receive(pa, _view(A, 1, resources_available={"CPU": 3}))
     assert [m.node_id for m in await _take(pb)] == [A]
     assert [m.node_id for m in await _take(pc)] == [A]
     assert len(pa) == 0
@@ -70,9 +70,9 @@ async def test_stale_versions_are_dropped_and_a_late_joiner_gets_the_newest() ->
     h = Hub()
     await h.register(A, B)
     pa = h.hub.connect(A)
-    assert h.hub.receive(pa, _view(A, 5, resources_available={"CPU": 1}), 0.0)
-    assert not h.hub.receive(pa, _view(A, 5, resources_available={"CPU": 2}), 0.0)
-    assert not h.hub.receive(pa, _view(A, 4, resources_available={"CPU": 2}), 0.0)
+    assert h.hub.receive(pa, _view(A, 5, resources_available={"CPU": 1}))
+    assert not h.hub.receive(pa, _view(A, 5, resources_available={"CPU": 2}))
+    assert not h.hub.receive(pa, _view(A, 4, resources_available={"CPU": 2}))
     assert h.hub.stats.stale == 2
     pb = h.hub.connect(B)
     [got] = await _take(pb)
@@ -87,12 +87,12 @@ async def test_a_slow_peer_holds_only_the_newest_message_per_node_and_type() -> 
     await h.register(A, B, C)
     pa, pb, pc = h.hub.connect(A), h.hub.connect(B), h.hub.connect(C)
     for version in range(1, 501):
-        h.hub.receive(pa, _view(A, version, resources_available={"CPU": version % 4}), 0.0)
-        h.hub.receive(pc, _view(C, version), 0.0)
+        h.hub.receive(pa, _view(A, version, resources_available={"CPU": version % 4}))
+        h.hub.receive(pc, _view(C, version))
     commands = ray_syncer_pb2.RaySyncMessage(
         version=1, message_type=COMMANDS, node_id=A, sync_message=b"\x08\x01"
     )
-    h.hub.receive(pa, commands, 0.0)
+    h.hub.receive(pa, commands)
     assert len(pb) == 3
     batch = await _take(pb)
     assert {(m.node_id, m.message_type, m.version) for m in batch} == {
@@ -116,7 +116,6 @@ async def test_views_feed_the_resource_cache_node_snapshot_and_health() -> None:
             resources_total={"CPU": 4},
             node_activity=["Resource: CPU currently in use."],
         ),
-        0.0,
     )
     data = h.cache.nodes[A].data
     assert dict(data.resources_available) == {"CPU": 1}
@@ -124,11 +123,11 @@ async def test_views_feed_the_resource_cache_node_snapshot_and_health() -> None:
     assert snap.state == gcs_pb2.NodeSnapshot.ACTIVE
     assert list(snap.node_activity) == ["Resource: CPU currently in use."]
     assert h.beats == [A]
-    h.hub.receive(pa, _view(A, 2, resources_available={"CPU": 4}, idle_duration_ms=1500), 0.0)
+    h.hub.receive(pa, _view(A, 2, resources_available={"CPU": 4}, idle_duration_ms=1500))
     snap = h.nodes.alive[A].state_snapshot
     assert (snap.state, snap.idle_duration_ms) == (gcs_pb2.NodeSnapshot.IDLE, 1500)
     assert h.cache.nodes[A].data.idle_duration_ms == 1500
-    h.hub.receive(pa, _view(A, 3, is_draining=True, draining_deadline_timestamp_ms=9), 0.0)
+    h.hub.receive(pa, _view(A, 3, is_draining=True, draining_deadline_timestamp_ms=9))
     assert h.nodes.alive[A].state_snapshot.state == gcs_pb2.NodeSnapshot.DRAINING
     assert h.cache.draining() == [(A, 9)]
 
@@ -137,11 +136,11 @@ async def test_dead_and_unknown_nodes_are_not_relayed_and_a_dead_node_is_forgott
     h = Hub()
     await h.register(A, B)
     pa, pb = h.hub.connect(A), h.hub.connect(B)
-    assert not h.hub.receive(pa, _view(C, 1), 0.0)  # never registered
-    assert h.hub.receive(pa, _view(A, 1), 0.0)
+    assert not h.hub.receive(pa, _view(C, 1))  # never registered
+    assert h.hub.receive(pa, _view(A, 1))
     await h.nodes.mark_dead(A, 2, "test")
     assert pa.closed and A not in h.hub.peers
-    assert not h.hub.receive(pa, _view(A, 2), 0.0)
+    assert not h.hub.receive(pa, _view(A, 2))
     late = h.hub.connect(C)
     assert len(late) == 0  # A's view is gone
     assert [m.node_id for m in await _take(pb)] == [A]  # queued before the death
