@@ -80,6 +80,9 @@ class Stubs:
         self.autoscaler = ServiceStub(channel, svc.AUTOSCALER_STATE, metadata=md, timeout_s=10)
         self.jobs = ServiceStub(channel, svc.JOB_INFO, metadata=md, timeout_s=10)
         self.pgs = ServiceStub(channel, svc.PLACEMENT_GROUP_INFO, metadata=md, timeout_s=10)
+        self.workers = ServiceStub(channel, svc.WORKER_INFO, metadata=md, timeout_s=10)
+        self.tasks = ServiceStub(channel, svc.TASK_INFO, metadata=md, timeout_s=10)
+        self.runtime_env = ServiceStub(channel, svc.RUNTIME_ENV, metadata=md, timeout_s=10)
 
 
 @pytest.fixture
