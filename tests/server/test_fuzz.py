@@ -46,7 +46,9 @@ OVERSIZED = 9 * 1024 * 1024
 decodes to ~30x its size."""
 RSS_GROWTH_LIMIT_BYTES = 256 * 1024 * 1024
 RSS_PEAK_LIMIT_BYTES = 512 * 1024 * 1024
-LONG_POLLS = {"GcsSubscriberPoll"}
+# Held until something happens (Ray holds a wait on an unknown group too: create and wait
+# may arrive in either order), so the caller's deadline is their normal end.
+LONG_POLLS = {"GcsSubscriberPoll", "WaitPlacementGroupUntilReady"}
 FORBIDDEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 
 # No plain host names except "localhost": a registered node's address may be dialed, and the
