@@ -80,6 +80,7 @@ class Stubs:
         self.autoscaler = ServiceStub(channel, svc.AUTOSCALER_STATE, metadata=md, timeout_s=10)
         self.jobs = ServiceStub(channel, svc.JOB_INFO, metadata=md, timeout_s=10)
         self.pgs = ServiceStub(channel, svc.PLACEMENT_GROUP_INFO, metadata=md, timeout_s=10)
+        self.actors = ServiceStub(channel, svc.ACTOR_INFO, metadata=md, timeout_s=10)
 
 
 @pytest.fixture

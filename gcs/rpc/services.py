@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from gcs.proto import autoscaler_pb2, gcs_service_pb2, node_manager_pb2, virtual_cluster_pb2
+from gcs.proto import (
+    autoscaler_pb2,
+    core_worker_pb2,
+    gcs_service_pb2,
+    node_manager_pb2,
+    virtual_cluster_pb2,
+)
 
 _GS = gcs_service_pb2.DESCRIPTOR.services_by_name
 
@@ -19,6 +25,8 @@ TASK_INFO = _GS["TaskInfoGcsService"]
 RUNTIME_ENV = _GS["RuntimeEnvGcsService"]
 AUTOSCALER_STATE = autoscaler_pb2.DESCRIPTOR.services_by_name["AutoscalerStateService"]
 NODE_MANAGER = node_manager_pb2.DESCRIPTOR.services_by_name["NodeManagerService"]
+CORE_WORKER = core_worker_pb2.DESCRIPTOR.services_by_name["CoreWorkerService"]
+"""Only ``PushTask`` (the GCS pushes actor creation tasks to leased workers)."""
 _VC = virtual_cluster_pb2.DESCRIPTOR.services_by_name
 VIRTUAL_CLUSTER_INFO = _VC["VirtualClusterInfoGcsService"]
 
@@ -29,6 +37,7 @@ SERVED_BY_GCS = (
     AUTOSCALER_STATE,
     JOB_INFO,
     PLACEMENT_GROUP_INFO,
+    ACTOR_INFO,
     VIRTUAL_CLUSTER_INFO,
     CONTROL_PLANE_PUBSUB,
     OBSERVABILITY_PUBSUB,

@@ -12,6 +12,7 @@ import errno
 import gc
 import pathlib
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +24,12 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from gcs.clock import Clock, SystemClock
 from gcs.config import GcsConfig, kv_put_request_bytes
 from gcs.errors import GcsError
+from gcs.managers.actor_scheduler import ActorScheduler
+from gcs.managers.actor_view import LiveClusterView
+from gcs.managers.actors import ActorManager
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
-from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
+from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents, WorkerEvents
 from gcs.managers.health import HealthChecker
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
@@ -41,15 +45,18 @@ from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import service_handler, wire_service_name
 from gcs.rpc import services as svc
+from gcs.rpc.raylets.actors import ActorGateway, GrpcActorGateway
 from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
+from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.interceptors import CallGuardInterceptor
 from gcs.server.metrics import GcsMetrics, counter, gauge, on_loop, pubsub_families
 from gcs.server.reflection import wire_pool
+from gcs.services.actors import ActorInfoServicer
 from gcs.services.autoscaler import AutoscalerStateServicer
 from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
 from gcs.services.kv import InternalKVServicer
@@ -75,6 +82,9 @@ class Managers:
     raylets: RayletGateway
     pubsub: GcsPubSub
     virtual_clusters: VirtualClusterManager
+    actors: ActorManager
+    worker_events: WorkerEvents
+    """Emit worker deaths here (``ReportWorkerFailure``): the actor manager listens."""
 
 
 class GcsServer:
@@ -87,6 +97,7 @@ class GcsServer:
         lane_policy: ResolvePolicy | None = None,
         security: Security | None = None,
         raylets: RayletGateway | None = None,
+        actor_gateway: ActorGateway | None = None,
     ) -> None:
         self.config = config
         self._security = security
@@ -96,6 +107,9 @@ class GcsServer:
         self._store = store
         self._owns_store = store is None
         self._raylets = raylets
+        self._actor_gateway = actor_gateway
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+        """Closed at stop, in order (what start built for itself)."""
         self.metrics = GcsMetrics()
         self.meta: ClusterMeta | None = None
         self.managers: Managers | None = None
@@ -229,12 +243,45 @@ class GcsServer:
         poller = LoadPoller(
             nodes, cache, raylets, self.clock, load_poll, on_report=health_checker.mark_healthy
         )
+        worker_events = WorkerEvents()
+        actor_gateway = self._actor_gateway
+        if actor_gateway is None:
+            if isinstance(raylets, GrpcRayletGateway):
+                pool = raylets.pool
+            else:  # a raylet gateway given by the caller: actor calls get a pool of their own
+                pool = RayletClientPool(64, security)
+                self._closers.append(pool.close)
+            built = GrpcActorGateway(pool, security=security)
+            self._closers.append(built.close)
+            actor_gateway = built
+        actor_view = LiveClusterView(
+            nodes.alive,
+            cache,
+            pgs.groups,
+            job_cluster=jobs.virtual_cluster_of,
+            cluster_nodes=virtual_clusters.node_filter,
+        )
+        actors = ActorManager(
+            store,
+            self.clock,
+            ActorScheduler(actor_gateway, actor_view),
+            actor_gateway,
+            nodes.alive,
+            publish=pubsub.control_plane.publish,
+            node_events=node_events,
+            job_events=job_events,
+            worker_events=worker_events,
+            job_is_dead=lambda job_id: (job := jobs.jobs.get(job_id)) is not None and job.is_dead,
+            kill_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
+            lane_policy=self._lane_policy,
+        )
         # load -> repair -> serve
         await nodes.load()
         await pgs.load()
         await jobs.load()
         await autoscaler.load()
         await virtual_clusters.load()  # replays from the node table loaded above
+        await actors.load()  # after nodes: actors of dead owners' nodes are marked dead
         self.managers = Managers(
             kv,
             nodes,
@@ -247,6 +294,8 @@ class GcsServer:
             raylets,
             pubsub,
             virtual_clusters,
+            actors,
+            worker_events,
         )
         self._tune_gc()
         await self._start_grpc()
@@ -355,6 +404,7 @@ class GcsServer:
                 svc.VIRTUAL_CLUSTER_INFO,
                 VirtualClusterInfoServicer(m.virtual_clusters, limits=limits),
             ),
+            (svc.ACTOR_INFO, ActorInfoServicer(m.actors, limits=limits)),
         ]
         by_method = {"InternalKVPut": kv_put_request_bytes(limits)}
         for descriptor, servicer in servicers:
@@ -528,8 +578,11 @@ class GcsServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.managers is not None:
             await self.managers.virtual_clusters.close()
+            await self.managers.actors.close()
             await self.managers.health.close()
             await self.managers.raylets.close()
+        for close in self._closers:
+            await close()
         self.metrics.close()
         if self.gc_freezer is not None and self.gc_freezer in gc.callbacks:
             gc.callbacks.remove(self.gc_freezer)
