@@ -44,6 +44,7 @@ __all__ = [
     "Failed",
     "RetryPolicy",
     "lease_request",
+    "leased_worker",
 ]
 
 log = structlog.get_logger("gcs.actors.scheduler")
@@ -150,6 +151,20 @@ def lease_request(spec: common_pb2.TaskSpec) -> node_manager_pb2.RequestWorkerLe
     return node_manager_pb2.RequestWorkerLeaseRequest(lease_spec=lease)
 
 
+def leased_worker(
+    reply: node_manager_pb2.RequestWorkerLeaseReply, node_id: bytes, raylet_address: str
+) -> common_pb2.Address:
+    """The granted worker's full address.  Ray 2.60 raylets answer with the port and worker
+    id only (seen on the wire): the worker runs on the raylet's host and node."""
+    worker = common_pb2.Address()
+    worker.CopyFrom(reply.worker_address)
+    if not worker.ip_address:
+        worker.ip_address = raylet_address.rsplit(":", 1)[0]
+    if not worker.node_id:
+        worker.node_id = node_id
+    return worker
+
+
 class ActorScheduler:
     def __init__(
         self,
@@ -245,17 +260,16 @@ class ActorScheduler:
             if reply.worker_address.port == 0:
                 excluded.add(node_id)
                 return None
-            return await self._push(attempt, node_id, reply)
+            return await self._push(attempt, leased_worker(reply, node_id, address), reply)
         excluded.add(node_id)
         return None
 
     async def _push(
-        self, attempt: Attempt, node_id: bytes, lease: node_manager_pb2.RequestWorkerLeaseReply
+        self,
+        attempt: Attempt,
+        worker: common_pb2.Address,
+        lease: node_manager_pb2.RequestWorkerLeaseReply,
     ) -> Created | Failed | None:
-        worker = common_pb2.Address()
-        worker.CopyFrom(lease.worker_address)
-        if not worker.node_id:
-            worker.node_id = node_id
         attempt.worker, attempt.worker_pid = worker, lease.worker_pid
         request = core_worker_pb2.PushTaskRequest(
             intended_worker_id=worker.worker_id,

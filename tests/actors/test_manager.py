@@ -89,6 +89,19 @@ class TestCreation:
         assert h.gateway.leases[1].address == "127.0.0.2:40002"
         assert actor.node_id == node_id(2)
 
+    async def test_a_lease_without_the_worker_host_uses_the_raylets(self) -> None:
+        """Ray 2.60 raylets grant with the worker's port and id only."""
+        h = await Harness().start(1)
+        bare = node_manager_pb2.RequestWorkerLeaseReply(worker_pid=7)
+        bare.worker_address.port = 30001
+        bare.worker_address.worker_id = b"\x0a" * 28
+        h.gateway.lease_script[node_id(1)].append(bare)
+        actor = await h.create(actor_spec(1))
+        assert actor.address == common_pb2.Address(
+            node_id=node_id(1), ip_address="127.0.0.2", port=30001, worker_id=b"\x0a" * 28
+        )
+        assert h.gateway.pushes[0][0] == actor.address and actor.pid == 7
+
     async def test_rejection_or_unreachable_raylet_moves_to_another_node(self) -> None:
         h = await Harness().start(1, 2)
         h.gateway.lease_script[node_id(1)].append(
