@@ -31,6 +31,7 @@ from gcs.rpc.raylets.actors import GrpcActorGateway
 from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.testing.servers import free_port
 from tests.conftest import eventually
+from tests.interop.ray_processes import ray_env, stop_group
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -49,23 +50,6 @@ p = Probe.options(name="probe", lifetime="detached").remote()
 assert ray.get(p.ping.remote(), timeout=300) == 1
 print("ok")
 """
-
-
-def _ray_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_DISABLE_DOCKER_CPU_WARNING="1")
-    return env
-
-
-async def _stop_group(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout=20)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
 
 
 def _alive(pid: int) -> bool:
@@ -87,7 +71,7 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
     head = await asyncio.create_subprocess_exec(
         str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
         f"--port={port}", "--num-cpus=3", "--include-dashboard=false", f"--temp-dir={ray_tmp}",
-        stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=_ray_env(),
+        stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=ray_env(),
         start_new_session=True,
     )  # fmt: skip
     pool = RayletClientPool(4)
@@ -121,7 +105,7 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
         actors, nodes = stubs
         driver = await asyncio.create_subprocess_exec(
             str(ray_venv.python), "-c", DRIVER, address,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_ray_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ray_env(),
         )  # fmt: skip
         out, err = await asyncio.wait_for(driver.communicate(), timeout=600)
         assert driver.returncode == 0 and b"ok" in out, err.decode()[-3000:]
@@ -174,7 +158,7 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
         await channel.close()
         await gateway.close()
         await pool.close()
-        await _stop_group(head)
+        await stop_group(head)
         if pid and _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
