@@ -21,6 +21,7 @@ __all__ = [
     "creation_failed",
     "killed_by_ray_kill",
     "node_died",
+    "not_loadable",
     "out_of_scope",
     "owner_died",
     "remaining_restarts",
@@ -138,6 +139,16 @@ def owner_died(
     if exit_detail:
         message += f" Worker exit detail: {exit_detail}"
     return _context(actor, Reason.OWNER_DIED, message)
+
+
+def not_loadable(actor: gcs_pb2.ActorTableData) -> Cause:
+    """Found at start-up owned by a node that is gone (Ray's message)."""
+    return _context(
+        actor,
+        Reason.OWNER_DIED,
+        "The actor is dead because GCS could not load it during initialization (for "
+        "example, its owner is dead) and is removing its task spec.",
+    )
 
 
 def worker_died(

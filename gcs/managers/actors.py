@@ -198,7 +198,7 @@ class ActorManager:
             self._dead.move_to_end(key)
         async with self._lane:
             for actor_id in orphans:
-                await self._destroy(actor_id, states.owner_died(self.actors[actor_id]))
+                await self._destroy(actor_id, states.not_loadable(self.actors[actor_id]))
         for actor_id, actor in self.actors.items():
             if actor.state in (states.PENDING_CREATION, states.RESTARTING):
                 self._start_scheduling(actor_id)
@@ -253,6 +253,12 @@ class ActorManager:
                 continue
             out.append(actor)
         return out, len(self.actors), filtered
+
+    def count_by_state(self) -> dict[str, int]:
+        counts = dict.fromkeys(Actor.ActorState.keys(), 0)
+        for actor in self.actors.values():
+            counts[Actor.ActorState.Name(actor.state)] += 1
+        return counts
 
     def actors_per_node(self) -> dict[bytes, int]:
         counts: dict[bytes, int] = {}
@@ -425,8 +431,8 @@ class ActorManager:
         preempted = node.death_info.reason == common_pb2.NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED
         async with self._lane:
             for actor_id in sorted(self.actors):
-                actor = self.actors[actor_id]
-                if actor.state == states.DEAD:
+                actor = self.actors.get(actor_id)  # a destroy above may evict dead ones
+                if actor is None or actor.state == states.DEAD:
                     continue
                 if actor.owner_address.node_id == node_id and not actor.is_detached:
                     await self._destroy(actor_id, states.owner_died(actor))
@@ -445,8 +451,10 @@ class ActorManager:
     async def on_job_finished(self, job_id: bytes) -> None:
         async with self._lane:
             for actor_id in sorted(self.actors):
-                actor = self.actors[actor_id]
-                if actor.job_id == job_id and not actor.is_detached and actor.state != states.DEAD:
+                actor = self.actors.get(actor_id)
+                if actor is None or actor.state == states.DEAD:
+                    continue
+                if actor.job_id == job_id and not actor.is_detached:
                     await self._destroy(actor_id, states.owner_died(actor))
 
     # -- lane-held helpers ---------------------------------------------------------------
@@ -579,6 +587,7 @@ class ActorManager:
         task = asyncio.get_running_loop().create_task(
             self._schedule(attempt), name=f"actor-{actor_id.hex()}"
         )
+        task.add_done_callback(_log_failure)
         self._scheduling[actor_id] = _Scheduling(attempt, task)
 
     def _cancel_scheduling(self, actor_id: bytes, cause: common_pb2.ActorDeathCause | None) -> None:
@@ -701,6 +710,12 @@ class ActorManager:
         reply = CreateOutcome(status=_ok())
         reply.actor_address.CopyFrom(actor.address)
         return reply
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """A scheduling task that raised is a bug: say so (the actor stays where it was)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("actor.scheduling_crashed", task=task.get_name(), error=repr(task.exception()))
 
 
 def _ok() -> gcs_service_pb2.GcsStatus:

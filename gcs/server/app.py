@@ -514,6 +514,14 @@ class GcsServer:
                 len(m.resources.demand),
             ),
         ]
+        out.append(
+            gauge(
+                "gcs_actors",
+                "Actors by state (dead ones while cached)",
+                {(state,): count for state, count in m.actors.count_by_state().items()},
+                labels=("state",),
+            )
+        )
         clusters = m.virtual_clusters.registry.clusters()
         kinds: dict[tuple[str, ...], float] = {}
         for cluster in clusters:

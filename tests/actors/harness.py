@@ -81,6 +81,7 @@ class Harness:
     gateway: FakeActorGateway = field(default_factory=FakeActorGateway)
     published: list[Actor] = field(default_factory=list)
     worker_events: WorkerEvents = field(default_factory=WorkerEvents)
+    max_dead_cached: int = 100_000
 
     def __post_init__(self) -> None:
         self.cache = ResourceCache(self.clock)
@@ -99,6 +100,7 @@ class Harness:
             node_events=self.node_events,
             job_events=self.job_events,
             worker_events=self.worker_events,
+            max_dead_cached=self.max_dead_cached,
         )
 
     def _publish(self, channel: int, key_id: bytes, message: Message) -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gcs.errors import AlreadyExists, NotFound, RayletUnreachable
+from gcs.errors import AlreadyExists, FailedPrecondition, NotFound, RayletUnreachable
 from gcs.managers import actor_states as states
 from gcs.managers.actors import TABLE_ACTOR, TABLE_ACTOR_TASK_SPEC
 from gcs.proto import common_pb2, core_worker_pb2, gcs_pb2, node_manager_pb2
@@ -147,8 +147,6 @@ class TestCreation:
         assert "is not alive" in reply.death_cause.actor_unschedulable_context.error_message
 
     async def test_create_of_an_unknown_actor_fails(self) -> None:
-        from gcs.errors import FailedPrecondition
-
         h = await Harness().start(1)
         with pytest.raises(FailedPrecondition, match="Actor may be already destroyed"):
             await h.actors.create(actor_spec(1))
@@ -370,6 +368,8 @@ class TestLineage:
         await eventually(lambda: h.actors.actors[actor.actor_id].state == states.ALIVE)
         assert h.actors.actors[actor.actor_id].num_restarts_due_to_lineage_reconstruction == 1
         await h.actors.restart_for_lineage(actor.actor_id, 1)  # stale: ignored
+        with pytest.raises(FailedPrecondition, match="is not an out-of-scope dead actor"):
+            await h.actors.restart_for_lineage(actor.actor_id, 2)  # alive
         await h.actors.report_out_of_scope(actor.actor_id, 0)  # stale: ignored
         assert h.actors.actors[actor.actor_id].state == states.ALIVE
 
@@ -403,8 +403,23 @@ class TestPersistence:
         await again.nodes.load()
         await again.nodes.mark_dead(node_id(2), NodeReason.UNEXPECTED_TERMINATION, "gone")
         await again.actors.load()
-        assert again.actors.actors[scoped.actor_id].state == states.DEAD
+        dead = again.actors.actors[scoped.actor_id]
+        assert dead.state == states.DEAD
+        assert "could not load it during initialization" in (
+            dead.death_cause.actor_died_error_context.error_message
+        )
         assert await again.store.get(TABLE_ACTOR_TASK_SPEC, scoped.actor_id) is None
+
+
+class TestDeadCache:
+    async def test_oldest_dead_actors_are_evicted_from_memory_and_store(self) -> None:
+        h = await Harness(max_dead_cached=2).start(1)
+        ids = [(await h.create(actor_spec(n))).actor_id for n in (1, 2, 3)]
+        for actor_id in ids:
+            await h.actors.kill(actor_id, force_kill=True, no_restart=True)
+        assert ids[0] not in h.actors.actors and set(ids[1:]) <= set(h.actors.actors)
+        assert await h.store.get(TABLE_ACTOR, ids[0]) is None
+        assert await h.store.get(TABLE_ACTOR, ids[2]) is not None
 
 
 class TestQueries:
