@@ -204,6 +204,21 @@ class ActorManager:
                 self._start_scheduling(actor_id)
         log.info("actors.loaded", live=len(self.actors) - len(self._dead), dead=len(self._dead))
 
+    async def release_unused_workers(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        """After a restart: the raylet frees actor workers leased before that no live actor
+        uses (creations in flight are scheduled again).  Best effort, as in Ray."""
+        in_use = [
+            actor.address.worker_id
+            for actor in self.actors.values()
+            if actor.state == states.ALIVE and actor.node_id == node.node_id
+        ]
+        try:
+            await self._gateway.release_unused_actor_workers(
+                node.node_id, raylet_address(node), in_use, self._kill_timeout_s
+            )
+        except GcsError as err:
+            log.info("actor.release_unused_failed", node_id=node.node_id.hex(), error=err.message)
+
     async def close(self) -> None:
         for entry in list(self._scheduling.values()):
             entry.task.cancel()

@@ -452,7 +452,7 @@ class GcsServer:
         notification task exists only once it has a slot.
         """
         assert self.managers is not None
-        raylets, nodes = self.managers.raylets, self.managers.nodes
+        raylets, nodes, actors = self.managers.raylets, self.managers.nodes, self.managers.actors
         loop = asyncio.get_running_loop()
         slots = asyncio.Semaphore(self.config.health.max_concurrent)
         pending: set[asyncio.Task[None]] = set()
@@ -462,6 +462,10 @@ class GcsServer:
                 await raylets.notify_gcs_restart(node_id, address, 5.0)
             except GcsError as err:
                 log.debug("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+            try:
+                node = nodes.alive.get(node_id)
+                if node is not None:
+                    await actors.release_unused_workers(node)
             finally:
                 slots.release()
 

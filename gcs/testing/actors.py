@@ -34,6 +34,7 @@ class FakeActorGateway:
     )
     kills: list[tuple[bytes, node_manager_pb2.KillLocalActorRequest]] = field(default_factory=list)
     forgotten: list[bytes] = field(default_factory=list)
+    released: list[tuple[bytes, list[bytes]]] = field(default_factory=list)
     lease_script: dict[bytes, deque[LeaseReply | Exception]] = field(
         default_factory=lambda: defaultdict(deque)
     )
@@ -89,6 +90,11 @@ class FakeActorGateway:
         timeout_s: float,
     ) -> None:
         self.kills.append((node_id, request))
+
+    async def release_unused_actor_workers(
+        self, node_id: bytes, address: str, in_use: list[bytes], timeout_s: float
+    ) -> None:
+        self.released.append((node_id, sorted(in_use)))
 
     def forget_worker(self, worker: common_pb2.Address) -> None:
         self.forgotten.append(worker.worker_id)

@@ -395,6 +395,13 @@ class TestPersistence:
         await eventually(lambda: again.actors.actors[pending_id].state == states.ALIVE)
         await again.actors.close()
 
+    async def test_release_unused_workers_names_the_live_actors_workers(self) -> None:
+        h = await Harness().start(1, 2)
+        alive = await h.create(actor_spec(1, owner_node=1, strategy=soft_affinity(1)))
+        await h.create(actor_spec(2, owner_node=2, strategy=soft_affinity(2)))
+        await h.actors.release_unused_workers(h.nodes.alive[node_id(1)])
+        assert h.gateway.released == [(node_id(1), [alive.address.worker_id])]
+
     async def test_actors_of_a_dead_owner_node_are_dead_after_restart(self) -> None:
         h = await Harness().start(1, 2)
         scoped = await h.create(actor_spec(1, owner_node=2))

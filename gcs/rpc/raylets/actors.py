@@ -69,6 +69,13 @@ class ActorGateway(Protocol):
         """``KillLocalActor`` on the raylet hosting the actor's worker."""
         ...
 
+    async def release_unused_actor_workers(
+        self, node_id: bytes, address: str, in_use: list[bytes], timeout_s: float
+    ) -> None:
+        """``ReleaseUnusedActorWorkers``: after a GCS restart, the raylet frees the workers
+        it leased for actors that are not in ``in_use`` (worker ids)."""
+        ...
+
     def forget_worker(self, worker: common_pb2.Address) -> None:
         """Close the connection to a worker that no longer hosts an actor."""
         ...
@@ -103,6 +110,12 @@ class GrpcActorGateway:
         timeout_s: float,
     ) -> None:
         await self._raylet_call(node_id, address, "KillLocalActor", request, timeout_s)
+
+    async def release_unused_actor_workers(
+        self, node_id: bytes, address: str, in_use: list[bytes], timeout_s: float
+    ) -> None:
+        request = node_manager_pb2.ReleaseUnusedActorWorkersRequest(worker_ids_in_use=in_use)
+        await self._raylet_call(node_id, address, "ReleaseUnusedActorWorkers", request, timeout_s)
 
     async def _raylet_call(
         self, node_id: bytes, address: str, method: str, request: Message, timeout_s: float | None
