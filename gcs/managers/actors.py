@@ -25,7 +25,6 @@ GCS restart; creation resumes for actors that were being scheduled.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
@@ -121,8 +120,6 @@ class ActorManager:
         self._scheduling: dict[bytes, _Scheduling] = {}
         self._waiters: dict[bytes, list[asyncio.Future[CreateOutcome]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._kills: dict[bytes, asyncio.Task[Any]] = {}
-        """actor id -> its worker's kill in flight."""
         for events, listener in (
             (node_events, self._NodeListener(self)),
             (job_events, self._JobListener(self)),
@@ -159,16 +156,15 @@ class ActorManager:
         def on_worker_dead(self, failure: gcs_pb2.WorkerTableData) -> None:
             self._m._spawn(self._m.on_worker_dead(failure))
 
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop (a synchronous test of another manager)
             work.close()
-            return None
+            return
         task = loop.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._done)
-        return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)
@@ -357,13 +353,7 @@ class ActorManager:
 
     async def kill(self, actor_id: bytes, *, force_kill: bool, no_restart: bool) -> None:
         """``KillActorViaGcs``: no_restart -> DEAD now; else kill the worker (or the pending
-        creation) and let the death restart it.  Answers once the kill reached the raylet."""
-        await self._kill_under_lane(actor_id, force_kill=force_kill, no_restart=no_restart)
-        await self._await_kill(actor_id)
-
-    async def _kill_under_lane(
-        self, actor_id: bytes, *, force_kill: bool, no_restart: bool
-    ) -> None:
+        creation) and let the death restart it."""
         async with self._lane:
             actor = self.actors.get(actor_id)
             if actor is None:
@@ -668,22 +658,7 @@ class ActorManager:
         self, actor: gcs_pb2.ActorTableData, cause: common_pb2.ActorDeathCause, *, force: bool
     ) -> None:
         if actor.address.worker_id:
-            kill = self._kill(actor.node_id, actor.actor_id, actor.address, cause, force)
-            task = self._spawn(kill)
-            if task is not None:
-                self._kills[actor.actor_id] = task
-                task.add_done_callback(functools.partial(self._kill_done, actor.actor_id))
-
-    def _kill_done(self, actor_id: bytes, task: asyncio.Task[Any]) -> None:
-        if self._kills.get(actor_id) is task:
-            del self._kills[actor_id]
-
-    async def _await_kill(self, actor_id: bytes) -> None:
-        """Until the raylet answered the kill of the actor's worker (bounded): ``ray.kill``
-        answers once the worker is gone, so the caller's next call sees the actor dead."""
-        task = self._kills.get(actor_id)
-        if task is not None:
-            await asyncio.wait({task}, timeout=self._kill_timeout_s)
+            self._spawn(self._kill(actor.node_id, actor.actor_id, actor.address, cause, force))
 
     async def _kill(
         self,

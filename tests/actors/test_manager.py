@@ -293,7 +293,7 @@ class TestDeaths:
         ctx = dead.death_cause.actor_died_error_context
         assert ctx.reason == Reason.RAY_KILL
         assert ctx.error_message == "The actor is dead because it was killed by `ray.kill`."
-        # answered only once the raylet has the kill: the caller's next call sees it dead
+        await h.actors.settle()
         ((node, kill),) = h.gateway.kills
         assert node == node_id(1) and kill.worker_id == actor.address.worker_id
         assert kill.intended_actor_id == actor.actor_id and kill.force_kill
@@ -304,6 +304,7 @@ class TestDeaths:
         h = await Harness().start(1)
         actor = await h.create(actor_spec(1, max_restarts=1))
         await h.actors.kill(actor.actor_id, force_kill=True, no_restart=False)
+        await h.actors.settle()
         assert len(h.gateway.kills) == 1
         assert h.actors.actors[actor.actor_id].state == states.ALIVE  # until the worker dies
         h.worker_failure(actor.address)
