@@ -14,11 +14,12 @@ Order (total, documented so tests are exact):
    raylet there checks the bundle's resources, so no fit check here; none placed yet: wait.
 4. Resources (``required_placement_resources``, else ``required_resources``): nodes whose
    totals fit are *feasible*, those whose available resources fit are *ready*.  None
-   feasible: wait (the autoscaler may add one).  SPREAD picks the ready (else feasible)
-   node hosting the fewest of our actors, then by node id.  DEFAULT picks the owner's node
-   when ready; else the ready node with the lowest utilisation after placing (the max over
-   the demanded resources of used / total), then by node id; else the feasible node with
-   the most of the demanded resources available, then by node id.
+   feasible: queue at the owner's node (else the lowest id) so the demand is reported.
+   SPREAD picks the ready (else feasible) node hosting the fewest of our actors, then by
+   node id.  DEFAULT picks the owner's node when ready; else the ready node with the
+   lowest utilisation after placing (the max over the demanded resources of used / total),
+   then by node id; else the feasible node with the most of the demanded resources
+   available, then by node id.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class Placement:
     node_id: bytes | None
     reason: str = ""
     fatal: bool = False
+    queue_at: bytes | None = None
+    """No node fits: queue the lease at this raylet anyway (the owner's node, else the
+    lowest id), which reports it as infeasible demand so an autoscaler adds a node, as
+    Ray's raylet-based actor scheduling does."""
 
 
 def _fits(need: Mapping[str, float], have: Mapping[str, float]) -> bool:
@@ -115,7 +120,14 @@ def choose_node(demand: Demand, nodes: Iterable[Candidate]) -> Placement:
     feasible = [n for n in candidates if _fits(need, n.total)]
     if not feasible:
         shape = ", ".join(f"{k}: {v:g}" for k, v in sorted(need.items())) or "no resources"
-        return Placement(None, f"no node can fit {{{shape}}}")
+        queue = next((n for n in candidates if n.node_id == demand.owner_node_id), None)
+        if queue is None and candidates:
+            queue = candidates[0]
+        return Placement(
+            None,
+            f"no node can fit {{{shape}}}",
+            queue_at=queue.node_id if queue is not None else None,
+        )
     ready = [n for n in feasible if _fits(need, n.available)]
     if kind == "spread_scheduling_strategy":
         pool = ready or feasible

@@ -9,7 +9,9 @@ worker death to the actor (and kill the worker if the actor is destroyed mid-cre
 Loop, until created or failed (the manager cancels the task when the actor is destroyed):
 
 1. choose a node (:func:`~gcs.managers.actor_placement.choose_node`, a pure function) from
-   the live cluster view; none: wait (backoff) and choose again; fatal: fail;
+   the live cluster view; when none fits, the lease queues at the owner's raylet, which
+   reports it as demand and spills it back once a node fits; no node at all: wait
+   (backoff) and choose again; fatal: fail;
 2. ``RequestWorkerLease`` at that raylet; a spillback (``retry_at_raylet_address``) leases
    again at the named raylet; a rejection or an unreachable raylet excludes the node for the
    next choice; a cancellation for a removed placement group, a failed runtime env or an
@@ -96,6 +98,9 @@ class Attempt:
     actors_per_node: Mapping[bytes, int] = field(default_factory=dict)
     node_id: bytes = b""
     """The raylet currently asked (or granted)."""
+    raylet_address: str = ""
+    lease_id: bytes = b""
+    """The lease asked for (cancelled with CancelWorkerLease if the attempt is dropped)."""
     worker: common_pb2.Address | None = None
     """The leased worker, once granted."""
     worker_pid: int = 0
@@ -198,8 +203,9 @@ class ActorScheduler:
             if placement.fatal:
                 return Failed(states.unschedulable(placement.reason), placement.reason)
             outcome: Created | Failed | None = None
-            if placement.node_id is not None:
-                outcome = await self._try_node(attempt, placement.node_id, excluded)
+            target = placement.node_id or placement.queue_at
+            if target is not None:
+                outcome = await self._try_node(attempt, target, excluded)
                 if outcome is not None:
                     return outcome
             elif excluded:
@@ -222,12 +228,13 @@ class ActorScheduler:
     ) -> Created | Failed | None:
         """Lease at ``node_id`` (following spillbacks), then push; None: try again."""
         request = lease_request(attempt.spec)
+        attempt.lease_id = request.lease_spec.lease_id
         address = self._view.raylet_address(node_id)
         for _hop in range(8):  # spillback hops; a loop between raylets ends here
             if address is None:
                 excluded.add(node_id)
                 return None
-            attempt.node_id, attempt.worker = node_id, None
+            attempt.node_id, attempt.raylet_address, attempt.worker = node_id, address, None
             try:
                 reply = await self._gateway.request_worker_lease(
                     node_id, address, request, self._raylet_timeout_s

@@ -610,10 +610,13 @@ class ActorManager:
         if entry is None:
             return
         entry.task.cancel()
-        worker = entry.attempt.worker
+        attempt = entry.attempt
+        worker = attempt.worker
         if worker is not None:  # leased, creation not finished: give the worker back dead
             self._by_worker.pop(worker.worker_id, None)
-            self._spawn(self._kill(entry.attempt.node_id, actor_id, worker, cause, force=True))
+            self._spawn(self._kill(attempt.node_id, actor_id, worker, cause, force=True))
+        elif attempt.lease_id and attempt.raylet_address:  # maybe queued at the raylet
+            self._spawn(self._cancel_lease(attempt))
 
     async def _schedule(self, attempt: Attempt) -> None:
         actor_id = attempt.actor_id
@@ -659,6 +662,16 @@ class ActorManager:
     ) -> None:
         if actor.address.worker_id:
             self._spawn(self._kill(actor.node_id, actor.actor_id, actor.address, cause, force))
+
+    async def _cancel_lease(self, attempt: Attempt) -> None:
+        try:
+            await self._gateway.cancel_worker_lease(
+                attempt.node_id, attempt.raylet_address, attempt.lease_id, self._kill_timeout_s
+            )
+        except GcsError as err:
+            log.info(
+                "actor.cancel_lease_failed", actor_id=attempt.actor_id.hex(), error=err.message
+            )
 
     async def _kill(
         self,

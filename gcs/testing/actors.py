@@ -35,6 +35,10 @@ class FakeActorGateway:
     kills: list[tuple[bytes, node_manager_pb2.KillLocalActorRequest]] = field(default_factory=list)
     forgotten: list[bytes] = field(default_factory=list)
     released: list[tuple[bytes, list[bytes]]] = field(default_factory=list)
+    cancelled: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """(node id, lease id) of CancelWorkerLease calls."""
+    lease_gate: dict[bytes, asyncio.Event] = field(default_factory=dict)
+    """Leases at these nodes wait for the event (a raylet queueing the lease)."""
     lease_script: dict[bytes, deque[LeaseReply | Exception]] = field(
         default_factory=lambda: defaultdict(deque)
     )
@@ -58,6 +62,9 @@ class FakeActorGateway:
         timeout_s: float | None,
     ) -> LeaseReply:
         self.leases.append(LeaseCall(node_id, address, request))
+        gate = self.lease_gate.get(node_id)
+        if gate is not None:
+            await gate.wait()
         await asyncio.sleep(0)
         script = self.lease_script.get(node_id)
         if script:
@@ -90,6 +97,11 @@ class FakeActorGateway:
         timeout_s: float,
     ) -> None:
         self.kills.append((node_id, request))
+
+    async def cancel_worker_lease(
+        self, node_id: bytes, address: str, lease_id: bytes, timeout_s: float
+    ) -> None:
+        self.cancelled.append((node_id, lease_id))
 
     async def release_unused_actor_workers(
         self, node_id: bytes, address: str, in_use: list[bytes], timeout_s: float

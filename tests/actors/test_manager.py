@@ -64,16 +64,25 @@ class TestCreation:
         assert first.actor_address == second.actor_address
         assert len(h.gateway.pushes) == 1
 
-    async def test_waits_for_a_node_that_fits_then_schedules(self) -> None:
-        """No node has 8 CPUs: the actor stays PENDING_CREATION until one registers."""
+    async def test_no_node_fits_the_lease_queues_at_the_owners_raylet(self) -> None:
+        """No node has 8 CPUs: the lease waits at the owner's raylet (which reports it as
+        demand for an autoscaler) and follows the spillback once a node that fits joined."""
         h = await Harness().start(1)
+        gate = h.gateway.lease_gate[node_id(1)] = asyncio.Event()
         spec = actor_spec(1, cpus=8)
         await h.actors.register(spec)
         creating = asyncio.ensure_future(h.actors.create(spec))
-        actor_id = spec.actor_creation_task_spec.actor_id
-        await eventually(lambda: h.states(actor_id)[-1:] == ["PENDING_CREATION"])
-        assert not h.gateway.leases
+        await eventually(lambda: len(h.gateway.leases) == 1)
+        queued = h.gateway.leases[0]
+        assert queued.node_id == node_id(1)
+        assert dict(queued.request.lease_spec.required_resources) == {"CPU": 8}
         await h.nodes.register(node_info(2, cpus=8))
+        spill = node_manager_pb2.RequestWorkerLeaseReply()
+        spill.retry_at_raylet_address.CopyFrom(
+            common_pb2.Address(node_id=node_id(2), ip_address="127.0.0.2", port=40002)
+        )
+        h.gateway.lease_script[node_id(1)].append(spill)
+        gate.set()
         reply = await asyncio.wait_for(creating, 10)
         assert reply.actor_address.node_id == node_id(2)
 
@@ -343,16 +352,22 @@ class TestDeaths:
         assert h.actors.actors[detached.actor_id].state == states.ALIVE
 
     async def test_death_before_creation_answers_the_waiting_create(self) -> None:
+        """Killed while its lease waits at a raylet: CreateActor is answered, and the
+        queued lease is withdrawn (CancelWorkerLease)."""
         h = await Harness().start(1)
-        spec = actor_spec(1, cpus=64)  # never fits: creation waits
+        h.gateway.lease_gate[node_id(1)] = asyncio.Event()  # the raylet keeps it queued
+        spec = actor_spec(1, cpus=64)
         await h.actors.register(spec)
         creating = asyncio.ensure_future(h.actors.create(spec))
+        await eventually(lambda: len(h.gateway.leases) == 1)
         actor_id = spec.actor_creation_task_spec.actor_id
-        await eventually(lambda: h.actors.actors[actor_id].state == states.PENDING_CREATION)
         await h.actors.kill(actor_id, force_kill=True, no_restart=True)
         reply = await asyncio.wait_for(creating, 10)
         assert reply.status.code == 19
         assert reply.death_cause.actor_died_error_context.never_started
+        await h.actors.settle()
+        lease_id = h.gateway.leases[0].request.lease_spec.lease_id
+        assert h.gateway.cancelled == [(node_id(1), lease_id)]
 
 
 class TestLineage:
@@ -378,21 +393,24 @@ class TestPersistence:
     async def test_detached_actor_survives_a_gcs_restart(self) -> None:
         h = await Harness().start(1)
         detached = await h.create(actor_spec(1, detached=True, name="keeper"))
-        scoped_pending = actor_spec(2, cpus=64)
-        await h.actors.register(scoped_pending)
-        creating = asyncio.ensure_future(h.actors.create(scoped_pending))
-        pending_id = scoped_pending.actor_creation_task_spec.actor_id
-        await eventually(lambda: h.actors.actors[pending_id].state == states.PENDING_CREATION)
+        gate = h.gateway.lease_gate[node_id(1)] = asyncio.Event()  # creation in flight
+        pending = actor_spec(2, cpus=64)
+        await h.actors.register(pending)
+        creating = asyncio.ensure_future(h.actors.create(pending))
+        pending_id = pending.actor_creation_task_spec.actor_id
+        await eventually(lambda: len(h.gateway.leases) == 2)
         await h.actors.close()
         creating.cancel()
+        del h.gateway.lease_gate[node_id(1)]
+        gate.set()
 
         again = await h.restarted().start()
         back = again.actors.get_named("keeper", "ns")
         assert back == detached and back.state == states.ALIVE
         assert again.actors.specs[detached.actor_id] == actor_spec(1, detached=True, name="keeper")
-        # the pending one resumes scheduling once a node that fits registers
-        await again.nodes.register(node_info(3, cpus=64))
+        # the creation that was in flight is scheduled again
         await eventually(lambda: again.actors.actors[pending_id].state == states.ALIVE)
+        assert len(h.gateway.leases) == 3
         await again.actors.close()
 
     async def test_release_unused_workers_names_the_live_actors_workers(self) -> None:

@@ -73,10 +73,13 @@ class TestChooseNode:
         nodes = [node(1, available=0), node(2, available=0.5)]
         assert choose_node(demand(), nodes).node_id == nid(2)
 
-    def test_no_feasible_node_waits_with_a_reason(self) -> None:
-        placement = choose_node(demand(cpus=16), [node(1)])
+    def test_no_feasible_node_queues_at_the_owner_node_with_a_reason(self) -> None:
+        placement = choose_node(demand(cpus=16, owner_node_id=nid(2)), [node(1), node(2)])
         assert placement.node_id is None and not placement.fatal
         assert placement.reason == "no node can fit {CPU: 16}"
+        assert placement.queue_at == nid(2)
+        assert choose_node(demand(cpus=16), [node(3), node(1)]).queue_at == nid(1)
+        assert choose_node(demand(cpus=16), []).queue_at is None
 
     def test_draining_excluded_and_out_of_cluster_nodes_are_skipped(self) -> None:
         nodes = [node(1, draining=True), node(2), node(3)]

@@ -69,6 +69,12 @@ class ActorGateway(Protocol):
         """``KillLocalActor`` on the raylet hosting the actor's worker."""
         ...
 
+    async def cancel_worker_lease(
+        self, node_id: bytes, address: str, lease_id: bytes, timeout_s: float
+    ) -> None:
+        """``CancelWorkerLease``: withdraw a lease still queued at the raylet."""
+        ...
+
     async def release_unused_actor_workers(
         self, node_id: bytes, address: str, in_use: list[bytes], timeout_s: float
     ) -> None:
@@ -116,6 +122,12 @@ class GrpcActorGateway:
     ) -> None:
         request = node_manager_pb2.ReleaseUnusedActorWorkersRequest(worker_ids_in_use=in_use)
         await self._raylet_call(node_id, address, "ReleaseUnusedActorWorkers", request, timeout_s)
+
+    async def cancel_worker_lease(
+        self, node_id: bytes, address: str, lease_id: bytes, timeout_s: float
+    ) -> None:
+        request = node_manager_pb2.CancelWorkerLeaseRequest(lease_id=lease_id)
+        await self._raylet_call(node_id, address, "CancelWorkerLease", request, timeout_s)
 
     async def _raylet_call(
         self, node_id: bytes, address: str, method: str, request: Message, timeout_s: float | None
