@@ -1,9 +1,10 @@
 """Actors of an unmodified Ray 2.60 cluster on our GCS (issue 10 "must show").
 
-Our ``gcs serve`` on 127.0.0.2, a real ``ray start --address`` worker node and a
-``ray.init`` driver: a named detached actor (found by name from another handle, its name
-refused to a second actor), its restart after its worker is killed with SIGKILL
-(``max_restarts=1``), then ``ray.kill`` (dead for good, its name free again).
+Our ``gcs serve`` on 127.0.0.2, a real ``ray start --address`` worker node and ``ray.init``
+drivers: a named detached actor (found by name from another handle, its name refused to a
+second actor), its restart after its worker is killed with SIGKILL (``max_restarts=1``);
+then our GCS is killed with SIGKILL and restarted on the same store: a new driver finds the
+actor by name with its state intact, and ``ray.kill`` ends it (its name free again).
 
 Head: ``gcs serve --head`` once it exists (helper realray's branch); until then our raylet
 agent registers as the head node and ``CLUSTER_METADATA`` gets the full Python version (the
@@ -36,7 +37,7 @@ from tests.interop.ray_processes import ray_env, stop_group
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 HOST = "127.0.0.2"
-DRIVER = """
+DRIVER_BEFORE = """
 import json, os, signal, sys, time, ray
 from ray.exceptions import RayActorError
 ray.init(address=sys.argv[1], namespace="app", logging_level="ERROR")
@@ -44,21 +45,34 @@ check_restart = sys.argv[2] == "1"
 
 @ray.remote(num_cpus=1, max_restarts=1, max_task_retries=-1)
 class Keeper:
-    def pid(self):
-        return os.getpid()
+    def __init__(self):
+        self.n = 0
+    def incr(self):
+        self.n += 1
+        return self.n, os.getpid()
 
 out = {}
 keeper = Keeper.options(name="keeper", lifetime="detached").remote()
-first = ray.get(keeper.pid.remote(), timeout=300)
-out["same_by_name"] = ray.get(ray.get_actor("keeper").pid.remote(), timeout=60) == first
+n, first = ray.get(keeper.incr.remote(), timeout=300)
+out["same_by_name"] = ray.get(ray.get_actor("keeper").incr.remote(), timeout=60) == (2, first)
 try:
-    ray.get(Keeper.options(name="keeper", lifetime="detached").remote().pid.remote(), timeout=60)
+    ray.get(Keeper.options(name="keeper", lifetime="detached").remote().incr.remote(), timeout=60)
     out["conflict"] = "none"
 except ValueError as err:
     out["conflict"] = str(err)
 if check_restart:
     os.kill(first, signal.SIGKILL)
-    out["restarted"] = ray.get(keeper.pid.remote(), timeout=300) != first
+    n, second = ray.get(keeper.incr.remote(), timeout=300)
+    out["restarted"] = second != first and n == 1
+print(json.dumps(out))
+"""
+DRIVER_AFTER = """
+import json, sys, time, ray
+from ray.exceptions import RayActorError
+ray.init(address=sys.argv[1], namespace="app", logging_level="ERROR")
+out = {}
+keeper = ray.get_actor("keeper")
+out["count_after_gcs_restart"] = ray.get(keeper.incr.remote(), timeout=120)[0]
 # ray.kill is asynchronous in Ray 2.60 (the core worker does not wait for the GCS): a call
 # made right after it may still run; the death shows within a bounded time.
 ray.kill(keeper)
@@ -66,7 +80,7 @@ out["after_kill"] = "alive"
 deadline = time.time() + 60
 while time.time() < deadline:
     try:
-        ray.get(keeper.pid.remote(), timeout=60)
+        ray.get(keeper.incr.remote(), timeout=60)
     except RayActorError as err:
         out["after_kill"] = str(err)
         break
@@ -144,13 +158,24 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
         procs.append(proc)
 
     channel = grpc.aio.insecure_channel(address)
-    try:
-        head = ["--head"] if _head_supported() else []
-        await spawn(
-            "gcs", sys.executable, "-m", "gcs.cli", "serve", *head, "--host", HOST,
-            "--port", str(port), "--storage", f"sqlite:///{tmp_path / 'gcs.db'}",
-            "--metrics-port", "-1",
+    head = ["--head"] if _head_supported() else []
+    serve = (
+        sys.executable, "-m", "gcs.cli", "serve", *head, "--host", HOST, "--port", str(port),
+        "--storage", f"sqlite:///{tmp_path / 'gcs.db'}", "--metrics-port", "-1",
+    )  # fmt: skip
+
+    async def driver(script: str, *args: str) -> dict[str, object]:
+        proc = await asyncio.create_subprocess_exec(
+            str(ray_venv.python), "-c", script, address, *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ray_env(),
         )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=900)
+        assert proc.returncode == 0, err.decode()[-3000:]
+        result: dict[str, object] = json.loads(out.decode().strip().splitlines()[-1])
+        return result
+
+    try:
+        await spawn("gcs", *serve)
         await eventually(lambda: _serves(channel, ""), timeout_s=60, interval_s=0.2)
         if not head:
             await spawn(
@@ -164,19 +189,23 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
             env=ray_env(),
         )  # fmt: skip
         restart = await _serves(channel, "ray.rpc.WorkerInfoGcsService")
-        driver = await asyncio.create_subprocess_exec(
-            str(ray_venv.python), "-c", DRIVER, address, "1" if restart else "0",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ray_env(),
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(driver.communicate(), timeout=900)
-        assert driver.returncode == 0, err.decode()[-3000:]
-        result = json.loads(out.decode().strip().splitlines()[-1])
-        assert result["same_by_name"] is True
-        assert "keeper" in result["conflict"] and "already taken" in result["conflict"], result
+        before = await driver(DRIVER_BEFORE, "1" if restart else "0")
+        assert before["same_by_name"] is True
+        conflict = str(before["conflict"])
+        assert "keeper" in conflict and "already taken" in conflict, before
         if restart:
-            assert result["restarted"] is True
-        assert "killed by `ray.kill`" in result["after_kill"], result
-        assert result["name_after_kill"] == "free"
+            assert before["restarted"] is True
+
+        gcs = procs[0]  # kill -9 our GCS; the same store and port bring it back
+        gcs.kill()
+        await gcs.wait()
+        await spawn("gcs-restarted", *serve)
+        await eventually(lambda: _serves(channel, ""), timeout_s=60, interval_s=0.2)
+        after = await driver(DRIVER_AFTER)
+        # the detached actor kept its state: 2 calls (or 1 after its restart) then this one
+        assert after["count_after_gcs_restart"] == (2 if restart else 3), after
+        assert "killed by `ray.kill`" in str(after["after_kill"]), after
+        assert after["name_after_kill"] == "free"
     finally:
         await channel.close()
         for proc in reversed(procs):
