@@ -2,7 +2,8 @@
 
 Our ``gcs serve`` on 127.0.0.2, a real ``ray start --address`` worker node and ``ray.init``
 drivers: a named detached actor (found by name from another handle, its name refused to a
-second actor), its restart after its worker is killed with SIGKILL (``max_restarts=1``);
+second actor), its restart after its worker is killed with SIGKILL (``max_restarts=1``), a
+job-scoped actor whose worker goes when the driver's job ends;
 then our GCS is killed with SIGKILL and restarted on the same store: a new driver finds the
 actor by name with its state intact, and ``ray.kill`` ends it (its name free again).
 
@@ -52,6 +53,8 @@ class Keeper:
         return self.n, os.getpid()
 
 out = {}
+scoped = Keeper.remote()  # job-scoped: dies when this driver's job ends
+out["scoped_pid"] = ray.get(scoped.incr.remote(), timeout=300)[1]
 keeper = Keeper.options(name="keeper", lifetime="detached").remote()
 n, first = ray.get(keeper.incr.remote(), timeout=300)
 out["same_by_name"] = ray.get(ray.get_actor("keeper").incr.remote(), timeout=60) == (2, first)
@@ -95,6 +98,14 @@ while time.time() < deadline:
     time.sleep(0.2)
 print(json.dumps(out))
 """
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "zombie" not in status.lower()
 
 
 def _head_supported() -> bool:
@@ -195,6 +206,9 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
         assert "keeper" in conflict and "already taken" in conflict, before
         if restart:
             assert before["restarted"] is True
+        scoped_pid = before["scoped_pid"]
+        assert isinstance(scoped_pid, int)
+        await eventually(lambda: not _alive(scoped_pid), timeout_s=60, interval_s=0.2)
 
         gcs = procs[0]  # kill -9 our GCS; the same store and port bring it back
         gcs.kill()
