@@ -149,6 +149,8 @@ class GcsConfig:
     raylet_io: RayletIoConfig = field(default_factory=RayletIoConfig)
     max_dead_nodes_cached: int = 1000
     """Dead nodes kept for GetAllNodeInfo (oldest dropped first)."""
+    max_dead_actors_cached: int = 100_000
+    """Dead actors kept for GetAllActorInfo (oldest dropped first, from memory and store)."""
     raylet_rpc_timeout_ms: int = 30000
     """Deadline for forwarded raylet calls (DrainRaylet, Resize)."""
     limits: RequestLimits = field(default_factory=RequestLimits)
@@ -217,6 +219,7 @@ ENV_VARS: dict[str, str] = {
     "GCS_LOAD_POLL_SLICE_SIZE": "load_poll.slice_size",
     "GCS_LOAD_POLL_SPREAD": "load_poll.spread",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
+    "RAY_maximum_gcs_destroyed_actor_cached_count": "max_dead_actors_cached",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
@@ -248,7 +251,7 @@ _POSITIVE = (
     "expired_job_clusters_gc_interval_ms",
 )
 """Periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
-_NON_NEGATIVE = ("max_dead_nodes_cached", "gc_gen0_threshold")
+_NON_NEGATIVE = ("max_dead_nodes_cached", "max_dead_actors_cached", "gc_gen0_threshold")
 
 
 class ConfigError(ValueError):

@@ -584,7 +584,7 @@ class ActorManager:
         )
 
     def _evictions(self) -> list[bytes]:
-        over = len(self._dead) + 1 - self._max_dead
+        over = len(self._dead) + 1 - max(self._max_dead, 1)
         return list(self._dead)[:over] if over > 0 else []
 
     # -- scheduling ----------------------------------------------------------------------

@@ -272,6 +272,7 @@ class GcsServer:
             job_events=job_events,
             worker_events=worker_events,
             job_is_dead=lambda job_id: (job := jobs.jobs.get(job_id)) is not None and job.is_dead,
+            max_dead_cached=cfg.max_dead_actors_cached,
             kill_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
             lane_policy=self._lane_policy,
         )
