@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
+
+import grpc
+
+from gcs.proto import gcs_service_pb2 as G
+from gcs.rpc import ServiceStub
+from gcs.rpc import services as svc
 
 
 def ray_env() -> dict[str, str]:
@@ -26,3 +33,31 @@ async def stop_group(proc: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
+
+
+async def set_full_python_version(address: str, ray_python: str) -> None:
+    """``CLUSTER_METADATA`` with the interpreter's full version (Ray compares it), until our
+    head sets it itself (issue 10); a no-op when it already matches."""
+    probe = await asyncio.create_subprocess_exec(
+        ray_python, "-c", "import platform; print(platform.python_version())",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    version = (await probe.communicate())[0].decode().strip()
+    async with grpc.aio.insecure_channel(address) as channel:
+        cluster_id = (
+            await ServiceStub(channel, svc.NODE_INFO).GetClusterId(G.GetClusterIdRequest())
+        ).cluster_id
+        kv = ServiceStub(channel, svc.INTERNAL_KV, metadata=[("ray_cluster_id", cluster_id.hex())])
+        key = G.InternalKVGetRequest(namespace=b"cluster", key=b"CLUSTER_METADATA")
+        meta = json.loads((await kv.InternalKVGet(key)).value)
+        if not version or meta.get("python_version") == version:
+            return
+        meta["python_version"] = version
+        await kv.InternalKVPut(
+            G.InternalKVPutRequest(
+                namespace=b"cluster",
+                key=b"CLUSTER_METADATA",
+                value=json.dumps(meta).encode(),
+                overwrite=True,
+            )
+        )

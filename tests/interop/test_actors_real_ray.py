@@ -28,12 +28,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gcs.proto import gcs_service_pb2 as G
-from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
 from gcs.testing.servers import free_port
 from tests.conftest import eventually
-from tests.interop.ray_processes import ray_env, stop_group
+from tests.interop.ray_processes import ray_env, set_full_python_version, stop_group
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -127,31 +124,6 @@ async def _serves(channel: grpc.aio.Channel, service: str) -> bool:
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-async def _full_python_version(channel: grpc.aio.Channel, ray_python: str) -> None:
-    """Stand-in for the head's own fix: Ray compares the full interpreter version."""
-    cluster_id = (
-        await ServiceStub(channel, svc.NODE_INFO).GetClusterId(G.GetClusterIdRequest())
-    ).cluster_id
-    kv = ServiceStub(channel, svc.INTERNAL_KV, metadata=[("ray_cluster_id", cluster_id.hex())])
-    key = G.InternalKVGetRequest(namespace=b"cluster", key=b"CLUSTER_METADATA")
-    meta = json.loads((await kv.InternalKVGet(key)).value)
-    probe = await asyncio.create_subprocess_exec(
-        ray_python, "-c", "import platform; print(platform.python_version())",
-        stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    version = (await probe.communicate())[0].decode().strip()
-    if version and meta.get("python_version") != version:
-        meta["python_version"] = version
-        await kv.InternalKVPut(
-            G.InternalKVPutRequest(
-                namespace=b"cluster",
-                key=b"CLUSTER_METADATA",
-                value=json.dumps(meta).encode(),
-                overwrite=True,
-            )
-        )
-
-
 async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -> None:
     ray_bin = Path(ray_venv.python).parent / "ray"
     port = free_port()
@@ -193,7 +165,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
                 "agent-head", sys.executable, "-m", "gcs.cli", "raylet", "--address", address,
                 "--head", "--host", HOST, "--resources", '{"CPU": 0}',
             )  # fmt: skip
-            await _full_python_version(channel, str(ray_venv.python))
+            await set_full_python_version(address, str(ray_venv.python))
         await spawn(
             "worker", str(ray_bin), "start", f"--address={address}", "--block",
             f"--node-ip-address={HOST}", "--num-cpus=2", f"--temp-dir={ray_tmp}",
