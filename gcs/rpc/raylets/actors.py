@@ -23,8 +23,7 @@ from google.protobuf.message import Message
 
 from gcs.errors import WorkerUnreachable
 from gcs.proto import common_pb2, core_worker_pb2, node_manager_pb2
-from gcs.rpc.raylets.errors import raylet_error
-from gcs.rpc.raylets.pool import CHANNEL_OPTIONS, RayletClientPool
+from gcs.rpc.raylets.pool import CHANNEL_OPTIONS, RayletClientPool, direct_call
 from gcs.rpc.security import NO_SECURITY, Security
 from gcs.rpc.services import CORE_WORKER
 from gcs.rpc.wire import method_path
@@ -132,14 +131,7 @@ class GrpcActorGateway:
     async def _raylet_call(
         self, node_id: bytes, address: str, method: str, request: Message, timeout_s: float | None
     ) -> Message:
-        client = self._raylets.lease(node_id, address)
-        try:
-            reply: Message = await client.grpc_call(method)(request, timeout=timeout_s)
-        except grpc.aio.AioRpcError as err:
-            raise raylet_error(node_id, method, err) from None
-        finally:
-            self._raylets.release(client)
-        return reply
+        return await direct_call(self._raylets, node_id, address, method, request, timeout_s)
 
     async def push_task(
         self, worker: common_pb2.Address, request: core_worker_pb2.PushTaskRequest
