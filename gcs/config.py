@@ -173,6 +173,8 @@ class GcsConfig:
     are evicted first, then actor tasks, then the rest, each counted as dropped."""
     task_events_max_num_profile_events_per_task: int = 1000
     """Profile events kept per task attempt (Ray's name and default)."""
+    max_dead_actors_cached: int = 100_000
+    """Dead actors kept for GetAllActorInfo (oldest dropped first, from memory and store)."""
     raylet_rpc_timeout_ms: int = 30000
     """Deadline for forwarded raylet calls (DrainRaylet, Resize)."""
     limits: RequestLimits = field(default_factory=RequestLimits)
@@ -259,6 +261,7 @@ ENV_VARS: dict[str, str] = {
     "RAY_task_events_max_num_profile_events_per_task": (
         "task_events_max_num_profile_events_per_task"
     ),
+    "RAY_maximum_gcs_destroyed_actor_cached_count": "max_dead_actors_cached",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
@@ -298,6 +301,7 @@ _NON_NEGATIVE = (
     "max_dead_nodes_cached",
     "load_poll.syncer_max_staleness_ms",
     "max_dead_workers_cached",
+    "max_dead_actors_cached",
     "gc_gen0_threshold",
     "task_events_max_num_profile_events_per_task",
 )

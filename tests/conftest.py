@@ -83,6 +83,7 @@ class Stubs:
         self.workers = ServiceStub(channel, svc.WORKER_INFO, metadata=md, timeout_s=10)
         self.tasks = ServiceStub(channel, svc.TASK_INFO, metadata=md, timeout_s=10)
         self.runtime_env = ServiceStub(channel, svc.RUNTIME_ENV, metadata=md, timeout_s=10)
+        self.actors = ServiceStub(channel, svc.ACTOR_INFO, metadata=md, timeout_s=10)
 
 
 @pytest.fixture

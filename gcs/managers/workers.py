@@ -22,6 +22,7 @@ import structlog
 from gcs.clock import Clock
 from gcs.errors import InvalidArgument, NotFound
 from gcs.ids import NODE_ID_SIZE
+from gcs.managers.events import WorkerEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import Publish, no_publish
 from gcs.proto import gcs_pb2, pubsub_pb2
@@ -55,10 +56,12 @@ class WorkerManager:
         clock: Clock,
         *,
         publish: Publish = no_publish,
+        worker_events: WorkerEvents | None = None,
         max_dead_cached: int = 1000,
         lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self._store = store
+        self._worker_events = worker_events or WorkerEvents()
         self._clock = clock
         self._publish = publish
         self._max_dead = max_dead_cached
@@ -116,6 +119,7 @@ class WorkerManager:
             def published() -> None:
                 self.failures_reported += 1
                 self._publish(pubsub_pb2.GCS_WORKER_DELTA_CHANNEL, worker_id, delta)
+                self._worker_events.worker_dead(merged)
 
             await self._put(worker_id, merged, after=published)
 

@@ -150,6 +150,10 @@ class NodeManagerServicer:
         self._control.on_gcs_restarted()
         return node_manager_pb2.NotifyGCSRestartReply()
 
+    async def ReleaseUnusedActorWorkers(self, request: Any, context: Any) -> Any:
+        """The agent runs no actor workers: nothing to release (the GCS asks after a restart)."""
+        return node_manager_pb2.ReleaseUnusedActorWorkersReply()
+
     async def ShutdownRaylet(self, request: Any, context: Any) -> Any:
         self._control.on_shutdown_requested(request.graceful)
         return node_manager_pb2.ShutdownRayletReply()

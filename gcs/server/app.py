@@ -14,6 +14,7 @@ import pathlib
 import random
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +27,12 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from gcs.clock import Clock, SystemClock, now_ms
 from gcs.config import GcsConfig, kv_put_request_bytes
 from gcs.errors import GcsError
+from gcs.managers.actor_scheduler import ActorScheduler
+from gcs.managers.actor_view import LiveClusterView
+from gcs.managers.actors import ActorManager
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
-from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
+from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents, WorkerEvents
 from gcs.managers.head import virtual_head
 from gcs.managers.health import HealthChecker
 from gcs.managers.jobs import JobManager
@@ -51,9 +55,11 @@ from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import method_path, service_handler, wire_service_name
 from gcs.rpc import services as svc
 from gcs.rpc.front import Forwarder, FrontServer, GrpcRouter, H2Limits, hot_methods
+from gcs.rpc.raylets.actors import ActorGateway, GrpcActorGateway
 from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
+from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.gc_policy import SurvivorFreezer
@@ -67,6 +73,7 @@ from gcs.server.metrics import (
     pubsub_families,
 )
 from gcs.server.reflection import wire_pool
+from gcs.services.actors import ActorInfoServicer
 from gcs.services.autoscaler import AutoscalerStateServicer
 from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
 from gcs.services.kv import InternalKVServicer
@@ -101,6 +108,9 @@ class Managers:
     workers: WorkerManager
     tasks: TaskEventStore
     runtime_envs: RuntimeEnvPins
+    actors: ActorManager
+    worker_events: WorkerEvents
+    """Emit worker deaths here (``ReportWorkerFailure``): the actor manager listens."""
 
 
 class GcsServer:
@@ -113,6 +123,7 @@ class GcsServer:
         lane_policy: ResolvePolicy | None = None,
         security: Security | None = None,
         raylets: RayletGateway | None = None,
+        actor_gateway: ActorGateway | None = None,
     ) -> None:
         self.config = config
         self._security = security
@@ -122,6 +133,9 @@ class GcsServer:
         self._store = store
         self._owns_store = store is None
         self._raylets = raylets
+        self._actor_gateway = actor_gateway
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+        """Closed at stop, in order (what start built for itself)."""
         self.metrics = GcsMetrics()
         self.meta: ClusterMeta | None = None
         self.managers: Managers | None = None
@@ -287,10 +301,12 @@ class GcsServer:
             on_report=health_checker.mark_healthy,
             view_version=syncer.live_version,
         )
+        worker_events = WorkerEvents()
         workers = WorkerManager(
             store,
             self.clock,
             publish=pubsub.control_plane.publish,
+            worker_events=worker_events,
             max_dead_cached=cfg.max_dead_workers_cached,
             lane_policy=self._lane_policy,
         )
@@ -299,6 +315,38 @@ class GcsServer:
             max_profile_events_per_task=cfg.task_events_max_num_profile_events_per_task,
         )
         runtime_envs = RuntimeEnvPins(jobs.jobs.values, self.clock, job_events=job_events)
+        actor_gateway = self._actor_gateway
+        if actor_gateway is None:
+            if isinstance(raylets, GrpcRayletGateway):
+                pool = raylets.pool
+            else:  # a raylet gateway given by the caller: actor calls get a pool of their own
+                pool = RayletClientPool(64, security)
+                self._closers.append(pool.close)
+            built = GrpcActorGateway(pool, security=security)
+            self._closers.append(built.close)
+            actor_gateway = built
+        actor_view = LiveClusterView(
+            nodes.alive,
+            cache,
+            pgs.groups,
+            job_cluster=jobs.virtual_cluster_of,
+            cluster_nodes=virtual_clusters.node_filter,
+        )
+        actors = ActorManager(
+            store,
+            self.clock,
+            ActorScheduler(actor_gateway, actor_view),
+            actor_gateway,
+            nodes.alive,
+            publish=pubsub.control_plane.publish,
+            node_events=node_events,
+            job_events=job_events,
+            worker_events=worker_events,
+            job_is_dead=lambda job_id: (job := jobs.jobs.get(job_id)) is not None and job.is_dead,
+            max_dead_cached=cfg.max_dead_actors_cached,
+            kill_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
+            lane_policy=self._lane_policy,
+        )
         # load -> repair -> serve
         await nodes.load()
         await pgs.load()
@@ -306,6 +354,7 @@ class GcsServer:
         await workers.load()
         await autoscaler.load()
         await virtual_clusters.load()  # replays from the node table loaded above
+        await actors.load()  # after nodes: actors of dead owners' nodes are marked dead
         self.managers = Managers(
             kv,
             nodes,
@@ -323,6 +372,8 @@ class GcsServer:
             workers,
             tasks,
             runtime_envs,
+            actors,
+            worker_events,
         )
         self._tune_gc()
         await self._start_grpc()
@@ -438,6 +489,7 @@ class GcsServer:
                 svc.VIRTUAL_CLUSTER_INFO,
                 VirtualClusterInfoServicer(m.virtual_clusters, limits=limits),
             ),
+            (svc.ACTOR_INFO, ActorInfoServicer(m.actors, limits=limits)),
         ]
         by_method = {"InternalKVPut": kv_put_request_bytes(limits)}
         for descriptor, servicer in servicers:
@@ -555,7 +607,7 @@ class GcsServer:
         notification task exists only once it has a slot.
         """
         assert self.managers is not None
-        raylets, nodes = self.managers.raylets, self.managers.nodes
+        raylets, nodes, actors = self.managers.raylets, self.managers.nodes, self.managers.actors
         loop = asyncio.get_running_loop()
         slots = asyncio.Semaphore(self.config.health.max_concurrent)
         pending: set[asyncio.Task[None]] = set()
@@ -565,6 +617,10 @@ class GcsServer:
                 await raylets.notify_gcs_restart(node_id, address, 5.0)
             except GcsError as err:
                 log.debug("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+            try:
+                node = nodes.alive.get(node_id)
+                if node is not None:
+                    await actors.release_unused_workers(node)
             finally:
                 slots.release()
 
@@ -632,6 +688,14 @@ class GcsServer:
                 len(m.resources.demand),
             ),
         ]
+        out.append(
+            gauge(
+                "gcs_actors",
+                "Actors by state (dead ones while cached)",
+                {(state,): count for state, count in m.actors.count_by_state().items()},
+                labels=("state",),
+            )
+        )
         by_state: dict[tuple[str, ...], float] = {}
         for pg in m.placement_groups.groups.values():
             key = (gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state),)
@@ -720,8 +784,11 @@ class GcsServer:
         if self.managers is not None:
             await self.managers.pg_scheduler.close()
             await self.managers.virtual_clusters.close()
+            await self.managers.actors.close()
             await self.managers.health.close()
             await self.managers.raylets.close()
+        for close in self._closers:
+            await close()
         self.metrics.close()
         if self.gc_freezer is not None and self.gc_freezer in gc.callbacks:
             gc.callbacks.remove(self.gc_freezer)

@@ -30,6 +30,7 @@ RAY_MODULES = [
     for name in (
         "autoscaler",
         "common",
+        "core_worker",
         "gcs",
         "gcs_service",
         "node_manager",
@@ -84,6 +85,8 @@ ALLOWED = AllowList(
             ("ray.rpc.VirtualClusterInfoGcsService", "GetAutoscalingConfig"),
         }
     ),
+    # The actor scheduler only calls PushTask (scripts/gen_wire_protos.py SERVICE_METHODS).
+    partial_services=frozenset({"ray.rpc.CoreWorkerService"}),
 )
 
 

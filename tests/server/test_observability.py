@@ -139,6 +139,10 @@ class TestMetricTypes:
         assert "python_gc_collections_total" in text
         assert "python_info" in text
         assert families["gcs_virtual_clusters"].type == "gauge"
+        actors = {s.labels["state"]: s.value for s in families["gcs_actors"].samples}
+        assert actors == dict.fromkeys(
+            ["DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"], 0
+        )
         primary = [
             s
             for s in families["gcs_virtual_cluster_nodes"].samples

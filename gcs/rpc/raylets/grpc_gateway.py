@@ -29,7 +29,7 @@ from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.raylets.budget import RayletIoBudget
 from gcs.rpc.raylets.errors import raylet_error
 from gcs.rpc.raylets.h2_unary import H2CallError
-from gcs.rpc.raylets.pool import HEALTH_CHECK, METHODS, RayletClientPool
+from gcs.rpc.raylets.pool import HEALTH_CHECK, METHODS, RayletClientPool, direct_call
 from gcs.rpc.raylets.rate import LagGovernor, RateLimiter
 from gcs.rpc.security import NO_SECURITY, Security
 
@@ -184,14 +184,7 @@ class GrpcRayletGateway:
         self, node_id: bytes, address: str, method: str, request: Message, timeout_s: float
     ) -> Message:
         """A control call (bundles): grpc, outside the background queue (like drain)."""
-        client = self.pool.lease(node_id, address)
-        try:
-            reply: Message = await client.grpc_call(method)(request, timeout=timeout_s)
-        except grpc.aio.AioRpcError as err:
-            raise raylet_error(node_id, method, err) from err
-        finally:
-            self.pool.release(client)
-        return reply
+        return await direct_call(self.pool, node_id, address, method, request, timeout_s)
 
     async def _background(
         self,
