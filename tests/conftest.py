@@ -15,15 +15,19 @@ from gcs.testing.servers import RedisServer
 
 
 def fast_config(**overrides: object) -> GcsConfig:
-    """Ray's defaults scaled down so tests observe deaths and polls in well under a second."""
+    """Ray's periods scaled down so tests observe deaths and polls in well under a second.
+
+    Timeouts stay generous: a raylet that is gone refuses the connection at once (its death
+    takes ``failure_threshold`` periods, not timeouts), while a live in-process raylet slowed
+    by a loaded machine must not miss health checks or polls (false deaths, poll backoff)."""
     base = {
         "host": "127.0.0.1",
         "port": 0,
         "metrics_port": -1,
         "health": HealthCheckConfig(
-            initial_delay_ms=100, period_ms=100, timeout_ms=200, failure_threshold=3
+            initial_delay_ms=100, period_ms=100, timeout_ms=5_000, failure_threshold=3
         ),
-        "load_poll": LoadPollConfig(period_ms=100, timeout_ms=300),
+        "load_poll": LoadPollConfig(period_ms=100, timeout_ms=5_000),
     }
     base.update(overrides)
     return GcsConfig(**base)  # type: ignore[arg-type]
@@ -91,8 +95,11 @@ async def stubs(gcs_server: GcsServer) -> AsyncIterator[Stubs]:
         yield Stubs(channel, gcs_server.meta.cluster_id)
 
 
-async def eventually(predicate: object, timeout_s: float = 5.0, interval_s: float = 0.02) -> None:
-    """Wait until ``predicate()`` (sync or async) is truthy; fail with a clear message."""
+async def eventually(predicate: object, timeout_s: float = 30.0, interval_s: float = 0.02) -> None:
+    """Wait until ``predicate()`` (sync or async) is truthy; fail with a clear message.
+
+    The deadline only bounds a hang: a condition that holds returns at once, so it is generous
+    enough for a machine running the suite at ``-n 4`` on 2 cores."""
     import asyncio
     import inspect
 

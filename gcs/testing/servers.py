@@ -66,14 +66,21 @@ def find_binary(name: str, *, package: str) -> str:
     )
 
 
-def _wait_until(probe: Any, *, timeout_s: float, what: str, proc: subprocess.Popen[bytes]) -> None:
+def _wait_until(
+    probe: Any,
+    *,
+    timeout_s: float,
+    what: str,
+    proc: subprocess.Popen[bytes],
+    interval_s: float = 0.02,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with code {proc.returncode} while starting")
         if probe():
             return
-        time.sleep(0.02)
+        time.sleep(interval_s)
     raise TimeoutError(f"{what} did not become ready within {timeout_s} s")
 
 
@@ -100,7 +107,9 @@ class RedisServer:
     appendfsync: str = "always"
     port: int = field(default_factory=free_port)
     directory: pathlib.Path | None = None
-    startup_timeout_s: float = 10.0
+    startup_timeout_s: float = 60.0
+    """Generous: it only bounds a hang (an exit is seen at once), and redis-server has been
+    seen to take seconds to answer on 2 cores running the suite at ``-n 4``."""
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _owns_dir: bool = field(default=False, init=False, repr=False)
 
@@ -194,7 +203,9 @@ class PostgresServer:
 
     port: int = field(default_factory=free_port)
     fsync: bool = False
-    startup_timeout_s: float = 30.0
+    startup_timeout_s: float = 120.0
+    """Generous: it only bounds a hang (an exit is seen at once); initdb plus start took
+    over 40 s with six clusters starting at once on a loaded 2-core machine."""
     superuser: str = "postgres"
     directory: pathlib.Path | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -266,7 +277,14 @@ class PostgresServer:
             )  # fmt: skip
         finally:
             log.close()
-        _wait_until(self._ready, timeout_s=self.startup_timeout_s, what="postgres", proc=self._proc)
+        # each probe forks pg_isready: probe less often than the default on a busy machine
+        _wait_until(
+            self._ready,
+            timeout_s=self.startup_timeout_s,
+            what="postgres",
+            proc=self._proc,
+            interval_s=0.1,
+        )
         return self
 
     def _ready(self) -> bool:

@@ -72,7 +72,7 @@ async def channel(gcs: Gcs) -> AsyncIterator[grpc.aio.Channel]:
     await ch.close()
 
 
-async def wait_until(pred, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+async def wait_until(pred, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     """Poll a condition that network I/O will make true (gRPC tests only)."""
     async with asyncio.timeout(timeout_s):
         while not pred():  # noqa: ASYNC110 - the condition is not an event we own

@@ -65,7 +65,7 @@ class TestFleet:
         fleet = RayletFleet(FleetConfig(fake_gcs.address, count=5))
         await fleet.start()
         await fleet.stop()
-        assert len(await asyncio.wait_for(fleet.wait(), 5)) == 5
+        assert len(await asyncio.wait_for(fleet.wait(), 30)) == 5
         assert fleet.alive() == []
 
 
