@@ -224,7 +224,7 @@ class TestPublisherRestart:
             await first.stop()
             await second.start(port)
             new_id = second.pubsub.control_plane.publisher_id
-            await wait_until(lambda: restarts == [new_id], timeout_s=10)
+            await wait_until(lambda: restarts == [new_id], timeout_s=60)
             # Resubscribed before the callback: a publish on the new GCS arrives with seq 1.
             assert second.pubsub.control_plane.subscriptions_of(sub.subscriber_id) == {
                 (GCS_NODE_INFO_CHANNEL, b"")

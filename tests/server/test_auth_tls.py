@@ -88,7 +88,7 @@ async def test_tls_round_trip_sdk_agent_and_refusals(pki) -> None:
         await get_cluster_status_async(address=server.address)  # SDK over mTLS + token
         await agent.start()  # registers over TLS; the GCS polls it over TLS (grpc transport)
         stats = server.managers.poller.stats
-        await eventually(lambda: stats.polls_ok >= 2, timeout_s=10)
+        await eventually(lambda: stats.polls_ok >= 2, timeout_s=60)
         assert stats.polls_failed == 0
 
         request = G.GetClusterIdRequest()

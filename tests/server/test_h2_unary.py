@@ -253,7 +253,7 @@ class TestPollerOverH2:
     async def test_gcs_polls_raylet_load_over_h2(self, raylets) -> None:
         """With transport=h2 the GCS sees a raylet's pending demand in its cluster state."""
         config = fast_config(
-            load_poll=LoadPollConfig(period_ms=100, timeout_ms=300, transport="h2")
+            load_poll=LoadPollConfig(period_ms=100, timeout_ms=5_000, transport="h2")
         )
         server = GcsServer(config, store=MemoryStore())
         await server.start()

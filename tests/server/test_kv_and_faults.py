@@ -266,7 +266,7 @@ class TestRestart:
         second = GcsServer(fast_config(), store=memory_store)
         await second.start()
         try:
-            await eventually(lambda: not second.managers.nodes.alive, timeout_s=10)
+            await eventually(lambda: not second.managers.nodes.alive, timeout_s=60)
             assert b"\x01" * 28 in second.managers.nodes.dead
         finally:
             await second.stop()
