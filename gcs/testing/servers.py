@@ -178,6 +178,13 @@ def redis_server(**kwargs: Any) -> Iterator[RedisServer]:
 # -- PostgreSQL ------------------------------------------------------------------------------
 
 
+def _crashed_by_signal(result: subprocess.CompletedProcess[bytes]) -> bool:
+    """initdb died of a signal, or exited saying its bootstrap backend did."""
+    return result.returncode < 0 or (
+        result.returncode != 0 and b"terminated by signal" in (result.stderr or b"")
+    )
+
+
 def _postgres_user() -> pwd.struct_passwd | None:
     """The account to run PostgreSQL as: ``None`` (ourselves) unless we are root."""
     if os.geteuid() != 0:
@@ -234,8 +241,8 @@ class PostgresServer:
             for path in (self.directory, self.directory / "socket"):
                 os.chown(path, account.pw_uid, account.pw_gid)
         # initdb has been seen to die of SIGSEGV here when several test workers run it at
-        # once (-n 4 on 2 cores); a crash by signal is retried on a fresh data directory,
-        # a failure with an exit code is not.
+        # once (-n 4 on 2 cores); a crash by signal (of initdb or of the bootstrap backend
+        # it runs) is retried on a fresh data directory, any other failure is not.
         for attempt in range(3):
             result = subprocess.run(
                 [initdb, "-D", str(self.directory / "data"), "-U", self.superuser,
@@ -245,7 +252,7 @@ class PostgresServer:
                 cwd=self.directory,
                 **self._run_as(),
             )  # fmt: skip
-            if result.returncode >= 0 or attempt == 2:
+            if not _crashed_by_signal(result) or attempt == 2:
                 break
             shutil.rmtree(self.directory / "data", ignore_errors=True)
             time.sleep(0.5)

@@ -280,16 +280,31 @@ class TestLifecycle:
         assert held.done() and held.result().messages == ()
 
     async def test_the_background_task_sweeps(self) -> None:
-        """With a tiny interval and timeout, an idle subscriber is removed by the task."""
+        """The task sweeps on its interval; an idle subscriber goes once the (fake) clock
+        passes its timeout, and not before, however many sweeps ran."""
         import dataclasses
 
+        from gcs.clock import FakeClock
         from gcs.pubsub import PublisherConfig
 
-        cfg = dataclasses.replace(PublisherConfig.control_plane(), subscriber_timeout_ms=1)
-        pubsub = GcsPubSub.create(SystemClock(), control_plane=cfg, sweep_interval_s=0.01)
+        clock = FakeClock()
+        cfg = dataclasses.replace(PublisherConfig.control_plane(), subscriber_timeout_ms=1000)
+        pubsub = GcsPubSub.create(clock, control_plane=cfg, sweep_interval_s=0.01)
+        sweeps = 0
+        sweep = pubsub.sweep
+
+        def counted() -> None:
+            nonlocal sweeps
+            sweeps += 1
+            sweep()
+
+        pubsub.sweep = counted  # type: ignore[method-assign]
         pubsub.control_plane.subscribe(b"s", GCS_NODE_INFO_CHANNEL)
         await pubsub.start()
         try:
+            await wait_until(lambda: sweeps >= 3)
+            assert pubsub.control_plane.has_subscriber(b"s")  # swept, but time stood still
+            clock.advance(1.001)
             await wait_until(lambda: not pubsub.control_plane.has_subscriber(b"s"))
         finally:
             await pubsub.stop()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+from typing import Any
+
 import pytest
 
-from gcs.testing.servers import MissingServerBinary, RedisServer, find_binary
+from gcs.testing import servers
+from gcs.testing.servers import MissingServerBinary, PostgresServer, RedisServer, find_binary
 
 
 class TestServerHelpers:
@@ -28,6 +32,54 @@ class TestServerHelpers:
             assert _send(server.port, b"GET k\r\n") == b"$1\r\nv\r\n"
         finally:
             server.cleanup()
+
+
+class TestInitdbRetry:
+    """initdb crashing by a signal (seen with several workers starting clusters at once) is
+    retried on a fresh data directory; an ordinary failure is reported at once."""
+
+    def _fake_initdb(self, monkeypatch, outcomes: list[tuple[int, bytes]]) -> list[bool]:
+        """initdb answers with ``outcomes`` in turn; returns, per call, whether the data
+        directory was absent when it ran (a retry must start from a clean one)."""
+        clean: list[bool] = []
+
+        def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+            data = servers.pathlib.Path(cmd[cmd.index("-D") + 1])
+            clean.append(not data.exists())
+            data.mkdir()
+            (data / "half-written").write_bytes(b"")
+            code, err = outcomes.pop(0)
+            return subprocess.CompletedProcess(cmd, code, b"", err)
+
+        monkeypatch.setattr(servers, "find_binary", lambda name, package: name)
+        monkeypatch.setattr(servers, "_postgres_user", lambda: None)
+        monkeypatch.setattr(servers.subprocess, "run", run)
+        monkeypatch.setattr(servers.time, "sleep", lambda s: None)
+        return clean
+
+    @pytest.mark.parametrize(
+        "crash",
+        [(-11, b""), (1, b"initdb: error: child process was terminated by signal 11")],
+    )
+    def test_a_crash_by_signal_is_retried_on_a_fresh_directory(
+        self, monkeypatch, tmp_path, crash: tuple[int, bytes]
+    ) -> None:
+        clean = self._fake_initdb(monkeypatch, [crash, (0, b"")])
+        server = PostgresServer(directory=tmp_path)
+        server._init()
+        assert clean == [True, True] and server._initialised
+
+    def test_an_ordinary_failure_is_not_retried(self, monkeypatch, tmp_path) -> None:
+        clean = self._fake_initdb(monkeypatch, [(1, b"initdb: error: bad locale")])
+        with pytest.raises(subprocess.CalledProcessError):
+            PostgresServer(directory=tmp_path)._init()
+        assert clean == [True]
+
+    def test_three_crashes_give_up(self, monkeypatch, tmp_path) -> None:
+        clean = self._fake_initdb(monkeypatch, [(-11, b"")] * 3)
+        with pytest.raises(subprocess.CalledProcessError):
+            PostgresServer(directory=tmp_path)._init()
+        assert clean == [True, True, True]
 
 
 def _send(port: int, command: bytes) -> bytes:
