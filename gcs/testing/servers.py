@@ -18,6 +18,7 @@ import glob
 import os
 import pathlib
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -45,8 +46,38 @@ class MissingServerBinary(RuntimeError):
     """A server binary is not installed; the message says which package provides it."""
 
 
+_RESERVED_LOW = 20_000
+"""Ports handed out by :func:`free_port` lie between this and the kernel's ephemeral range
+(above Ray's default worker ports, 10002-19999)."""
+_pick = random.SystemRandom()  # not the global generator: Hypothesis seeds that one
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    """A TCP port that was free a moment ago (bind to port 0, read it, release it)."""
+    """A TCP port that was free a moment ago, for a server started later (often in another
+    process, seconds later on a busy machine).
+
+    Chosen at random *below* the ephemeral range: a port from ``bind(("", 0))`` is one the
+    kernel also gives to every other ``bind(0)`` and outgoing connection, so with test
+    workers in parallel another server could take it in the gap before ours binds it.
+    """
+    high = _ephemeral_low()
+    for _ in range(100):
+        if high - _RESERVED_LOW < 1_000:
+            break  # no room below the ephemeral range: fall back to the kernel's choice
+        port = _pick.randrange(_RESERVED_LOW, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((_HOST, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((_HOST, 0))
         return int(sock.getsockname()[1])
