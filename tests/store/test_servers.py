@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from gcs.testing import servers
-from gcs.testing.servers import MissingServerBinary, PostgresServer, RedisServer, find_binary
+from gcs.testing.servers import (
+    MissingServerBinary,
+    PostgresServer,
+    RedisServer,
+    find_binary,
+    free_port,
+)
 
 
 class TestServerHelpers:
@@ -32,6 +38,20 @@ class TestServerHelpers:
             assert _send(server.port, b"GET k\r\n") == b"$1\r\nv\r\n"
         finally:
             server.cleanup()
+
+
+class TestFreePort:
+    def test_ports_come_from_below_the_ephemeral_range(self) -> None:
+        """Never a port the kernel also hands to bind(0) or to outgoing connections (a
+        parallel worker could take it before our subprocess binds it); and it is bindable."""
+        import socket
+
+        low = servers._ephemeral_low()
+        ports = {free_port() for _ in range(20)}
+        assert all(servers._RESERVED_LOW <= p < low for p in ports), (ports, low)
+        assert len(ports) > 1  # random, not one port every worker would share
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", ports.pop()))
 
 
 class TestInitdbRetry:
