@@ -379,7 +379,7 @@ class TestAutoscaler:
         assert leftover.stdout.strip() == "", "raylet processes outlived the server"
 
     # A day of the example workload is CPU-bound work: ~110 s in a run at load ~7,
-    # 300+ s with the suite at -n 4 on a shared 2-core machine (profile: most of it in
+    # 300+ s with the suite at -n 4 on a shared 2-core machine (profile: over a third in
     # building AutoscalingState each round).  The deadline bounds a hang, not the speed.
     @pytest.mark.timeout(1200)
     def test_simulator_writes_a_timeline_and_a_summary(self, tmp_path: Path) -> None:
