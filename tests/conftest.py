@@ -68,7 +68,10 @@ async def gcs_server(memory_store: MemoryStore) -> AsyncIterator[GcsServer]:
 
 
 class Stubs:
-    """Client stubs for every GCS service, carrying the cluster id like Ray's clients."""
+    """Client stubs for every GCS service, carrying the cluster id like Ray's clients.
+
+    Deadlines are generous (30 s): a call that fails does so at once, and one that must
+    succeed must not time out because a loaded machine stalled this process."""
 
     def __init__(self, channel: object, cluster_id: bytes) -> None:
         from gcs.rpc import ServiceStub
@@ -76,14 +79,14 @@ class Stubs:
 
         md = [("ray_cluster_id", cluster_id.hex())]
         self.cluster_id = cluster_id
-        self.node_info = ServiceStub(channel, svc.NODE_INFO, metadata=md, timeout_s=10)
+        self.node_info = ServiceStub(channel, svc.NODE_INFO, metadata=md, timeout_s=30)
         self.node_resources = ServiceStub(
             channel, svc.NODE_RESOURCE_INFO, metadata=md, timeout_s=10
         )
-        self.kv = ServiceStub(channel, svc.INTERNAL_KV, metadata=md, timeout_s=10)
-        self.autoscaler = ServiceStub(channel, svc.AUTOSCALER_STATE, metadata=md, timeout_s=10)
-        self.jobs = ServiceStub(channel, svc.JOB_INFO, metadata=md, timeout_s=10)
-        self.pgs = ServiceStub(channel, svc.PLACEMENT_GROUP_INFO, metadata=md, timeout_s=10)
+        self.kv = ServiceStub(channel, svc.INTERNAL_KV, metadata=md, timeout_s=30)
+        self.autoscaler = ServiceStub(channel, svc.AUTOSCALER_STATE, metadata=md, timeout_s=30)
+        self.jobs = ServiceStub(channel, svc.JOB_INFO, metadata=md, timeout_s=30)
+        self.pgs = ServiceStub(channel, svc.PLACEMENT_GROUP_INFO, metadata=md, timeout_s=30)
 
 
 @pytest.fixture

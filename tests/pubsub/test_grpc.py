@@ -84,7 +84,7 @@ class TestServicers:
         self, gcs: Gcs, channel: grpc.aio.Channel
     ) -> None:
         """GcsPublish's preset sequence id is replaced; the reply carries publisher_id."""
-        stub = ServiceStub(channel, CONTROL_PLANE_PUBSUB, timeout_s=5)
+        stub = ServiceStub(channel, CONTROL_PLANE_PUBSUB, timeout_s=30)
         cmd = pubsub_pb2.Command(channel_type=GCS_NODE_INFO_CHANNEL)
         cmd.subscribe_message.SetInParent()
         await stub.GcsSubscriberCommandBatch(
@@ -107,7 +107,7 @@ class TestServicers:
         self, channel: grpc.aio.Channel
     ) -> None:
         """RAY_LOG lives on the observability service, not the control plane."""
-        stub = ServiceStub(channel, CONTROL_PLANE_PUBSUB, timeout_s=5)
+        stub = ServiceStub(channel, CONTROL_PLANE_PUBSUB, timeout_s=30)
         cmd = pubsub_pb2.Command(channel_type=RAY_LOG_CHANNEL)
         cmd.subscribe_message.SetInParent()
         with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -127,7 +127,7 @@ class TestServicers:
         )
         async with sub:
             await sub.subscribe(RAY_ERROR_INFO_CHANNEL)
-            stub = ServiceStub(channel, OBSERVABILITY_PUBSUB, timeout_s=5)
+            stub = ServiceStub(channel, OBSERVABILITY_PUBSUB, timeout_s=30)
             await stub.ReportJobError(
                 gcs_service_pb2.ReportJobErrorRequest(
                     job_error=gcs_pb2.ErrorTableData(job_id=b"\x01\0\0\0", type="t")
@@ -191,7 +191,7 @@ class TestSubscriberClient:
             await sub.subscribe(RAY_LOG_CHANNEL)
             msg = pubsub_pb2.PubMessage(channel_type=RAY_LOG_CHANNEL)
             msg.log_batch_message.CopyFrom(logging_pb2.LogBatch(lines=["hello"]))
-            stub = ServiceStub(channel, OBSERVABILITY_PUBSUB, timeout_s=5)
+            stub = ServiceStub(channel, OBSERVABILITY_PUBSUB, timeout_s=30)
             await stub.GcsPublish(gcs_service_pb2.GcsPublishRequest(pub_messages=[msg]))
             await wait_until(lambda: len(got) == 1)
         assert list(got[0].log_batch_message.lines) == ["hello"]

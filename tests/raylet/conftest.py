@@ -71,7 +71,7 @@ async def node_manager() -> AsyncIterator[Callable[[RayletAgent], ServiceStub]]:
     def connect(agent: RayletAgent) -> ServiceStub:
         channel = grpc.aio.insecure_channel(agent.address)
         channels.append(channel)
-        return ServiceStub(channel, NODE_MANAGER, timeout_s=5.0)
+        return ServiceStub(channel, NODE_MANAGER, timeout_s=30)
 
     yield connect
     for channel in channels:

@@ -389,8 +389,8 @@ class TestHealth:
         async with grpc.aio.insecure_channel(agent.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             for name in ("", agent.node_id.hex()):
-                reply = await stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=30)
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await stub.Check(health_pb2.HealthCheckRequest(service="other"), timeout=5)
+                await stub.Check(health_pb2.HealthCheckRequest(service="other"), timeout=30)
             assert err.value.code() == grpc.StatusCode.NOT_FOUND

@@ -27,7 +27,7 @@ RPC_TIMEOUT_S = 30
 
 async def connect(address: str) -> tuple[grpc.aio.Channel, Stubs]:
     channel = grpc.aio.insecure_channel(address)
-    reply = await ServiceStub(channel, NODE_INFO, timeout_s=10).GetClusterId(
+    reply = await ServiceStub(channel, NODE_INFO, timeout_s=30).GetClusterId(
         G.GetClusterIdRequest()
     )
     return channel, Stubs(channel, reply.cluster_id)

@@ -185,7 +185,7 @@ class TestRestartAtScale:
                 async with grpc.aio.insecure_channel(server.address) as channel:
                     assert server.meta is not None
                     stubs = Stubs(channel, server.meta.cluster_id)
-                    await stubs.node_info.GetClusterId(G.GetClusterIdRequest(), timeout=5)
+                    await stubs.node_info.GetClusterId(G.GetClusterIdRequest(), timeout=30)
                 started.set()
             await original_enter(method, node_id, address)
 
