@@ -12,7 +12,7 @@ from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2, common_pb2, node_manager_pb2
 from gcs.raylet.agent import ExitReason
 from gcs.raylet.servicer import IDLE_DRAIN_REJECTED
-from tests.raylet.conftest import eventually
+from tests.raylet.conftest import advance_until, eventually
 
 IDLE = autoscaler_pb2.DRAIN_NODE_REASON_IDLE_TERMINATION
 PREEMPT = autoscaler_pb2.DRAIN_NODE_REASON_PREEMPTION
@@ -269,17 +269,25 @@ class TestLeases:
         fut.cancel()
         await eventually(lambda: not agent.resources.load()[1])
 
-    async def test_synthetic_hold_frees_the_lease_by_itself(self, make_agent, node_manager):
-        """Metadata gcs-synthetic-seconds: the raylet returns the lease after that long."""
+    async def test_synthetic_hold_frees_the_lease_by_itself(
+        self, make_agent, node_manager, clock: FakeClock
+    ):
+        """Metadata gcs-synthetic-seconds: the raylet returns the lease after that long (on
+        the agent's clock: held however slow the machine, freed once the time has passed)."""
         agent = await make_agent()
         reply = await node_manager(agent).RequestWorkerLease(
-            lease_request(b"a", CPU=1), metadata=[("gcs-synthetic-seconds", "0.05")]
+            lease_request(b"a", CPU=1), metadata=[("gcs-synthetic-seconds", "5")]
         )
         assert reply.HasField("worker_address")
-        assert agent.resources.busy
+        await eventually(lambda: clock.sleepers == 1)  # the hold is timed
+        clock.advance(4.9)
+        assert clock.sleepers == 1 and agent.resources.busy  # not due: nothing woke
+        clock.advance(0.1)
         await eventually(lambda: not agent.resources.busy)
 
-    async def test_detached_requests_reply_at_once_and_stay_queued(self, make_agent, node_manager):
+    async def test_detached_requests_reply_at_once_and_stay_queued(
+        self, make_agent, node_manager, clock: FakeClock
+    ):
         """gcs-synthetic-detach: an empty reply; the raylet grants and frees it later."""
         agent = await make_agent(resources={"CPU": 1.0})
         stub = node_manager(agent)
@@ -289,8 +297,10 @@ class TestLeases:
         assert first.HasField("worker_address")
         assert not second.HasField("worker_address") and not second.rejected
         assert agent.resources.state_of(b"b") is not None
-        await eventually(
-            lambda: agent.resources.state_of(b"b") is None and not agent.resources.busy
+        await advance_until(
+            clock,
+            lambda: agent.resources.state_of(b"b") is None and not agent.resources.busy,
+            step_s=0.05,
         )
 
 
