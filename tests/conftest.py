@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import structlog
 
+from gcs.clock import FakeClock
 from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
@@ -116,3 +117,25 @@ async def eventually(predicate: object, timeout_s: float = 30.0, interval_s: flo
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
         await asyncio.sleep(interval_s)
+
+
+async def advance_until(
+    clock: FakeClock, predicate: object, step_s: float, timeout_s: float = 30.0
+) -> None:
+    """Move the fake clock ``step_s`` at a time until ``predicate()`` (sync or async) holds:
+    what waits on the clock (health checks, synthetic holds) moves only when the test moves
+    time; the wall-clock deadline only bounds a hang."""
+    import asyncio
+    import inspect
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        result = predicate()  # type: ignore[operator]
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s of moving the clock")
+        clock.advance(step_s)
+        await asyncio.sleep(0.01)

@@ -30,21 +30,6 @@ async def eventually(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def advance_until(
-    clock: FakeClock, cond: Callable[[], bool], step_s: float, timeout_s: float = 30.0
-) -> None:
-    """Move the fake clock ``step_s`` at a time until ``cond()`` holds: what waits on the
-    clock (e.g. a synthetic hold) moves only when the test moves time; the deadline only
-    bounds a hang."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        clock.advance(step_s)
-        await asyncio.sleep(0.01)
-
-
 @pytest.fixture
 async def fake_gcs() -> AsyncIterator[FakeGcs]:
     gcs = FakeGcs()

@@ -12,7 +12,8 @@ from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2, common_pb2, node_manager_pb2
 from gcs.raylet.agent import ExitReason
 from gcs.raylet.servicer import IDLE_DRAIN_REJECTED
-from tests.raylet.conftest import advance_until, eventually
+from tests.conftest import advance_until
+from tests.raylet.conftest import eventually
 
 IDLE = autoscaler_pb2.DRAIN_NODE_REASON_IDLE_TERMINATION
 PREEMPT = autoscaler_pb2.DRAIN_NODE_REASON_PREEMPTION

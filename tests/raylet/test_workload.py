@@ -15,7 +15,8 @@ from gcs.raylet.resources import LABEL_IN
 from gcs.raylet.testing import FakeGcs
 from gcs.raylet.wire import parse_selector
 from gcs.raylet.workload import NodeTarget, TaskSpec, plan, submit
-from tests.raylet.conftest import advance_until, eventually
+from tests.conftest import advance_until
+from tests.raylet.conftest import eventually
 
 
 def node(i: int, cpu: float, **labels: str) -> NodeTarget:
