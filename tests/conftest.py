@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import structlog
@@ -105,18 +105,8 @@ async def eventually(predicate: object, timeout_s: float = 30.0, interval_s: flo
     The deadline only bounds a hang: a condition that holds returns at once, so it is generous
     enough for a machine running the suite at ``-n 4`` on 2 cores."""
     import asyncio
-    import inspect
 
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        result = predicate()  # type: ignore[operator]
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(interval_s)
+    await _poll(predicate, timeout_s, lambda: asyncio.sleep(interval_s))
 
 
 async def advance_until(
@@ -125,6 +115,18 @@ async def advance_until(
     """Move the fake clock ``step_s`` at a time until ``predicate()`` (sync or async) holds:
     what waits on the clock (health checks, synthetic holds) moves only when the test moves
     time; the wall-clock deadline only bounds a hang."""
+    import asyncio
+
+    async def step() -> None:
+        clock.advance(step_s)
+        await asyncio.sleep(0.01)
+
+    await _poll(predicate, timeout_s, step)
+
+
+async def _poll(
+    predicate: object, timeout_s: float, between: Callable[[], Awaitable[object]]
+) -> None:
     import asyncio
     import inspect
 
@@ -136,6 +138,5 @@ async def advance_until(
         if result:
             return
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s of moving the clock")
-        clock.advance(step_s)
-        await asyncio.sleep(0.01)
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        await between()
