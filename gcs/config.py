@@ -171,6 +171,15 @@ class GcsConfig:
     """Period of virtual-cluster dead-node replenishment (ant-ray's name and default)."""
     expired_job_clusters_gc_interval_ms: int = 30000
     """Period of the GC of finished, idle job clusters (ant-ray's name and default)."""
+    front_server: bool = True
+    """Serve the GCS port with the front server (gcs.rpc.front): the pubsub long polls are
+    answered by a lean HTTP/2 server and every other call is relayed to grpc.aio on a
+    private Unix socket.  False: grpc.aio serves the port directly."""
+    front_max_concurrent_streams: int = 4096
+    """Front server: concurrent streams per client connection (more are refused)."""
+    front_max_buffered_bytes: int = 64 * 1024 * 1024
+    """Front server: request bytes held per connection before its flow-control window is
+    closed, and reply bytes waiting on a client that does not read before it is dropped."""
     auth_mode: str = "disabled"
     """``disabled`` or ``token`` (Ray's ``RAY_AUTH_MODE``); see :mod:`gcs.auth`."""
     auth_token_path: str = ""
@@ -220,6 +229,7 @@ ENV_VARS: dict[str, str] = {
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
+    "GCS_FRONT_SERVER": "front_server",
     **{f"GCS_{f.name.upper()}": f"limits.{f.name}" for f in fields(RequestLimits)},
 }
 TOKEN_ENV_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -246,6 +256,8 @@ _POSITIVE = (
     "grpc_max_message_bytes",
     "node_instances_replenish_interval_ms",
     "expired_job_clusters_gc_interval_ms",
+    "front_max_concurrent_streams",
+    "front_max_buffered_bytes",
 )
 """Periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
 _NON_NEGATIVE = ("max_dead_nodes_cached", "gc_gen0_threshold")
@@ -268,6 +280,13 @@ def _coerce(value: Any, target: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a number, got {value!r}") from None
     if target is str:
         return str(value)
+    if target is bool and not isinstance(value, bool):
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
     return value
 
 

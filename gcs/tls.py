@@ -10,6 +10,7 @@ misconfiguration reported at start.
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -54,6 +55,19 @@ class TlsFiles:
             root_certificates=self.ca_cert,
             require_client_auth=True,
         )
+
+    def ssl_server_context(self) -> ssl.SSLContext:
+        """The same mutual TLS for an asyncio server (the front server), ALPN ``h2``."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(certfile=self.paths[0], keyfile=self.paths[1])
+            ctx.load_verify_locations(cadata=self.ca_cert.decode("ascii"))
+        except (OSError, ssl.SSLError, UnicodeDecodeError) as err:
+            raise AuthConfigError(f"RAY_TLS_SERVER_CERT/KEY/CA_CERT: cannot load: {err}") from None
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.set_alpn_protocols(["h2"])
+        return ctx
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(

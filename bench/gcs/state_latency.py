@@ -5,9 +5,13 @@ would report them), and between reads a tenth of the nodes report a changed load
 measured reads include the incremental re-aggregation a live cluster causes.
 
     python -m bench.gcs.state_latency [--nodes 2000] [--shapes 10000] [--reads 200]
+                                      [--front off,on]
 
 Prints p50/p99/max in ms, reply size, and the same figures with the load unchanged.
-Compare runs by the printed percentiles (fixed seed).
+Compare runs by the printed percentiles (fixed seed).  ``--front off,on`` measures the
+grpc.aio port and the front server (which relays this call to grpc.aio over its private
+socket) one after the other in the same run, plus a small unary call (GetClusterId),
+and prints the front/off ratios: the forwarding cost.
 """
 
 from __future__ import annotations
@@ -58,17 +62,41 @@ async def main() -> None:
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--shapes", type=int, default=10_000)
     ap.add_argument("--reads", type=int, default=200)
+    ap.add_argument("--front", default="on", help="on, off, or off,on (both, same run)")
     args = ap.parse_args()
     configure_logging("console", "warning")
+    results = {}
+    for mode in args.front.split(","):
+        print(f"-- front server {mode}  load=[{load_avg()}]")
+        results[mode] = await run_one(args, front=mode == "on")
+    if len(results) == 2:
+        off, on = results["off"], results["on"]
+        for label in off:
+            p50 = statistics.median(on[label]) / statistics.median(off[label])
+            p99 = percentile(on[label], 0.99) / percentile(off[label], 0.99)
+            extra = (statistics.median(on[label]) - statistics.median(off[label])) * 1000
+            print(
+                f"front/off [{label}]: p50 x{p50:.2f} p99 x{p99:.2f} (p50 {extra:+.0f} µs per call)"
+            )
+
+
+def load_avg() -> str:
+    with open("/proc/loadavg") as fh:
+        return " ".join(fh.read().split()[:3])
+
+
+async def run_one(args: argparse.Namespace, *, front: bool) -> dict[str, list[float]]:
     rng = random.Random(7)
     config = GcsConfig(
         port=0,
         metrics_port=-1,
         health=HealthCheckConfig(initial_delay_ms=10**9),
         load_poll=LoadPollConfig(period_ms=10**9),
+        front_server=front,
     )
     server = GcsServer(config, store=MemoryStore())
     await server.start()
+    out: dict[str, list[float]] = {}
     async with grpc.aio.insecure_channel(server.address) as ch:
         cid = (await ServiceStub(ch, NODE_INFO).GetClusterId(G.GetClusterIdRequest())).cluster_id
         md = [("ray_cluster_id", cid.hex())]
@@ -89,6 +117,7 @@ async def main() -> None:
                     )
                 )
             )
+        assert server.managers is not None
         cache = server.managers.resources
         per_node = max(1, args.shapes // args.nodes)
         for i, node_id in enumerate(ids):
@@ -105,23 +134,35 @@ async def main() -> None:
             times = []
             for r in range(args.reads):
                 if churn:
-                    t_apply = time.perf_counter()
                     for i in rng.sample(range(args.nodes), args.nodes // 10):
                         cache.apply(ids[i], load_for(rng, i, per_node, r))
-                    _ = time.perf_counter() - t_apply
                 t0 = time.perf_counter()
                 await state.GetClusterResourceState(A.GetClusterResourceStateRequest())
                 times.append((time.perf_counter() - t0) * 1000)
             return times
 
         for label, churn in (("steady", False), ("10% of nodes changed load", True)):
-            t = await measure(churn)
+            t = out[label] = await measure(churn)
             print(
                 f"GetClusterResourceState [{label}]: p50={statistics.median(t):.1f} ms "
                 f"p99={percentile(t, 0.99):.1f} ms max={max(t):.1f} ms (n={len(t)}) "
                 f"target p99<=50 ms"
             )
+        small = []
+        cpu0 = time.process_time()
+        for _ in range(args.reads * 5):
+            t0 = time.perf_counter()
+            await nodes.GetClusterId(G.GetClusterIdRequest())
+            small.append((time.perf_counter() - t0) * 1000)
+        cpu_us = (time.process_time() - cpu0) / len(small) * 1e6
+        out["GetClusterId"] = small
+        print(
+            f"GetClusterId: p50={statistics.median(small) * 1000:.0f} µs "
+            f"p99={percentile(small, 0.99) * 1000:.0f} µs (n={len(small)}); "
+            f"CPU {cpu_us:.0f} µs per call (client + server, this process)"
+        )
     await server.stop()
+    return out
 
 
 if __name__ == "__main__":

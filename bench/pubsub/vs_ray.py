@@ -18,6 +18,9 @@ Per configuration it prints:
     the whole publishing window (publish, every reply, every re-poll), divided by the
     number of publishes.
 
+``ours`` is ``gcs serve`` as deployed: the front server (gcs.rpc.front) on the port, the
+pubsub methods answered by it, everything else relayed to grpc.aio; ``grpc`` is ``gcs serve``
+with ``GCS_FRONT_SERVER=0`` (grpc.aio alone on the port, the path before the front server).
 ``--servers ours,floor,ray`` adds ``floor_server.py``, a bare grpc.aio server with no
 application code: gRPC's own share of our cost; ``lean`` adds ``lean_server.py``, our
 Publisher behind a prototype hand-rolled HTTP/2 transport (what leaving grpc.aio would buy).
@@ -137,11 +140,15 @@ class Server:
         self.workdir.cleanup()
 
 
-def start_ours(port: int) -> Server:
-    work = tempfile.TemporaryDirectory(prefix="gcs-bench-ours-")
+def start_ours(port: int, *, front: bool = True) -> Server:
+    """``gcs serve``: with the front server (``ours``, the default) or grpc.aio alone on the
+    port (``grpc``, ``GCS_FRONT_SERVER=0``)."""
+    name = "ours" if front else "grpc"
+    work = tempfile.TemporaryDirectory(prefix=f"gcs-bench-{name}-")
     env = dict(os.environ)
     env.update(
         PYTHONPATH=str(REPO),
+        GCS_FRONT_SERVER="1" if front else "0",
         RAY_health_check_initial_delay_ms=str(_HOUR_MS),
         RAY_gcs_pull_resource_loads_period_milliseconds=str(_HOUR_MS),
     )
@@ -159,7 +166,7 @@ def start_ours(port: int) -> Server:
     proc = subprocess.Popen(
         cmd, env=env, cwd=work.name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    return Server("ours", proc, f"127.0.0.1:{port}", work)
+    return Server(name, proc, f"127.0.0.1:{port}", work)
 
 
 def start_script(name: str, script: str, port: int) -> Server:
@@ -466,8 +473,8 @@ def run_one(
 
 def start(name: str, ray_binary: Path | None) -> Server:
     port = free_port()
-    if name == "ours":
-        server = start_ours(port)
+    if name in ("ours", "grpc"):
+        server = start_ours(port, front=name == "ours")
     elif name == "floor":
         server = start_script(name, "floor_server.py", port)
     elif name == "lean":
@@ -503,7 +510,8 @@ def main() -> None:
     parser.add_argument(
         "--servers",
         default="ours,ray",
-        help="any of ours, ray, floor (bare grpc.aio), lean (prototype HTTP/2 transport)",
+        help="any of ours (gcs serve, front server), grpc (gcs serve, grpc.aio alone), ray, "
+        "floor (bare grpc.aio), lean (prototype HTTP/2 transport)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="repeat every configuration")
     parser.add_argument("--budget-s", type=float, default=120.0, help="per configuration")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from gcs.autoscaler.config import ConfigError, load_cluster_config
+from gcs.autoscaler.config import ClusterConfig, ConfigError, load_cluster_config
+from gcs.autoscaler.providers.kuberay.k8s import KubeApi
 from gcs.autoscaler.runtime import DEFAULT_INTERVAL_S, AutoscalerRuntime
 
 
@@ -28,7 +29,20 @@ def _interval_default() -> float:
 
 @click.command("run")
 @click.option("--gcs-address", default=None, help="GCS host:port (else GCS_ADDRESS, RAY_ADDRESS).")
-@click.option("--config", "config_path", type=click.Path(), required=True, help="Cluster YAML.")
+@click.option("--config", "config_path", type=click.Path(), default=None, help="Cluster YAML.")
+@click.option(
+    "--provider",
+    type=click.Choice(["config", "kuberay"]),
+    default="config",
+    show_default=True,
+    help="kuberay: manage the RayCluster --cluster-name (no --config).",
+)
+@click.option("--cluster-name", default=None, help="kuberay: the RayCluster's name.")
+@click.option(
+    "--cluster-namespace",
+    default=None,
+    help="kuberay: its namespace (default: the SA's, else default).",
+)
 @click.option(
     "--interval-s",
     type=click.FloatRange(min=0.05),
@@ -42,16 +56,34 @@ def _interval_default() -> float:
     help="Where local/command providers remember their processes.",
 )
 def run_command(
-    gcs_address: str | None, config_path: str, interval_s: float | None, state_dir: str
+    gcs_address: str | None,
+    config_path: str | None,
+    provider: str,
+    cluster_name: str | None,
+    cluster_namespace: str | None,
+    interval_s: float | None,
+    state_dir: str,
 ) -> None:
-    """Reconcile the cluster against CONFIG until interrupted (instances keep running)."""
+    """Reconcile the cluster against CONFIG (or a KubeRay RayCluster) until interrupted
+    (instances keep running)."""
     address = gcs_address or os.environ.get("GCS_ADDRESS") or os.environ.get("RAY_ADDRESS")
     if not address:
         raise click.UsageError("no GCS address: pass --gcs-address or set GCS_ADDRESS")
-    try:
-        cluster = load_cluster_config(config_path)
-    except ConfigError as err:
-        raise click.ClickException(str(err)) from None
+    kube_api = None
+    if provider == "kuberay":
+        if config_path is not None:
+            raise click.UsageError("--provider kuberay reads the RayCluster: drop --config")
+        if not cluster_name:
+            raise click.UsageError("--provider kuberay needs --cluster-name")
+        kube_api = _kube_api(cluster_name, cluster_namespace)
+        cluster = _first_read(kube_api)
+    else:
+        if config_path is None:
+            raise click.UsageError("--config is required (or --provider kuberay)")
+        try:
+            cluster = load_cluster_config(config_path)
+        except ConfigError as err:
+            raise click.ClickException(str(err)) from None
     interval = interval_s if interval_s is not None else _interval_default()
     from gcs.auth import AuthConfigError
     from gcs.rpc.security import Security
@@ -63,7 +95,12 @@ def run_command(
 
     async def main() -> None:
         runtime = AutoscalerRuntime(
-            cluster, address, state_dir=Path(state_dir), interval_s=interval, security=security
+            cluster,
+            address,
+            state_dir=Path(state_dir),
+            interval_s=interval,
+            security=security,
+            kube_api=kube_api,
         )
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
@@ -81,6 +118,32 @@ def run_command(
         await runtime.stop()
 
     asyncio.run(main())
+
+
+def _kube_api(name: str, namespace: str | None) -> KubeApi:
+    from gcs.autoscaler.providers.kuberay.k8s import KubernetesApi, load_client_config
+
+    try:
+        client, default_ns = load_client_config()
+    except Exception as err:  # no service account and no usable kubeconfig
+        raise click.ClickException(f"cannot load Kubernetes credentials: {err}") from None
+    return KubernetesApi(client, namespace or default_ns, name)
+
+
+def _first_read(api: KubeApi) -> ClusterConfig:
+    from gcs.autoscaler.providers.kuberay.k8s import KubeApiError
+    from gcs.autoscaler.providers.kuberay.provider import initial_config
+
+    try:
+        return asyncio.run(initial_config(api))
+    except KubeApiError as err:
+        raise click.ClickException(
+            f"RayCluster {api.namespace}/{api.cluster_name}: {err.message or err}"
+        ) from None
+    except (ConfigError, OSError) as err:
+        raise click.ClickException(
+            f"RayCluster {api.namespace}/{api.cluster_name}: {err}"
+        ) from None
 
 
 @click.command("simulate")

@@ -32,6 +32,8 @@ from gcs.autoscaler.instances import (
 from gcs.autoscaler.instances.storage import KvInstanceStorage
 from gcs.autoscaler.providers.base import CloudProvider
 from gcs.autoscaler.providers.command import CommandProvider, NodeCommands
+from gcs.autoscaler.providers.kuberay.k8s import KubeApi
+from gcs.autoscaler.providers.kuberay.provider import KubeRayProvider
 from gcs.autoscaler.providers.local import LocalProvider
 from gcs.autoscaler.providers.read_only import ReadOnlyProvider
 from gcs.autoscaler.reconciler import (
@@ -76,8 +78,17 @@ def build_provider(
     gcs: GrpcAutoscalerGcs,
     state_dir: Path,
     security: Security,
+    *,
+    kube_api: KubeApi | None = None,
+    clock: Clock | None = None,
 ) -> CloudProvider:
     kind = cluster.provider.type
+    if kind == "kuberay":
+        if kube_api is None:
+            raise ValueError("provider.type kuberay needs a Kubernetes API (--cluster-name)")
+        return KubeRayProvider(
+            kube_api, gcs, clock or SystemClock(), options=cluster.scheduler.options
+        )
     if kind == "local":
         host = gcs_address.rsplit(":", 1)[0] or "127.0.0.1"
         return LocalProvider(
@@ -111,7 +122,10 @@ class AutoscalerRuntime:
         interval_s: float = DEFAULT_INTERVAL_S,
         config: ReconcileConfig | None = None,
         security: Security | None = None,
+        kube_api: KubeApi | None = None,
     ) -> None:
+        """``kube_api``: the RayCluster to manage when ``cluster.provider.type`` is
+        ``kuberay`` (``cluster`` is then its config as first read; every round re-reads it)."""
         self.cluster = cluster
         self.gcs_address = gcs_address
         self.clock = clock or SystemClock()
@@ -120,7 +134,10 @@ class AutoscalerRuntime:
         self._channel = self.security.aio_channel(gcs_address)
         self.gcs = GrpcAutoscalerGcs(self._channel)
         root = Path(cluster.provider.state_dir or state_dir)
-        self.provider = build_provider(cluster, gcs_address, self.gcs, root, self.security)
+        self.provider = build_provider(
+            cluster, gcs_address, self.gcs, root, self.security, kube_api=kube_api, clock=self.clock
+        )
+        kuberay = self.provider if isinstance(self.provider, KubeRayProvider) else None
         storage: InstanceStorage = (
             StoreInstanceStorage(store) if store is not None else KvInstanceStorage(self.gcs)
         )
@@ -140,6 +157,8 @@ class AutoscalerRuntime:
             updater=self.updater,
             stopper=self.stopper,
             config=config,
+            config_source=kuberay.current_config if kuberay is not None else None,
+            resizer=kuberay,
         )
         self._published_events = -1
         self._task: asyncio.Task[None] | None = None

@@ -75,6 +75,9 @@ class JobEvents:
 
 
 class PlacementGroupListener(Protocol):
+    def on_placement_group_created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
+        """A new PENDING group was persisted (it wants placing)."""
+
     def on_placement_group_removed(
         self, pg: gcs_pb2.PlacementGroupTableData, virtual_cluster_id: str
     ) -> None: ...
@@ -86,6 +89,10 @@ class PlacementGroupEvents:
 
     def subscribe(self, listener: PlacementGroupListener) -> None:
         self._listeners.append(listener)
+
+    def created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
+        for listener in self._listeners:
+            listener.on_placement_group_created(pg)
 
     def removed(self, pg: gcs_pb2.PlacementGroupTableData, virtual_cluster_id: str) -> None:
         for listener in self._listeners:

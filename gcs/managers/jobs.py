@@ -53,6 +53,11 @@ class JobManager:
         job = self.jobs.get(job_id)
         return job.virtual_cluster_id if job is not None else ""
 
+    def namespace_of(self, job_id: bytes) -> str:
+        """The Ray namespace a known job runs in ("" for unknown jobs)."""
+        job = self.jobs.get(job_id)
+        return job.config.ray_namespace if job is not None else ""
+
     async def load(self) -> None:
         for raw in (await self._store.get_all(TABLE_JOB)).values():
             job = gcs_pb2.JobTableData.FromString(raw)

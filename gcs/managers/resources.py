@@ -202,6 +202,12 @@ class ResourceCache:
             return
         data = gcs_pb2.ResourcesData()
         data.CopyFrom(entry.data)
+        # availability moves with the total (the raylet kept what is in use), so the
+        # autoscaler sees the new room at once rather than after the next load poll
+        for name, total in totals.items():
+            delta = total - data.resources_total.get(name, 0.0)
+            if delta and name in data.resources_available:
+                data.resources_available[name] = max(0.0, data.resources_available[name] + delta)
         data.resources_total.clear()
         data.resources_total.update(totals)
         entry.data = data

@@ -19,6 +19,7 @@ import contextlib
 
 import grpc
 import structlog
+from google.protobuf.descriptor import ServiceDescriptor
 
 from gcs.clock import Clock
 from gcs.config import RequestLimits
@@ -69,24 +70,28 @@ class GcsPubSub:
             sweep_interval_s=sweep_interval_s,
         )
 
+    def servicers(
+        self, limits: RequestLimits | None = None
+    ) -> list[tuple[ServiceDescriptor, PubSubServicer]]:
+        """The two services' servicers; grpc.aio and the front server (gcs.rpc.front) serve
+        the same objects."""
+        return [
+            (CONTROL_PLANE_PUBSUB, PubSubServicer(self.control_plane, limits=limits)),
+            (OBSERVABILITY_PUBSUB, ObservabilityPubSubServicer(self.observability, limits=limits)),
+        ]
+
     def handlers(
-        self, *, on_call: CallHook | None = None, limits: RequestLimits | None = None
+        self,
+        *,
+        on_call: CallHook | None = None,
+        limits: RequestLimits | None = None,
+        servicers: list[tuple[ServiceDescriptor, PubSubServicer]] | None = None,
     ) -> list[grpc.GenericRpcHandler]:
         """``limits``: request bounds (the servicers' checks and the encoded-size cap)."""
         max_bytes = limits.max_request_bytes if limits is not None else None
         return [
-            service_handler(
-                CONTROL_PLANE_PUBSUB,
-                PubSubServicer(self.control_plane, limits=limits),
-                on_call=on_call,
-                max_request_bytes=max_bytes,
-            ),
-            service_handler(
-                OBSERVABILITY_PUBSUB,
-                ObservabilityPubSubServicer(self.observability, limits=limits),
-                on_call=on_call,
-                max_request_bytes=max_bytes,
-            ),
+            service_handler(descriptor, servicer, on_call=on_call, max_request_bytes=max_bytes)
+            for descriptor, servicer in servicers or self.servicers(limits)
         ]
 
     def sweep(self) -> None:

@@ -29,7 +29,6 @@ from gcs.rpc.wire import method_path, wire_service_name
 log = structlog.get_logger("gcs.rpc")
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
-Decoder = Callable[[bytes], Any]
 CallHook = Callable[[str, str, float], None]
 """(method path, grpc code name, seconds) after every call: metrics."""
 
@@ -55,6 +54,37 @@ ample on a cluster network.
 """
 
 
+def decode_request(
+    path: str, raw: bytes, message_cls: Any, max_request_bytes: int | None, size: int = -1
+) -> Any:
+    """The request of ``path``, bounded and decoded; a bad one is :class:`InvalidArgument`
+    (logged).  Shared by the grpc.aio wrapper and the front server (gcs.rpc.front), which
+    passes the declared ``size`` of a message it did not keep whole."""
+    size = len(raw) if size < 0 else size
+    if max_request_bytes is not None and size > max_request_bytes:
+        log.warning("rpc.request_too_large", method=path, bytes=size)
+        raise InvalidArgument(
+            f"request is {size} bytes; a {message_cls.DESCRIPTOR.name} is limited to "
+            f"{max_request_bytes} bytes"
+        )
+    try:
+        return message_cls.FromString(raw)
+    except DecodeError as exc:
+        log.warning("rpc.undecodable_request", method=path, bytes=len(raw))
+        raise InvalidArgument(
+            f"request is not a valid {message_cls.DESCRIPTOR.name}: {exc}"
+        ) from None
+
+
+def failure_status(path: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The status a failed call answers with: the one table, else INTERNAL (logged)."""
+    mapped = status_for(exc)
+    if mapped is None:
+        log.exception("rpc.handler_failed", method=path)
+        mapped = (grpc.StatusCode.INTERNAL, f"internal error: {exc!r}")
+    return mapped
+
+
 def _wrap(
     path: str,
     fn: Handler,
@@ -62,14 +92,11 @@ def _wrap(
     on_call: CallHook | None,
     max_request_bytes: int | None = None,
 ) -> Handler:
-    decode: Decoder = message_cls.FromString
-    type_name = message_cls.DESCRIPTOR.name
-
     async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         start = time.perf_counter()
         code = "OK"
         try:
-            return await _call(raw, context)
+            return await fn(decode_request(path, raw, message_cls, max_request_bytes), context)
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
@@ -77,34 +104,17 @@ def _wrap(
             code = str(context.code().name if context.code() else "ABORTED")
             raise
         except Exception as exc:  # the one place that turns an error into a clean status
-            mapped = status_for(exc)
-            if mapped is None:
-                log.exception("rpc.handler_failed", method=path)
-                mapped = (grpc.StatusCode.INTERNAL, f"internal error: {exc!r}")
-            code = mapped[0].name
+            status, details = failure_status(path, exc)
+            code = status.name
             # Set the status and return instead of ``context.abort``: abort's exception keeps
             # a reference cycle (call state -> exception -> traceback -> frames -> call state)
             # that holds the request until a full GC, megabytes per rejected call.
-            context.set_code(mapped[0])
-            context.set_details(mapped[1])
+            context.set_code(status)
+            context.set_details(details)
             return b""
         finally:
             if on_call is not None:
                 on_call(path, code, time.perf_counter() - start)
-
-    async def _call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-        if max_request_bytes is not None and len(raw) > max_request_bytes:
-            log.warning("rpc.request_too_large", method=path, bytes=len(raw))
-            raise InvalidArgument(
-                f"request is {len(raw)} bytes; a {type_name} is limited to "
-                f"{max_request_bytes} bytes"
-            )
-        try:
-            request = decode(raw)
-        except DecodeError as exc:
-            log.warning("rpc.undecodable_request", method=path, bytes=len(raw))
-            raise InvalidArgument(f"request is not a valid {type_name}: {exc}") from None
-        return await fn(request, context)
 
     return handler
 

@@ -12,11 +12,14 @@ import errno
 import gc
 import pathlib
 import random
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import structlog
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
@@ -31,6 +34,7 @@ from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
 from gcs.managers.lane import ResolvePolicy
 from gcs.managers.nodes import NodeManager
+from gcs.managers.pg_scheduler import PlacementConfig, PlacementGroupScheduler
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.managers.startup_spread import spread, spread_window_s
@@ -39,15 +43,16 @@ from gcs.proto import gcs_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.runtime import GcsPubSub
-from gcs.rpc import service_handler, wire_service_name
+from gcs.rpc import method_path, service_handler, wire_service_name
 from gcs.rpc import services as svc
+from gcs.rpc.front import Forwarder, FrontServer, GrpcRouter, H2Limits, hot_methods
 from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.gc_policy import SurvivorFreezer
-from gcs.server.interceptors import CallGuardInterceptor
+from gcs.server.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
 from gcs.server.metrics import GcsMetrics, counter, gauge, on_loop, pubsub_families
 from gcs.server.reflection import wire_pool
 from gcs.services.autoscaler import AutoscalerStateServicer
@@ -55,11 +60,13 @@ from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
 from gcs.services.kv import InternalKVServicer
 from gcs.services.node_info import NodeInfoServicer
 from gcs.services.node_resources import NodeResourceInfoServicer
+from gcs.services.pubsub import PubSubServicer
 from gcs.services.virtual_clusters import VirtualClusterInfoServicer
 from gcs.store import Store, StoreUnavailable, store_from_url
 from gcs.store.metered import MeteredStore
 
 log = structlog.get_logger("gcs.server")
+HEALTH_CHECK_PATH = HEALTH_PREFIX + "Check"
 
 
 @dataclass(slots=True)
@@ -68,6 +75,7 @@ class Managers:
     nodes: NodeManager
     resources: ResourceCache
     placement_groups: PlacementGroupManager
+    pg_scheduler: PlacementGroupScheduler
     jobs: JobManager
     autoscaler: AutoscalerStateManager
     health: HealthChecker
@@ -102,6 +110,8 @@ class GcsServer:
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
+        self._front: FrontServer | None = None
+        self._private_dir = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._stopping = False
@@ -197,6 +207,7 @@ class GcsServer:
             self.clock,
             events=pg_events,
             job_cluster=jobs.virtual_cluster_of,
+            job_namespace=jobs.namespace_of,
             lane_policy=self._lane_policy,
         )
         # Hears node events only once its load() replayed the node table loaded below.
@@ -212,6 +223,18 @@ class GcsServer:
             pg_events=pg_events,
             publish=pubsub.control_plane.publish,
             lane_policy=self._lane_policy,
+        )
+        pg_scheduler = PlacementGroupScheduler(
+            pgs,
+            nodes,
+            cache,
+            raylets,
+            self.clock,
+            node_events=node_events,
+            job_events=job_events,
+            pg_events=pg_events,
+            cluster_nodes=virtual_clusters.schedulable_nodes,
+            config=PlacementConfig(rpc_timeout_s=cfg.raylet_rpc_timeout_ms / 1000),
         )
         autoscaler = AutoscalerStateManager(
             store,
@@ -240,6 +263,7 @@ class GcsServer:
             nodes,
             cache,
             pgs,
+            pg_scheduler,
             jobs,
             autoscaler,
             health_checker,
@@ -258,6 +282,7 @@ class GcsServer:
         self._tasks = [
             loop.create_task(poller.run(), name="load-poller"),
             loop.create_task(health_checker.run(), name="health-checker"),
+            loop.create_task(pg_scheduler.run(), name="pg-scheduler"),
             loop.create_task(self._reclaim_frozen(), name="gc-reclaim"),
             loop.create_task(
                 virtual_clusters.run_periodic(
@@ -313,8 +338,9 @@ class GcsServer:
         assert self.meta is not None and self.managers is not None
         m, cfg = self.managers, self.config
         limits = cfg.limits
+        interceptor = CallGuardInterceptor(self.meta.cluster_id_hex, self.security.token)
         server = grpc.aio.server(
-            interceptors=[CallGuardInterceptor(self.meta.cluster_id_hex, self.security.token)],
+            interceptors=[interceptor],
             options=[
                 ("grpc.max_receive_message_length", cfg.grpc_max_message_bytes),
                 ("grpc.max_send_message_length", cfg.grpc_max_message_bytes),
@@ -366,7 +392,10 @@ class GcsServer:
                 max_request_bytes_by_method=by_method,
             )
             server.add_generic_rpc_handlers([handler])
-        server.add_generic_rpc_handlers(m.pubsub.handlers(on_call=hook, limits=limits))
+        pubsub_servicers = m.pubsub.servicers(limits)
+        server.add_generic_rpc_handlers(
+            m.pubsub.handlers(on_call=hook, limits=limits, servicers=pubsub_servicers)
+        )
         servicers += [(svc.CONTROL_PLANE_PUBSUB, None), (svc.OBSERVABILITY_PUBSUB, None)]
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -384,16 +413,64 @@ class GcsServer:
             server,
             pool=wire_pool(reflected),
         )
+        if cfg.front_server:
+            await self._serve_behind_front(server, interceptor.guard, pubsub_servicers)
+            return
         try:
             self.port = self.security.add_port(server, f"{cfg.host}:{cfg.port}")
         except RuntimeError:  # grpc's "Failed to bind to address ..."
             self.port = 0
         if self.port == 0:
-            raise OSError(
-                errno.EADDRINUSE, f"cannot bind the gRPC port {cfg.host}:{cfg.port} (in use?)"
-            )
+            raise _port_in_use(cfg.host, cfg.port)
         await server.start()
         self._server = server
+
+    async def _serve_behind_front(
+        self,
+        server: grpc.aio.Server,
+        guard: CallGuard,
+        pubsub_servicers: list[tuple[ServiceDescriptor, PubSubServicer]],
+    ) -> None:
+        """grpc.aio on a private Unix socket (plaintext: the hop never leaves the host, the
+        directory is the owner's only); the front server on the GCS port (gcs.rpc.front)."""
+        cfg = self.config
+        self._private_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="gcs", dir="/tmp")
+        internal = f"unix:{self._private_dir}/grpc.sock"
+        if server.add_insecure_port(internal) == 0:
+            raise OSError(errno.EADDRINUSE, f"cannot bind the internal gRPC socket {internal}")
+        await server.start()
+        self._server = server
+        unary = [
+            method_path(method)
+            for descriptor in svc.SERVED_BY_GCS
+            for method in descriptor.methods
+            if not (method.client_streaming or method.server_streaming)
+        ]
+        forwarder = Forwarder(internal, [*unary, HEALTH_CHECK_PATH], cfg.grpc_max_message_bytes)
+        router = GrpcRouter(
+            hot_methods(pubsub_servicers, cfg.limits.max_request_bytes),
+            guard,
+            forwarder,
+            on_call=self.metrics.on_call,
+            max_message_bytes=cfg.grpc_max_message_bytes,
+        )
+        limits = H2Limits(
+            max_concurrent_streams=cfg.front_max_concurrent_streams,
+            max_buffered_input=cfg.front_max_buffered_bytes,
+            max_buffered_output=cfg.front_max_buffered_bytes,
+        )
+        tls = self.security.tls
+        front = FrontServer(
+            router,
+            forwarder,
+            limits,
+            ssl_context=tls.ssl_server_context() if tls is not None else None,
+        )
+        try:
+            self.port = await front.start(cfg.host, cfg.port)
+        except OSError:
+            raise _port_in_use(cfg.host, cfg.port) from None
+        self._front = front
 
     async def _notify_restart(self, notify_at: dict[bytes, float]) -> None:
         """Tell raylets known from the store that the GCS restarted (Ray does the same).
@@ -464,6 +541,13 @@ class GcsServer:
                 len(m.resources.demand),
             ),
         ]
+        by_state: dict[tuple[str, ...], float] = {}
+        for pg in m.placement_groups.groups.values():
+            key = (gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state),)
+            by_state[key] = by_state.get(key, 0) + 1
+        out.append(
+            gauge("gcs_placement_groups", "Placement groups by state", by_state, labels=("state",))
+        )
         clusters = m.virtual_clusters.registry.clusters()
         kinds: dict[tuple[str, ...], float] = {}
         for cluster in clusters:
@@ -519,14 +603,21 @@ class GcsServer:
         if self._stopping:
             return
         self._stopping = True
+        if self._front is not None:
+            self._front.goaway()  # no new streams: answered polls are not re-held
         if self.managers is not None:
             await self.managers.pubsub.stop()  # answer held long polls before the drain
+        if self._front is not None:
+            await self._front.stop(grace_s)  # open streams finish; relayed ones reach grpc.aio
         if self._server is not None:
             await self._server.stop(grace_s)
+        if self._private_dir:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.managers is not None:
+            await self.managers.pg_scheduler.close()
             await self.managers.virtual_clusters.close()
             await self.managers.health.close()
             await self.managers.raylets.close()
@@ -544,6 +635,10 @@ class GcsServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _port_in_use(host: str, port: int) -> OSError:
+    return OSError(errno.EADDRINUSE, f"cannot bind the gRPC port {host}:{port} (in use?)")
 
 
 class _ForgetRaylet:

@@ -28,10 +28,36 @@ HEALTH_PREFIX = "/grpc.health.v1.Health/"
 _STREAMING_PREFIXES = ("/grpc.reflection.", "/grpc.health.v1.Health/Watch")
 
 
+class CallGuard:
+    """The checks themselves, shared by the interceptor and the front server
+    (:mod:`gcs.rpc.front`), which serves the pubsub methods without grpc.aio."""
+
+    def __init__(self, cluster_id_hex: str | None = None, token: AuthToken | None = None) -> None:
+        self.cluster = cluster_id_hex.lower() if cluster_id_hex else None
+        self.token = token
+
+    def refusal(
+        self, method: str, authorization: str | bytes | None, cluster_id: str | bytes | None
+    ) -> str | None:
+        """None if the call may proceed, else the UNAUTHENTICATED message.  ``authorization``
+        and ``cluster_id`` are the metadata values (None when absent)."""
+        token = self.token
+        if (
+            token is not None
+            and (authorization is None or not token.matches(authorization))
+            and not method.startswith(HEALTH_PREFIX)
+        ):
+            return UNAUTHENTICATED_MESSAGE
+        if cluster_id is not None and self.cluster is not None:
+            text = cluster_id.decode() if isinstance(cluster_id, bytes) else cluster_id
+            if text.lower() != self.cluster:
+                return WRONG_CLUSTER_ID
+        return None
+
+
 class CallGuardInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, cluster_id_hex: str | None = None, token: AuthToken | None = None) -> None:
-        self._cluster = cluster_id_hex.lower() if cluster_id_hex else None
-        self._token = token
+        self.guard = CallGuard(cluster_id_hex, token)
         self._wrong_cluster = _reject(WRONG_CLUSTER_ID, streaming=False)
         self._unauthenticated = _reject(UNAUTHENTICATED_MESSAGE, streaming=False)
         self._unauthenticated_stream = _reject(UNAUTHENTICATED_MESSAGE, streaming=True)
@@ -41,25 +67,21 @@ class CallGuardInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        token = self._token
-        authenticated = token is None
-        cluster_ok = True
+        authorization = cluster_id = None
         for key, value in handler_call_details.invocation_metadata or ():  # type: ignore[attr-defined]
             if key == AUTHORIZATION_METADATA:
-                if token is not None:
-                    authenticated = token.matches(value)
-            elif key == CLUSTER_ID_METADATA and self._cluster is not None:
-                text = value.decode() if isinstance(value, bytes) else value
-                cluster_ok = text.lower() == self._cluster
-        if not authenticated:
-            method = handler_call_details.method  # type: ignore[attr-defined]
-            if not method.startswith(HEALTH_PREFIX):
-                if method.startswith(_STREAMING_PREFIXES):
-                    return self._unauthenticated_stream
-                return self._unauthenticated
-        if not cluster_ok:
+                authorization = value
+            elif key == CLUSTER_ID_METADATA:
+                cluster_id = value
+        method = handler_call_details.method  # type: ignore[attr-defined]
+        refusal = self.guard.refusal(method, authorization, cluster_id)
+        if refusal is None:
+            return await continuation(handler_call_details)
+        if refusal is WRONG_CLUSTER_ID:
             return self._wrong_cluster
-        return await continuation(handler_call_details)
+        if method.startswith(_STREAMING_PREFIXES):
+            return self._unauthenticated_stream
+        return self._unauthenticated
 
 
 def _reject(message: str, *, streaming: bool) -> grpc.RpcMethodHandler:

@@ -7,6 +7,7 @@ pubsub handlers answer); cluster-id metadata is checked by the server intercepto
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -16,7 +17,7 @@ from gcs.config import RequestLimits
 from gcs.errors import InvalidArgument, RayStatusCode, RayStatusError
 from gcs.proto import gcs_service_pb2
 from gcs.pubsub.channels import RAY_ERROR_INFO_CHANNEL
-from gcs.pubsub.publisher import Publisher
+from gcs.pubsub.publisher import PollReply, Publisher
 
 
 class PubSubServicer:
@@ -42,6 +43,12 @@ class PubSubServicer:
     async def GcsPublish(
         self, request: gcs_service_pb2.GcsPublishRequest, context: grpc.aio.ServicerContext
     ) -> gcs_service_pb2.GcsPublishReply:
+        return self.publish(request)
+
+    def publish(
+        self, request: gcs_service_pb2.GcsPublishRequest
+    ) -> gcs_service_pb2.GcsPublishReply:
+        """GcsPublish without a context (also called by the front server, gcs.rpc.front)."""
         self._check_publish(request)  # all or nothing: every check before any publish
         for msg in request.pub_messages:
             self.publisher.publish_message(msg)
@@ -78,18 +85,28 @@ class PubSubServicer:
         self, request: gcs_service_pb2.GcsSubscriberPollRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
         """Long poll; the reply is ready wire bytes, often shared by every subscriber."""
+        future = self.poll(request)
+        return (await future).wire  # a cancelled RPC cancels the future; messages stay queued
+
+    def poll(self, request: gcs_service_pb2.GcsSubscriberPollRequest) -> asyncio.Future[PollReply]:
+        """Validate and register the long poll; the future resolves with its reply."""
         self._ids("subscriber_id", request.subscriber_id)
         self._ids("publisher_id", request.publisher_id)
-        future = self.publisher.poll(
+        return self.publisher.poll(
             request.subscriber_id, request.max_processed_sequence_id, request.publisher_id
         )
-        return (await future).wire  # a cancelled RPC cancels the future; messages stay queued
 
     async def GcsSubscriberCommandBatch(
         self,
         request: gcs_service_pb2.GcsSubscriberCommandBatchRequest,
         context: grpc.aio.ServicerContext,
     ) -> gcs_service_pb2.GcsSubscriberCommandBatchReply:
+        return self.command_batch(request)
+
+    def command_batch(
+        self, request: gcs_service_pb2.GcsSubscriberCommandBatchRequest
+    ) -> gcs_service_pb2.GcsSubscriberCommandBatchReply:
+        """GcsSubscriberCommandBatch without a context (also the front server's)."""
         sub_id = request.subscriber_id
         sender = request.sender_id or sub_id
         self._ids("subscriber_id", sub_id)

@@ -387,6 +387,16 @@ class TestRounds:
         await h.reconciler.reconcile_once()
         assert sorted(h.statuses().values()) == [S.ALLOCATED, S.TERMINATED]
 
+    async def test_a_running_head_the_provider_lists_is_adopted_as_head(self) -> None:
+        """A KubeRay head pod runs before the autoscaler: its raylet need not carry the
+        head resource for the adopted instance to be the head (never idle-terminated)."""
+        h = Harness()
+        h.provider.add("ch", "head", NodeKind.HEAD)
+        h.node("aa", autoscaler_pb2.IDLE, "ch", "head")
+        await h.reconciler.reconcile_once()
+        (adopted,) = h.im.instances.values()
+        assert adopted.node_kind is NodeKind.HEAD
+
     async def test_scale_up_then_idle_drain_and_termination(self) -> None:
         h = with_running_head()
         h.gcs.state.pending_resource_requests.add(

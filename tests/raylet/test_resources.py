@@ -142,6 +142,14 @@ class TestResize:
         node.submit(lease("a", CPU=4))
         assert node.resize({"CPU": 4}) == [b"a"]
 
+    def test_shrink_is_clamped_to_what_is_free(self) -> None:
+        """Ray's ResizeLocalResourceInstances: delta >= -available, so in-use stays."""
+        node = LocalResources({"CPU": 4, "memory": 100})
+        node.submit(lease("a", CPU=3))
+        node.resize({"CPU": 1, "memory": 40})
+        assert node.total == {"CPU": 3, "memory": 40}
+        assert node.available == {"CPU": 0, "memory": 40}
+
     @pytest.mark.parametrize("request_", [{"foo": 5}, {"GPU": 1}, {"CPU": -1}])
     def test_unknown_unit_instance_or_negative_resources_are_refused(self, request_) -> None:
         """GPU is a unit-instance resource; unknown names are refused; nothing changes."""

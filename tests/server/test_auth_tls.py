@@ -117,3 +117,44 @@ async def test_tls_round_trip_sdk_agent_and_refusals(pki) -> None:
     finally:
         await agent.stop()
         await server.stop()
+
+
+async def test_pubsub_served_by_the_front_server_over_mutual_tls(pki) -> None:
+    """The long poll is answered by the front server itself (gcs.rpc.front), behind the same
+    mutual TLS (ALPN h2) and token check as the relayed calls."""
+    from gcs.proto import gcs_pb2, pubsub_pb2
+    from gcs.pubsub import GCS_NODE_INFO_CHANNEL
+    from gcs.rpc.security import Security
+
+    server = GcsServer(fast_config(auth_mode="token"), store=MemoryStore())
+    await server.start()
+    try:
+        assert server.config.front_server
+        sub = b"t" * 28
+        base = "/ray.rpc.ControlPlanePubSubGcsService/"
+        cmd = pubsub_pb2.Command(channel_type=GCS_NODE_INFO_CHANNEL)
+        cmd.subscribe_message.SetInParent()
+        batch = G.GcsSubscriberCommandBatchRequest(subscriber_id=sub, commands=[cmd])
+        poll = G.GcsSubscriberPollRequest(subscriber_id=sub)
+        async with Security.from_env().aio_channel(server.address) as channel:
+            await channel.unary_unary(base + "GcsSubscriberCommandBatch")(
+                batch.SerializeToString(), timeout=10
+            )
+            held = channel.unary_unary(base + "GcsSubscriberPoll")(
+                poll.SerializeToString(), timeout=10
+            )
+            publisher = server.managers.pubsub.control_plane
+            await eventually(lambda: publisher.held_poll_count() > 0, timeout_s=10)
+            publisher.publish(GCS_NODE_INFO_CHANNEL, sub, gcs_pb2.GcsNodeInfo(node_id=sub))
+            reply = G.GcsSubscriberPollReply.FromString(await held)
+            assert len(reply.pub_messages) == 1
+        ca = pki["ca"]
+        no_client_cert = grpc.ssl_channel_credentials(root_certificates=ca)
+        async with grpc.aio.secure_channel(server.address, no_client_cert) as one_way:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await one_way.unary_unary(base + "GcsSubscriberPoll")(
+                    poll.SerializeToString(), timeout=3
+                )
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await server.stop()

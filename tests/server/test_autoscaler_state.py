@@ -305,6 +305,12 @@ class TestDrainAndResize:
             A.ResizeRayletResourceInstancesRequest(node_id=r.node_id, resources={"CPU": 3})
         )
         assert reply.total_resources["CPU"] == 3
+        # the view moves at once, availability with the total (the autoscaler's next round)
+        state = (
+            await stubs.autoscaler.GetClusterResourceState(A.GetClusterResourceStateRequest())
+        ).cluster_resource_state
+        (ns,) = [n for n in state.node_states if n.node_id == r.node_id]
+        assert ns.total_resources["CPU"] == 3 and ns.available_resources["CPU"] == 3
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stubs.autoscaler.ResizeRayletResourceInstances(
                 A.ResizeRayletResourceInstancesRequest(node_id=r.node_id, resources={"GPU": 1})

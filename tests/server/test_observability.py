@@ -105,9 +105,18 @@ class TestMetricTypes:
         the server's registry, and virtual clusters are counted with their nodes."""
         from prometheus_client.parser import text_string_to_metric_families
 
+        from gcs.proto import common_pb2
+
         server = GcsServer(fast_config(metrics_port=0), store=MemoryStore())
         await server.start()
         try:
+            assert server.managers is not None
+            await server.managers.placement_groups.create(
+                common_pb2.PlacementGroupSpec(
+                    placement_group_id=b"p" * 18,
+                    bundles=[common_pb2.Bundle(unit_resources={"GPU": 1})],
+                )
+            )
             url = f"http://127.0.0.1:{server.metrics_port}/metrics"
             body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
         finally:
@@ -132,6 +141,8 @@ class TestMetricTypes:
             if s.labels["virtual_cluster"] == "kPrimaryClusterID"
         ]
         assert primary and primary[0].value == 0
+        [pending] = families["gcs_placement_groups"].samples
+        assert pending.labels == {"state": "PENDING"} and pending.value == 1
         subscribers = families["gcs_pubsub_subscribers"].samples
         assert {s.labels["publisher"] for s in subscribers} == {"control_plane", "observability"}
 

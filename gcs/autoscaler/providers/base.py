@@ -16,14 +16,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from gcs.autoscaler.scheduler.types import NodeKind
+from gcs.autoscaler.scheduler.types import IpprStatus, NodeKind, Resize
+
+if TYPE_CHECKING:
+    from gcs.autoscaler.reconciler.observed import RayNode
 
 __all__ = [
     "CloudInstance",
     "CloudProvider",
     "LaunchNodeError",
+    "PodResizer",
     "ProviderError",
     "TerminateNodeError",
 ]
@@ -70,4 +74,16 @@ class CloudProvider(Protocol):
 
     def poll_errors(self) -> list[ProviderError]:
         """Errors since the last call (each reported once)."""
+        ...
+
+
+class PodResizer(Protocol):
+    """A provider that resizes instances in place (KubeRay IPPR)."""
+
+    def ippr_statuses(self) -> Mapping[str, IpprStatus]:
+        """Resize state per cloud instance id, as of the last listing."""
+        ...
+
+    async def resize(self, resizes: Sequence[Resize], nodes: Sequence[RayNode]) -> None:
+        """Carry out the scheduler's resizes; ``nodes`` are this round's Ray nodes."""
         ...

@@ -6,6 +6,7 @@ Ray 2.60's GCS), so the adapter speaks only Ray's wire protocol.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -14,7 +15,7 @@ import grpc
 from gcs.errors import Unavailable
 from gcs.proto import autoscaler_pb2, gcs_service_pb2
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import AUTOSCALER_STATE, INTERNAL_KV, NODE_INFO
+from gcs.rpc.services import AUTOSCALER_STATE, INTERNAL_KV, JOB_INFO, NODE_INFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,7 @@ class GrpcAutoscalerGcs:
         self._node_info = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
         self._autoscaler: ServiceStub | None = None
         self._kv: ServiceStub | None = None
+        self._jobs: ServiceStub | None = None
         self._vc: ServiceStub | None = None
 
     async def _stub(self) -> ServiceStub:
@@ -65,6 +67,9 @@ class GrpcAutoscalerGcs:
             )
             self._kv = ServiceStub(
                 self._channel, INTERNAL_KV, metadata=md, timeout_s=self._timeout_s
+            )
+            self._jobs = ServiceStub(
+                self._channel, JOB_INFO, metadata=md, timeout_s=self._timeout_s
             )
         return self._autoscaler
 
@@ -87,6 +92,36 @@ class GrpcAutoscalerGcs:
         await self._call(
             "ReportAutoscalingState",
             autoscaler_pb2.ReportAutoscalingStateRequest(autoscaling_state=state),
+        )
+
+    async def resize_raylet(
+        self, node_id_hex: str, resources: Mapping[str, float]
+    ) -> dict[str, float]:
+        """``ResizeRayletResourceInstances``: the raylet's totals after the resize."""
+        reply = await self._call(
+            "ResizeRayletResourceInstances",
+            autoscaler_pb2.ResizeRayletResourceInstancesRequest(
+                node_id=bytes.fromhex(node_id_hex), resources=dict(resources)
+            ),
+        )
+        return dict(reply.total_resources)  # type: ignore[attr-defined]
+
+    async def live_drivers(self) -> int:
+        """Drivers alive now, Ray's internal ones (``_ray_internal_`` namespaces) not counted."""
+        await self._stub()
+        assert self._jobs is not None
+        try:
+            reply = await self._jobs.GetAllJobInfo(
+                gcs_service_pb2.GetAllJobInfoRequest(
+                    skip_submission_job_info_field=True, skip_is_running_tasks_field=True
+                )
+            )
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"GetAllJobInfo failed: {err.code().name} {err.details()}") from None
+        return sum(
+            1
+            for job in reply.job_info_list
+            if not job.is_dead and not job.config.ray_namespace.startswith("_ray_internal_")
         )
 
     async def drain_idle(self, node_id_hex: str, message: str) -> DrainResult:

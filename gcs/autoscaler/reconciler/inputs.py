@@ -12,6 +12,7 @@ from gcs.autoscaler.planner import state_to_input
 from gcs.autoscaler.reconciler.observed import RayNode, RayNodeStatus
 from gcs.autoscaler.scheduler.types import (
     InstanceStatus,
+    IpprStatus,
     NodeInstance,
     NodeKind,
     SchedulingInput,
@@ -27,7 +28,9 @@ def scheduling_input(
     ray_nodes: Sequence[RayNode],
     cluster: ClusterConfig,
     now_s: float,
+    ippr: Mapping[str, IpprStatus] | None = None,
 ) -> SchedulingInput:
+    """``ippr``: resize state per cloud instance id (KubeRay pods of IPPR groups)."""
     demand_only = autoscaler_pb2.ClusterResourceState(
         pending_resource_requests=state.pending_resource_requests,
         pending_gang_resource_requests=state.pending_gang_resource_requests,
@@ -43,7 +46,7 @@ def scheduling_input(
         node = nodes.get(inst.node_id) if inst.node_id else None
         if node is not None and node.status in _LIVE:
             claimed.add(node.node_id)
-            out.append(_from_node(node, inst.instance_id, inst.status, inst))
+            out.append(_from_node(node, inst.instance_id, inst.status, inst, ippr))
         else:
             out.append(
                 NodeInstance(
@@ -53,11 +56,14 @@ def scheduling_input(
                     kind=inst.node_kind,
                     ray_node_id=inst.node_id,
                     cloud_instance_id=inst.cloud_instance_id,
+                    ippr=(ippr or {}).get(inst.cloud_instance_id),
                 )
             )
     for node in ray_nodes:  # nodes no instance tracks (unmanaged): capacity, never terminated
         if node.node_id not in claimed and node.status in _LIVE:
-            out.append(_from_node(node, f"ray:{node.node_id}", InstanceStatus.RAY_RUNNING, None))
+            out.append(
+                _from_node(node, f"ray:{node.node_id}", InstanceStatus.RAY_RUNNING, None, ippr)
+            )
     return SchedulingInput(
         config=base.config,
         instances=tuple(out),
@@ -69,7 +75,11 @@ def scheduling_input(
 
 
 def _from_node(
-    node: RayNode, instance_id: str, status: InstanceStatus, inst: Instance | None
+    node: RayNode,
+    instance_id: str,
+    status: InstanceStatus,
+    inst: Instance | None,
+    ippr: Mapping[str, IpprStatus] | None = None,
 ) -> NodeInstance:
     kind = NodeKind.HEAD if node.is_head else (inst.node_kind if inst else NodeKind.WORKER)
     return NodeInstance(
@@ -83,4 +93,5 @@ def _from_node(
         labels=node.labels,
         idle_duration_ms=node.idle_duration_ms,
         cloud_instance_id=node.instance_id,
+        ippr=(ippr or {}).get(node.instance_id),
     )

@@ -21,7 +21,13 @@ import structlog
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.instances.manager import InstanceManager
 from gcs.autoscaler.instances.model import InstanceUpdate
-from gcs.autoscaler.providers.base import CloudProvider, LaunchNodeError, TerminateNodeError
+from gcs.autoscaler.providers.base import (
+    CloudInstance,
+    CloudProvider,
+    LaunchNodeError,
+    PodResizer,
+    TerminateNodeError,
+)
 from gcs.autoscaler.reconciler import steps
 from gcs.autoscaler.reconciler.events import EventLog
 from gcs.autoscaler.reconciler.gcs_port import AutoscalerGcs
@@ -83,7 +89,12 @@ class Reconciler:
         new_request_id: Callable[[], str] = _new_id,
         provider_timeout_s: float = 30.0,
         schedule_in_thread: bool = True,
+        config_source: Callable[[], ClusterConfig | None] | None = None,
+        resizer: PodResizer | None = None,
     ) -> None:
+        """``config_source``: the cluster config as the provider last read it (KubeRay's
+        RayCluster), used from the round after it answers; ``resizer``: carries out the
+        scheduler's in-place resizes."""
         self._im = instances
         self._provider = provider
         self._gcs = gcs
@@ -98,6 +109,8 @@ class Reconciler:
         self._new_request_id = new_request_id
         self._provider_timeout_s = provider_timeout_s
         self._in_thread = schedule_in_thread
+        self._config_source = config_source
+        self._resizer = resizer
         self._carry_last_work: dict[str, float] = {}
         self._carry_pending: dict[str, tuple[float, ...]] = {}
         self.rounds = 0
@@ -126,18 +139,16 @@ class Reconciler:
     async def reconcile_once(self) -> RoundResult:
         self.rounds += 1
         await self._im.ensure_loaded()
+        # A resizing provider syncs completed resizes to the raylets while listing: list
+        # first, so the GCS read below already shows the synced totals.
+        if self._resizer is not None:
+            cloud = await self._list_cloud()
         state = await self._gcs.get_cluster_resource_state()
         ray_nodes = ray_nodes_from_state(state)
-        try:
-            cloud = dict(
-                await asyncio.wait_for(
-                    self._provider.get_non_terminated(), self._provider_timeout_s
-                )
-            )
-        except TimeoutError:
-            raise RoundAborted(
-                f"provider did not list instances within {self._provider_timeout_s:g} s"
-            ) from None
+        if self._resizer is None:
+            cloud = await self._list_cloud()
+        if self._config_source is not None:
+            self.cluster = self._config_source() or self.cluster
         errors = [*self._provider.poll_errors(), *self._updater.poll_errors()]
         launch_errors = [e for e in errors if isinstance(e, LaunchNodeError)]
         term_errors = [e for e in errors if isinstance(e, TerminateNodeError)]
@@ -175,6 +186,8 @@ class Reconciler:
             await self._release(cluster_id, node_ids)
         if not read_only and self._head_running(ray_nodes):
             await self._step("scale", steps.scale(self._im.instances, reply, self._new_instance_id))
+        if not read_only and self._resizer is not None:
+            await self._resizer.resize(reply.resizes, ray_nodes)
         await self._step("terminate", steps.terminate_finished(self._im.instances))
         if not read_only:
             await self._step(
@@ -186,6 +199,18 @@ class Reconciler:
         )
         await self._gcs.report_autoscaling_state(report)
         return RoundResult(report, reply, warnings)
+
+    async def _list_cloud(self) -> dict[str, CloudInstance]:
+        try:
+            return dict(
+                await asyncio.wait_for(
+                    self._provider.get_non_terminated(), self._provider_timeout_s
+                )
+            )
+        except TimeoutError:
+            raise RoundAborted(
+                f"provider did not list instances within {self._provider_timeout_s:g} s"
+            ) from None
 
     async def _release(self, cluster_id: str, node_ids: list[str]) -> None:
         """Idle nodes of a virtual cluster go back to the primary before any termination."""
@@ -212,8 +237,9 @@ class Reconciler:
     async def _schedule(
         self, state: autoscaler_pb2.ClusterResourceState, ray_nodes: Sequence[RayNode]
     ) -> SchedulingReply:
+        ippr = self._resizer.ippr_statuses() if self._resizer is not None else None
         inp = scheduling_input(
-            state, self._im.instances, ray_nodes, self.cluster, self._clock.now_s()
+            state, self._im.instances, ray_nodes, self.cluster, self._clock.now_s(), ippr
         )
         inp = replace(inp, last_work_s=self._carry_last_work, pending_since_s=self._carry_pending)
         if self._in_thread:

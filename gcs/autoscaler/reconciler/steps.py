@@ -153,7 +153,9 @@ def adopt_extra(
             upsert=True,
             details=f"adopted Ray node {node.node_id}",
             cloud_instance_id=node.instance_id,
-            node_kind=NodeKind.HEAD if node.is_head else NodeKind.WORKER,
+            node_kind=NodeKind.HEAD
+            if node.is_head or cloud[node.instance_id].node_kind is NodeKind.HEAD
+            else NodeKind.WORKER,
             instance_type=node.node_type or _cloud_type(cloud, node.instance_id),
             ray_node_id=node.node_id,
         )

@@ -28,24 +28,38 @@ from dataclasses import dataclass, field
 import grpc
 import hpack
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+from gcs.rpc.h2wire import (
+    ACK,
+    CANCEL,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    MAX_FRAME_SIZE,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    RST_STREAM,
+    S_ENABLE_PUSH,
+    S_HEADER_TABLE_SIZE,
+    S_INITIAL_WINDOW_SIZE,
+    S_MAX_FRAME_SIZE,
+    SETTINGS,
+    WINDOW_UPDATE,
+)
+from gcs.rpc.h2wire import frame as _frame
+from gcs.rpc.h2wire import frame_header as _frame_header
+from gcs.rpc.h2wire import literal as _literal
+from gcs.rpc.h2wire import literal_new as _literal_new
 
-# frame types
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
-WINDOW_UPDATE, CONTINUATION = 8, 9
-# flags
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-# settings ids
-S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = 1, 2, 4, 5
-# error codes
-NO_ERROR, PROTOCOL_ERROR, CANCEL = 0x0, 0x1, 0x8
-
-MAX_WINDOW = 2**31 - 1
-MAX_FRAME_SIZE = 16384
-"""We never raise SETTINGS_MAX_FRAME_SIZE, so the receive buffer stays below ~16 KiB + a read."""
-DEFAULT_WINDOW = 65535
 _CONN_TOPUP_AT = 2**30
-_HEADER = struct.Struct(">IBI")  # (24-bit length << 8 | type), flags, stream id
 _STATUS_BY_CODE = {s.value[0]: s for s in grpc.StatusCode}
 _DECODE_CACHE_MAX = 64
 _PING_ACK_DELAY_S = 2.0
@@ -64,40 +78,6 @@ class H2CallError(Exception):
 
     def code(self) -> grpc.StatusCode:
         return self._code
-
-
-def _frame_header(length: int, ftype: int, flags: int, stream_id: int) -> bytes:
-    return _HEADER.pack((length << 8) | ftype, flags, stream_id)
-
-
-def _frame(ftype: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return _frame_header(len(payload), ftype, flags, stream_id) + payload
-
-
-def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _hpack_str(value: bytes) -> bytes:
-    return _hpack_int(len(value), 7, 0x00) + value
-
-
-def _literal(name_index: int, value: str) -> bytes:
-    """Literal header field without indexing, name from the static table."""
-    return _hpack_int(name_index, 4, 0x00) + _hpack_str(value.encode())
-
-
-def _literal_new(name: str, value: str) -> bytes:
-    return b"\x00" + _hpack_str(name.encode()) + _hpack_str(value.encode())
 
 
 def encode_request_headers(path: str, authority: str, authorization: str = "") -> bytes:

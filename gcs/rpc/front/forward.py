@@ -1,0 +1,256 @@
+"""Every stream the front server does not answer itself goes to the grpc.aio server on its
+private socket: the call is re-issued through one grpc.aio channel with identity
+(de)serializers, the client's metadata (``authorization``, ``ray_cluster_id``, ...) and its
+``grpc-timeout`` as the deadline; messages, status, details and metadata are relayed back.
+
+Known unary methods take the cheap unary path once the request is complete; anything else
+(reflection, health Watch, unknown paths) is relayed as a bidirectional stream, which
+covers every gRPC call shape.  The grpc.aio server's interceptor checks forwarded calls as
+it checks direct ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import grpc
+import structlog
+
+from gcs.rpc.front.grpc_wire import (
+    RESPONSE_HEADERS,
+    GrpcWireError,
+    Metadata,
+    message_frame,
+    metadata_block,
+    split_messages,
+    trailers_block,
+    trailers_only,
+)
+from gcs.rpc.front.h2 import H2ServerConnection, Stream
+
+log = structlog.get_logger("gcs.rpc.front")
+
+
+class Forwarded:
+    """One relayed stream (a stream's ``app`` state)."""
+
+    __slots__ = ("body", "encoding", "metadata", "path", "queue", "task", "timeout", "unary")
+
+    def __init__(
+        self, path: str, metadata: Metadata, timeout: float | None, encoding: bytes | None
+    ) -> None:
+        self.path = path
+        self.metadata = metadata
+        self.timeout = timeout
+        self.encoding = encoding
+        self.body = bytearray()
+        self.queue: asyncio.Queue[tuple[bytes, int] | None] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.unary = False
+
+
+class Forwarder:
+    def __init__(self, target: str, unary_paths: Iterable[str], max_message_bytes: int) -> None:
+        self._target = target
+        self._unary_paths = frozenset(unary_paths)
+        self._max_message = max_message_bytes
+        self._channel: grpc.aio.Channel | None = None
+        self._unary: dict[str, Any] = {}
+        self._streams: dict[str, Any] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _chan(self) -> grpc.aio.Channel:
+        if self._channel is None:  # created on the serving loop
+            self._channel = grpc.aio.insecure_channel(
+                self._target,
+                options=[
+                    ("grpc.max_receive_message_length", self._max_message),
+                    ("grpc.max_send_message_length", self._max_message),
+                    ("grpc.http2.bdp_probe", 0),
+                ],
+            )
+        return self._channel
+
+    def open(
+        self,
+        conn: H2ServerConnection,
+        stream: Stream,
+        path: str,
+        metadata: Metadata,
+        timeout: float | None,
+        encoding: bytes | None,
+    ) -> Forwarded:
+        fwd = Forwarded(path, metadata, timeout, encoding)
+        fwd.unary = path in self._unary_paths
+        if not fwd.unary:
+            self._start_stream(conn, stream, fwd, [])
+        return fwd
+
+    def on_data(
+        self, conn: H2ServerConnection, stream: Stream, fwd: Forwarded, data: bytes
+    ) -> None:
+        body = fwd.body
+        body += data
+        if fwd.queue is None:  # a unary request: kept whole until the client ends the stream
+            declared = int.from_bytes(body[1:5]) if len(body) >= 5 else 0
+            if declared > self._max_message or len(body) > self._max_message + 5:
+                self._fail(
+                    conn,
+                    stream,
+                    fwd,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Received message larger than max ({declared} vs. {self._max_message})",
+                )
+            return
+        try:
+            messages = split_messages(body, fwd.encoding, self._max_message)
+        except GrpcWireError as err:
+            self._fail(conn, stream, fwd, err.code, err.message)
+            return
+        for item in messages:
+            fwd.queue.put_nowait(item)
+
+    def on_end(self, conn: H2ServerConnection, stream: Stream, fwd: Forwarded) -> None:
+        if fwd.queue is not None:
+            fwd.queue.put_nowait(None)
+            return
+        try:
+            messages = [m for m, _ in split_messages(fwd.body, fwd.encoding, self._max_message)]
+        except GrpcWireError as err:
+            self._fail(conn, stream, fwd, err.code, err.message)
+            return
+        if fwd.body:
+            self._fail(conn, stream, fwd, grpc.StatusCode.INTERNAL, "incomplete request message")
+            return
+        if len(messages) == 1:
+            self._spawn(fwd, self._relay_unary(conn, stream, fwd, messages[0]))
+        else:  # not one message: let the server answer it as gRPC would
+            self._start_stream(conn, stream, fwd, messages)
+            assert fwd.queue is not None
+            fwd.queue.put_nowait(None)
+
+    def on_reset(self, fwd: Forwarded) -> None:
+        if fwd.task is not None:
+            fwd.task.cancel()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    # ---------------------------------------------------------------- internals
+
+    def _spawn(self, fwd: Forwarded, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        fwd.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _start_stream(
+        self, conn: H2ServerConnection, stream: Stream, fwd: Forwarded, messages: list[bytes]
+    ) -> None:
+        fwd.queue = asyncio.Queue()
+        for message in messages:
+            fwd.queue.put_nowait((message, 0))
+        self._spawn(fwd, self._relay_stream(conn, stream, fwd))
+
+    def _fail(
+        self,
+        conn: H2ServerConnection,
+        stream: Stream,
+        fwd: Forwarded,
+        code: grpc.StatusCode,
+        message: str,
+    ) -> None:
+        if fwd.task is not None:
+            fwd.task.cancel()
+        conn.send_headers(stream, trailers_only(code, message), end_stream=True)
+
+    async def _relay_unary(
+        self, conn: H2ServerConnection, stream: Stream, fwd: Forwarded, request: bytes
+    ) -> None:
+        callable_ = self._unary.get(fwd.path)
+        if callable_ is None:
+            callable_ = self._unary[fwd.path] = self._chan().unary_unary(fwd.path)
+        call = callable_(request, metadata=fwd.metadata, timeout=fwd.timeout)
+        try:
+            reply = await call
+            initial = await call.initial_metadata()
+            trailing = await call.trailing_metadata()
+        except grpc.aio.AioRpcError as err:
+            metadata = [*(err.initial_metadata() or ()), *(err.trailing_metadata() or ())]
+            conn.send_headers(
+                stream, trailers_only(err.code(), err.details() or "", metadata), end_stream=True
+            )
+            return
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        finally:
+            conn.release(stream, stream.buffered)
+        conn.send_reply(
+            stream,
+            RESPONSE_HEADERS + metadata_block(tuple(initial or ())),
+            message_frame(reply),
+            trailers_block(grpc.StatusCode.OK, "", tuple(trailing or ())),
+        )
+
+    async def _relay_stream(self, conn: H2ServerConnection, stream: Stream, fwd: Forwarded) -> None:
+        callable_ = self._streams.get(fwd.path)
+        if callable_ is None:
+            callable_ = self._streams[fwd.path] = self._chan().stream_stream(fwd.path)
+        call = callable_(metadata=fwd.metadata, timeout=fwd.timeout)
+        assert fwd.queue is not None
+        pump = asyncio.ensure_future(self._pump(conn, stream, call, fwd.queue))
+        headers_sent = False
+        try:
+            try:
+                async for message in call:
+                    if not headers_sent:
+                        initial = await call.initial_metadata()
+                        conn.send_headers(
+                            stream, RESPONSE_HEADERS + metadata_block(tuple(initial or ()))
+                        )
+                        headers_sent = True
+                    conn.send_data(stream, message_frame(message))
+                code = await call.code()
+                details = await call.details()
+                trailing = tuple(await call.trailing_metadata() or ())
+            except grpc.aio.AioRpcError as err:
+                code, details = err.code(), err.details() or ""
+                trailing = (*(err.initial_metadata() or ()), *(err.trailing_metadata() or ()))
+            if headers_sent:
+                conn.send_trailers(stream, trailers_block(code, details, trailing))
+            else:
+                conn.send_headers(stream, trailers_only(code, details, trailing), end_stream=True)
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        finally:
+            pump.cancel()
+
+    @staticmethod
+    async def _pump(
+        conn: H2ServerConnection,
+        stream: Stream,
+        call: Any,
+        queue: asyncio.Queue[tuple[bytes, int] | None],
+    ) -> None:
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    await call.done_writing()
+                    return
+                message, size = item
+                await call.write(message)
+                conn.release(stream, size)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the call ended: its status is relayed by the reader
+            log.debug("front.forward_write_failed", error=repr(err))

@@ -1,0 +1,782 @@
+"""The server side of HTTP/2 (RFC 9113) for the front server: frames, streams, flow control.
+
+It knows nothing of gRPC.  A :class:`StreamApp` receives each stream's decoded request
+headers, its DATA payloads, its end and its reset; it answers through
+:meth:`H2ServerConnection.send_headers` / :meth:`send_data` / :meth:`send_trailers` /
+:meth:`send_reply` (one burst: HEADERS + DATA + trailers) and :meth:`reset`.
+
+* Preface, SETTINGS (acked), PING (acked), PRIORITY (ignored), GOAWAY from the peer (no new
+  streams; closed once the open ones finish), PADDED and PRIORITY flags, CONTINUATION.
+* Output respects the peer's connection and stream windows and its SETTINGS_MAX_FRAME_SIZE;
+  what does not fit waits per stream (trailers after its data) until WINDOW_UPDATE.
+* Input is bounded: request header blocks (``max_header_block``), concurrent streams
+  (more are refused with REFUSED_STREAM), and bytes held per connection: the app reports
+  what it stops holding (:meth:`release`), and the connection window is only re-opened
+  while the connection holds at most ``max_buffered_input`` bytes (or a single stream holds
+  everything, so one large message still gets through).  A peer sending beyond its window
+  gets FLOW_CONTROL_ERROR.  Output waiting on a peer that does not read is bounded by
+  ``max_buffered_output``; beyond it the connection is dropped.
+* Malformed input is a connection error: GOAWAY with the RFC's code, then close; an
+  exception inside the app is logged and treated as INTERNAL_ERROR -- never a crash.
+* We never index into the peer's HPACK table (our header blocks are literals without
+  indexing), so the peer's SETTINGS_HEADER_TABLE_SIZE does not concern us.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import hpack
+import structlog
+
+from gcs.rpc.h2wire import (
+    ACK,
+    COMPRESSION_ERROR,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    FRAME_HEADER,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADERS,
+    INTERNAL_ERROR,
+    MAX_FRAME_SIZE,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    S_ENABLE_PUSH,
+    S_INITIAL_WINDOW_SIZE,
+    S_MAX_CONCURRENT_STREAMS,
+    S_MAX_FRAME_SIZE,
+    S_MAX_HEADER_LIST_SIZE,
+    SETTINGS,
+    STREAM_CLOSED,
+    WINDOW_UPDATE,
+    frame,
+    frame_header,
+)
+
+log = structlog.get_logger("gcs.rpc.front")
+
+Header = tuple[bytes, bytes]
+_U32 = struct.Struct(">I")
+_SETTING = struct.Struct(">HI")
+_KEEPALIVE_PING = b"gcs-kalv"
+_BLOCK_CACHE_MAX = 32
+_ABORT_AFTER_S = 5.0
+"""A connection closed after an error is aborted if its last bytes cannot be flushed."""
+
+
+@dataclass(frozen=True, slots=True)
+class H2Limits:
+    max_concurrent_streams: int = 4096
+    stream_window: int = 1 << 20
+    """Our SETTINGS_INITIAL_WINDOW_SIZE: what a client may send on a stream unacknowledged."""
+    connection_window: int = 16 << 20
+    max_buffered_input: int = 64 << 20
+    max_buffered_output: int = 64 << 20
+    max_header_block: int = 64 << 10
+
+
+class Stream:
+    """One request stream; ``app`` is the :class:`StreamApp`'s own state for it."""
+
+    __slots__ = (
+        "app",
+        "buffered",
+        "headers",
+        "id",
+        "out",
+        "recv_window",
+        "remote_closed",
+        "send_window",
+        "trailers",
+    )
+
+    def __init__(self, stream_id: int, headers: list[Header], send_window: int, window: int):
+        self.id = stream_id
+        self.headers = headers
+        self.recv_window = window
+        self.send_window = send_window
+        self.remote_closed = False
+        self.buffered = 0
+        self.out = bytearray()
+        self.trailers: bytes | None = None
+        self.app: Any = None
+
+
+class StreamApp(Protocol):
+    def on_request(self, conn: H2ServerConnection, stream: Stream) -> None:
+        """Request headers decoded; the stream may be answered right away."""
+
+    def on_data(self, conn: H2ServerConnection, stream: Stream, data: bytes) -> None:
+        """DATA payload (padding removed); counted as held until :meth:`release`."""
+
+    def on_end(self, conn: H2ServerConnection, stream: Stream) -> None:
+        """The client finished sending (END_STREAM)."""
+
+    def on_reset(self, conn: H2ServerConnection, stream: Stream) -> None:
+        """The stream ended without our trailers (client RST_STREAM, connection lost)."""
+
+
+class _ConnectionError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class H2ServerConnection(asyncio.Protocol):
+    def __init__(
+        self,
+        app: StreamApp,
+        limits: H2Limits,
+        on_closed: Callable[[H2ServerConnection], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.limits = limits
+        self._on_closed = on_closed
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.going_away = False
+        self._buf = bytearray()
+        self._preface_left = len(PREFACE)
+        self._decoder = hpack.Decoder(max_header_list_size=limits.max_header_block)
+        self._decoder.max_allowed_table_size = 4096
+        self.streams: dict[int, Stream] = {}
+        self._last_sid = 0
+        self._cont_sid = 0
+        self._cont_block = bytearray()
+        self._cont_end = False
+        self._recv_window = DEFAULT_WINDOW
+        self._buffered = 0
+        self._buffering_streams = 0
+        self._send_window = DEFAULT_WINDOW
+        self._peer_stream_window = DEFAULT_WINDOW
+        self._peer_max_frame = MAX_FRAME_SIZE
+        self._blocked: dict[int, Stream] = {}
+        self._queued_out = 0
+        self._paused = False
+        self._peer_goaway = False
+        self._heard = True
+        self._ping_sent_at: float | None = None
+        self._block_cache: dict[bytes, list[Header]] = {}
+
+    # ------------------------------------------------------------- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        lim = self.limits
+        settings = b"".join(
+            _SETTING.pack(ident, value)
+            for ident, value in (
+                (S_MAX_CONCURRENT_STREAMS, lim.max_concurrent_streams),
+                (S_INITIAL_WINDOW_SIZE, lim.stream_window),
+                (S_MAX_HEADER_LIST_SIZE, lim.max_header_block),
+                (S_ENABLE_PUSH, 0),
+            )
+        )
+        out = frame(SETTINGS, 0, 0, settings)
+        if lim.connection_window > DEFAULT_WINDOW:
+            out += frame(WINDOW_UPDATE, 0, 0, _U32.pack(lim.connection_window - DEFAULT_WINDOW))
+            self._recv_window = lim.connection_window
+        transport.write(out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._teardown()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._heard = True
+        self._ping_sent_at = None
+        buf = self._buf
+        buf += data
+        pos = 0
+        try:
+            if self._preface_left:
+                done = len(PREFACE) - self._preface_left
+                take = min(self._preface_left, len(buf))
+                if buf[:take] != PREFACE[done : done + take]:
+                    raise _ConnectionError(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                self._preface_left -= take
+                pos = take
+                if self._preface_left:
+                    del buf[:pos]
+                    return
+            end = len(buf)
+            while end - pos >= 9:
+                head, flags, sid = FRAME_HEADER.unpack_from(buf, pos)
+                length = head >> 8
+                if length > MAX_FRAME_SIZE:
+                    raise _ConnectionError(FRAME_SIZE_ERROR, f"{length}-byte frame")
+                if end - pos - 9 < length:
+                    break
+                payload = bytes(buf[pos + 9 : pos + 9 + length])
+                pos += 9 + length
+                self._on_frame(head & 0xFF, flags, sid & 0x7FFFFFFF, payload)
+                if self.closed:
+                    return
+        except _ConnectionError as err:
+            self.abort(err.code, str(err))
+            return
+        except Exception:  # a bug in us or the app must not take the loop down
+            log.exception("front.connection_failed")
+            self.abort(INTERNAL_ERROR, "internal error")
+            return
+        del buf[:pos]
+
+    # ------------------------------------------------------------- frames in
+
+    def _on_frame(self, ftype: int, flags: int, sid: int, payload: bytes) -> None:
+        if self._cont_sid and ftype != CONTINUATION:
+            raise _ConnectionError(PROTOCOL_ERROR, "expected CONTINUATION")
+        if ftype == HEADERS:
+            self._on_headers(flags, sid, payload)
+        elif ftype == DATA:
+            self._on_data(flags, sid, payload)
+        elif ftype == CONTINUATION:
+            self._on_continuation(flags, sid, payload)
+        elif ftype == WINDOW_UPDATE:
+            self._on_window_update(sid, payload)
+        elif ftype == PING:
+            if sid != 0:
+                raise _ConnectionError(PROTOCOL_ERROR, "PING on a stream")
+            if len(payload) != 8:
+                raise _ConnectionError(FRAME_SIZE_ERROR, "PING payload is not 8 bytes")
+            if not flags & ACK:
+                self._write(frame(PING, ACK, 0, payload))
+        elif ftype == SETTINGS:
+            self._on_settings(flags, sid, payload)
+        elif ftype == RST_STREAM:
+            if sid == 0:
+                raise _ConnectionError(PROTOCOL_ERROR, "RST_STREAM on stream 0")
+            if len(payload) != 4:
+                raise _ConnectionError(FRAME_SIZE_ERROR, "RST_STREAM payload is not 4 bytes")
+            if sid > self._last_sid:
+                raise _ConnectionError(PROTOCOL_ERROR, "RST_STREAM on an idle stream")
+            stream = self.streams.get(sid)
+            if stream is not None:
+                self._remove(stream)
+                self.app.on_reset(self, stream)
+        elif ftype == GOAWAY:
+            if sid != 0:
+                raise _ConnectionError(PROTOCOL_ERROR, "GOAWAY on a stream")
+            self._peer_goaway = True
+            if not self.streams:
+                self.close()
+        elif ftype == PRIORITY:
+            if sid == 0:
+                raise _ConnectionError(PROTOCOL_ERROR, "PRIORITY on stream 0")
+        elif ftype == PUSH_PROMISE:
+            raise _ConnectionError(PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+        # unknown frame types are ignored (RFC 9113 section 4.1)
+
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid != 0:
+            raise _ConnectionError(PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & ACK:
+            if payload:
+                raise _ConnectionError(FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+            return
+        if len(payload) % 6:
+            raise _ConnectionError(FRAME_SIZE_ERROR, "SETTINGS payload not a multiple of 6")
+        for pos in range(0, len(payload), 6):
+            ident, value = _SETTING.unpack_from(payload, pos)
+            if ident == S_INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise _ConnectionError(FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
+                delta = value - self._peer_stream_window
+                self._peer_stream_window = value
+                for stream in self.streams.values():
+                    stream.send_window += delta
+            elif ident == S_MAX_FRAME_SIZE:
+                if not MAX_FRAME_SIZE <= value < 1 << 24:
+                    raise _ConnectionError(PROTOCOL_ERROR, "MAX_FRAME_SIZE out of range")
+                self._peer_max_frame = value
+            elif ident == S_ENABLE_PUSH and value > 1:
+                raise _ConnectionError(PROTOCOL_ERROR, "ENABLE_PUSH not 0 or 1")
+        self._write(frame(SETTINGS, ACK, 0))
+        self._flush_blocked()
+
+    def _on_window_update(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise _ConnectionError(FRAME_SIZE_ERROR, "WINDOW_UPDATE payload is not 4 bytes")
+        increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
+        if sid == 0:
+            if increment == 0:
+                raise _ConnectionError(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            self._send_window += increment
+            if self._send_window > MAX_WINDOW:
+                raise _ConnectionError(FLOW_CONTROL_ERROR, "connection window above 2^31-1")
+            self._flush_blocked()
+            return
+        if sid > self._last_sid:
+            raise _ConnectionError(PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
+        stream = self.streams.get(sid)
+        if stream is None:
+            return
+        if increment == 0 or stream.send_window + increment > MAX_WINDOW:
+            code = PROTOCOL_ERROR if increment == 0 else FLOW_CONTROL_ERROR
+            self.reset(stream, code)
+            self.app.on_reset(self, stream)
+            return
+        stream.send_window += increment
+        if stream.out or stream.trailers is not None:
+            self._flush(stream)
+
+    def _on_headers(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0 or not sid & 1:
+            raise _ConnectionError(PROTOCOL_ERROR, f"HEADERS on stream {sid}")
+        if flags & PADDED:
+            payload = _unpad(payload)
+        if flags & PRIORITY_FLAG:
+            if len(payload) < 5:
+                raise _ConnectionError(FRAME_SIZE_ERROR, "HEADERS too short for PRIORITY")
+            payload = payload[5:]
+        if flags & END_HEADERS:
+            self._on_header_block(sid, payload, bool(flags & END_STREAM))
+            return
+        self._cont_sid = sid
+        self._cont_block = bytearray(payload)
+        self._cont_end = bool(flags & END_STREAM)
+        self._check_block_size()
+
+    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0 or sid != self._cont_sid:
+            raise _ConnectionError(PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+        self._cont_block += payload
+        self._check_block_size()
+        if flags & END_HEADERS:
+            self._cont_sid = 0
+            block, self._cont_block = bytes(self._cont_block), bytearray()
+            self._on_header_block(sid, block, self._cont_end)
+
+    def _check_block_size(self) -> None:
+        if len(self._cont_block) > self.limits.max_header_block:
+            raise _ConnectionError(ENHANCE_YOUR_CALM, "header block too large")
+
+    def _decode(self, block: bytes) -> list[Header]:
+        """HPACK-decode ``block``.  A client repeating a request (a re-poll) sends the same
+        block, whose meaning then depends only on the dynamic table: such blocks are decoded
+        once (pure-Python HPACK costs ~40-120 µs a block) until a block that may change the
+        table arrives."""
+        cache = self._block_cache
+        headers = cache.get(block)
+        if headers is not None:
+            return headers
+        try:  # always decoded: the HPACK table must stay in step even for refused streams
+            headers = self._decoder.decode(block, raw=True)  # type: ignore[assignment]
+        except hpack.HPACKError as err:
+            raise _ConnectionError(COMPRESSION_ERROR, f"HPACK: {err}") from None
+        assert headers is not None
+        if _keeps_table(block):
+            if len(cache) >= _BLOCK_CACHE_MAX:
+                cache.clear()
+            cache[block] = headers
+        elif cache:
+            cache.clear()
+        return headers
+
+    def _on_header_block(self, sid: int, block: bytes, end_stream: bool) -> None:
+        headers = self._decode(block)
+        stream = self.streams.get(sid)
+        if stream is not None:  # trailers from a client: gRPC ends the request with them
+            if not end_stream:
+                raise _ConnectionError(PROTOCOL_ERROR, "second HEADERS without END_STREAM")
+            if not stream.remote_closed:
+                stream.remote_closed = True
+                self.app.on_end(self, stream)
+            return
+        if sid <= self._last_sid:
+            raise _ConnectionError(STREAM_CLOSED, f"HEADERS on closed stream {sid}")
+        self._last_sid = sid
+        if self.going_away or self._peer_goaway:
+            self._write(frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM)))
+            return
+        if len(self.streams) >= self.limits.max_concurrent_streams:
+            self._write(frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM)))
+            return
+        stream = Stream(sid, headers, self._peer_stream_window, self.limits.stream_window)
+        stream.remote_closed = end_stream
+        self.streams[sid] = stream
+        self.app.on_request(self, stream)
+        if end_stream and self.streams.get(sid) is stream:
+            self.app.on_end(self, stream)
+
+    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            raise _ConnectionError(PROTOCOL_ERROR, "DATA on stream 0")
+        size = len(payload)
+        self._recv_window -= size
+        if self._recv_window < 0:
+            raise _ConnectionError(FLOW_CONTROL_ERROR, "DATA beyond the connection window")
+        data = _unpad(payload) if flags & PADDED else payload
+        stream = self.streams.get(sid)
+        if stream is None or stream.remote_closed:
+            if sid > self._last_sid:
+                raise _ConnectionError(PROTOCOL_ERROR, "DATA on an idle stream")
+            self._maybe_credit()  # a closed or reset stream: the bytes only count for flow
+            if stream is not None:
+                self.reset(stream, STREAM_CLOSED)
+                self.app.on_reset(self, stream)
+            return
+        stream.recv_window -= size
+        if stream.recv_window < 0:
+            self.reset(stream, FLOW_CONTROL_ERROR)
+            self.app.on_reset(self, stream)
+            self._maybe_credit()
+            return
+        if data:
+            if not stream.buffered:
+                self._buffering_streams += 1
+            stream.buffered += len(data)
+            self._buffered += len(data)
+            self.app.on_data(self, stream, data)
+        if flags & END_STREAM:
+            if sid in self.streams:
+                stream.remote_closed = True
+                self.app.on_end(self, stream)
+        elif stream.recv_window < self.limits.stream_window // 2 and sid in self.streams:
+            increment = self.limits.stream_window - stream.recv_window
+            stream.recv_window += increment
+            self._write(frame(WINDOW_UPDATE, 0, sid, _U32.pack(increment)))
+        self._maybe_credit()
+
+    # ------------------------------------------------------------- input accounting
+
+    def release(self, stream: Stream, size: int) -> None:
+        """The app no longer holds ``size`` bytes of ``stream``'s DATA."""
+        size = min(size, stream.buffered)
+        if size <= 0:
+            return
+        stream.buffered -= size
+        self._buffered -= size
+        if not stream.buffered:
+            self._buffering_streams -= 1
+        self._maybe_credit()
+
+    def _maybe_credit(self) -> None:
+        target = self.limits.connection_window
+        if self.closed or self._recv_window > target // 2:
+            return
+        if self._buffered > self.limits.max_buffered_input and self._buffering_streams > 1:
+            return  # held until the app releases bytes: the peer's window runs out
+        increment = target - self._recv_window
+        self._recv_window = target
+        self._write(frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment)))
+
+    @property
+    def buffered_input(self) -> int:
+        return self._buffered
+
+    # ------------------------------------------------------------- frames out
+
+    def send_reply(self, stream: Stream, headers: bytes, message: bytes, trailers: bytes) -> None:
+        """A whole unary answer: response HEADERS, one gRPC ``message`` (already framed with
+        its 5-byte prefix), trailers.  One write when the peer's windows allow."""
+        size = len(message)
+        if (
+            size <= self._send_window
+            and size <= stream.send_window
+            and size <= self._peer_max_frame
+            and len(headers) <= self._peer_max_frame
+            and len(trailers) <= self._peer_max_frame
+            and not stream.out
+            and self.streams.get(stream.id) is stream
+        ):
+            self._send_window -= size
+            stream.send_window -= size
+            sid = stream.id
+            self._write(
+                b"".join(
+                    (
+                        frame_header(len(headers), HEADERS, END_HEADERS, sid),
+                        headers,
+                        frame_header(size, DATA, 0, sid),
+                        message,
+                        frame_header(len(trailers), HEADERS, END_HEADERS | END_STREAM, sid),
+                        trailers,
+                    )
+                )
+            )
+            self._local_closed(stream)
+            return
+        self.send_headers(stream, headers)
+        self.send_data(stream, message)
+        self.send_trailers(stream, trailers)
+
+    def send_headers(self, stream: Stream, block: bytes, *, end_stream: bool = False) -> None:
+        """Response headers (or, with ``end_stream``, a trailers-only response)."""
+        if self.streams.get(stream.id) is not stream:
+            return
+        self._write(self._header_frames(stream.id, block, end_stream))
+        if end_stream:
+            self._local_closed(stream)
+
+    def send_data(self, stream: Stream, data: bytes) -> None:
+        if self.streams.get(stream.id) is not stream or not data:
+            return
+        if stream.out:  # behind queued data
+            stream.out += data
+            self._queued_out += len(data)
+            self._flush(stream)
+            return
+        # what the windows allow goes out without copying into the stream's queue
+        view = memoryview(data)
+        chunks: list[bytes | memoryview] = []
+        pos, end, sid = 0, len(data), stream.id
+        while pos < end:
+            size = min(end - pos, self._send_window, stream.send_window, self._peer_max_frame)
+            if size <= 0:
+                break
+            chunks.append(frame_header(size, DATA, 0, sid))
+            chunks.append(view[pos : pos + size])
+            pos += size
+            self._send_window -= size
+            stream.send_window -= size
+        if chunks:
+            self._write(b"".join(chunks))
+        if pos < end:
+            stream.out += view[pos:]
+            self._queued_out += end - pos
+            self._blocked[sid] = stream
+            self._check_output_bound()
+
+    def send_trailers(self, stream: Stream, block: bytes) -> None:
+        """Ends the stream after the data queued before it."""
+        if self.streams.get(stream.id) is not stream:
+            return
+        stream.trailers = block
+        self._flush(stream)
+
+    def reset(self, stream: Stream, code: int) -> None:
+        """RST_STREAM from our side; the app is not called back."""
+        if self.streams.get(stream.id) is stream:
+            self._remove(stream)
+            self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(code)))
+
+    def _header_frames(self, sid: int, block: bytes, end_stream: bool) -> bytes:
+        max_frame = self._peer_max_frame
+        end = END_STREAM if end_stream else 0
+        if len(block) <= max_frame:
+            return frame_header(len(block), HEADERS, END_HEADERS | end, sid) + block
+        parts = [block[i : i + max_frame] for i in range(0, len(block), max_frame)]
+        out = [frame(HEADERS, end, sid, parts[0])]
+        for i, part in enumerate(parts[1:], start=2):
+            out.append(frame(CONTINUATION, END_HEADERS if i == len(parts) else 0, sid, part))
+        return b"".join(out)
+
+    def _flush(self, stream: Stream) -> None:
+        out = stream.out
+        chunks: list[bytes] = []
+        sid = stream.id
+        while out:
+            size = min(len(out), self._send_window, stream.send_window, self._peer_max_frame)
+            if size <= 0:
+                break
+            chunks.append(frame_header(size, DATA, 0, sid))
+            chunks.append(bytes(out[:size]))
+            del out[:size]
+            self._send_window -= size
+            stream.send_window -= size
+            self._queued_out -= size
+        if not out and stream.trailers is not None:
+            chunks.append(self._header_frames(sid, stream.trailers, True))
+            stream.trailers = None
+            self._blocked.pop(sid, None)
+            if chunks:
+                self._write(b"".join(chunks))
+            self._local_closed(stream)
+            return
+        if chunks:
+            self._write(b"".join(chunks))
+        if out:
+            self._blocked[sid] = stream
+            self._check_output_bound()
+        else:
+            self._blocked.pop(sid, None)
+
+    def _flush_blocked(self) -> None:
+        for stream in list(self._blocked.values()):
+            if self._send_window <= 0:
+                return
+            self._flush(stream)
+
+    def _local_closed(self, stream: Stream) -> None:
+        """Our END_STREAM is sent.  A client still sending is told to stop (RST NO_ERROR,
+        as gRPC servers do)."""
+        if self.streams.get(stream.id) is not stream:
+            return
+        self._remove(stream)
+        if not stream.remote_closed:
+            self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
+
+    def _remove(self, stream: Stream) -> None:
+        del self.streams[stream.id]
+        if stream.buffered:
+            self._buffered -= stream.buffered
+            self._buffering_streams -= 1
+            stream.buffered = 0
+        if stream.out:
+            self._queued_out -= len(stream.out)
+            stream.out = bytearray()
+        self._blocked.pop(stream.id, None)
+        if not self.streams and (self.going_away or self._peer_goaway):
+            self.close()
+        else:
+            self._maybe_credit()
+
+    def _check_output_bound(self) -> None:
+        transport = self.transport
+        waiting = self._queued_out + (transport.get_write_buffer_size() if transport else 0)
+        if waiting > self.limits.max_buffered_output:
+            log.warning("front.output_bound", bytes=waiting)
+            self.abort(ENHANCE_YOUR_CALM, "peer does not read its replies")
+
+    def _write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        transport.write(data)
+        if self._paused:
+            self._check_output_bound()
+
+    def keepalive_tick(self, now: float, timeout_s: float) -> None:
+        """Called periodically: PING a silent peer; drop it if the PING stays unanswered
+        ``timeout_s`` (as grpc's server keepalive does: a held poll of a vanished client
+        would otherwise keep its connection forever)."""
+        if self.closed:
+            return
+        if self._ping_sent_at is not None:
+            if now - self._ping_sent_at >= timeout_s:
+                self.abort(NO_ERROR, "keepalive timeout")
+            return
+        if self._heard:
+            self._heard = False
+            return
+        self._ping_sent_at = now
+        self._write(frame(PING, 0, 0, _KEEPALIVE_PING))
+
+    # ------------------------------------------------------------- connection end
+
+    def goaway(self) -> None:
+        """Graceful shutdown: no new streams; closed when the open ones finish."""
+        if self.closed or self.going_away:
+            return
+        self.going_away = True
+        self._write(frame(GOAWAY, 0, 0, struct.pack(">II", self._last_sid, NO_ERROR)))
+        if not self.streams:
+            self.close()
+
+    def abort(self, code: int, reason: str) -> None:
+        """Connection error: GOAWAY with ``code``, then close (open streams are reset)."""
+        if self.closed:
+            return
+        if code != NO_ERROR:
+            log.info("front.connection_error", code=code, reason=reason)
+        goaway = struct.pack(">II", self._last_sid, code) + reason.encode()[:200]
+        if self.transport is not None:  # not _write: no bound check (it would recurse)
+            self.transport.write(frame(GOAWAY, 0, 0, goaway))
+        self.close()
+
+    def close(self) -> None:
+        transport = self.transport
+        self._teardown()
+        if transport is not None and not transport.is_closing():
+            transport.close()
+            loop = asyncio.get_running_loop()
+            loop.call_later(_ABORT_AFTER_S, transport.abort)
+
+    def _teardown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        streams, self.streams = self.streams, {}
+        self._blocked.clear()
+        for stream in streams.values():
+            try:
+                self.app.on_reset(self, stream)
+            except Exception:
+                log.exception("front.reset_failed")
+        if self._on_closed is not None:
+            self._on_closed(self)
+
+
+def _keeps_table(block: bytes) -> bool:
+    """No field of ``block`` changes the HPACK dynamic table: only indexed fields and
+    literals without indexing / never indexed (RFC 7541 6.1, 6.2.2, 6.2.3), so decoding it
+    again under the same table gives the same headers.  (gRPC's C core sends custom
+    metadata such as ``ray_cluster_id`` as literals without indexing on every call.)"""
+    pos, end = 0, len(block)
+    try:
+        while pos < end:
+            first = block[pos]
+            if first & 0x80:  # indexed field
+                pos = _skip_int(block, pos, 0x7F)
+            elif first & 0xE0:  # incremental indexing (01) or a table size update (001)
+                return False
+            else:  # literal without indexing (0000) or never indexed (0001)
+                new_name = not first & 0x0F
+                pos = _skip_int(block, pos, 0x0F)
+                if new_name:
+                    pos = _skip_str(block, pos)
+                pos = _skip_str(block, pos)
+    except IndexError:
+        return False
+    return pos == end
+
+
+def _skip_int(block: bytes, pos: int, mask: int) -> int:
+    if block[pos] & mask != mask:
+        return pos + 1
+    pos += 1
+    while block[pos] & 0x80:
+        pos += 1
+    return pos + 1
+
+
+def _skip_str(block: bytes, pos: int) -> int:
+    first = block[pos] & 0x7F
+    if first != 0x7F:
+        return pos + 1 + first
+    length, shift = first, 0
+    pos += 1
+    while True:
+        byte = block[pos]
+        length += (byte & 0x7F) << shift
+        shift += 7
+        pos += 1
+        if not byte & 0x80:
+            return pos + length
+
+
+def _unpad(payload: bytes) -> bytes:
+    if not payload:
+        raise _ConnectionError(FRAME_SIZE_ERROR, "PADDED frame without a pad length")
+    pad = payload[0]
+    if pad >= len(payload):
+        raise _ConnectionError(PROTOCOL_ERROR, "padding longer than the frame")
+    return payload[1 : len(payload) - pad]

@@ -1,0 +1,207 @@
+"""The pubsub methods the front server answers itself, through the same servicer objects,
+request decoding and error mapping as the grpc.aio path (no behaviour fork).
+
+A held ``GcsSubscriberPoll`` costs no task and no coroutine: the publisher's future gets a
+done-callback that writes one HEADERS + DATA + trailers burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message_factory import GetMessageClass
+
+from gcs.rpc.front.grpc_wire import (
+    OK_TRAILERS,
+    RESPONSE_HEADERS,
+    GrpcWireError,
+    inflate,
+    message_frame,
+    trailers_only,
+)
+from gcs.rpc.front.h2 import H2ServerConnection, Stream
+from gcs.rpc.server import CallHook, decode_request, failure_status
+from gcs.rpc.wire import method_path
+from gcs.services.pubsub import PubSubServicer
+
+
+@dataclass(frozen=True, slots=True)
+class HotMethod:
+    path: str
+    message_cls: Any
+    max_request_bytes: int | None
+    call: Callable[[Any], Any]
+    """Sync entry point: returns the reply message, or (poll) a future of a ``PollReply``."""
+    held: bool
+
+
+def hot_methods(
+    servicers: Sequence[tuple[ServiceDescriptor, PubSubServicer]],
+    max_request_bytes: int | None,
+) -> dict[str, HotMethod]:
+    """Path -> method for GcsSubscriberPoll, GcsSubscriberCommandBatch and GcsPublish of
+    each pubsub service."""
+    out: dict[str, HotMethod] = {}
+    for descriptor, servicer in servicers:
+        entry_points = {
+            "GcsSubscriberPoll": (servicer.poll, True),
+            "GcsSubscriberCommandBatch": (servicer.command_batch, False),
+            "GcsPublish": (servicer.publish, False),
+        }
+        for name, (call, held) in entry_points.items():
+            method = descriptor.methods_by_name[name]
+            path = method_path(method)
+            cls = GetMessageClass(method.input_type)
+            out[path] = HotMethod(path, cls, max_request_bytes, call, held)
+    return out
+
+
+class HotCall:
+    """One call of a hot method (a stream's ``app`` state)."""
+
+    __slots__ = ("body", "declared", "encoding", "future", "method", "start", "timeout", "timer")
+
+    def __init__(self, method: HotMethod, timeout: float | None, encoding: bytes | None) -> None:
+        self.method = method
+        self.encoding = encoding
+        self.body = bytearray()
+        self.declared = -1
+        self.start = 0.0
+        self.future: asyncio.Future[Any] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.timeout = timeout
+
+
+class HotDispatcher:
+    def __init__(self, on_call: CallHook | None, max_message_bytes: int) -> None:
+        self._on_call = on_call
+        self._max_message = max_message_bytes
+        self._last_wire: bytes | None = None
+        self._last_framed = b""
+
+    def on_data(self, conn: H2ServerConnection, stream: Stream, call: HotCall, data: bytes) -> None:
+        """Keep at most the request limit (+ the 5-byte prefix); count the rest."""
+        body = call.body
+        limit = call.method.max_request_bytes
+        cap = (limit if limit is not None else self._max_message) + 5
+        room = cap - len(body)
+        if room > 0:
+            body += data[:room] if len(data) > room else data
+        if len(data) > room:
+            conn.release(stream, len(data) - max(room, 0))
+        if call.declared < 0 and len(body) >= 5:
+            call.declared = int.from_bytes(body[1:5])
+
+    def on_end(self, conn: H2ServerConnection, stream: Stream, call: HotCall) -> None:
+        method = call.method
+        call.start = time.perf_counter()
+        body = bytes(call.body)
+        call.body = bytearray()
+        conn.release(stream, stream.buffered)
+        try:
+            if len(body) < 5:
+                message = "truncated gRPC message prefix" if body else "request without a message"
+                self._fail_status(conn, stream, call, grpc.StatusCode.INTERNAL, message)
+                return
+            if call.declared > self._max_message:
+                self._fail_status(
+                    conn,
+                    stream,
+                    call,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Received message larger than max ({call.declared} vs. {self._max_message})",
+                )
+                return
+            raw, size = body[5 : 5 + call.declared], call.declared
+            if body[0]:  # compressed (grpc-encoding): inflated as grpc.aio would
+                raw, size = inflate(raw, call.encoding, self._max_message), -1
+            request = decode_request(
+                method.path, raw, method.message_cls, method.max_request_bytes, size
+            )
+            result = method.call(request)
+        except GrpcWireError as err:
+            self._fail_status(conn, stream, call, err.code, err.message)
+            return
+        except Exception as exc:
+            code, details = failure_status(method.path, exc)
+            self._fail_status(conn, stream, call, code, details)
+            return
+        if not method.held:
+            self._reply(conn, stream, call, result.SerializeToString())
+            return
+        if result.done():
+            self._poll_done(conn, stream, call, result)
+            return
+        call.future = result
+        result.add_done_callback(lambda fut: self._poll_done(conn, stream, call, fut))
+        if call.timeout is not None:
+            loop = asyncio.get_running_loop()
+            call.timer = loop.call_later(call.timeout, self._expire, conn, stream, call)
+
+    def on_reset(self, call: HotCall) -> None:
+        """The client went away: a held poll is cancelled (its messages stay queued)."""
+        future, call.future = call.future, None
+        if call.timer is not None:
+            call.timer.cancel()
+        if future is not None and not future.done():
+            future.cancel()
+            self._record(call, "CANCELLED")
+
+    def _expire(self, conn: H2ServerConnection, stream: Stream, call: HotCall) -> None:
+        call.timer = None
+        future, call.future = call.future, None
+        if future is not None and not future.done():
+            future.cancel()
+            self._fail_status(
+                conn, stream, call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+            )
+
+    def _poll_done(
+        self, conn: H2ServerConnection, stream: Stream, call: HotCall, fut: asyncio.Future[Any]
+    ) -> None:
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        if call.future is not fut and call.future is not None:
+            return
+        call.future = None
+        if fut.cancelled():
+            if conn.streams.get(stream.id) is stream:  # the publisher dropped it
+                self._fail_status(conn, stream, call, grpc.StatusCode.CANCELLED, "Cancelled")
+            return
+        exc = fut.exception()
+        if exc is not None:
+            code, details = failure_status(call.method.path, exc)  # type: ignore[arg-type]
+            self._fail_status(conn, stream, call, code, details)
+            return
+        wire = fut.result().wire
+        if wire is not self._last_wire:  # one publish: the same bytes for every subscriber
+            self._last_wire = wire
+            self._last_framed = message_frame(wire)
+        conn.send_reply(stream, RESPONSE_HEADERS, self._last_framed, OK_TRAILERS)
+        self._record(call, "OK")
+
+    def _reply(self, conn: H2ServerConnection, stream: Stream, call: HotCall, msg: bytes) -> None:
+        conn.send_reply(stream, RESPONSE_HEADERS, message_frame(msg), OK_TRAILERS)
+        self._record(call, "OK")
+
+    def _fail_status(
+        self,
+        conn: H2ServerConnection,
+        stream: Stream,
+        call: HotCall,
+        code: grpc.StatusCode,
+        details: str,
+    ) -> None:
+        conn.send_headers(stream, trailers_only(code, details), end_stream=True)
+        self._record(call, code.name)
+
+    def _record(self, call: HotCall, code: str) -> None:
+        if self._on_call is not None and call.start:
+            self._on_call(call.method.path, code, time.perf_counter() - call.start)

@@ -1,0 +1,181 @@
+"""The front server: owns the GCS port, answers the hot pubsub methods itself
+(:mod:`.hot`) and relays every other stream to the grpc.aio server (:mod:`.forward`).
+
+Why: at 2,000 long-poll subscribers grpc.aio's per-call machinery alone costs more CPU per
+publish than Ray's C++ ``gcs_server`` (``bench/pubsub/floor_server.py``); a held poll here
+is a future callback writing one pre-encoded burst.  ``front_server: false`` serves
+everything from grpc.aio on the port, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import grpc
+import structlog
+
+from gcs.rpc.front.forward import Forwarded, Forwarder
+from gcs.rpc.front.grpc_wire import GrpcWireError, parse_timeout, request_metadata, trailers_only
+from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream
+from gcs.rpc.front.hot import HotCall, HotDispatcher, HotMethod
+from gcs.rpc.h2wire import PROTOCOL_ERROR
+from gcs.rpc.server import CallHook
+
+if TYPE_CHECKING:  # gcs.server imports this package
+    from gcs.server.interceptors import CallGuard
+
+log = structlog.get_logger("gcs.rpc.front")
+
+
+class GrpcRouter:
+    """The :class:`~gcs.rpc.front.h2.StreamApp`: checks and routes each request stream."""
+
+    def __init__(
+        self,
+        hot: Mapping[str, HotMethod],
+        guard: CallGuard,
+        forwarder: Forwarder,
+        *,
+        on_call: CallHook | None,
+        max_message_bytes: int,
+    ) -> None:
+        self._hot = hot
+        self._guard = guard
+        self._forwarder = forwarder
+        self._dispatcher = HotDispatcher(on_call, max_message_bytes)
+
+    def on_request(self, conn: H2ServerConnection, stream: Stream) -> None:
+        path = authorization = cluster_id = timeout = encoding = None
+        for name, value in stream.headers:
+            if name == b":path":
+                path = value
+            elif name == b"authorization":
+                authorization = value
+            elif name == b"ray_cluster_id":
+                cluster_id = value
+            elif name == b"grpc-timeout":
+                timeout = value
+            elif name == b"grpc-encoding":
+                encoding = value
+        if path is None:
+            conn.reset(stream, PROTOCOL_ERROR)
+            return
+        method = path.decode("ascii", "replace")
+        try:
+            seconds = parse_timeout(timeout) if timeout is not None else None
+            hot = self._hot.get(method)
+            if hot is None:
+                metadata = request_metadata(stream.headers)
+                stream.app = self._forwarder.open(conn, stream, method, metadata, seconds, encoding)
+                return
+        except GrpcWireError as err:
+            conn.send_headers(stream, trailers_only(err.code, err.message), end_stream=True)
+            return
+        refusal = self._guard.refusal(method, authorization, cluster_id)
+        if refusal is not None:
+            conn.send_headers(
+                stream, trailers_only(grpc.StatusCode.UNAUTHENTICATED, refusal), end_stream=True
+            )
+            return
+        stream.app = HotCall(hot, seconds, encoding)
+
+    def on_data(self, conn: H2ServerConnection, stream: Stream, data: bytes) -> None:
+        call = stream.app
+        if type(call) is HotCall:
+            self._dispatcher.on_data(conn, stream, call, data)
+        elif call is not None:
+            self._forwarder.on_data(conn, stream, call, data)
+
+    def on_end(self, conn: H2ServerConnection, stream: Stream) -> None:
+        call = stream.app
+        if type(call) is HotCall:
+            self._dispatcher.on_end(conn, stream, call)
+        elif call is not None:
+            self._forwarder.on_end(conn, stream, call)
+
+    def on_reset(self, conn: H2ServerConnection, stream: Stream) -> None:
+        call = stream.app
+        if type(call) is HotCall:
+            self._dispatcher.on_reset(call)
+        elif isinstance(call, Forwarded):
+            self._forwarder.on_reset(call)
+
+
+class FrontServer:
+    def __init__(
+        self,
+        router: GrpcRouter,
+        forwarder: Forwarder,
+        limits: H2Limits,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        keepalive_s: float = 10.0,
+        keepalive_timeout_s: float = 20.0,
+    ) -> None:
+        self._router = router
+        self._keepalive_s = keepalive_s
+        self._keepalive_timeout_s = keepalive_timeout_s
+        self._keepalive: asyncio.Task[None] | None = None
+        self._forwarder = forwarder
+        self._limits = limits
+        self._ssl = ssl_context
+        self._server: asyncio.Server | None = None
+        self.connections: set[H2ServerConnection] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; returns the bound port (an ``OSError`` if it is taken)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._connection, host, port, ssl=self._ssl, backlog=4096, reuse_address=True
+        )
+        self._keepalive = loop.create_task(self._keepalive_loop(), name="front-keepalive")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def _connection(self) -> H2ServerConnection:
+        conn = H2ServerConnection(self._router, self._limits, self._closed)
+        self.connections.add(conn)
+        self._idle.clear()
+        return conn
+
+    def _closed(self, conn: H2ServerConnection) -> None:
+        self.connections.discard(conn)
+        if not self.connections:
+            self._idle.set()
+
+    async def _keepalive_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._keepalive_s)
+            now = loop.time()
+            for conn in list(self.connections):
+                conn.keepalive_tick(now, self._keepalive_timeout_s)
+
+    def goaway(self) -> None:
+        """Stop listening and send GOAWAY: clients open no new stream here (a re-poll after
+        the publisher answered every held poll would otherwise be held again)."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.goaway()
+
+    async def stop(self, grace_s: float) -> None:
+        """:meth:`goaway`, wait up to ``grace_s`` for open streams, then close.  Held polls
+        are answered before (the publisher's close) or reset here."""
+        self.goaway()
+        try:
+            async with asyncio.timeout(grace_s):
+                await self._idle.wait()
+        except TimeoutError:
+            log.info("front.stop_forced", connections=len(self.connections))
+        for conn in list(self.connections):
+            conn.close()
+        await self._forwarder.close()
+        if self._server is not None:
+            self._server = None

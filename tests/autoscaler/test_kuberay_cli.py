@@ -1,0 +1,108 @@
+"""``gcs autoscaler run --provider kuberay``: credentials from KUBECONFIG, one-line errors,
+and a real run against the fake API server and a real GCS."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gcs.autoscaler.reconciler.gcs_port import GrpcAutoscalerGcs
+from gcs.server import GcsServer
+from gcs.store.memory import MemoryStore
+from gcs.testing.fake_k8s import FakeKubernetes
+from tests.autoscaler.kuberay_harness import raycluster, worker_group
+from tests.autoscaler.test_kuberay_end_to_end import PodRaylets
+from tests.cli.test_error_paths import _env, assert_one_line_error, run
+from tests.conftest import eventually, fast_config
+
+NAME = "raycluster-ippr"
+
+
+@pytest.fixture
+def fake(tmp_path: Path):  # type: ignore[no-untyped-def]
+    k8s = FakeKubernetes().start()
+    yield k8s, str(k8s.write_kubeconfig(tmp_path / "kubeconfig"))
+    k8s.stop()
+
+
+def test_needs_a_cluster_name() -> None:
+    result = run("autoscaler", "run", "--gcs-address", "127.0.0.1:1", "--provider", "kuberay")
+    assert "--cluster-name" in assert_one_line_error(result, 2)
+
+
+def test_without_credentials_says_so(tmp_path: Path) -> None:
+    env = _env(KUBECONFIG=str(tmp_path / "missing"), HOME=str(tmp_path))
+    result = run("autoscaler", "run", "--gcs-address", "127.0.0.1:1", "--provider", "kuberay",
+                 "--cluster-name", NAME, env=env)  # fmt: skip
+    assert "cannot load Kubernetes credentials" in assert_one_line_error(result, 1)
+
+
+def test_missing_raycluster_is_named(fake) -> None:  # type: ignore[no-untyped-def]
+    _, kubeconfig = fake
+    result = run("autoscaler", "run", "--gcs-address", "127.0.0.1:1", "--provider", "kuberay",
+                 "--cluster-name", "nope", env=_env(KUBECONFIG=kubeconfig))  # fmt: skip
+    line = assert_one_line_error(result, 1)
+    assert "RayCluster default/nope" in line and "not found" in line
+
+
+async def test_live_drivers_against_a_real_gcs() -> None:
+    server = GcsServer(fast_config(), store=MemoryStore())
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            assert await GrpcAutoscalerGcs(channel).live_drivers() == 0
+    finally:
+        await server.stop()
+
+
+def _spawn_autoscaler(address: str, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gcs", "autoscaler", "run", "--gcs-address", address,
+             "--provider", "kuberay", "--cluster-name", NAME, "--cluster-namespace", "default"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_run_scales_the_raycluster_to_min_replicas(fake, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The sidecar command against a real GCS: the head pod's raylet registers, the
+    autoscaler reads the RayCluster and raises replicas to minReplicas."""
+    k8s, kubeconfig = fake
+    server = GcsServer(fast_config(), store=MemoryStore())
+    await server.start()
+    raylets = PodRaylets(server.address, tmp_path)
+    k8s.on_pod_created = raylets.created
+    k8s.on_pod_deleted = raylets.deleted
+    proc = None
+    try:
+        k8s.add_raycluster(raycluster(worker_group(replicas=0, min_replicas=2)))
+        env = _env(KUBECONFIG=kubeconfig, AUTOSCALER_UPDATE_INTERVAL_S="0.3")
+        proc = _spawn_autoscaler(server.address, env, tmp_path / "autoscaler.log")
+
+        def replicas() -> int:
+            return int(k8s.raycluster(NAME)["spec"]["workerGroupSpecs"][0]["replicas"])
+
+        await eventually(lambda: replicas() == 2, timeout_s=90)
+        assert len(k8s.pod_names("small-group")) == 2
+        assert proc.poll() is None, (tmp_path / "autoscaler.log").read_text()
+        text = (tmp_path / "autoscaler.log").read_text()
+        assert "provider kuberay" in text, text
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        raylets.stop_all()
+        await server.stop()
+    assert json.loads(json.dumps(k8s.raycluster(NAME)))  # still readable after stop

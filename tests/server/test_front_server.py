@@ -1,0 +1,262 @@
+"""The front server in ``gcs serve`` (gcs.rpc.front): same answers as the grpc.aio path for
+bad input, held polls cancelled by the client, streams relayed to grpc.aio, metrics,
+graceful stop and hostile bytes on the port."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from gcs.config import RequestLimits
+from gcs.proto import gcs_pb2, gcs_service_pb2, pubsub_pb2
+from gcs.pubsub import GCS_NODE_INFO_CHANNEL
+from gcs.rpc.h2wire import GOAWAY
+from gcs.server import GcsServer
+from gcs.store.memory import MemoryStore
+from tests.conftest import eventually, fast_config
+
+POLL = "/ray.rpc.ControlPlanePubSubGcsService/GcsSubscriberPoll"
+COMMANDS = "/ray.rpc.ControlPlanePubSubGcsService/GcsSubscriberCommandBatch"
+PUBLISH = "/ray.rpc.ControlPlanePubSubGcsService/GcsPublish"
+OBS_POLL = "/ray.rpc.ObservabilityPubSubService/GcsSubscriberPoll"
+CLUSTER_ID = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+TOKEN = "front-token-0123456789"
+
+
+@pytest.fixture
+async def pair(tmp_path, monkeypatch) -> AsyncIterator[tuple[GcsServer, GcsServer]]:
+    """The same GCS twice in token mode: front server on, and grpc.aio alone."""
+    for var in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_USE_TLS"):
+        monkeypatch.delenv(var, raising=False)
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    servers = []
+    for front in (True, False):
+        server = GcsServer(
+            fast_config(
+                front_server=front,
+                auth_mode="token",
+                auth_token_path=str(token),
+                limits=RequestLimits(max_request_bytes=4096),
+            ),
+            store=MemoryStore(),
+        )
+        await server.start()
+        servers.append(server)
+    try:
+        yield servers[0], servers[1]
+    finally:
+        for server in servers:
+            await server.stop()
+
+
+def _auth(extra: tuple[tuple[str, str], ...] = ()) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {TOKEN}"), *extra)
+
+
+async def _answer(
+    address: str,
+    path: str,
+    body: bytes,
+    metadata: tuple[tuple[str, str], ...],
+    compression: grpc.Compression | None = None,
+) -> tuple[grpc.StatusCode, str]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = channel.unary_unary(path)(
+            body, metadata=metadata, timeout=10, compression=compression
+        )
+        try:
+            await call
+        except grpc.aio.AioRpcError as err:
+            return err.code(), err.details() or ""
+        return grpc.StatusCode.OK, ""
+
+
+def _subscribe(sub_id: bytes, channel: int) -> bytes:
+    cmd = pubsub_pb2.Command(channel_type=channel)  # type: ignore[arg-type]
+    cmd.subscribe_message.SetInParent()
+    return gcs_service_pb2.GcsSubscriberCommandBatchRequest(
+        subscriber_id=sub_id, commands=[cmd]
+    ).SerializeToString()
+
+
+BAD_INPUTS = {
+    "undecodable poll": (POLL, b"\x0a\x64", True),
+    "undecodable observability poll": (OBS_POLL, b"\x0a\x64", True),
+    "long subscriber id": (
+        POLL,
+        gcs_service_pb2.GcsSubscriberPollRequest(subscriber_id=b"s" * 3000).SerializeToString(),
+        True,
+    ),
+    "unhosted channel": (COMMANDS, _subscribe(b"s" * 28, 999), True),
+    "command without a kind": (
+        COMMANDS,
+        gcs_service_pb2.GcsSubscriberCommandBatchRequest(
+            subscriber_id=b"s" * 28, commands=[pubsub_pb2.Command(channel_type=5)]
+        ).SerializeToString(),
+        True,
+    ),
+    "publish above the request limit": (PUBLISH, b"\x0a\x00" * 4000, True),
+    "no token": (POLL, b"", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+async def test_front_and_grpc_aio_answer_bad_input_alike(
+    pair: tuple[GcsServer, GcsServer], case: str
+) -> None:
+    path, body, with_token = BAD_INPUTS[case]
+    metadata = _auth() if with_token else ()
+    front, plain = pair
+    got_front = await _answer(front.address, path, body, metadata)
+    got_plain = await _answer(plain.address, path, body, metadata)
+    assert got_front == got_plain
+    assert got_front[0] not in (grpc.StatusCode.OK, grpc.StatusCode.UNIMPLEMENTED)
+    assert got_front[1]
+
+
+@pytest.mark.parametrize("body", [b"\x0a\x64", _subscribe(b"z" * 28, GCS_NODE_INFO_CHANNEL)])
+async def test_gzip_requests_alike(pair: tuple[GcsServer, GcsServer], body: bytes) -> None:
+    front, plain = pair
+    gzip = grpc.Compression.Gzip
+    got = await _answer(front.address, COMMANDS, body, _auth(), gzip)
+    assert got == await _answer(plain.address, COMMANDS, body, _auth(), gzip)
+
+
+async def test_wrong_cluster_id_alike_on_served_and_relayed_methods(
+    pair: tuple[GcsServer, GcsServer],
+) -> None:
+    front, plain = pair
+    wrong = _auth((("ray_cluster_id", "ab" * 28),))
+    body = _subscribe(b"s" * 28, GCS_NODE_INFO_CHANNEL)
+    for path in (COMMANDS, CLUSTER_ID):
+        got = await _answer(front.address, path, body if path == COMMANDS else b"", wrong)
+        assert got == await _answer(plain.address, path, b"" if path == CLUSTER_ID else body, wrong)
+        assert got[0] == grpc.StatusCode.UNAUTHENTICATED and "WrongClusterID" in got[1]
+
+
+async def test_a_cancelled_held_poll_leaves_nothing_held(
+    pair: tuple[GcsServer, GcsServer],
+) -> None:
+    front, _ = pair
+    assert front.managers is not None
+    publisher = front.managers.pubsub.control_plane
+    sub = b"c" * 28
+    async with grpc.aio.insecure_channel(front.address) as channel:
+        await channel.unary_unary(COMMANDS)(
+            _subscribe(sub, GCS_NODE_INFO_CHANNEL), metadata=_auth(), timeout=10
+        )
+        poll = gcs_service_pb2.GcsSubscriberPollRequest(subscriber_id=sub)
+        call = channel.unary_unary(POLL)(poll.SerializeToString(), metadata=_auth())
+        await eventually(lambda: publisher.held_poll_count() > 0, 10.0)
+        call.cancel()
+        await eventually(lambda: not publisher.held_poll_count(), 10.0)
+        # the subscriber still works: a publish reaches the next poll
+        poll2 = channel.unary_unary(POLL)(poll.SerializeToString(), metadata=_auth(), timeout=10)
+        await eventually(lambda: publisher.held_poll_count() > 0, 10.0)
+        publisher.publish(GCS_NODE_INFO_CHANNEL, b"n" * 28, gcs_pb2.GcsNodeInfo(node_id=b"n" * 28))
+        reply = gcs_service_pb2.GcsSubscriberPollReply.FromString(await poll2)
+        assert len(reply.pub_messages) == 1
+
+
+async def test_served_methods_are_counted_like_the_grpc_path(
+    pair: tuple[GcsServer, GcsServer],
+) -> None:
+    front, _ = pair
+    await _answer(front.address, POLL, b"\x0a\x64", _auth())
+    await _answer(front.address, COMMANDS, _subscribe(b"m" * 28, GCS_NODE_INFO_CHANNEL), _auth())
+    samples = {
+        (s.labels["method"], s.labels["code"]): s.value
+        for family in front.metrics.registry.collect()
+        if family.name == "gcs_rpc"
+        for s in family.samples
+        if s.name == "gcs_rpc_total"
+    }
+    assert samples[(POLL, "INVALID_ARGUMENT")] == 1
+    assert samples[(COMMANDS, "OK")] == 1
+
+
+async def test_streams_are_relayed_to_grpc_aio(pair: tuple[GcsServer, GcsServer]) -> None:
+    front, _ = pair
+    async with grpc.aio.insecure_channel(front.address) as channel:
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        replies = [
+            r async for r in reflection.ServerReflectionInfo(iter([request]), metadata=_auth())
+        ]
+        names = {s.name for s in replies[0].list_services_response.service}
+        assert "ray.rpc.ControlPlanePubSubGcsService" in names
+        health = health_pb2_grpc.HealthStub(channel)
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+        first = await watch.read()
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
+        # unary, with metadata and deadline relayed
+        reply = await channel.unary_unary(CLUSTER_ID)(b"", metadata=_auth(), timeout=5)
+        assert front.meta is not None
+        assert (
+            gcs_service_pb2.GetClusterIdReply.FromString(reply).cluster_id == front.meta.cluster_id
+        )
+
+
+async def test_stop_answers_held_polls(tmp_path) -> None:
+    server = GcsServer(fast_config(), store=MemoryStore())
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            sub = b"g" * 28
+            await channel.unary_unary(COMMANDS)(_subscribe(sub, GCS_NODE_INFO_CHANNEL), timeout=10)
+            poll = gcs_service_pb2.GcsSubscriberPollRequest(subscriber_id=sub).SerializeToString()
+            call = channel.unary_unary(POLL)(poll, timeout=30)
+            assert server.managers is not None
+            await eventually(
+                lambda: server.managers.pubsub.control_plane.held_poll_count() > 0, 10.0
+            )
+            await server.stop()
+            reply = gcs_service_pb2.GcsSubscriberPollReply.FromString(await call)
+            assert not reply.pub_messages  # answered empty, not reset
+    finally:
+        await server.stop()
+
+
+async def test_garbage_on_the_port_is_refused_and_the_server_lives(gcs_server: GcsServer) -> None:
+    host, port = gcs_server.address.rsplit(":", 1)
+    for junk in (b"GET / HTTP/1.1\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 100):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(junk)
+        await writer.drain()
+        async with asyncio.timeout(10):
+            data = await reader.read()  # the server closes the connection
+        assert GOAWAY in _frame_types(data)
+        writer.close()
+    sock = socket.create_connection((host, int(port)))
+    sock.close()
+    reply = await _answer(gcs_server.address, CLUSTER_ID, b"", ())
+    assert reply == (grpc.StatusCode.OK, "")
+
+
+def _frame_types(data: bytes) -> list[int]:
+    types, pos = [], 0
+    while pos + 9 <= len(data):
+        types.append(data[pos + 3])
+        pos += 9 + int.from_bytes(data[pos : pos + 3])
+    return types
+
+
+async def test_a_held_poll_past_its_deadline_is_released(gcs_server: GcsServer) -> None:
+    assert gcs_server.managers is not None
+    publisher = gcs_server.managers.pubsub.control_plane
+    sub = b"d" * 28
+    async with grpc.aio.insecure_channel(gcs_server.address) as channel:
+        await channel.unary_unary(COMMANDS)(_subscribe(sub, GCS_NODE_INFO_CHANNEL), timeout=10)
+        poll = gcs_service_pb2.GcsSubscriberPollRequest(subscriber_id=sub).SerializeToString()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await channel.unary_unary(POLL)(poll, timeout=0.3)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        await eventually(lambda: not publisher.held_poll_count(), 10.0)
