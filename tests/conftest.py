@@ -1,4 +1,11 @@
-"""Shared fixtures: a GCS server on a free port with an in-memory store."""
+"""Shared fixtures: a GCS server on a free port with an in-memory store.
+
+Waiting, as the suite must pass at ``-n 4`` on 2 cores: what the code times with an injected
+clock is driven by a ``FakeClock`` (``advance_until``, or ``advance`` and a counter such as
+``FakeClock.sleepers``, to show that nothing happens before its time); anything else is
+waited for as a condition (``eventually``) with a deadline that only bounds a hang.  Never a
+fixed sleep that passes without checking, never a tight deadline on a call that must
+succeed."""
 
 from __future__ import annotations
 
