@@ -87,14 +87,20 @@ class Stubs:
 
         md = [("ray_cluster_id", cluster_id.hex())]
         self.cluster_id = cluster_id
-        self.node_info = ServiceStub(channel, svc.NODE_INFO, metadata=md, timeout_s=30)
-        self.node_resources = ServiceStub(
-            channel, svc.NODE_RESOURCE_INFO, metadata=md, timeout_s=10
-        )
-        self.kv = ServiceStub(channel, svc.INTERNAL_KV, metadata=md, timeout_s=30)
-        self.autoscaler = ServiceStub(channel, svc.AUTOSCALER_STATE, metadata=md, timeout_s=30)
-        self.jobs = ServiceStub(channel, svc.JOB_INFO, metadata=md, timeout_s=30)
-        self.pgs = ServiceStub(channel, svc.PLACEMENT_GROUP_INFO, metadata=md, timeout_s=30)
+        deadline_s = 30
+
+        def stub(service: object) -> ServiceStub:
+            return ServiceStub(channel, service, metadata=md, timeout_s=deadline_s)
+
+        self.node_info = stub(svc.NODE_INFO)
+        self.node_resources = stub(svc.NODE_RESOURCE_INFO)
+        self.kv = stub(svc.INTERNAL_KV)
+        self.autoscaler = stub(svc.AUTOSCALER_STATE)
+        self.jobs = stub(svc.JOB_INFO)
+        self.pgs = stub(svc.PLACEMENT_GROUP_INFO)
+        self.workers = stub(svc.WORKER_INFO)
+        self.tasks = stub(svc.TASK_INFO)
+        self.runtime_env = stub(svc.RUNTIME_ENV)
 
 
 @pytest.fixture

@@ -23,12 +23,13 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from gcs.clock import Clock, SystemClock
+from gcs.clock import Clock, SystemClock, now_ms
 from gcs.config import GcsConfig, kv_put_request_bytes
 from gcs.errors import GcsError
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
 from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
+from gcs.managers.head import virtual_head
 from gcs.managers.health import HealthChecker
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
@@ -37,8 +38,12 @@ from gcs.managers.nodes import NodeManager
 from gcs.managers.pg_scheduler import PlacementConfig, PlacementGroupScheduler
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.runtime_env import RuntimeEnvPins
 from gcs.managers.startup_spread import spread, spread_window_s
+from gcs.managers.syncer import SyncHub
+from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager
+from gcs.managers.workers import WorkerManager
 from gcs.proto import gcs_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.config import PublisherConfig
@@ -53,7 +58,14 @@ from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
-from gcs.server.metrics import GcsMetrics, counter, gauge, on_loop, pubsub_families
+from gcs.server.metrics import (
+    GcsMetrics,
+    counter,
+    counters,
+    gauge,
+    on_loop,
+    pubsub_families,
+)
 from gcs.server.reflection import wire_pool
 from gcs.services.autoscaler import AutoscalerStateServicer
 from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
@@ -61,7 +73,9 @@ from gcs.services.kv import InternalKVServicer
 from gcs.services.node_info import NodeInfoServicer
 from gcs.services.node_resources import NodeResourceInfoServicer
 from gcs.services.pubsub import PubSubServicer
+from gcs.services.syncer import RaySyncerServicer
 from gcs.services.virtual_clusters import VirtualClusterInfoServicer
+from gcs.services.workers_tasks import RuntimeEnvServicer, TaskInfoServicer, WorkerInfoServicer
 from gcs.store import Store, StoreUnavailable, store_from_url
 from gcs.store.metered import MeteredStore
 
@@ -83,6 +97,10 @@ class Managers:
     raylets: RayletGateway
     pubsub: GcsPubSub
     virtual_clusters: VirtualClusterManager
+    syncer: SyncHub
+    workers: WorkerManager
+    tasks: TaskEventStore
+    runtime_envs: RuntimeEnvPins
 
 
 class GcsServer:
@@ -168,7 +186,9 @@ class GcsServer:
         store = MeteredStore(await self._open_store(), self.metrics.registry)
         cfg = self.config
         kv = KvManager(store)
-        self.meta = await load_or_create(store, kv, session_name=cfg.session_name)
+        self.meta = await load_or_create(
+            store, kv, session_name=cfg.session_name, python_version=cfg.python_version
+        )
         load_poll = cfg.load_poll
         if security.tls is not None and load_poll.transport == "h2":
             load_poll = dataclasses.replace(load_poll, transport="grpc")  # h2 client: no TLS
@@ -201,7 +221,13 @@ class GcsServer:
         health_checker = HealthChecker(
             nodes, raylets, self.clock, cfg.health, node_events=node_events
         )
-        jobs = JobManager(store, self.clock, events=job_events, lane_policy=self._lane_policy)
+        jobs = JobManager(
+            store,
+            self.clock,
+            events=job_events,
+            publish=pubsub.control_plane.publish,
+            lane_policy=self._lane_policy,
+        )
         pgs = PlacementGroupManager(
             store,
             self.clock,
@@ -249,13 +275,35 @@ class GcsServer:
             virtual_cluster_section=virtual_clusters.autoscaler_section,
             lane_policy=self._lane_policy,
         )
-        poller = LoadPoller(
-            nodes, cache, raylets, self.clock, load_poll, on_report=health_checker.mark_healthy
+        syncer = SyncHub(
+            nodes, cache, node_events=node_events, on_heartbeat=health_checker.mark_healthy
         )
+        poller = LoadPoller(
+            nodes,
+            cache,
+            raylets,
+            self.clock,
+            load_poll,
+            on_report=health_checker.mark_healthy,
+            view_version=syncer.live_version,
+        )
+        workers = WorkerManager(
+            store,
+            self.clock,
+            publish=pubsub.control_plane.publish,
+            max_dead_cached=cfg.max_dead_workers_cached,
+            lane_policy=self._lane_policy,
+        )
+        tasks = TaskEventStore(
+            max_tasks=cfg.task_events_max_num_task_in_gcs,
+            max_profile_events_per_task=cfg.task_events_max_num_profile_events_per_task,
+        )
+        runtime_envs = RuntimeEnvPins(jobs.jobs.values, self.clock, job_events=job_events)
         # load -> repair -> serve
         await nodes.load()
         await pgs.load()
         await jobs.load()
+        await workers.load()
         await autoscaler.load()
         await virtual_clusters.load()  # replays from the node table loaded above
         self.managers = Managers(
@@ -271,6 +319,10 @@ class GcsServer:
             raylets,
             pubsub,
             virtual_clusters,
+            syncer,
+            workers,
+            tasks,
+            runtime_envs,
         )
         self._tune_gc()
         await self._start_grpc()
@@ -284,6 +336,7 @@ class GcsServer:
             loop.create_task(health_checker.run(), name="health-checker"),
             loop.create_task(pg_scheduler.run(), name="pg-scheduler"),
             loop.create_task(self._reclaim_frozen(), name="gc-reclaim"),
+            loop.create_task(self._expire_runtime_envs(), name="runtime-env-gc"),
             loop.create_task(
                 virtual_clusters.run_periodic(
                     cfg.node_instances_replenish_interval_ms,
@@ -359,6 +412,7 @@ class GcsServer:
                     self.meta.cluster_id,
                     limits=limits,
                     virtual_cluster_nodes=m.virtual_clusters.node_filter,
+                    head=self._virtual_head(),
                 ),
             ),
             (
@@ -373,6 +427,9 @@ class GcsServer:
             (svc.INTERNAL_KV, InternalKVServicer(m.kv, limits=limits)),
             (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, limits=limits)),
             (svc.JOB_INFO, JobInfoServicer(m.jobs, limits=limits)),
+            (svc.WORKER_INFO, WorkerInfoServicer(m.workers, limits=limits)),
+            (svc.TASK_INFO, TaskInfoServicer(m.tasks, limits=limits)),
+            (svc.RUNTIME_ENV, RuntimeEnvServicer(m.runtime_envs, limits=limits)),
             (
                 svc.PLACEMENT_GROUP_INFO,
                 PlacementGroupInfoServicer(m.placement_groups, limits=limits),
@@ -396,7 +453,13 @@ class GcsServer:
         server.add_generic_rpc_handlers(
             m.pubsub.handlers(on_call=hook, limits=limits, servicers=pubsub_servicers)
         )
-        servicers += [(svc.CONTROL_PLANE_PUBSUB, None), (svc.OBSERVABILITY_PUBSUB, None)]
+        syncer = RaySyncerServicer(m.syncer, limits=limits, on_call=hook)
+        server.add_generic_rpc_handlers([syncer.handler()])
+        servicers += [
+            (svc.CONTROL_PLANE_PUBSUB, None),
+            (svc.OBSERVABILITY_PUBSUB, None),
+            (svc.RAY_SYNCER, None),
+        ]
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = [wire_service_name(d) for d, _ in servicers]
@@ -472,6 +535,19 @@ class GcsServer:
             raise _port_in_use(cfg.host, cfg.port) from None
         self._front = front
 
+    def _virtual_head(self) -> gcs_pb2.GcsNodeInfo | None:
+        """``--head``: the record Ray's workers look up (see ``gcs.managers.head``)."""
+        if not self.config.head:
+            return None
+        assert self.meta is not None
+        return virtual_head(
+            self.meta.cluster_id,
+            address=self.config.host,
+            temp_dir=self.config.temp_dir,
+            session_name=self.meta.session_name,
+            start_time_ms=now_ms(self.clock),
+        )
+
     async def _notify_restart(self, notify_at: dict[bytes, float]) -> None:
         """Tell raylets known from the store that the GCS restarted (Ray does the same).
 
@@ -535,6 +611,21 @@ class GcsServer:
             counter("gcs_load_poll_ok", "Successful GetResourceLoad calls", stats.polls_ok),
             counter("gcs_load_poll_failures", "Failed GetResourceLoad calls", stats.polls_failed),
             counter("gcs_health_check_failures", "Failed raylet health checks", m.health.failures),
+            gauge("gcs_syncer_streams", "Raylets connected to the syncer", len(m.syncer.peers)),
+            counters(
+                "gcs_syncer_messages",
+                "Syncer messages by outcome",
+                {
+                    ("accepted",): m.syncer.stats.accepted,
+                    ("stale",): m.syncer.stats.stale,
+                    ("unknown_node",): m.syncer.stats.unknown_node,
+                    ("undecodable",): m.syncer.stats.undecodable,
+                    ("relayed",): m.syncer.stats.relayed,
+                    ("coalesced",): m.syncer.stats.coalesced,
+                },
+                labels=("outcome",),
+            ),
+            gauge("gcs_task_events_stored", "Task attempts with events held", len(m.tasks)),
             gauge(
                 "gcs_pending_resource_shapes",
                 "Distinct pending resource shapes",
@@ -579,6 +670,16 @@ class GcsServer:
         while True:
             if self.gc_freezer is not None and self.gc_freezer.reclaim_if_grown():
                 log.info("gc.reclaimed_frozen", resident_bytes=self.gc_freezer.baseline)
+            await asyncio.sleep(1.0)
+
+    async def _expire_runtime_envs(self) -> None:
+        """Unreferenced ``gcs://`` runtime-env packages leave internal KV (as in Ray)."""
+        assert self.managers is not None
+        kv, pins = self.managers.kv, self.managers.runtime_envs
+        while True:
+            for uri in pins.expire():
+                await kv.delete(b"", uri.encode(), by_prefix=False)
+                log.info("runtime_env.deleted", uri=uri)
             await asyncio.sleep(1.0)
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:

@@ -127,8 +127,12 @@ class TestMetricTypes:
             "gcs_load_poll_failures",
             "gcs_health_check_failures",
             "gcs_pubsub_published",
+            "gcs_syncer_messages",
         ):
             assert families[name].type == "counter", name
+        outcomes = {s.labels["outcome"] for s in families["gcs_syncer_messages"].samples}
+        assert {"accepted", "stale", "relayed", "coalesced"} <= outcomes
+        assert families["gcs_syncer_streams"].samples[0].value == 0
         text = body.decode()
         assert "gcs_load_poll_ok_total 0.0" in text
         assert "process_cpu_seconds_total" in text
