@@ -269,7 +269,7 @@ class NodeManagerServicer:
         )
 
     async def _free_after(self, lease: LeaseRequest, hold_s: float) -> None:
-        await asyncio.sleep(hold_s)
+        await self._clock.sleep(hold_s)
         if lease.lease_id in self._held:
             self._release(lease.lease_id)
 

@@ -52,6 +52,9 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
     head = await asyncio.create_subprocess_exec(
         str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
         f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={ray_tmp}",
+        # not Ray's fixed 10001: another head on this machine would take it, and --block
+        # stops the whole head when its client server dies
+        f"--ray-client-server-port={free_port()}",
         stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=ray_env(),
         start_new_session=True,
     )  # fmt: skip

@@ -46,7 +46,7 @@ class TestObservability:
                 s = Stubs(ch, server.meta.cluster_id)
                 await s.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())
             url = f"http://127.0.0.1:{server.metrics_port}/metrics"
-            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
             text = body.decode()
             assert (
                 'gcs_rpc_total{code="OK",method="/ray.rpc.NodeInfoGcsService/GetAllNodeInfo"}'
@@ -118,7 +118,7 @@ class TestMetricTypes:
                 )
             )
             url = f"http://127.0.0.1:{server.metrics_port}/metrics"
-            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
         finally:
             await server.stop()
         families = {f.name: f for f in text_string_to_metric_families(body.decode())}
