@@ -106,6 +106,22 @@ def _check_storage(ctx: click.Context, param: click.Parameter, value: str | None
     "~/.ray/auth_token).",
 )
 @click.option(
+    "--head",
+    is_flag=True,
+    default=None,
+    help="Be the head of a real Ray cluster: `ray start --address` workers join directly.",
+)
+@click.option(
+    "--temp-dir",
+    default=None,
+    help="The head's temp dir Ray workers default to (default /tmp/ray; with --head).",
+)
+@click.option(
+    "--python-version",
+    default=None,
+    help="Python version Ray processes must run (default: this interpreter's, e.g. 3.11.7).",
+)
+@click.option(
     "--demo",
     "demo_nodes",
     type=NON_NEGATIVE_INT,

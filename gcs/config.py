@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -53,6 +54,11 @@ class LoadPollConfig:
     spread: float = 0.5
     """Fraction of the period over which a round's slices are started (0: back to back);
     each node is still polled once per period, but replies no longer arrive in one burst."""
+    syncer_max_staleness_ms: int = 0
+    """Adaptive polling: a raylet streaming syncer views whose view has not changed since its
+    last poll is polled only this often (its resources are known from the syncer; only its
+    pending demand may be this stale).  0 = every period, as Ray does.  Raylets without a
+    syncer stream are always polled every period."""
     transport: str = "h2"
     """``h2``: the lean HTTP/2 client of ``gcs.rpc.raylets.h2_unary`` (~3x less GCS CPU per poll;
     a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""
@@ -144,11 +150,31 @@ class GcsConfig:
     """debug, info, warning, error or critical."""
     session_name: str = ""
     """Empty = ``session_<timestamp>_<pid>`` generated on first start and persisted."""
+    python_version: str = ""
+    """Full Python version (``3.11.7``) published in ``CLUSTER_METADATA``; Ray refuses
+    workers and drivers whose interpreter differs (``RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL``,
+    default patch).  Empty = this server's own interpreter: set it when the GCS runs on
+    another Python than the cluster."""
+    head: bool = False
+    """Be the head of a real Ray cluster: answer Ray's head-node lookup with a virtual head
+    (no raylet) so unmodified ``ray start --address`` workers join (``gcs.managers.head``)."""
+    temp_dir: str = "/tmp/ray"
+    """The virtual head's ``temp_dir`` (Ray's default); its ``session_dir`` is
+    ``<temp_dir>/<session_name>``.  Workers started without ``--temp-dir`` use it."""
     health: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     load_poll: LoadPollConfig = field(default_factory=LoadPollConfig)
     raylet_io: RayletIoConfig = field(default_factory=RayletIoConfig)
     max_dead_nodes_cached: int = 1000
     """Dead nodes kept for GetAllNodeInfo (oldest dropped first)."""
+    max_dead_workers_cached: int = 1000
+    """Dead workers kept in the WORKERS table (oldest dropped from memory and store first)."""
+    task_events_max_num_task_in_gcs: int = 100_000
+    """Task attempts whose events are kept (Ray's name and default); past it finished tasks
+    are evicted first, then actor tasks, then the rest, each counted as dropped."""
+    task_events_max_num_profile_events_per_task: int = 1000
+    """Profile events kept per task attempt (Ray's name and default)."""
+    max_dead_actors_cached: int = 100_000
+    """Dead actors kept for GetAllActorInfo (oldest dropped first, from memory and store)."""
     raylet_rpc_timeout_ms: int = 30000
     """Deadline for forwarded raylet calls (DrainRaylet, Resize)."""
     limits: RequestLimits = field(default_factory=RequestLimits)
@@ -213,6 +239,9 @@ ENV_VARS: dict[str, str] = {
     "GCS_METRICS_PORT": "metrics_port",
     "GCS_LOG_FORMAT": "log_format",
     "GCS_LOG_LEVEL": "log_level",
+    "GCS_PYTHON_VERSION": "python_version",
+    "GCS_HEAD": "head",
+    "GCS_TEMP_DIR": "temp_dir",
     "RAY_health_check_initial_delay_ms": "health.initial_delay_ms",
     "RAY_health_check_period_ms": "health.period_ms",
     "RAY_health_check_timeout_ms": "health.timeout_ms",
@@ -225,7 +254,14 @@ ENV_VARS: dict[str, str] = {
     "GCS_RAYLET_STARTUP_CONTACTS_PER_S": "raylet_io.startup_contacts_per_s",
     "GCS_LOAD_POLL_SLICE_SIZE": "load_poll.slice_size",
     "GCS_LOAD_POLL_SPREAD": "load_poll.spread",
+    "GCS_LOAD_POLL_SYNCER_MAX_STALENESS_MS": "load_poll.syncer_max_staleness_ms",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
+    "GCS_MAX_DEAD_WORKERS_CACHED": "max_dead_workers_cached",
+    "RAY_task_events_max_num_task_in_gcs": "task_events_max_num_task_in_gcs",
+    "RAY_task_events_max_num_profile_events_per_task": (
+        "task_events_max_num_profile_events_per_task"
+    ),
+    "RAY_maximum_gcs_destroyed_actor_cached_count": "max_dead_actors_cached",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
@@ -258,9 +294,20 @@ _POSITIVE = (
     "expired_job_clusters_gc_interval_ms",
     "front_max_concurrent_streams",
     "front_max_buffered_bytes",
+    "task_events_max_num_task_in_gcs",
 )
 """Periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
-_NON_NEGATIVE = ("max_dead_nodes_cached", "gc_gen0_threshold")
+_NON_NEGATIVE = (
+    "max_dead_nodes_cached",
+    "load_poll.syncer_max_staleness_ms",
+    "max_dead_workers_cached",
+    "max_dead_actors_cached",
+    "gc_gen0_threshold",
+    "task_events_max_num_profile_events_per_task",
+)
+
+
+_PYTHON_VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 
 class ConfigError(ValueError):
@@ -280,14 +327,24 @@ def _coerce(value: Any, target: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a number, got {value!r}") from None
     if target is str:
         return str(value)
-    if target is bool and not isinstance(value, bool):
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if target is bool:
+        return _coerce_bool(value, where)
     return value
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _coerce_bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{where}: expected true or false, got {value!r}")
 
 
 def _set_path(tree: dict[str, Any], path: str, value: Any) -> None:
@@ -433,6 +490,15 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         value = _get_path(config, path)
         if value < 0:
             raise ConfigError(f"{where}.{_names(path)}: must be >= 0, got {value}")
+    if config.python_version and not _PYTHON_VERSION.fullmatch(config.python_version):
+        raise ConfigError(
+            f"{where}.{_names('python_version')}: expected MAJOR.MINOR.PATCH such as 3.11.7, "
+            f"got {config.python_version!r}"
+        )
+    if not config.temp_dir.startswith("/"):
+        raise ConfigError(
+            f"{where}.{_names('temp_dir')}: must be an absolute path, got {config.temp_dir!r}"
+        )
     if config.load_poll.slice_size < 1:
         raise ConfigError(f"{where}.load_poll.slice_size: must be >= 1")
     if not 0 <= config.load_poll.spread <= 1:

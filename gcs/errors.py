@@ -7,7 +7,8 @@
     ├── FailedPrecondition        the state does not allow it, e.g. a dead node re-registering
     ├── Unauthenticated           wrong cluster id / missing or wrong token
     ├── Unavailable               store or raylet unreachable; nothing was acknowledged
-    │   └── RayletUnreachable     a raylet did not answer (refused, lost, deadline exceeded)
+    │   ├── RayletUnreachable     a raylet did not answer (refused, lost, deadline exceeded)
+    │   └── WorkerUnreachable     a core worker did not answer (its process is likely gone)
     └── RayStatusError            an error Ray reports by its ``StatusCode`` name
 
 How each maps to a gRPC status and to Ray's in-reply ``GcsStatus.code`` is decided in one
@@ -108,3 +109,11 @@ class RayStatusError(GcsError):
     def __init__(self, ray_code: RayStatusCode, message: str) -> None:
         super().__init__(message)
         self.ray_code = ray_code
+
+
+class WorkerUnreachable(Unavailable):
+    """A call to a core worker failed in transport (raised by the actor gateway)."""
+
+    def __init__(self, worker_id: bytes, message: str) -> None:
+        super().__init__(message)
+        self.worker_id = worker_id

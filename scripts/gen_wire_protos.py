@@ -34,6 +34,12 @@ SERVICES = {
     "ray.rpc.TaskInfoGcsService",
     "ray.rpc.NodeManagerService",
     "ray.rpc.autoscaler.AutoscalerStateService",
+    "ray.rpc.CoreWorkerService",
+}
+# Services of which we call only some methods (the rest, and what only they reach, left out).
+SERVICE_METHODS: dict[str, set[str]] = {
+    # The GCS actor scheduler pushes the creation task to the leased worker.
+    "ray.rpc.CoreWorkerService": {"PushTask"},
 }
 # Messages we use directly although no service method reaches them.
 EXTRA_MESSAGES = {
@@ -165,10 +171,15 @@ def top_level(name: str, index: Index) -> str:
     raise KeyError(name)
 
 
+def methods_of(svc: str, index: Index) -> list[d.MethodDescriptorProto]:
+    wanted = SERVICE_METHODS.get(svc)
+    return [m for m in index.services[svc][1].method if wanted is None or m.name in wanted]
+
+
 def closure(index: Index) -> set[str]:
     todo = list(EXTRA_MESSAGES and {"." + m for m in EXTRA_MESSAGES})
     for svc in SERVICES:
-        for method in index.services[svc][1].method:
+        for method in methods_of(svc, index):
             todo += [method.input_type, method.output_type]
     seen: set[str] = set()
     while todo:
@@ -278,7 +289,7 @@ def main(src: str, dst: str) -> None:
             if f"{fd.package}.{s.name}" not in SERVICES:
                 continue
             body.append(f"service {s.name} {{")
-            for mth in s.method:
+            for mth in methods_of(f"{fd.package}.{s.name}", index):
                 req, rep = rename(mth.input_type), rename(mth.output_type)
                 body.append(f"  rpc {mth.name}({req}) returns ({rep});")
             body.append("}")

@@ -1,13 +1,21 @@
-"""Shared fixtures: a GCS server on a free port with an in-memory store."""
+"""Shared fixtures: a GCS server on a free port with an in-memory store.
+
+Waiting, as the suite must pass at ``-n 4`` on 2 cores: what the code times with an injected
+clock is driven by a ``FakeClock`` (``advance_until``, or ``advance`` and a counter such as
+``FakeClock.sleepers``, to show that nothing happens before its time); anything else is
+waited for as a condition (``eventually``) with a deadline that only bounds a hang.  Never a
+fixed sleep that passes without checking, never a tight deadline on a call that must
+succeed."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import structlog
 
+from gcs.clock import FakeClock
 from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
@@ -15,15 +23,19 @@ from gcs.testing.servers import RedisServer
 
 
 def fast_config(**overrides: object) -> GcsConfig:
-    """Ray's defaults scaled down so tests observe deaths and polls in well under a second."""
+    """Ray's periods scaled down so tests observe deaths and polls in well under a second.
+
+    Timeouts stay generous: a raylet that is gone refuses the connection at once (its death
+    takes ``failure_threshold`` periods, not timeouts), while a live in-process raylet slowed
+    by a loaded machine must not miss health checks or polls (false deaths, poll backoff)."""
     base = {
         "host": "127.0.0.1",
         "port": 0,
         "metrics_port": -1,
         "health": HealthCheckConfig(
-            initial_delay_ms=100, period_ms=100, timeout_ms=200, failure_threshold=3
+            initial_delay_ms=100, period_ms=100, timeout_ms=5_000, failure_threshold=3
         ),
-        "load_poll": LoadPollConfig(period_ms=100, timeout_ms=300),
+        "load_poll": LoadPollConfig(period_ms=100, timeout_ms=5_000),
     }
     base.update(overrides)
     return GcsConfig(**base)  # type: ignore[arg-type]
@@ -64,7 +76,10 @@ async def gcs_server(memory_store: MemoryStore) -> AsyncIterator[GcsServer]:
 
 
 class Stubs:
-    """Client stubs for every GCS service, carrying the cluster id like Ray's clients."""
+    """Client stubs for every GCS service, carrying the cluster id like Ray's clients.
+
+    Deadlines are generous (30 s): a call that fails does so at once, and one that must
+    succeed must not time out because a loaded machine stalled this process."""
 
     def __init__(self, channel: object, cluster_id: bytes) -> None:
         from gcs.rpc import ServiceStub
@@ -72,14 +87,21 @@ class Stubs:
 
         md = [("ray_cluster_id", cluster_id.hex())]
         self.cluster_id = cluster_id
-        self.node_info = ServiceStub(channel, svc.NODE_INFO, metadata=md, timeout_s=10)
-        self.node_resources = ServiceStub(
-            channel, svc.NODE_RESOURCE_INFO, metadata=md, timeout_s=10
-        )
-        self.kv = ServiceStub(channel, svc.INTERNAL_KV, metadata=md, timeout_s=10)
-        self.autoscaler = ServiceStub(channel, svc.AUTOSCALER_STATE, metadata=md, timeout_s=10)
-        self.jobs = ServiceStub(channel, svc.JOB_INFO, metadata=md, timeout_s=10)
-        self.pgs = ServiceStub(channel, svc.PLACEMENT_GROUP_INFO, metadata=md, timeout_s=10)
+        deadline_s = 30
+
+        def stub(service: object) -> ServiceStub:
+            return ServiceStub(channel, service, metadata=md, timeout_s=deadline_s)
+
+        self.node_info = stub(svc.NODE_INFO)
+        self.node_resources = stub(svc.NODE_RESOURCE_INFO)
+        self.kv = stub(svc.INTERNAL_KV)
+        self.autoscaler = stub(svc.AUTOSCALER_STATE)
+        self.jobs = stub(svc.JOB_INFO)
+        self.pgs = stub(svc.PLACEMENT_GROUP_INFO)
+        self.workers = stub(svc.WORKER_INFO)
+        self.tasks = stub(svc.TASK_INFO)
+        self.runtime_env = stub(svc.RUNTIME_ENV)
+        self.actors = stub(svc.ACTOR_INFO)
 
 
 @pytest.fixture
@@ -91,8 +113,34 @@ async def stubs(gcs_server: GcsServer) -> AsyncIterator[Stubs]:
         yield Stubs(channel, gcs_server.meta.cluster_id)
 
 
-async def eventually(predicate: object, timeout_s: float = 5.0, interval_s: float = 0.02) -> None:
-    """Wait until ``predicate()`` (sync or async) is truthy; fail with a clear message."""
+async def eventually(predicate: object, timeout_s: float = 30.0, interval_s: float = 0.02) -> None:
+    """Wait until ``predicate()`` (sync or async) is truthy; fail with a clear message.
+
+    The deadline only bounds a hang: a condition that holds returns at once, so it is generous
+    enough for a machine running the suite at ``-n 4`` on 2 cores."""
+    import asyncio
+
+    await _poll(predicate, timeout_s, lambda: asyncio.sleep(interval_s))
+
+
+async def advance_until(
+    clock: FakeClock, predicate: object, step_s: float, timeout_s: float = 30.0
+) -> None:
+    """Move the fake clock ``step_s`` at a time until ``predicate()`` (sync or async) holds:
+    what waits on the clock (health checks, synthetic holds) moves only when the test moves
+    time; the wall-clock deadline only bounds a hang."""
+    import asyncio
+
+    async def step() -> None:
+        clock.advance(step_s)
+        await asyncio.sleep(0.01)
+
+    await _poll(predicate, timeout_s, step)
+
+
+async def _poll(
+    predicate: object, timeout_s: float, between: Callable[[], Awaitable[object]]
+) -> None:
     import asyncio
     import inspect
 
@@ -105,4 +153,4 @@ async def eventually(predicate: object, timeout_s: float = 5.0, interval_s: floa
             return
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(interval_s)
+        await between()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -52,7 +53,27 @@ async def _create_once(store: Store, key: bytes, fresh: bytes) -> tuple[bytes, b
     return fresh, True
 
 
-async def load_or_create(store: Store, kv: KvManager, *, session_name: str = "") -> ClusterMeta:
+def interpreter_version() -> str:
+    """This interpreter's full version, as Ray writes it (``3.11.7``)."""
+    return ".".join(map(str, sys.version_info[:3]))
+
+
+def cluster_metadata(python_version: str = "") -> bytes:
+    """``cluster``/``CLUSTER_METADATA``: Ray's workers and drivers compare both versions
+    with their own (the Python one to the patch level by default) and refuse to start on a
+    mismatch."""
+    return json.dumps(
+        {
+            "ray_version": gcs.RAY_VERSION,
+            "python_version": python_version or interpreter_version(),
+            "ray_init_cluster": False,
+        }
+    ).encode()
+
+
+async def load_or_create(
+    store: Store, kv: KvManager, *, session_name: str = "", python_version: str = ""
+) -> ClusterMeta:
     cluster_id, created = await _create_once(store, META_CLUSTER_ID, os.urandom(CLUSTER_ID_SIZE))
     if len(cluster_id) != CLUSTER_ID_SIZE:
         raise StoreCorrupt(f"stored cluster id has {len(cluster_id)} bytes, expected 28")
@@ -61,7 +82,7 @@ async def load_or_create(store: Store, kv: KvManager, *, session_name: str = "")
     # Published copies for Ray's clients (rewritten each start: a client may have changed them).
     await kv.put(b"cluster", b"ray_cluster_id", cluster_id, overwrite=True)
     await kv.put(b"session", b"session_name", stored_session, overwrite=True)
-    metadata = json.dumps({"ray_version": gcs.RAY_VERSION, "python_version": "3.11"}).encode()
-    await kv.put(b"cluster", b"CLUSTER_METADATA", metadata, overwrite=False)
+    # Rewritten each start: the configured Python version may have changed.
+    await kv.put(b"cluster", b"CLUSTER_METADATA", cluster_metadata(python_version), overwrite=True)
     await kv.put(b"__autoscaler", b"__autoscaler_v2_enabled", b"1", overwrite=True)
     return ClusterMeta(cluster_id, stored_session.decode(), created)

@@ -24,6 +24,8 @@ __all__ = [
     "NodeListener",
     "PlacementGroupEvents",
     "PlacementGroupListener",
+    "WorkerEvents",
+    "WorkerListener",
 ]
 
 
@@ -75,6 +77,9 @@ class JobEvents:
 
 
 class PlacementGroupListener(Protocol):
+    def on_placement_group_created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
+        """A new PENDING group was persisted (it wants placing)."""
+
     def on_placement_group_removed(
         self, pg: gcs_pb2.PlacementGroupTableData, virtual_cluster_id: str
     ) -> None: ...
@@ -87,6 +92,31 @@ class PlacementGroupEvents:
     def subscribe(self, listener: PlacementGroupListener) -> None:
         self._listeners.append(listener)
 
+    def created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
+        for listener in self._listeners:
+            listener.on_placement_group_created(pg)
+
     def removed(self, pg: gcs_pb2.PlacementGroupTableData, virtual_cluster_id: str) -> None:
         for listener in self._listeners:
             listener.on_placement_group_removed(pg, virtual_cluster_id)
+
+
+class WorkerListener(Protocol):
+    def on_worker_dead(self, failure: gcs_pb2.WorkerTableData) -> None:
+        """A worker (or driver) process died: ``ReportWorkerFailure``'s ``worker_failure``
+        (``worker_address``, ``exit_type``, ``exit_detail``, ``creation_task_exception``)."""
+
+
+class WorkerEvents:
+    """Worker deaths, emitted by whoever serves ``WorkerInfoGcsService.ReportWorkerFailure``
+    after it persisted the failure (the actor manager restarts or destroys actors)."""
+
+    def __init__(self, *listeners: WorkerListener) -> None:
+        self._listeners: list[WorkerListener] = list(listeners)
+
+    def subscribe(self, listener: WorkerListener) -> None:
+        self._listeners.append(listener)
+
+    def worker_dead(self, failure: gcs_pb2.WorkerTableData) -> None:
+        for listener in self._listeners:
+            listener.on_worker_dead(failure)

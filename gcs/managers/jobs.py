@@ -3,7 +3,9 @@
 Ray's JobCounter is a durable counter (``GetNextJobID``); job ids are its value as 4 bytes
 little-endian (Ray's ``JobID::FromInt``).  AddJob and MarkJobFinished run on the manager's
 :class:`~gcs.managers.lane.ApplyLane`; listeners (:class:`~gcs.managers.events.JobEvents`)
-check a job before it is persisted and hear of it when it finished.
+check a job before it is persisted and hear of it when it finished.  Every change is
+published on ``GCS_JOB_CHANNEL`` (key = job id) after it is applied: raylets start a job's
+workers only once they heard of the job there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from gcs.errors import InvalidArgument
 from gcs.ids import JOB_ID_SIZE
 from gcs.managers.events import JobEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
-from gcs.proto import gcs_pb2
+from gcs.managers.nodes import Publish, no_publish
+from gcs.proto import gcs_pb2, pubsub_pb2
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_JOB
 
@@ -35,9 +38,11 @@ class JobManager:
         clock: Clock,
         *,
         events: JobEvents | None = None,
+        publish: Publish = no_publish,
         lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self._store = store
+        self._publish = publish
         self._clock = clock
         self._events = events if events is not None else JobEvents()
         self._lane = ApplyLane(store, "jobs", policy=lane_policy)
@@ -52,6 +57,11 @@ class JobManager:
         """The virtual cluster a known job runs in ("" for unknown jobs / the primary)."""
         job = self.jobs.get(job_id)
         return job.virtual_cluster_id if job is not None else ""
+
+    def namespace_of(self, job_id: bytes) -> str:
+        """The Ray namespace a known job runs in ("" for unknown jobs)."""
+        job = self.jobs.get(job_id)
+        return job.config.ray_namespace if job is not None else ""
 
     async def load(self) -> None:
         for raw in (await self._store.get_all(TABLE_JOB)).values():
@@ -74,6 +84,7 @@ class JobManager:
 
             def apply() -> None:
                 self.jobs[stored.job_id] = stored
+                self._publish(pubsub_pb2.GCS_JOB_CHANNEL, stored.job_id, stored)
 
             batch = WriteBatch().put(TABLE_JOB, job.job_id, stored.SerializeToString())
             await self._lane.commit(batch, apply)
@@ -94,6 +105,7 @@ class JobManager:
             def apply() -> None:
                 self.jobs[job_id] = updated
                 self._events.finished(updated)
+                self._publish(pubsub_pb2.GCS_JOB_CHANNEL, job_id, updated)
 
             batch = WriteBatch().put(TABLE_JOB, job_id, updated.SerializeToString())
             await self._lane.commit(batch, apply)

@@ -50,7 +50,7 @@ class DrainRecord:
     deadline_timestamp_ms: int
 
 
-def _no_publish(channel: int, key_id: bytes, message: Message) -> None:
+def no_publish(channel: int, key_id: bytes, message: Message) -> None:
     return None
 
 
@@ -74,7 +74,7 @@ class NodeManager:
         clock: Clock,
         *,
         events: NodeEvents | None = None,
-        publish: Publish = _no_publish,
+        publish: Publish = no_publish,
         max_dead_cached: int = 1000,
         lane_policy: ResolvePolicy | None = None,
     ) -> None:
@@ -118,6 +118,20 @@ class NodeManager:
 
     def total(self) -> int:
         return len(self.alive) + len(self.dead)
+
+    def apply_snapshot(self, node_id: bytes, snapshot: gcs_pb2.NodeSnapshot) -> None:
+        """The node's ``state_snapshot`` from its syncer view (Ray's ``UpdateAliveNode``).
+
+        Soft state, as in Ray: in memory only, never persisted, so not on the lane.  The
+        record is replaced, not mutated, so caches keyed on the record's identity (the
+        autoscaler's per-node bytes) rebuild."""
+        node = self.alive.get(node_id)
+        if node is None or node.state_snapshot == snapshot:
+            return
+        updated = gcs_pb2.GcsNodeInfo()
+        updated.CopyFrom(node)
+        updated.state_snapshot.CopyFrom(snapshot)
+        self.alive[node_id] = updated
 
     # -- mutations (each on the lane) ----------------------------------------------------
     async def register(self, node: gcs_pb2.GcsNodeInfo) -> None:

@@ -1,9 +1,16 @@
-"""Placement group records and their pending load (the gangs the autoscaler must place).
+"""Placement groups: records, placement results, waiters, and their pending load.
 
-This is the part of Ray's ``GcsPlacementGroupManager`` the autoscaler needs: PGs are created
-PENDING, persisted, listed, removed; pending / rescheduling ones become
-``GangResourceRequest``s in ``GetClusterResourceState`` (gcs-server.md §2.1).  Bundle
-placement on raylets (the 2PC prepare/commit) is future work.
+The state half of Ray's ``GcsPlacementGroupManager``: PGs are created PENDING, persisted,
+listed, removed; pending / rescheduling ones become ``GangResourceRequest``s in
+``GetClusterResourceState`` (gcs-server.md §2.1).  Where bundles go and the two-phase
+reservation on raylets is :class:`~gcs.managers.pg_scheduler.PlacementGroupScheduler`'s job;
+it reports here (:meth:`PlacementGroupManager.record_placement`, :meth:`~PlacementGroupManager.
+bundles_lost`), and every change runs on this manager's :class:`~gcs.managers.lane.ApplyLane`
+(validate -> persist -> apply -> publish).  The bundles' node ids are persisted with the
+group (``PlacementGroupTableData.bundles[].node_id``), so a restarted GCS knows which
+bundles are in use where.  A group is persisted only PENDING / RESCHEDULING (placed bundles
+keep their node) / CREATED / REMOVED: Ray's PREPARED phase is not persisted (a restart
+releases prepared-only bundles through ``ReleaseUnusedBundles`` and places them again).
 
 Virtual clusters: our ``PlacementGroupTableData`` has no ``virtual_cluster_id`` (ant-ray's
 field 17 collides with Ray 2.60's ``topology_assignments``, and its ``PlacementGroupSpec``
@@ -11,16 +18,17 @@ field 12 with ``topology_strategy``), so a PG's virtual cluster id is resolved a
 ``job_cluster`` (the creator job's cluster, given at construction) and kept in a sidecar
 persisted in the same batch under ``GCS_META`` ``pg_vc:<pg id>``.
 
-Create and remove run on the manager's :class:`~gcs.managers.lane.ApplyLane`; removals are
-told to :class:`~gcs.managers.events.PlacementGroupEvents` listeners after they are persisted.
+Removals are told to :class:`~gcs.managers.events.PlacementGroupEvents` listeners after
+they are persisted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import Callable, Iterator, Mapping
 
 from gcs.clock import Clock, now_ms
-from gcs.errors import InvalidArgument, NotFound
+from gcs.errors import FailedPrecondition, InvalidArgument, NotFound
 from gcs.labels import selector_proto as parse_selector
 from gcs.managers.events import PlacementGroupEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
@@ -29,15 +37,31 @@ from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META, TABLE_PLACEMENT_GROUP
 
 PG = gcs_pb2.PlacementGroupTableData
+STATS = gcs_pb2.PlacementGroupStats
 PENDING_STATES = (PG.PENDING, PG.RESCHEDULING)
 MAX_LOAD_REPORT = 1000  # Ray: max_placement_group_load_report_size
 VC_SIDECAR_PREFIX = b"pg_vc:"
+NIL_NODE = b"\xff" * 28
+REMOVED_BEFORE_CREATED = "Placement group is removed before it is created."
+REMOVED = "Placement group is removed."
 JobCluster = Callable[[bytes], str]
 """creator job id -> its virtual cluster id ("" = none / the primary)."""
+JobNamespace = Callable[[bytes], str]
+"""creator job id -> its Ray namespace ("" when unknown)."""
 
 
 def _no_cluster(job_id: bytes) -> str:
     return ""
+
+
+def is_placed(bundle: common_pb2.Bundle) -> bool:
+    return bool(bundle.node_id) and bundle.node_id != NIL_NODE
+
+
+def _copy(pg: gcs_pb2.PlacementGroupTableData) -> gcs_pb2.PlacementGroupTableData:
+    out = PG()
+    out.CopyFrom(pg)
+    return out
 
 
 class PlacementGroupManager:
@@ -48,30 +72,42 @@ class PlacementGroupManager:
         *,
         events: PlacementGroupEvents | None = None,
         job_cluster: JobCluster = _no_cluster,
+        job_namespace: JobNamespace = _no_cluster,
         lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._events = events if events is not None else PlacementGroupEvents()
         self._job_cluster = job_cluster
+        self._job_namespace = job_namespace
         self._lane = ApplyLane(store, "placement_groups", policy=lane_policy)
         self.groups: dict[bytes, gcs_pb2.PlacementGroupTableData] = {}
         self.virtual_cluster_of: dict[bytes, str] = {}
         """PG id -> virtual cluster id (only PGs created inside one)."""
+        self.named: dict[tuple[str, str], bytes] = {}
+        """(namespace, name) -> id of the live (not removed) group of that name."""
+        self._waiters: dict[bytes, list[asyncio.Future[None]]] = {}
         self.version = 0
-        """Bumped on every create/remove (caches of pending gangs key on it)."""
+        """Bumped on every change (caches of pending gangs and PG labels key on it)."""
 
     async def load(self) -> None:
         for raw in (await self._store.get_all(TABLE_PLACEMENT_GROUP)).values():
             pg = PG.FromString(raw)
             self.groups[pg.placement_group_id] = pg
+            if pg.name and pg.state != PG.REMOVED:
+                self.named[(pg.ray_namespace, pg.name)] = pg.placement_group_id
         sidecar = await self._store.scan_prefix(TABLE_META, VC_SIDECAR_PREFIX)
         for key, value in sidecar.items():
             pg_id = key[len(VC_SIDECAR_PREFIX) :]
             if pg_id in self.groups:
                 self.virtual_cluster_of[pg_id] = value.decode()
+        self.version += 1
+
+    # -- commands ----------------------------------------------------------------------------
 
     async def create(self, spec: common_pb2.PlacementGroupSpec) -> None:
+        """Register a PENDING group; idempotent per id.  A name taken in the creator job's
+        namespace is refused (``FailedPrecondition``, Ray's ``Invalid``)."""
         pg_id = spec.placement_group_id
         if len(pg_id) != 18:
             raise InvalidArgument(
@@ -89,9 +125,15 @@ class PlacementGroupManager:
                     )
         if spec.strategy not in common_pb2.PlacementStrategy.values():
             raise InvalidArgument(f"placement_group_spec.strategy: unknown value {spec.strategy}")
+        namespace = self._job_namespace(spec.creator_job_id)
         async with self._lane:
             if pg_id in self.groups:
                 return  # idempotent retry
+            if spec.name and (namespace, spec.name) in self.named:
+                raise FailedPrecondition(
+                    f"Failed to create placement group '{pg_id.hex()}' because name "
+                    f"'{spec.name}' already exists."
+                )
             pg = PG(
                 placement_group_id=pg_id,
                 name=spec.name,
@@ -100,13 +142,20 @@ class PlacementGroupManager:
                 state=PG.PENDING,
                 creator_job_id=spec.creator_job_id,
                 creator_actor_id=spec.creator_actor_id,
+                creator_actor_dead=not any(spec.creator_actor_id.strip(b"\xff")),
                 is_detached=spec.is_detached,
+                ray_namespace=namespace,
                 soft_target_node_id=spec.soft_target_node_id,
                 placement_group_creation_timestamp_ms=now_ms(self._clock),
+                stats=gcs_pb2.PlacementGroupStats(
+                    creation_request_received_ns=int(self._clock.now_s() * 1e9),
+                    scheduling_state=STATS.QUEUED,
+                ),
             )
             for i, bundle in enumerate(pg.bundles):
                 bundle.bundle_id.placement_group_id = pg_id
                 bundle.bundle_id.bundle_index = i
+                bundle.ClearField("node_id")
             vc_id = self._job_cluster(spec.creator_job_id)
             batch = WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, pg.SerializeToString())
             if vc_id:
@@ -114,9 +163,12 @@ class PlacementGroupManager:
 
             def apply() -> None:
                 self.groups[pg_id] = pg
+                if pg.name:
+                    self.named[(namespace, pg.name)] = pg_id
                 if vc_id:
                     self.virtual_cluster_of[pg_id] = vc_id
                 self.version += 1
+                self._events.created(pg)
 
             await self._lane.commit(batch, apply)
 
@@ -127,20 +179,163 @@ class PlacementGroupManager:
                 raise NotFound(f"placement group {pg_id.hex()} does not exist")
             if pg.state == PG.REMOVED:
                 return
-            updated = PG()
-            updated.CopyFrom(pg)
-            updated.state = PG.REMOVED
+            await self._remove_locked([pg])
+
+    async def job_finished(self, job_id: bytes) -> list[bytes]:
+        """Ray's lifetime rule: every live group of the job is marked ``creator_job_dead``;
+        a non-detached one whose creator actor is dead too (a driver-created group has no
+        actor) is removed.  Returns the removed ids."""
+        async with self._lane:
+            changed = []
+            for pg in self.groups.values():
+                if pg.creator_job_id != job_id or pg.state == PG.REMOVED:
+                    continue
+                new = _copy(pg)
+                new.creator_job_dead = True
+                if not new.is_detached and new.creator_actor_dead:
+                    new.state = PG.REMOVED
+                    new.stats.scheduling_state = STATS.REMOVED
+                changed.append(new)
+            if changed:
+                await self._commit_changes(changed)
+            return [pg.placement_group_id for pg in changed if pg.state == PG.REMOVED]
+
+    async def _remove_locked(self, groups: list[gcs_pb2.PlacementGroupTableData]) -> None:
+        removed = []
+        for pg in groups:
+            new = _copy(pg)
+            new.state = PG.REMOVED
+            new.stats.scheduling_state = STATS.REMOVED
+            removed.append(new)
+        await self._commit_changes(removed)
+
+    async def _commit_changes(self, changed: list[gcs_pb2.PlacementGroupTableData]) -> None:
+        """Persist changed groups in one batch; removals free their name, fail their
+        waiters and are told to listeners."""
+        batch = WriteBatch()
+        for new in changed:
+            batch.put(TABLE_PLACEMENT_GROUP, new.placement_group_id, new.SerializeToString())
+
+        def apply() -> None:
+            for new in changed:
+                pg_id = new.placement_group_id
+                self.groups[pg_id] = new
+                if new.state != PG.REMOVED:
+                    continue
+                if self.named.get((new.ray_namespace, new.name)) == pg_id:
+                    del self.named[(new.ray_namespace, new.name)]
+                self._wake(pg_id, NotFound(REMOVED_BEFORE_CREATED))
+                self._events.removed(new, self.virtual_cluster_of.get(pg_id, ""))
+            self.version += 1
+
+        await self._lane.commit(batch, apply)
+
+    async def record_placement(
+        self, pg_id: bytes, assignment: Mapping[int, bytes], is_alive: Callable[[bytes], bool]
+    ) -> bool:
+        """Bundles committed on raylets: persist their nodes; CREATED once all are placed.
+
+        False (nothing recorded) when the group was removed meanwhile, a bundle is placed
+        already, or a chosen node died: the caller returns the bundles to the raylets.
+        """
+        async with self._lane:
+            pg = self.groups.get(pg_id)
+            if pg is None or pg.state not in PENDING_STATES:
+                return False
+            for index, node_id in assignment.items():
+                if not 0 <= index < len(pg.bundles) or is_placed(pg.bundles[index]):
+                    return False
+                if not is_alive(node_id):
+                    return False
+            new = _copy(pg)
+            for index, node_id in assignment.items():
+                new.bundles[index].node_id = node_id
+            if all(is_placed(b) for b in new.bundles):
+                new.state = PG.CREATED
+                new.stats.scheduling_state = STATS.FINISHED
+                received_ns = new.stats.creation_request_received_ns
+                if received_ns:
+                    latency_us = (int(self._clock.now_s() * 1e9) - received_ns) // 1000
+                    new.stats.end_to_end_creation_latency_us = max(0, latency_us)
+                new.placement_group_final_bundle_placement_timestamp_ms = now_ms(self._clock)
 
             def apply() -> None:
-                self.groups[pg_id] = updated
+                self.groups[pg_id] = new
                 self.version += 1
-                self._events.removed(updated, self.virtual_cluster_of.get(pg_id, ""))
+                if new.state == PG.CREATED:
+                    self._wake(pg_id, None)
 
-            batch = WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, updated.SerializeToString())
+            batch = WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, new.SerializeToString())
             await self._lane.commit(batch, apply)
+            return True
+
+    async def bundles_lost(self, node_id: bytes) -> list[bytes]:
+        """A node died: only its bundles become unplaced; CREATED groups -> RESCHEDULING.
+        Returns the ids of the groups that lost bundles."""
+        async with self._lane:
+            changed = []
+            batch = WriteBatch()
+            for pg in self.groups.values():
+                if pg.state == PG.REMOVED or not any(b.node_id == node_id for b in pg.bundles):
+                    continue
+                new = _copy(pg)
+                for bundle in new.bundles:
+                    if bundle.node_id == node_id:
+                        bundle.ClearField("node_id")
+                if new.state == PG.CREATED:
+                    new.state = PG.RESCHEDULING
+                    new.stats.scheduling_state = STATS.QUEUED
+                batch.put(TABLE_PLACEMENT_GROUP, new.placement_group_id, new.SerializeToString())
+                changed.append(new)
+            if not changed:
+                return []
+
+            def apply() -> None:
+                for new in changed:
+                    self.groups[new.placement_group_id] = new
+                self.version += 1
+
+            await self._lane.commit(batch, apply)
+            return [pg.placement_group_id for pg in changed]
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    async def wait_ready(self, pg_id: bytes) -> None:
+        """Return once the group is CREATED; ``NotFound`` once it is removed.  An unknown id
+        waits for its creation (Ray: create and wait may arrive in either order)."""
+        pg = self.groups.get(pg_id)
+        if pg is not None and pg.state == PG.CREATED:
+            return
+        if pg is not None and pg.state == PG.REMOVED:
+            raise NotFound(REMOVED)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(pg_id, []).append(fut)
+        try:
+            await fut
+        finally:
+            waiters = self._waiters.get(pg_id)
+            if waiters is not None and fut in waiters:
+                waiters.remove(fut)
+                if not waiters:
+                    del self._waiters[pg_id]
+
+    def _wake(self, pg_id: bytes, error: Exception | None) -> None:
+        for fut in self._waiters.pop(pg_id, []):
+            if fut.done():
+                continue
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
+
+    # -- reads -------------------------------------------------------------------------------
 
     def get(self, pg_id: bytes) -> gcs_pb2.PlacementGroupTableData | None:
         return self.groups.get(pg_id)
+
+    def get_named(self, name: str, namespace: str) -> gcs_pb2.PlacementGroupTableData | None:
+        pg_id = self.named.get((namespace, name))
+        return self.groups.get(pg_id) if pg_id is not None else None
 
     def pending(self) -> Iterator[gcs_pb2.PlacementGroupTableData]:
         count = 0
@@ -157,6 +352,17 @@ class PlacementGroupManager:
             for pg in self.groups.values()
             if pg.state != PG.REMOVED and any(b.node_id == node_id for b in pg.bundles)
         ]
+
+    def bundles_in_use(self) -> dict[bytes, list[common_pb2.Bundle]]:
+        """Node id -> the placed bundles of live groups there (for ReleaseUnusedBundles)."""
+        out: dict[bytes, list[common_pb2.Bundle]] = {}
+        for pg in self.groups.values():
+            if pg.state == PG.REMOVED:
+                continue
+            for bundle in pg.bundles:
+                if is_placed(bundle):
+                    out.setdefault(bundle.node_id, []).append(bundle)
+        return out
 
     def gang_requests(self) -> list[autoscaler_pb2.GangResourceRequest]:
         return [gang_request(pg) for pg in self.pending()]
@@ -179,7 +385,7 @@ def gang_request(pg: gcs_pb2.PlacementGroupTableData) -> autoscaler_pb2.GangReso
         )
     selector = out.bundle_selectors.add()
     for bundle in pg.bundles:
-        if bundle.node_id and bundle.node_id != b"\xff" * 28:
+        if is_placed(bundle):
             continue  # placed already (only in RESCHEDULING groups)
         legacy = out.requests.add(resources_bundle=bundle.unit_resources)
         if constraint is not None:

@@ -9,7 +9,9 @@ contribution is swapped, so reading 10,000 pending shapes does not rescan 2,000 
 (Ray default 1 s) through the raylet gateway, with a per-call deadline and a concurrency bound
 (a poll task exists only once it has a slot).  A node whose previous poll is still in flight
 is skipped for the round, so a slow or dead raylet never delays the rest, and one whose polls
-keep failing is polled less often (1, 2, 4, ... periods apart, capped).  After a restart the
+keep failing is polled less often (1, 2, 4, ... periods apart, capped).  With adaptive
+polling on, a raylet whose syncer view did not change since its last poll is polled at most
+every ``syncer_max_staleness_ms`` instead of every period.  After a restart the
 first polls of nodes known from the store are spread over a window
 (:func:`gcs.managers.startup_spread.spread`).
 """
@@ -28,7 +30,7 @@ from gcs.clock import Clock
 from gcs.config import LoadPollConfig
 from gcs.errors import GcsError
 from gcs.managers.nodes import NodeManager
-from gcs.proto import autoscaler_pb2, gcs_pb2
+from gcs.proto import autoscaler_pb2, gcs_pb2, ray_syncer_pb2
 from gcs.rpc.raylets.gateway import RayletGateway
 from gcs.wire_encoding import int_field, len_field
 
@@ -196,6 +198,38 @@ class ResourceCache:
         self.updates += 1
         return True
 
+    def apply_view(self, node_id: bytes, view: ray_syncer_pb2.ResourceViewSyncMessage) -> bool:
+        """A syncer RESOURCE_VIEW: resources, idle and draining replace the held ones; the
+        load (pending demand) stays as last polled.  False for unknown (dead) nodes."""
+        entry = self.nodes.get(node_id)
+        if entry is None:
+            return False
+        old = entry.data
+        data = gcs_pb2.ResourcesData()
+        data.CopyFrom(old)
+        data.resources_available.clear()
+        data.resources_available.update(view.resources_available)
+        if view.resources_total:
+            data.resources_total.clear()
+            data.resources_total.update(view.resources_total)
+        data.idle_duration_ms = view.idle_duration_ms
+        data.is_draining = view.is_draining
+        data.draining_deadline_timestamp_ms = view.draining_deadline_timestamp_ms
+        data.object_pulls_queued = view.object_pulls_queued
+        if view.labels:
+            data.labels.clear()
+            data.labels.update(view.labels)
+        if (
+            dict(data.resources_available) != dict(old.resources_available)
+            or dict(data.resources_total) != dict(old.resources_total)
+            or data.labels != old.labels
+        ):
+            entry.generation += 1
+        entry.data = data
+        entry.updated_mono_s = self._clock.monotonic_s()
+        self.updates += 1
+        return True
+
     def apply_resize(self, node_id: bytes, totals: dict[str, float]) -> None:
         entry = self.nodes.get(node_id)
         if entry is None:
@@ -277,6 +311,8 @@ class PollStats:
     polls_ok: int = 0
     polls_failed: int = 0
     skipped_in_flight: int = 0
+    skipped_synced: int = 0
+    """Polls left out because the node's syncer view was unchanged (adaptive polling)."""
     last_round_s: float = 0.0
     """Wall time from round start until its last reply (or deadline)."""
     max_staleness_s: float = 0.0
@@ -292,8 +328,16 @@ class LoadPoller:
         config: LoadPollConfig,
         *,
         on_report: Callable[[bytes], None] | None = None,
+        view_version: Callable[[bytes], int | None] | None = None,
     ) -> None:
+        """``view_version``: the version of a node's syncer view while its stream is up
+        (None otherwise); with ``config.syncer_max_staleness_ms`` it drives adaptive
+        polling."""
         self._nodes = nodes
+        self._view_version = view_version
+        self._synced_s = config.syncer_max_staleness_ms / 1000
+        self._polled_view: dict[bytes, tuple[int, float]] = {}
+        """Node -> (syncer view version, monotonic time) of its last successful poll."""
         self._cache = cache
         self._raylets = raylets
         self._clock = clock
@@ -342,6 +386,12 @@ class LoadPoller:
                 if node_id in self._in_flight:
                     self.stats.skipped_in_flight += 1
                     continue
+                version = self._view_version(node_id) if self._view_version else None
+                if version is not None and self._synced_s > 0:
+                    polled = self._polled_view.get(node_id)
+                    if polled and polled[0] == version and now - polled[1] < self._synced_s:
+                        self.stats.skipped_synced += 1
+                        continue
                 if not_before:
                     due = not_before.get(node_id)
                     if due is not None:
@@ -355,7 +405,7 @@ class LoadPoller:
                     continue
                 self._in_flight.add(node_id)
                 address = f"{node.node_manager_address}:{node.node_manager_port}"
-                tasks.append(loop.create_task(self._poll(node_id, address)))
+                tasks.append(loop.create_task(self._poll(node_id, address, version)))
                 if len(tasks) % slice_size == 0:
                     await asyncio.sleep(pause_s)
         except asyncio.CancelledError:
@@ -363,7 +413,7 @@ class LoadPoller:
                 task.cancel()
             raise
         alive = self._nodes.alive
-        for table in (self._not_before, self._failures):
+        for table in (self._not_before, self._failures, self._polled_view):
             if len(table) > len(alive):  # entries of dead nodes
                 for dead in [n for n in table if n not in alive]:
                     del table[dead]
@@ -385,7 +435,7 @@ class LoadPoller:
             (now - e.updated_mono_s for e in self._cache.nodes.values()), default=0.0
         )
 
-    async def _poll(self, node_id: bytes, address: str) -> None:
+    async def _poll(self, node_id: bytes, address: str, view_version: int | None) -> None:
         try:
             data = await self._raylets.get_resource_load(node_id, address, self._timeout_s)
         except GcsError as err:
@@ -404,6 +454,8 @@ class LoadPoller:
             self._in_flight.discard(node_id)
             self._sem.release()
         self._failures.pop(node_id, None)
+        if view_version is not None:
+            self._polled_view[node_id] = (view_version, self._clock.monotonic_s())
         self.stats.polls_ok += 1
         self._applier.submit(node_id, data)
 

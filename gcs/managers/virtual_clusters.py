@@ -53,7 +53,7 @@ from gcs.virtual_clusters import (
     replay,
 )
 from gcs.virtual_clusters.convert import node_view_from_gcs_node_info
-from gcs.virtual_clusters.ids import is_job_cluster_id
+from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID, is_job_cluster_id
 from gcs.virtual_clusters.model import Cluster
 from gcs.wire_encoding import len_field, string_field
 
@@ -272,6 +272,9 @@ class VirtualClusterManager:
                 f"vc-job-finished-{cluster_id}",
             )
 
+    def on_placement_group_created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
+        return None
+
     def on_placement_group_removed(
         self, pg: gcs_pb2.PlacementGroupTableData, cluster_id: str
     ) -> None:
@@ -368,6 +371,17 @@ class VirtualClusterManager:
         if hex_ids is None:
             return None
         return frozenset(bytes.fromhex(n) for n in hex_ids)
+
+    def schedulable_nodes(self, cluster_id: str) -> frozenset[bytes] | None:
+        """Nodes a workload of ``cluster_id`` may be placed on (the GCS scheduling
+        predicate, as ant-ray): None = every node for no id, the primary or an unknown
+        cluster; otherwise the cluster's members."""
+        if not cluster_id or cluster_id == PRIMARY_CLUSTER_ID:
+            return None
+        cluster = self.registry.get(cluster_id)
+        if cluster is None:
+            return None
+        return frozenset(bytes.fromhex(n) for n in cluster.members)
 
     # -- autoscaler ----------------------------------------------------------------------
     def autoscaler_section(self) -> bytes:

@@ -12,6 +12,13 @@ A lease asks for a resource *shape* (and optionally a label selector).  On arriv
 Freeing a lease (or resizing the node) grants queued requests in FIFO order and re-checks
 infeasible ones.  :meth:`LocalResources.load` summarises the queues the way a raylet reports
 them in ``ResourcesData.resource_load_by_shape``.
+
+Placement-group bundles (Ray's two-phase reservation): :meth:`~LocalResources.prepare_bundles`
+holds a bundle's unit resources (all bundles of the call or none);
+:meth:`~LocalResources.commit_bundles` turns held bundles into Ray's bundle resources
+(:mod:`gcs.placement.naming`), which leases can ask for; :meth:`~LocalResources.return_bundle`
+gives a prepared or committed bundle back (leases holding its resources are evicted first,
+as Ray kills the bundle's workers).  A node holding bundles is busy.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gcs.placement.naming import BundleKey, bundle_resources
 from gcs.rpc.errors import InvalidArgument, NotFound
 
 EPSILON = 1e-9
@@ -84,6 +92,12 @@ def selector_matches(selector: Iterable[LabelConstraint], labels: Mapping[str, s
 
 
 @dataclass
+class _Bundle:
+    unit: dict[str, float]
+    committed: bool = False
+
+
+@dataclass
 class LocalResources:
     """Totals, availability and the lease queues of one node."""
 
@@ -92,6 +106,7 @@ class LocalResources:
     available: dict[str, float] = field(init=False)
     _granted: dict[bytes, LeaseRequest] = field(init=False, default_factory=dict)
     _waiting: deque[_Entry] = field(init=False, default_factory=deque)
+    _bundles: dict[BundleKey, _Bundle] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.total = {k: float(v) for k, v in self.total.items() if v > 0}
@@ -101,8 +116,13 @@ class LocalResources:
 
     @property
     def busy(self) -> bool:
-        """A node is busy while any lease holds resources (queued demand alone is not)."""
-        return bool(self._granted)
+        """A node is busy while any lease or bundle holds resources (queued demand alone
+        is not)."""
+        return bool(self._granted) or bool(self._bundles)
+
+    def bundles(self) -> dict[BundleKey, bool]:
+        """Bundles held here -> committed (False: prepared only)."""
+        return {key: b.committed for key, b in self._bundles.items()}
 
     def granted_ids(self) -> list[bytes]:
         return list(self._granted)
@@ -167,11 +187,9 @@ class LocalResources:
 
     def release(self, lease_id: bytes) -> list[bytes]:
         """Free a granted lease; returns the lease ids granted as a result (FIFO)."""
-        request = self._granted.pop(lease_id, None)
-        if request is None:
+        if lease_id not in self._granted:
             raise NotFound(f"lease {lease_id.hex()} is not granted on this node")
-        for name, amount in request.shape.items():
-            self.available[name] = self.available.get(name, 0.0) + amount
+        self._free(lease_id)
         return self._grant_waiting()
 
     def cancel(self, lease_id: bytes) -> bool:
@@ -201,11 +219,99 @@ class LocalResources:
             delta = max(float(amount) - self.total[name], -free)
             self.total[name] += delta
             self.available[name] = self.available.get(name, 0.0) + delta
+        return self._recheck()
+
+    # -- placement-group bundles -----------------------------------------------------------
+
+    def prepare_bundles(self, bundles: Iterable[tuple[BundleKey, Mapping[str, float]]]) -> bool:
+        """Hold every new bundle's unit resources, or none (False) if they do not all fit
+        now.  Bundles held already count as prepared (an idempotent retry)."""
+        new: dict[BundleKey, dict[str, float]] = {}
+        for key, unit in bundles:
+            if key not in self._bundles:
+                new[key] = {k: float(v) for k, v in unit.items() if v > 0}
+        pool = dict(self.available)
+        for unit in new.values():
+            if not _fits(unit, pool):
+                return False
+            for name, amount in unit.items():
+                pool[name] = pool.get(name, 0.0) - amount
+        self.available = pool
+        for key, unit in new.items():
+            self._bundles[key] = _Bundle(unit)
+        return True
+
+    def commit_bundles(self, keys: Iterable[BundleKey]) -> list[bytes]:
+        """Expose prepared bundles' resources; returns lease ids granted as a result.
+
+        As Ray's raylet: a duplicate commit and a commit of an unknown bundle (never
+        prepared here, or returned meanwhile) are skipped."""
+        for key in keys:
+            bundle = self._bundles.get(key)
+            if bundle is None or bundle.committed:
+                continue
+            bundle.committed = True
+            indexed, wildcard = bundle_resources(key[0], key[1], bundle.unit)
+            for name, amount in (*indexed.items(), *wildcard.items()):
+                self.total[name] = self.total.get(name, 0.0) + amount
+                self.available[name] = self.available.get(name, 0.0) + amount
+        return self._recheck()
+
+    def return_bundle(self, key: BundleKey) -> tuple[list[bytes], list[bytes]]:
+        """Give a bundle back: (leases evicted because they held its resources, leases
+        granted with what was freed).  Unknown bundles are ignored."""
+        bundle = self._bundles.pop(key, None)
+        if bundle is None:
+            return [], []
+        evicted: list[bytes] = []
+        if bundle.committed:
+            indexed, wildcard = bundle_resources(key[0], key[1], bundle.unit)
+            for lease_id, request in list(self._granted.items()):
+                if any(name in indexed for name in request.shape):
+                    evicted.append(lease_id)
+                    self._free(lease_id)
+            for lease_id, request in list(self._granted.items()):
+                short = any(
+                    name in wildcard and self.available.get(name, 0.0) + EPSILON < wildcard[name]
+                    for name in request.shape
+                )
+                if short:
+                    evicted.append(lease_id)
+                    self._free(lease_id)
+            for name, amount in (*indexed.items(), *wildcard.items()):
+                left = self.total.get(name, 0.0) - amount
+                if left > EPSILON:
+                    self.total[name] = left
+                    self.available[name] = self.available.get(name, 0.0) - amount
+                else:
+                    self.total.pop(name, None)
+                    self.available.pop(name, None)
+        for name, amount in bundle.unit.items():
+            self.available[name] = self.available.get(name, 0.0) + amount
+        return evicted, self._recheck()
+
+    def release_unused_bundles(self, in_use: set[BundleKey]) -> tuple[list[bytes], list[bytes]]:
+        """Return every bundle not in ``in_use`` (after a GCS restart)."""
+        evicted: list[bytes] = []
+        granted: list[bytes] = []
+        for key in [k for k in self._bundles if k not in in_use]:
+            gone, more = self.return_bundle(key)
+            evicted += gone
+            granted += more
+        return evicted, [g for g in granted if g in self._granted]
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _free(self, lease_id: bytes) -> None:
+        request = self._granted.pop(lease_id)
+        for name, amount in request.shape.items():
+            self.available[name] = self.available.get(name, 0.0) + amount
+
+    def _recheck(self) -> list[bytes]:
+        """Totals changed: re-classify waiting requests and grant what fits now."""
         for entry in self._waiting:
             entry.state = Placement.QUEUED if self.feasible(entry.request) else Placement.INFEASIBLE
         return self._grant_waiting()
-
-    # -- internals -----------------------------------------------------------------------
 
     def _take(self, request: LeaseRequest) -> None:
         for name, amount in request.shape.items():

@@ -27,6 +27,10 @@ IDLE_DRAIN_REJECTED = "The node to be idle terminated is no longer idle."
 _Reply = node_manager_pb2.RequestWorkerLeaseReply
 
 
+def _bundle_key(bundle: common_pb2.Bundle) -> tuple[bytes, int]:
+    return bundle.bundle_id.placement_group_id, bundle.bundle_id.bundle_index
+
+
 class AgentControl(Protocol):
     """What the servicer asks of the agent that owns it."""
 
@@ -146,9 +150,37 @@ class NodeManagerServicer:
         self._control.on_gcs_restarted()
         return node_manager_pb2.NotifyGCSRestartReply()
 
+    async def ReleaseUnusedActorWorkers(self, request: Any, context: Any) -> Any:
+        """The agent runs no actor workers: nothing to release (the GCS asks after a restart)."""
+        return node_manager_pb2.ReleaseUnusedActorWorkersReply()
+
     async def ShutdownRaylet(self, request: Any, context: Any) -> Any:
         self._control.on_shutdown_requested(request.graceful)
         return node_manager_pb2.ShutdownRayletReply()
+
+    # -- placement-group bundles (two-phase, driven by the GCS) ---------------------------
+
+    async def PrepareBundleResources(self, request: Any, context: Any) -> Any:
+        ok = self.resources.prepare_bundles(
+            (_bundle_key(b), dict(b.unit_resources)) for b in request.bundle_specs
+        )
+        self._refresh_idle()
+        return node_manager_pb2.PrepareBundleResourcesReply(success=ok)
+
+    async def CommitBundleResources(self, request: Any, context: Any) -> Any:
+        granted = self.resources.commit_bundles(_bundle_key(b) for b in request.bundle_specs)
+        self._after_grants(granted)
+        return node_manager_pb2.CommitBundleResourcesReply()
+
+    async def RemovePlacementGroupBundles(self, request: Any, context: Any) -> Any:
+        for bundle in request.bundle_specs:
+            self._after_return(*self.resources.return_bundle(_bundle_key(bundle)))
+        return node_manager_pb2.RemovePlacementGroupBundlesReply()
+
+    async def ReleaseUnusedBundles(self, request: Any, context: Any) -> Any:
+        in_use = {_bundle_key(b) for b in request.bundles_in_use}
+        self._after_return(*self.resources.release_unused_bundles(in_use))
+        return node_manager_pb2.ReleaseUnusedBundlesReply()
 
     # -- leases --------------------------------------------------------------------------
 
@@ -237,7 +269,7 @@ class NodeManagerServicer:
         )
 
     async def _free_after(self, lease: LeaseRequest, hold_s: float) -> None:
-        await asyncio.sleep(hold_s)
+        await self._clock.sleep(hold_s)
         if lease.lease_id in self._held:
             self._release(lease.lease_id)
 
@@ -259,6 +291,14 @@ class NodeManagerServicer:
             if fut is not None and not fut.done():
                 fut.set_result(reply)
         self._refresh_idle()
+
+    def _after_return(self, evicted: list[bytes], granted: list[bytes]) -> None:
+        """Bundles went back: forget evicted leases (their workers are gone), answer grants."""
+        for lease_id in evicted:
+            held = self._held.pop(lease_id, None)
+            if held is not None:
+                self._by_port.pop(held.worker_port, None)
+        self._after_grants(granted)
 
     def _abandon(self, lease_id: bytes) -> None:
         """The requester went away: drop its waiting request, or free it if just granted."""

@@ -14,6 +14,7 @@ import pathlib
 import random
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,21 +24,30 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from gcs.clock import Clock, SystemClock
+from gcs.clock import Clock, SystemClock, now_ms
 from gcs.config import GcsConfig, kv_put_request_bytes
 from gcs.errors import GcsError
+from gcs.managers.actor_scheduler import ActorScheduler
+from gcs.managers.actor_view import LiveClusterView
+from gcs.managers.actors import ActorManager
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterMeta, load_or_create
-from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
+from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents, WorkerEvents
+from gcs.managers.head import virtual_head
 from gcs.managers.health import HealthChecker
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
 from gcs.managers.lane import ResolvePolicy
 from gcs.managers.nodes import NodeManager
+from gcs.managers.pg_scheduler import PlacementConfig, PlacementGroupScheduler
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.runtime_env import RuntimeEnvPins
 from gcs.managers.startup_spread import spread, spread_window_s
+from gcs.managers.syncer import SyncHub
+from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager
+from gcs.managers.workers import WorkerManager
 from gcs.proto import gcs_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.config import PublisherConfig
@@ -52,22 +62,34 @@ from gcs.rpc.front import (
     hot_methods,
     native_methods,
 )
+from gcs.rpc.raylets.actors import ActorGateway, GrpcActorGateway
 from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
+from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS, HandlerTable
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
-from gcs.server.metrics import GcsMetrics, counter, gauge, on_loop, pubsub_families
+from gcs.server.metrics import (
+    GcsMetrics,
+    counter,
+    counters,
+    gauge,
+    on_loop,
+    pubsub_families,
+)
 from gcs.server.reflection import wire_pool
+from gcs.services.actors import ActorInfoServicer
 from gcs.services.autoscaler import AutoscalerStateServicer
 from gcs.services.jobs_pgs import JobInfoServicer, PlacementGroupInfoServicer
 from gcs.services.kv import InternalKVServicer
 from gcs.services.node_info import NodeInfoServicer
 from gcs.services.node_resources import NodeResourceInfoServicer
 from gcs.services.pubsub import PubSubServicer
+from gcs.services.syncer import RaySyncerServicer
 from gcs.services.virtual_clusters import VirtualClusterInfoServicer
+from gcs.services.workers_tasks import RuntimeEnvServicer, TaskInfoServicer, WorkerInfoServicer
 from gcs.store import Store, StoreUnavailable, store_from_url
 from gcs.store.metered import MeteredStore
 
@@ -81,6 +103,7 @@ class Managers:
     nodes: NodeManager
     resources: ResourceCache
     placement_groups: PlacementGroupManager
+    pg_scheduler: PlacementGroupScheduler
     jobs: JobManager
     autoscaler: AutoscalerStateManager
     health: HealthChecker
@@ -88,6 +111,13 @@ class Managers:
     raylets: RayletGateway
     pubsub: GcsPubSub
     virtual_clusters: VirtualClusterManager
+    syncer: SyncHub
+    workers: WorkerManager
+    tasks: TaskEventStore
+    runtime_envs: RuntimeEnvPins
+    actors: ActorManager
+    worker_events: WorkerEvents
+    """Emit worker deaths here (``ReportWorkerFailure``): the actor manager listens."""
 
 
 class GcsServer:
@@ -100,6 +130,7 @@ class GcsServer:
         lane_policy: ResolvePolicy | None = None,
         security: Security | None = None,
         raylets: RayletGateway | None = None,
+        actor_gateway: ActorGateway | None = None,
     ) -> None:
         self.config = config
         self._security = security
@@ -109,6 +140,9 @@ class GcsServer:
         self._store = store
         self._owns_store = store is None
         self._raylets = raylets
+        self._actor_gateway = actor_gateway
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+        """Closed at stop, in order (what start built for itself)."""
         self.metrics = GcsMetrics()
         self.meta: ClusterMeta | None = None
         self.managers: Managers | None = None
@@ -173,7 +207,9 @@ class GcsServer:
         store = MeteredStore(await self._open_store(), self.metrics.registry)
         cfg = self.config
         kv = KvManager(store)
-        self.meta = await load_or_create(store, kv, session_name=cfg.session_name)
+        self.meta = await load_or_create(
+            store, kv, session_name=cfg.session_name, python_version=cfg.python_version
+        )
         load_poll = cfg.load_poll
         if security.tls is not None and load_poll.transport == "h2":
             load_poll = dataclasses.replace(load_poll, transport="grpc")  # h2 client: no TLS
@@ -206,12 +242,19 @@ class GcsServer:
         health_checker = HealthChecker(
             nodes, raylets, self.clock, cfg.health, node_events=node_events
         )
-        jobs = JobManager(store, self.clock, events=job_events, lane_policy=self._lane_policy)
+        jobs = JobManager(
+            store,
+            self.clock,
+            events=job_events,
+            publish=pubsub.control_plane.publish,
+            lane_policy=self._lane_policy,
+        )
         pgs = PlacementGroupManager(
             store,
             self.clock,
             events=pg_events,
             job_cluster=jobs.virtual_cluster_of,
+            job_namespace=jobs.namespace_of,
             lane_policy=self._lane_policy,
         )
         # Hears node events only once its load() replayed the node table loaded below.
@@ -228,6 +271,18 @@ class GcsServer:
             publish=pubsub.control_plane.publish,
             lane_policy=self._lane_policy,
         )
+        pg_scheduler = PlacementGroupScheduler(
+            pgs,
+            nodes,
+            cache,
+            raylets,
+            self.clock,
+            node_events=node_events,
+            job_events=job_events,
+            pg_events=pg_events,
+            cluster_nodes=virtual_clusters.schedulable_nodes,
+            config=PlacementConfig(rpc_timeout_s=cfg.raylet_rpc_timeout_ms / 1000),
+        )
         autoscaler = AutoscalerStateManager(
             store,
             kv,
@@ -241,20 +296,78 @@ class GcsServer:
             virtual_cluster_section=virtual_clusters.autoscaler_section,
             lane_policy=self._lane_policy,
         )
+        syncer = SyncHub(
+            nodes, cache, node_events=node_events, on_heartbeat=health_checker.mark_healthy
+        )
         poller = LoadPoller(
-            nodes, cache, raylets, self.clock, load_poll, on_report=health_checker.mark_healthy
+            nodes,
+            cache,
+            raylets,
+            self.clock,
+            load_poll,
+            on_report=health_checker.mark_healthy,
+            view_version=syncer.live_version,
+        )
+        worker_events = WorkerEvents()
+        workers = WorkerManager(
+            store,
+            self.clock,
+            publish=pubsub.control_plane.publish,
+            worker_events=worker_events,
+            max_dead_cached=cfg.max_dead_workers_cached,
+            lane_policy=self._lane_policy,
+        )
+        tasks = TaskEventStore(
+            max_tasks=cfg.task_events_max_num_task_in_gcs,
+            max_profile_events_per_task=cfg.task_events_max_num_profile_events_per_task,
+        )
+        runtime_envs = RuntimeEnvPins(jobs.jobs.values, self.clock, job_events=job_events)
+        actor_gateway = self._actor_gateway
+        if actor_gateway is None:
+            if isinstance(raylets, GrpcRayletGateway):
+                pool = raylets.pool
+            else:  # a raylet gateway given by the caller: actor calls get a pool of their own
+                pool = RayletClientPool(64, security)
+                self._closers.append(pool.close)
+            built = GrpcActorGateway(pool, security=security)
+            self._closers.append(built.close)
+            actor_gateway = built
+        actor_view = LiveClusterView(
+            nodes.alive,
+            cache,
+            pgs.groups,
+            job_cluster=jobs.virtual_cluster_of,
+            cluster_nodes=virtual_clusters.node_filter,
+        )
+        actors = ActorManager(
+            store,
+            self.clock,
+            ActorScheduler(actor_gateway, actor_view),
+            actor_gateway,
+            nodes.alive,
+            publish=pubsub.control_plane.publish,
+            node_events=node_events,
+            job_events=job_events,
+            worker_events=worker_events,
+            job_is_dead=lambda job_id: (job := jobs.jobs.get(job_id)) is not None and job.is_dead,
+            max_dead_cached=cfg.max_dead_actors_cached,
+            kill_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
+            lane_policy=self._lane_policy,
         )
         # load -> repair -> serve
         await nodes.load()
         await pgs.load()
         await jobs.load()
+        await workers.load()
         await autoscaler.load()
         await virtual_clusters.load()  # replays from the node table loaded above
+        await actors.load()  # after nodes: actors of dead owners' nodes are marked dead
         self.managers = Managers(
             kv,
             nodes,
             cache,
             pgs,
+            pg_scheduler,
             jobs,
             autoscaler,
             health_checker,
@@ -262,6 +375,12 @@ class GcsServer:
             raylets,
             pubsub,
             virtual_clusters,
+            syncer,
+            workers,
+            tasks,
+            runtime_envs,
+            actors,
+            worker_events,
         )
         self._tune_gc()
         await self._start_grpc()
@@ -273,7 +392,9 @@ class GcsServer:
         self._tasks = [
             loop.create_task(poller.run(), name="load-poller"),
             loop.create_task(health_checker.run(), name="health-checker"),
+            loop.create_task(pg_scheduler.run(), name="pg-scheduler"),
             loop.create_task(self._reclaim_frozen(), name="gc-reclaim"),
+            loop.create_task(self._expire_runtime_envs(), name="runtime-env-gc"),
             loop.create_task(
                 virtual_clusters.run_periodic(
                     cfg.node_instances_replenish_interval_ms,
@@ -350,6 +471,7 @@ class GcsServer:
                     self.meta.cluster_id,
                     limits=limits,
                     virtual_cluster_nodes=m.virtual_clusters.node_filter,
+                    head=self._virtual_head(),
                 ),
             ),
             (
@@ -364,6 +486,9 @@ class GcsServer:
             (svc.INTERNAL_KV, InternalKVServicer(m.kv, limits=limits)),
             (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, limits=limits)),
             (svc.JOB_INFO, JobInfoServicer(m.jobs, limits=limits)),
+            (svc.WORKER_INFO, WorkerInfoServicer(m.workers, limits=limits)),
+            (svc.TASK_INFO, TaskInfoServicer(m.tasks, limits=limits)),
+            (svc.RUNTIME_ENV, RuntimeEnvServicer(m.runtime_envs, limits=limits)),
             (
                 svc.PLACEMENT_GROUP_INFO,
                 PlacementGroupInfoServicer(m.placement_groups, limits=limits),
@@ -372,6 +497,7 @@ class GcsServer:
                 svc.VIRTUAL_CLUSTER_INFO,
                 VirtualClusterInfoServicer(m.virtual_clusters, limits=limits),
             ),
+            (svc.ACTOR_INFO, ActorInfoServicer(m.actors, limits=limits)),
         ]
         by_method = {"InternalKVPut": kv_put_request_bytes(limits)}
         for descriptor, servicer in servicers:
@@ -387,7 +513,13 @@ class GcsServer:
         table.add_generic_rpc_handlers(
             m.pubsub.handlers(on_call=hook, limits=limits, servicers=pubsub_servicers)
         )
-        servicers += [(svc.CONTROL_PLANE_PUBSUB, None), (svc.OBSERVABILITY_PUBSUB, None)]
+        syncer = RaySyncerServicer(m.syncer, limits=limits, on_call=hook)
+        table.add_generic_rpc_handlers([syncer.handler()])
+        servicers += [
+            (svc.CONTROL_PLANE_PUBSUB, None),
+            (svc.OBSERVABILITY_PUBSUB, None),
+            (svc.RAY_SYNCER, None),
+        ]
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, table)
         names = [wire_service_name(d) for d, _ in servicers]
@@ -463,6 +595,19 @@ class GcsServer:
             raise _port_in_use(cfg.host, cfg.port) from None
         self._front = front
 
+    def _virtual_head(self) -> gcs_pb2.GcsNodeInfo | None:
+        """``--head``: the record Ray's workers look up (see ``gcs.managers.head``)."""
+        if not self.config.head:
+            return None
+        assert self.meta is not None
+        return virtual_head(
+            self.meta.cluster_id,
+            address=self.config.host,
+            temp_dir=self.config.temp_dir,
+            session_name=self.meta.session_name,
+            start_time_ms=now_ms(self.clock),
+        )
+
     async def _notify_restart(self, notify_at: dict[bytes, float]) -> None:
         """Tell raylets known from the store that the GCS restarted (Ray does the same).
 
@@ -470,7 +615,7 @@ class GcsServer:
         notification task exists only once it has a slot.
         """
         assert self.managers is not None
-        raylets, nodes = self.managers.raylets, self.managers.nodes
+        raylets, nodes, actors = self.managers.raylets, self.managers.nodes, self.managers.actors
         loop = asyncio.get_running_loop()
         slots = asyncio.Semaphore(self.config.health.max_concurrent)
         pending: set[asyncio.Task[None]] = set()
@@ -480,6 +625,10 @@ class GcsServer:
                 await raylets.notify_gcs_restart(node_id, address, 5.0)
             except GcsError as err:
                 log.debug("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+            try:
+                node = nodes.alive.get(node_id)
+                if node is not None:
+                    await actors.release_unused_workers(node)
             finally:
                 slots.release()
 
@@ -526,12 +675,42 @@ class GcsServer:
             counter("gcs_load_poll_ok", "Successful GetResourceLoad calls", stats.polls_ok),
             counter("gcs_load_poll_failures", "Failed GetResourceLoad calls", stats.polls_failed),
             counter("gcs_health_check_failures", "Failed raylet health checks", m.health.failures),
+            gauge("gcs_syncer_streams", "Raylets connected to the syncer", len(m.syncer.peers)),
+            counters(
+                "gcs_syncer_messages",
+                "Syncer messages by outcome",
+                {
+                    ("accepted",): m.syncer.stats.accepted,
+                    ("stale",): m.syncer.stats.stale,
+                    ("unknown_node",): m.syncer.stats.unknown_node,
+                    ("undecodable",): m.syncer.stats.undecodable,
+                    ("relayed",): m.syncer.stats.relayed,
+                    ("coalesced",): m.syncer.stats.coalesced,
+                },
+                labels=("outcome",),
+            ),
+            gauge("gcs_task_events_stored", "Task attempts with events held", len(m.tasks)),
             gauge(
                 "gcs_pending_resource_shapes",
                 "Distinct pending resource shapes",
                 len(m.resources.demand),
             ),
         ]
+        out.append(
+            gauge(
+                "gcs_actors",
+                "Actors by state (dead ones while cached)",
+                {(state,): count for state, count in m.actors.count_by_state().items()},
+                labels=("state",),
+            )
+        )
+        by_state: dict[tuple[str, ...], float] = {}
+        for pg in m.placement_groups.groups.values():
+            key = (gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state),)
+            by_state[key] = by_state.get(key, 0) + 1
+        out.append(
+            gauge("gcs_placement_groups", "Placement groups by state", by_state, labels=("state",))
+        )
         clusters = m.virtual_clusters.registry.clusters()
         kinds: dict[tuple[str, ...], float] = {}
         for cluster in clusters:
@@ -563,6 +742,16 @@ class GcsServer:
         while True:
             if self.gc_freezer is not None and self.gc_freezer.reclaim_if_grown():
                 log.info("gc.reclaimed_frozen", resident_bytes=self.gc_freezer.baseline)
+            await asyncio.sleep(1.0)
+
+    async def _expire_runtime_envs(self) -> None:
+        """Unreferenced ``gcs://`` runtime-env packages leave internal KV (as in Ray)."""
+        assert self.managers is not None
+        kv, pins = self.managers.kv, self.managers.runtime_envs
+        while True:
+            for uri in pins.expire():
+                await kv.delete(b"", uri.encode(), by_prefix=False)
+                log.info("runtime_env.deleted", uri=uri)
             await asyncio.sleep(1.0)
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
@@ -601,9 +790,13 @@ class GcsServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.managers is not None:
+            await self.managers.pg_scheduler.close()
             await self.managers.virtual_clusters.close()
+            await self.managers.actors.close()
             await self.managers.health.close()
             await self.managers.raylets.close()
+        for close in self._closers:
+            await close()
         self.metrics.close()
         if self.gc_freezer is not None and self.gc_freezer in gc.callbacks:
             gc.callbacks.remove(self.gc_freezer)

@@ -25,7 +25,11 @@ from gcs.auth import AUTHORIZATION_METADATA, UNAUTHENTICATED_MESSAGE, AuthToken
 WRONG_CLUSTER_ID = "WrongClusterID: Perhaps the client is accessing GCS after it has restarted."
 CLUSTER_ID_METADATA = "ray_cluster_id"
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
-_STREAMING_PREFIXES = ("/grpc.reflection.", "/grpc.health.v1.Health/Watch")
+_STREAMING_PREFIXES = (
+    "/grpc.reflection.",
+    "/grpc.health.v1.Health/Watch",
+    "/ray.rpc.syncer.RaySyncer/",
+)
 
 
 class CallGuard:
@@ -59,6 +63,7 @@ class CallGuardInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, cluster_id_hex: str | None = None, token: AuthToken | None = None) -> None:
         self.guard = CallGuard(cluster_id_hex, token)
         self._wrong_cluster = _reject(WRONG_CLUSTER_ID, streaming=False)
+        self._wrong_cluster_stream = _reject(WRONG_CLUSTER_ID, streaming=True)
         self._unauthenticated = _reject(UNAUTHENTICATED_MESSAGE, streaming=False)
         self._unauthenticated_stream = _reject(UNAUTHENTICATED_MESSAGE, streaming=True)
 
@@ -77,11 +82,10 @@ class CallGuardInterceptor(grpc.aio.ServerInterceptor):
         refusal = self.guard.refusal(method, authorization, cluster_id)
         if refusal is None:
             return await continuation(handler_call_details)
+        streaming = method.startswith(_STREAMING_PREFIXES)
         if refusal is WRONG_CLUSTER_ID:
-            return self._wrong_cluster
-        if method.startswith(_STREAMING_PREFIXES):
-            return self._unauthenticated_stream
-        return self._unauthenticated
+            return self._wrong_cluster_stream if streaming else self._wrong_cluster
+        return self._unauthenticated_stream if streaming else self._unauthenticated
 
 
 def _reject(message: str, *, streaming: bool) -> grpc.RpcMethodHandler:

@@ -10,11 +10,12 @@ from gcs.ids import JOB_ID_SIZE, NODE_ID_SIZE
 from gcs.managers.jobs import JobManager, JobRejected
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.proto import common_pb2, gcs_service_pb2
-from gcs.rpc.errors import InvalidArgument, NotFound
+from gcs.rpc.errors import FailedPrecondition, InvalidArgument, NotFound
 from gcs.services.common import error_status, ok_status
 
 Req = gcs_service_pb2
 ACTOR_ID_SIZE = 16
+PG_ID_SIZE = 18
 
 
 class JobInfoServicer:
@@ -65,7 +66,10 @@ class PlacementGroupInfoServicer:
     async def CreatePlacementGroup(self, request: Any, context: Any) -> Any:
         spec = request.placement_group_spec
         validate_placement_group_spec(spec, self._limits)
-        await self._pgs.create(spec)
+        try:
+            await self._pgs.create(spec)
+        except FailedPrecondition as err:  # name taken: Ray answers Invalid in the reply
+            return Req.CreatePlacementGroupReply(status=error_status(err))
         return Req.CreatePlacementGroupReply(status=ok_status())
 
     async def RemovePlacementGroup(self, request: Any, context: Any) -> Any:
@@ -81,6 +85,27 @@ class PlacementGroupInfoServicer:
         if pg is not None:
             out.placement_group_table_data.CopyFrom(pg)
         return out
+
+    async def GetNamedPlacementGroup(self, request: Any, context: Any) -> Any:
+        validate.text(request.name, "name", self._limits.max_name_bytes)
+        validate.text(request.ray_namespace, "ray_namespace", self._limits.max_name_bytes)
+        pg = self._pgs.get_named(request.name, request.ray_namespace)
+        out = Req.GetNamedPlacementGroupReply(status=ok_status())
+        if pg is not None:
+            out.placement_group_table_data.CopyFrom(pg)
+        return out
+
+    async def WaitPlacementGroupUntilReady(self, request: Any, context: Any) -> Any:
+        """Held until the group is CREATED (OK) or removed (NotFound); the caller's
+        deadline ends the wait (Ray's ``pg.wait(timeout)``)."""
+        validate.fixed_id(
+            request.placement_group_id, "placement_group_id", PG_ID_SIZE, required=True
+        )
+        try:
+            await self._pgs.wait_ready(request.placement_group_id)
+        except NotFound as err:
+            return Req.WaitPlacementGroupUntilReadyReply(status=error_status(err))
+        return Req.WaitPlacementGroupUntilReadyReply(status=ok_status())
 
     async def GetAllPlacementGroup(self, request: Any, context: Any) -> Any:
         out = Req.GetAllPlacementGroupReply(status=ok_status(), total=len(self._pgs.groups))

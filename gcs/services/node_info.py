@@ -48,8 +48,12 @@ class NodeInfoServicer:
         *,
         limits: RequestLimits,
         virtual_cluster_nodes: NodeFilter | None = None,
+        head: gcs_pb2.GcsNodeInfo | None = None,
     ) -> None:
+        """``head``: the virtual head of ``gcs serve --head`` (``gcs.managers.head``),
+        answered to head lookups while no registered raylet is the head."""
         self._nodes = nodes
+        self._head = head
         self._cluster_id = cluster_id
         self._limits = limits
         self._vc_nodes = virtual_cluster_nodes
@@ -127,8 +131,23 @@ class NodeInfoServicer:
             if limit is not None and len(out.node_info_list) >= limit:
                 break
             out.node_info_list.append(node)
+        if self._head is not None and wanted.wants_head() and legacy is None:
+            self._add_virtual_head(request, out, limit)
         out.num_filtered = out.total - len(out.node_info_list)
         return out
+
+    def _add_virtual_head(
+        self, request: Req.GetAllNodeInfoRequest, out: Any, limit: int | None
+    ) -> None:
+        assert self._head is not None
+        if any(n.is_head_node and n.state == ALIVE for n in out.node_info_list):
+            return  # a registered head raylet wins
+        if request.HasField("state_filter") and request.state_filter != ALIVE:
+            return
+        if limit is not None and len(out.node_info_list) >= limit:
+            return
+        out.node_info_list.append(self._head)
+        out.total += 1
 
     async def GetAllNodeAddressAndLiveness(self, request: Any, context: Any) -> Any:
         if request.HasField("limit") and request.limit < 0:
@@ -201,6 +220,9 @@ class _Selectors:
         self._names = by_kind.get("node_name", set())
         self._ips = by_kind.get("node_ip_address", set())
         self._head = by_kind.get("is_head_node", set())
+
+    def wants_head(self) -> bool:
+        return True in self._head
 
     def match(self, node: gcs_pb2.GcsNodeInfo) -> bool:
         return (

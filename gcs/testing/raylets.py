@@ -8,11 +8,11 @@ flight at once.  No sockets, no clocks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gcs.errors import RayletUnreachable, RayStatusCode, RayStatusError
-from gcs.proto import gcs_pb2, node_manager_pb2
+from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
 
 __all__ = ["FakeRayletGateway", "RayletCall"]
 
@@ -35,6 +35,15 @@ class FakeRayletGateway:
     drain_accept: bool = True
     resize_refusal: str = ""
     """When set, Resize raises RayStatusError(InvalidArgument) with this message."""
+    refuse_prepare: set[bytes] = field(default_factory=set)
+    """Nodes whose PrepareBundleResources answers success=false."""
+    lose_commit: set[bytes] = field(default_factory=set)
+    """Nodes whose CommitBundleResources gets no answer (RayletUnreachable) after the
+    raylet committed."""
+    bundles: dict[bytes, dict[tuple[bytes, int], bool]] = field(default_factory=dict)
+    """Per node: bundles held (prepared or committed) -> committed, as a raylet keeps them."""
+    released_in_use: dict[bytes, list[tuple[bytes, int]]] = field(default_factory=dict)
+    """The last ReleaseUnusedBundles ``bundles_in_use`` per node."""
     calls: list[RayletCall] = field(default_factory=list)
     forgotten: list[bytes] = field(default_factory=list)
     in_flight: int = 0
@@ -107,9 +116,62 @@ class FakeRayletGateway:
     async def notify_gcs_restart(self, node_id: bytes, address: str, timeout_s: float) -> None:
         await self._enter("NotifyGCSRestart", node_id, address)
 
+    async def prepare_bundles(
+        self, node_id: bytes, address: str, bundles: Sequence[common_pb2.Bundle], timeout_s: float
+    ) -> bool:
+        await self._enter("PrepareBundleResources", node_id, address)
+        if node_id in self.refuse_prepare:
+            return False
+        held = self.bundles.setdefault(node_id, {})
+        for b in bundles:
+            held.setdefault(_key(b), False)
+        return True
+
+    async def commit_bundles(
+        self, node_id: bytes, address: str, bundles: Sequence[common_pb2.Bundle], timeout_s: float
+    ) -> None:
+        await self._enter("CommitBundleResources", node_id, address)
+        held = self.bundles.setdefault(node_id, {})
+        for b in bundles:  # unknown bundles are skipped, as a raylet does
+            if _key(b) in held:
+                held[_key(b)] = True
+        if node_id in self.lose_commit:
+            raise RayletUnreachable(node_id, f"raylet {node_id.hex()} commit: deadline exceeded")
+
+    async def remove_bundles(
+        self,
+        node_id: bytes,
+        address: str,
+        pg_id: bytes,
+        bundles: Sequence[common_pb2.Bundle],
+        timeout_s: float,
+    ) -> None:
+        await self._enter("RemovePlacementGroupBundles", node_id, address)
+        held = self.bundles.setdefault(node_id, {})
+        for b in bundles:
+            held.pop(_key(b), None)
+
+    async def release_unused_bundles(
+        self,
+        node_id: bytes,
+        address: str,
+        in_use: Sequence[common_pb2.Bundle],
+        timeout_s: float,
+    ) -> None:
+        await self._enter("ReleaseUnusedBundles", node_id, address)
+        keep = [_key(b) for b in in_use]
+        self.released_in_use[node_id] = keep
+        held = self.bundles.setdefault(node_id, {})
+        for key in [k for k in held if k not in keep]:
+            del held[key]
+
     def forget(self, node_id: bytes) -> None:
         self.forgotten.append(node_id)
 
     async def close(self) -> None:
         self.closed = True
         self.release()
+
+
+def _key(bundle: common_pb2.Bundle) -> tuple[bytes, int]:
+    return bundle.bundle_id.placement_group_id, bundle.bundle_id.bundle_index

@@ -18,6 +18,7 @@ import glob
 import os
 import pathlib
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -45,8 +46,38 @@ class MissingServerBinary(RuntimeError):
     """A server binary is not installed; the message says which package provides it."""
 
 
+_RESERVED_LOW = 20_000
+"""Ports handed out by :func:`free_port` lie between this and the kernel's ephemeral range
+(above Ray's default worker ports, 10002-19999)."""
+_pick = random.SystemRandom()  # not the global generator: Hypothesis seeds that one
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    """A TCP port that was free a moment ago (bind to port 0, read it, release it)."""
+    """A TCP port that was free a moment ago, for a server started later (often in another
+    process, seconds later on a busy machine).
+
+    Chosen at random *below* the ephemeral range: a port from ``bind(("", 0))`` is one the
+    kernel also gives to every other ``bind(0)`` and outgoing connection, so with test
+    workers in parallel another server could take it in the gap before ours binds it.
+    """
+    high = _ephemeral_low()
+    for _ in range(100):
+        if high - _RESERVED_LOW < 1_000:
+            break  # no room below the ephemeral range: fall back to the kernel's choice
+        port = _pick.randrange(_RESERVED_LOW, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((_HOST, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((_HOST, 0))
         return int(sock.getsockname()[1])
@@ -66,14 +97,21 @@ def find_binary(name: str, *, package: str) -> str:
     )
 
 
-def _wait_until(probe: Any, *, timeout_s: float, what: str, proc: subprocess.Popen[bytes]) -> None:
+def _wait_until(
+    probe: Any,
+    *,
+    timeout_s: float,
+    what: str,
+    proc: subprocess.Popen[bytes],
+    interval_s: float = 0.02,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with code {proc.returncode} while starting")
         if probe():
             return
-        time.sleep(0.02)
+        time.sleep(interval_s)
     raise TimeoutError(f"{what} did not become ready within {timeout_s} s")
 
 
@@ -100,7 +138,9 @@ class RedisServer:
     appendfsync: str = "always"
     port: int = field(default_factory=free_port)
     directory: pathlib.Path | None = None
-    startup_timeout_s: float = 10.0
+    startup_timeout_s: float = 60.0
+    """Generous: it only bounds a hang (an exit is seen at once), and redis-server has been
+    seen to take seconds to answer on 2 cores running the suite at ``-n 4``."""
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _owns_dir: bool = field(default=False, init=False, repr=False)
 
@@ -169,6 +209,13 @@ def redis_server(**kwargs: Any) -> Iterator[RedisServer]:
 # -- PostgreSQL ------------------------------------------------------------------------------
 
 
+def _crashed_by_signal(result: subprocess.CompletedProcess[bytes]) -> bool:
+    """initdb died of a signal, or exited saying its bootstrap backend did."""
+    return result.returncode < 0 or (
+        result.returncode != 0 and b"terminated by signal" in (result.stderr or b"")
+    )
+
+
 def _postgres_user() -> pwd.struct_passwd | None:
     """The account to run PostgreSQL as: ``None`` (ourselves) unless we are root."""
     if os.geteuid() != 0:
@@ -194,7 +241,9 @@ class PostgresServer:
 
     port: int = field(default_factory=free_port)
     fsync: bool = False
-    startup_timeout_s: float = 30.0
+    startup_timeout_s: float = 120.0
+    """Generous: it only bounds a hang (an exit is seen at once); initdb plus start took
+    over 40 s with six clusters starting at once on a loaded 2-core machine."""
     superuser: str = "postgres"
     directory: pathlib.Path | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -223,8 +272,8 @@ class PostgresServer:
             for path in (self.directory, self.directory / "socket"):
                 os.chown(path, account.pw_uid, account.pw_gid)
         # initdb has been seen to die of SIGSEGV here when several test workers run it at
-        # once (-n 4 on 2 cores); a crash by signal is retried on a fresh data directory,
-        # a failure with an exit code is not.
+        # once (-n 4 on 2 cores); a crash by signal (of initdb or of the bootstrap backend
+        # it runs) is retried on a fresh data directory, any other failure is not.
         for attempt in range(3):
             result = subprocess.run(
                 [initdb, "-D", str(self.directory / "data"), "-U", self.superuser,
@@ -234,7 +283,7 @@ class PostgresServer:
                 cwd=self.directory,
                 **self._run_as(),
             )  # fmt: skip
-            if result.returncode >= 0 or attempt == 2:
+            if not _crashed_by_signal(result) or attempt == 2:
                 break
             shutil.rmtree(self.directory / "data", ignore_errors=True)
             time.sleep(0.5)
@@ -266,7 +315,14 @@ class PostgresServer:
             )  # fmt: skip
         finally:
             log.close()
-        _wait_until(self._ready, timeout_s=self.startup_timeout_s, what="postgres", proc=self._proc)
+        # each probe forks pg_isready: probe less often than the default on a busy machine
+        _wait_until(
+            self._ready,
+            timeout_s=self.startup_timeout_s,
+            what="postgres",
+            proc=self._proc,
+            interval_s=0.1,
+        )
         return self
 
     def _ready(self) -> bool:

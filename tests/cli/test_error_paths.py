@@ -225,8 +225,11 @@ class TestRayletSignal:
         raylet = None
         try:
             address = f"127.0.0.1:{port}"
+            # the server may still be starting: registration retries; a loaded machine can
+            # take longer than the default 30 s to bring `gcs serve` up
             raylet = subprocess.Popen(
-                [*GCS, "raylet", "--address", address, "--log-level", "info"],
+                [*GCS, "raylet", "--address", address, "--log-level", "info",
+                 "--register-timeout", "300"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
             )  # fmt: skip
             assert raylet.stdout is not None

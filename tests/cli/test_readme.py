@@ -208,11 +208,14 @@ class TestQuickstart:
         """``ray status`` and Ray's GcsClient, from the cached ray==2.60.0 venv."""
         from tests.interop import venvs
 
-        venv = venvs.cache_root() / venvs.RAY.name
-        if not (venv / "bin" / "ray").exists():
+        # built on first use under the cache's lock: a parallel worker still building it
+        # makes this one wait (looking for bin/ray could skip, or find it half-built)
+        try:
+            venv = venvs.ensure_venv(venvs.RAY).path
+        except venvs.VenvError as exc:
             if os.environ.get("GCS_INTEROP_REQUIRED") == "1":
-                pytest.fail(f"no ray venv at {venv}")
-            pytest.skip(f"no ray venv at {venv} (run tests/interop first)")
+                pytest.fail(f"no ray venv: {exc}")
+            pytest.skip(f"no ray venv: {exc}")
         block = BLOCKS[("Quickstart (with the demo running, in another shell)", 1)]
         env = _env(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
         env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
@@ -378,11 +381,15 @@ class TestAutoscaler:
         )  # fmt: skip
         assert leftover.stdout.strip() == "", "raylet processes outlived the server"
 
+    # A day of the example workload is CPU-bound work: ~110 s in a run at load ~7,
+    # 300+ s with the suite at -n 4 on a shared 2-core machine (profile: over a third in
+    # building AutoscalingState each round).  The deadline bounds a hang, not the speed.
+    @pytest.mark.timeout(1200)
     def test_simulator_writes_a_timeline_and_a_summary(self, tmp_path: Path) -> None:
         line = BLOCKS[("Autoscaler", 0)].lines[1].replace("examples/", f"{ROOT}/examples/")
         result = subprocess.run(
             [*shlex.split(line), "--no-progress"], cwd=tmp_path, env=_env(),
-            capture_output=True, text=True, timeout=300, check=False,
+            capture_output=True, text=True, timeout=1100, check=False,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert "time to capacity" in result.stdout

@@ -9,10 +9,7 @@ drained by Ray's raylet and stopped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.rpc.security import Security
 from gcs.testing.servers import free_port
 from tests.conftest import eventually
+from tests.interop.ray_processes import ray_env, stop_group
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -42,24 +40,6 @@ print(json.dumps({"nodes": sorted(set(nodes))}))
 """
 
 
-def _ray_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_DISABLE_DOCKER_CPU_WARNING="1")
-    return env
-
-
-async def _stop_group(proc: asyncio.subprocess.Process) -> None:
-    """Stop the head and every process it started (its own process group)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout=20)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-
-
 async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
     ray_venv, tmp_path: Path
 ) -> None:
@@ -72,7 +52,10 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
     head = await asyncio.create_subprocess_exec(
         str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
         f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={ray_tmp}",
-        stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=_ray_env(),
+        # not Ray's fixed 10001: another head on this machine would take it, and --block
+        # stops the whole head when its client server dies
+        f"--ray-client-server-port={free_port()}",
+        stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=ray_env(),
         start_new_session=True,
     )  # fmt: skip
     cluster = parse_cluster_config(
@@ -109,7 +92,7 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
         await runtime.start()
         driver = await asyncio.create_subprocess_exec(
             str(ray_venv.python), "-c", DRIVER, address,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_ray_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ray_env(),
         )  # fmt: skip
         _, err = await asyncio.wait_for(driver.communicate(), timeout=600)
         assert driver.returncode == 0, err.decode()[-3000:]
@@ -142,7 +125,7 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
             await driver.wait()
         await runtime.shutdown_cluster()
         await runtime.stop()
-        await _stop_group(head)
+        await stop_group(head)
         head_log.close()
         shutil.rmtree(ray_tmp, ignore_errors=True)
 

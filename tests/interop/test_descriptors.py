@@ -16,6 +16,7 @@ from google.protobuf import descriptor_pb2
 
 import gcs.proto
 from tests.interop import descriptor_dump, venvs
+from tests.interop.embedded_descriptor import syncer_descriptor_from_wheel
 from tests.interop.wire_diff import (
     AllowList,
     allow_list_problems,
@@ -29,6 +30,7 @@ RAY_MODULES = [
     for name in (
         "autoscaler",
         "common",
+        "core_worker",
         "gcs",
         "gcs_service",
         "node_manager",
@@ -83,6 +85,8 @@ ALLOWED = AllowList(
             ("ray.rpc.VirtualClusterInfoGcsService", "GetAutoscalingConfig"),
         }
     ),
+    # The actor scheduler only calls PushTask (scripts/gen_wire_protos.py SERVICE_METHODS).
+    partial_services=frozenset({"ray.rpc.CoreWorkerService"}),
 )
 
 
@@ -102,7 +106,12 @@ def dump_in_venv(venv: venvs.Venv, modules: list[str]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def ray_dump(ray_venv: venvs.Venv) -> dict[str, Any]:
-    return dump_in_venv(ray_venv, RAY_MODULES)
+    """Ray's modules, plus ``ray_syncer.proto``: the wheel has no ``ray_syncer_pb2``, its
+    descriptor is read from the wheel's ``gcs_server`` binary."""
+    dump = dump_in_venv(ray_venv, RAY_MODULES)
+    syncer = syncer_descriptor_from_wheel(venvs.wheel_path("ray"))
+    descriptor_dump.dump_file(syncer, dump)
+    return dump
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +131,12 @@ class TestWireIdentity:
         """All nine Ray modules imported, so the comparison saw the whole protocol."""
         assert ray_dump["missing_modules"] == []
         assert "ray.rpc.autoscaler.AutoscalerStateService" in ray_dump["services"]
+        assert ray_dump["services"]["ray.rpc.syncer.RaySyncer"]["StartSync"] == {
+            "input": "ray.rpc.syncer.RaySyncMessageBatch",
+            "output": "ray.rpc.syncer.RaySyncMessageBatch",
+            "client_streaming": True,
+            "server_streaming": True,
+        }
 
     def test_our_descriptors_match_ray_and_ant_ray(
         self, our_dump: dict[str, Any], ray_dump: dict[str, Any], ant_dump: dict[str, Any]
@@ -152,6 +167,7 @@ class TestWireIdentity:
     ) -> None:
         """The services we carry over exist in ours with Ray's full method list."""
         for service in (
+            "ray.rpc.syncer.RaySyncer",
             "ray.rpc.NodeInfoGcsService",
             "ray.rpc.autoscaler.AutoscalerStateService",
             "ray.rpc.NodeManagerService",

@@ -89,7 +89,7 @@ async def test_ray_clients_with_and_without_the_token(ray_venv, tmp_path) -> Non
 
     try:
         await agent.start()
-        await eventually(polled_idle, timeout_s=15, interval_s=0.2)
+        await eventually(polled_idle, timeout_s=60, interval_s=0.2)
         good = await asyncio.to_thread(
             run_ray,
             ray_venv,

@@ -87,7 +87,7 @@ class TestRay260Clients:
                     and idle_entry.data.idle_duration_ms > 0
                 )
 
-            await eventually(polled, timeout_s=10)
+            await eventually(polled, timeout_s=60)
             out = await asyncio.to_thread(
                 run_script, ray_venv, address, busy.node_id.hex(), idle.node_id.hex()
             )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import pathlib
 import sys
 import threading
-import time
 import zipfile
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -26,16 +28,18 @@ SPEC = venvs.VenvSpec(
 class FakePip:
     """Stands in for ``venvs._run``: records commands and fakes their effects on disk."""
 
-    def __init__(self, cache: pathlib.Path, delay_s: float = 0.0) -> None:
+    def __init__(self, cache: pathlib.Path, before_first: Callable[[], None] | None = None) -> None:
         self.cache = cache
-        self.delay_s = delay_s
+        self.before_first = before_first
         self.commands: list[list[str]] = []
         self.lock = threading.Lock()
 
     def __call__(self, cmd: list[str], *, timeout: float = 0) -> None:
         with self.lock:
             self.commands.append(cmd)
-        time.sleep(self.delay_s)  # widen the race window for the concurrency test
+            first = len(self.commands) == 1
+        if first and self.before_first is not None:
+            self.before_first()
         if cmd[1:3] == ["-m", "venv"]:
             python = pathlib.Path(cmd[3]) / "bin" / "python"
             python.parent.mkdir(parents=True)
@@ -104,15 +108,47 @@ class TestEnsureVenv:
         assert fake_pip.kinds()[4:] == ["venv", "install", "check"]
 
     def test_concurrent_builders_build_once(self, tmp_path: pathlib.Path, monkeypatch) -> None:
-        """Two builders at once: the flock makes the second wait and then reuse."""
+        """Three builders at once: the flock makes the others wait and then reuse.
+
+        The race is made, not hoped for: the first builder's first step waits (holding the
+        lock) until all three have asked for the venv's lock."""
         monkeypatch.setenv("GCS_INTEROP_CACHE", str(tmp_path))
-        pip = FakePip(tmp_path, delay_s=0.05)
+        asked = threading.Condition()
+        requests: list[str] = []
+
+        class CountingFcntl:
+            LOCK_EX, LOCK_UN = fcntl.LOCK_EX, fcntl.LOCK_UN
+
+            @staticmethod
+            def flock(fh: Any, op: int) -> None:
+                if op == fcntl.LOCK_EX:
+                    with asked:
+                        requests.append(pathlib.Path(fh.name).name)
+                        asked.notify_all()
+                fcntl.flock(fh, op)
+
+        def all_three_waiting() -> None:
+            with asked:
+                ok = asked.wait_for(lambda: requests.count(f"{SPEC.name}.lock") == 3, 60)
+            assert ok, f"the other builders never asked for the lock: {requests}"
+
+        pip = FakePip(tmp_path, before_first=all_three_waiting)
         monkeypatch.setattr(venvs, "_run", pip)
-        threads = [threading.Thread(target=venvs.ensure_venv, args=(SPEC,)) for _ in range(3)]
+        monkeypatch.setattr(venvs, "fcntl", CountingFcntl)
+        errors: list[BaseException] = []
+
+        def build() -> None:
+            try:
+                venvs.ensure_venv(SPEC)
+            except BaseException as err:  # surfaced below, not lost in the thread
+                errors.append(err)
+
+        threads = [threading.Thread(target=build) for _ in range(3)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        assert errors == []
         assert pip.kinds() == ["download", "venv", "install", "check"]
 
     def test_failed_build_leaves_no_stamp(self, fake_pip: FakePip, monkeypatch) -> None:

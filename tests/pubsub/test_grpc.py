@@ -72,7 +72,7 @@ async def channel(gcs: Gcs) -> AsyncIterator[grpc.aio.Channel]:
     await ch.close()
 
 
-async def wait_until(pred, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+async def wait_until(pred, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     """Poll a condition that network I/O will make true (gRPC tests only)."""
     async with asyncio.timeout(timeout_s):
         while not pred():  # noqa: ASYNC110 - the condition is not an event we own
@@ -84,7 +84,7 @@ class TestServicers:
         self, gcs: Gcs, channel: grpc.aio.Channel
     ) -> None:
         """GcsPublish's preset sequence id is replaced; the reply carries publisher_id."""
-        stub = ServiceStub(channel, CONTROL_PLANE_PUBSUB, timeout_s=5)
+        stub = ServiceStub(channel, CONTROL_PLANE_PUBSUB, timeout_s=30)
         cmd = pubsub_pb2.Command(channel_type=GCS_NODE_INFO_CHANNEL)
         cmd.subscribe_message.SetInParent()
         await stub.GcsSubscriberCommandBatch(
@@ -107,7 +107,7 @@ class TestServicers:
         self, channel: grpc.aio.Channel
     ) -> None:
         """RAY_LOG lives on the observability service, not the control plane."""
-        stub = ServiceStub(channel, CONTROL_PLANE_PUBSUB, timeout_s=5)
+        stub = ServiceStub(channel, CONTROL_PLANE_PUBSUB, timeout_s=30)
         cmd = pubsub_pb2.Command(channel_type=RAY_LOG_CHANNEL)
         cmd.subscribe_message.SetInParent()
         with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -127,7 +127,7 @@ class TestServicers:
         )
         async with sub:
             await sub.subscribe(RAY_ERROR_INFO_CHANNEL)
-            stub = ServiceStub(channel, OBSERVABILITY_PUBSUB, timeout_s=5)
+            stub = ServiceStub(channel, OBSERVABILITY_PUBSUB, timeout_s=30)
             await stub.ReportJobError(
                 gcs_service_pb2.ReportJobErrorRequest(
                     job_error=gcs_pb2.ErrorTableData(job_id=b"\x01\0\0\0", type="t")
@@ -191,7 +191,7 @@ class TestSubscriberClient:
             await sub.subscribe(RAY_LOG_CHANNEL)
             msg = pubsub_pb2.PubMessage(channel_type=RAY_LOG_CHANNEL)
             msg.log_batch_message.CopyFrom(logging_pb2.LogBatch(lines=["hello"]))
-            stub = ServiceStub(channel, OBSERVABILITY_PUBSUB, timeout_s=5)
+            stub = ServiceStub(channel, OBSERVABILITY_PUBSUB, timeout_s=30)
             await stub.GcsPublish(gcs_service_pb2.GcsPublishRequest(pub_messages=[msg]))
             await wait_until(lambda: len(got) == 1)
         assert list(got[0].log_batch_message.lines) == ["hello"]
@@ -224,7 +224,7 @@ class TestPublisherRestart:
             await first.stop()
             await second.start(port)
             new_id = second.pubsub.control_plane.publisher_id
-            await wait_until(lambda: restarts == [new_id], timeout_s=10)
+            await wait_until(lambda: restarts == [new_id], timeout_s=60)
             # Resubscribed before the callback: a publish on the new GCS arrives with seq 1.
             assert second.pubsub.control_plane.subscriptions_of(sub.subscriber_id) == {
                 (GCS_NODE_INFO_CHANNEL, b"")
@@ -280,16 +280,31 @@ class TestLifecycle:
         assert held.done() and held.result().messages == ()
 
     async def test_the_background_task_sweeps(self) -> None:
-        """With a tiny interval and timeout, an idle subscriber is removed by the task."""
+        """The task sweeps on its interval; an idle subscriber goes once the (fake) clock
+        passes its timeout, and not before, however many sweeps ran."""
         import dataclasses
 
+        from gcs.clock import FakeClock
         from gcs.pubsub import PublisherConfig
 
-        cfg = dataclasses.replace(PublisherConfig.control_plane(), subscriber_timeout_ms=1)
-        pubsub = GcsPubSub.create(SystemClock(), control_plane=cfg, sweep_interval_s=0.01)
+        clock = FakeClock()
+        cfg = dataclasses.replace(PublisherConfig.control_plane(), subscriber_timeout_ms=1000)
+        pubsub = GcsPubSub.create(clock, control_plane=cfg, sweep_interval_s=0.01)
+        sweeps = 0
+        sweep = pubsub.sweep
+
+        def counted() -> None:
+            nonlocal sweeps
+            sweeps += 1
+            sweep()
+
+        pubsub.sweep = counted  # type: ignore[method-assign]
         pubsub.control_plane.subscribe(b"s", GCS_NODE_INFO_CHANNEL)
         await pubsub.start()
         try:
+            await wait_until(lambda: sweeps >= 3)
+            assert pubsub.control_plane.has_subscriber(b"s")  # swept, but time stood still
+            clock.advance(1.001)
             await wait_until(lambda: not pubsub.control_plane.has_subscriber(b"s"))
         finally:
             await pubsub.stop()

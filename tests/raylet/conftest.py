@@ -19,8 +19,9 @@ FAST = {"liveness_check_interval_ms": 50, "reconnect_backoff_initial_ms": 20,
         "reconnect_backoff_max_ms": 100, "register_timeout_s": 5.0}  # fmt: skip
 
 
-async def eventually(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Poll a condition driven by real sockets (not time-based logic) until it holds."""
+async def eventually(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Poll a condition driven by real sockets (not time-based logic) until it holds; the
+    deadline only bounds a hang, so it is generous (a loaded machine at ``-n 4``)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not cond():
@@ -70,7 +71,7 @@ async def node_manager() -> AsyncIterator[Callable[[RayletAgent], ServiceStub]]:
     def connect(agent: RayletAgent) -> ServiceStub:
         channel = grpc.aio.insecure_channel(agent.address)
         channels.append(channel)
-        return ServiceStub(channel, NODE_MANAGER, timeout_s=5.0)
+        return ServiceStub(channel, NODE_MANAGER, timeout_s=30)
 
     yield connect
     for channel in channels:

@@ -65,7 +65,7 @@ class TestFleet:
         fleet = RayletFleet(FleetConfig(fake_gcs.address, count=5))
         await fleet.start()
         await fleet.stop()
-        assert len(await asyncio.wait_for(fleet.wait(), 5)) == 5
+        assert len(await asyncio.wait_for(fleet.wait(), 30)) == 5
         assert fleet.alive() == []
 
 
@@ -103,7 +103,7 @@ class TestProcesses:
             env={**os.environ, "PYTHONPATH": os.getcwd()},
         )  # fmt: skip
         try:
-            await eventually(lambda: len(fake_gcs.servicer.registered) == 30, timeout_s=30)
+            await eventually(lambda: len(fake_gcs.servicer.registered) == 30, timeout_s=120)
             names = {n.node_name for n in fake_gcs.servicer.registered}
             assert names == {f"fleet-{i}" for i in range(30)}
             children = child_pids(parent.pid)

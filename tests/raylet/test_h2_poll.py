@@ -19,11 +19,11 @@ class TestH2AgainstTheAgent:
         agent = await make_agent(resources={"CPU": 2.0, "memory": 1e9}, labels={"zone": "a"})
         async with grpc.aio.insecure_channel(agent.address) as channel:
             expected = await ServiceStub(channel, NODE_MANAGER).GetResourceLoad(
-                node_manager_pb2.GetResourceLoadRequest(), timeout=5
+                node_manager_pb2.GetResourceLoadRequest(), timeout=30
             )
         client = H2UnaryClient(agent.address, GET_RESOURCE_LOAD_PATH)
         try:
-            replies = await asyncio.gather(*(client.call(b"", 5.0) for _ in range(50)))
+            replies = await asyncio.gather(*(client.call(b"", 30.0) for _ in range(50)))
         finally:
             client.close()
         for raw in replies:

@@ -70,9 +70,9 @@ class TestAgentSubscription:
                 ),
                 timeout_s=15,
             )
-            await eventually(lambda: "vc1" in watcher.virtual_clusters.clusters, timeout_s=10)
+            await eventually(lambda: "vc1" in watcher.virtual_clusters.clusters, timeout_s=60)
             await server.managers.virtual_clusters.remove("vc1")
-            await eventually(lambda: "vc1" not in watcher.virtual_clusters.clusters, timeout_s=10)
+            await eventually(lambda: "vc1" not in watcher.virtual_clusters.clusters, timeout_s=60)
         finally:
             for agent in agents:
                 await agent.stop()

@@ -15,6 +15,7 @@ from gcs.raylet.resources import LABEL_IN
 from gcs.raylet.testing import FakeGcs
 from gcs.raylet.wire import parse_selector
 from gcs.raylet.workload import NodeTarget, TaskSpec, plan, submit
+from tests.conftest import advance_until
 from tests.raylet.conftest import eventually
 
 
@@ -68,14 +69,19 @@ class TestSubmit:
         assert sorted(result.placed.values()) == [2, 2]
         assert not any(a.resources.busy for a in agents)
 
-    async def test_detached_tasks_stay_in_the_raylets(self, fake_gcs, make_agent):
-        """The command returns at once; raylets hold, queue and later free the leases."""
+    async def test_detached_tasks_stay_in_the_raylets(self, fake_gcs, make_agent, clock):
+        """The command returns at once; raylets hold, queue and later free the leases (holds
+        on the agent's fake clock: nothing is freed before the test moves time)."""
         agent = await make_agent(resources={"CPU": 1.0})
         result = await submit(fake_gcs.address, TaskSpec({"CPU": 1.0}, 0.1), 2, detach=True)
         assert (result.granted, result.queued) == (1, 1)
         assert agent.resources.busy
         assert agent.resources.load()[1][0].ready == 1
-        await eventually(lambda: not agent.resources.busy and not agent.resources.load()[1])
+        await advance_until(
+            clock,
+            lambda: not agent.resources.busy and not agent.resources.load()[1],
+            step_s=0.1,
+        )
 
     async def test_infeasible_tasks_show_up_as_infeasible_demand(self, fake_gcs, make_agent):
         """Detached infeasible tasks wait on one node and count as infeasible there."""

@@ -1,4 +1,5 @@
-"""A minimal in-test raylet: serves GetResourceLoad / DrainRaylet / Resize + health."""
+"""A minimal in-test raylet: serves GetResourceLoad / DrainRaylet / Resize / bundle 2PC +
+health."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ class FakeRaylet:
         """When set, GetResourceLoad and NotifyGCSRestart wait for it (calls held open)."""
         self.in_flight = 0
         self.max_in_flight = 0
+        self.committed: list[tuple[bytes, int]] = []
+        """Bundles committed here (placement group id, index); no resource accounting."""
         self._server: grpc.aio.Server | None = None
 
     async def _held(self) -> None:
@@ -66,6 +69,14 @@ class FakeRaylet:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "GPU cannot be resized")
         self.resources.update(request.resources)
         return node_manager_pb2.ResizeLocalResourceInstancesReply(total_resources=self.resources)
+
+    async def PrepareBundleResources(self, request: Any, context: Any) -> Any:
+        return node_manager_pb2.PrepareBundleResourcesReply(success=True)
+
+    async def CommitBundleResources(self, request: Any, context: Any) -> Any:
+        for b in request.bundle_specs:
+            self.committed.append((b.bundle_id.placement_group_id, b.bundle_id.bundle_index))
+        return node_manager_pb2.CommitBundleResourcesReply()
 
     async def NotifyGCSRestart(self, request: Any, context: Any) -> Any:
         self.notified += 1

@@ -25,7 +25,9 @@ class GcsProcess:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 30.0) -> GcsProcess:
+    def start(self, timeout_s: float = 120.0) -> GcsProcess:
+        """Start and wait for the port; the deadline only bounds a hang (an exit is seen at
+        once), so it is generous: a Python start takes seconds on a loaded 2-core machine."""
         args = [
             sys.executable,
             "-m",

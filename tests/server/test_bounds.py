@@ -170,7 +170,7 @@ class TestVirtualClusters:
     async def test_megabyte_virtual_cluster_id_is_rejected(self, gcs_server) -> None:
         """A 1 MB VC id was accepted and then sent in every GetClusterResourceState."""
         async with grpc.aio.insecure_channel(gcs_server.address) as channel:
-            vc = ServiceStub(channel, svc.VIRTUAL_CLUSTER_INFO, timeout_s=10)
+            vc = ServiceStub(channel, svc.VIRTUAL_CLUSTER_INFO, timeout_s=30)
             reply = await vc.CreateOrUpdateVirtualCluster(
                 V.CreateOrUpdateVirtualClusterRequest(virtual_cluster_id="v" * MB, divisible=True)
             )
@@ -186,7 +186,7 @@ class TestVirtualClusters:
 
     async def test_over_long_template_id_is_rejected(self, gcs_server) -> None:
         async with grpc.aio.insecure_channel(gcs_server.address) as channel:
-            vc = ServiceStub(channel, svc.VIRTUAL_CLUSTER_INFO, timeout_s=10)
+            vc = ServiceStub(channel, svc.VIRTUAL_CLUSTER_INFO, timeout_s=30)
             reply = await vc.CreateOrUpdateVirtualCluster(
                 V.CreateOrUpdateVirtualClusterRequest(
                     virtual_cluster_id="vc1", divisible=True, replica_sets={"t" * 600: 1}
@@ -312,7 +312,7 @@ async def test_negative_autoscaling_replica_counts_are_rejected(gcs_server) -> N
     """Replica counts and max_nodes of a VC's autoscaling config must be >= 0 (a negative
     minimum with max_nodes 0 used to be stored)."""
     async with grpc.aio.insecure_channel(gcs_server.address) as channel:
-        vc = ServiceStub(channel, svc.VIRTUAL_CLUSTER_INFO, timeout_s=10)
+        vc = ServiceStub(channel, svc.VIRTUAL_CLUSTER_INFO, timeout_s=30)
         created = await vc.CreateOrUpdateVirtualCluster(
             V.CreateOrUpdateVirtualClusterRequest(virtual_cluster_id="vc1", divisible=True)
         )

@@ -28,7 +28,7 @@ async def test_every_charted_series_is_exported() -> None:
         async with AsyncGcsClient(server.address) as client:  # one RPC: labelled series exist
             await client.call(NODE_INFO, "GetAllNodeInfo", G.GetAllNodeInfoRequest())
         url = f"http://127.0.0.1:{server.metrics_port}/metrics"
-        body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
     finally:
         await server.stop()
     exported = {

@@ -23,6 +23,9 @@ from tests.conftest import Stubs, eventually, fast_config
 from tests.server.fake_raylet import FakeRaylet
 
 PATH = "/ray.rpc.NodeManagerService/GetResourceLoad"
+CALL_S = 30.0
+"""Deadline of calls that must not time out: generous, a loaded machine can stall a peer in
+this very process for seconds; calls that fail do so at once, whatever the deadline."""
 Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
 
 
@@ -71,7 +74,7 @@ class TestReplies:
         """The reply bytes parse to the same ResourcesData the raylet built."""
         raylet = await raylets({"CPU": 8.0, "GPU": 2.0})
         client = H2UnaryClient(f"127.0.0.1:{raylet.port}", PATH)
-        reply = load_reply(await client.call(b"", 1.0))
+        reply = load_reply(await client.call(b"", CALL_S))
         assert reply.resources.node_id == raylet.node_id
         assert dict(reply.resources.resources_total) == {"CPU": 8.0, "GPU": 2.0}
         assert reply.resources.draining_deadline_timestamp_ms == -1
@@ -81,11 +84,11 @@ class TestReplies:
         """Hundreds of calls, in sequence and 200 at once, ride the first connection."""
         raylet = await raylets()
         client = H2UnaryClient(f"127.0.0.1:{raylet.port}", PATH)
-        await client.call(b"", 1.0)
+        await client.call(b"", CALL_S)
         conn = client._conn
         for _ in range(100):
-            assert load_reply(await client.call(b"", 1.0)).resources.node_id == raylet.node_id
-        replies = await asyncio.gather(*(client.call(b"", 5.0) for _ in range(200)))
+            assert load_reply(await client.call(b"", CALL_S)).resources.node_id == raylet.node_id
+        replies = await asyncio.gather(*(client.call(b"", CALL_S) for _ in range(200)))
         assert all(load_reply(r).resources.node_id == raylet.node_id for r in replies)
         assert client._conn is conn and not conn.closed
         assert raylet.polls == 301
@@ -101,7 +104,7 @@ class TestReplies:
             )
         assert expected.ByteSize() > 512 * 1024
         client = H2UnaryClient(f"127.0.0.1:{raylet.port}", PATH)
-        replies = await asyncio.gather(*(client.call(b"", 10.0) for _ in range(8)))
+        replies = await asyncio.gather(*(client.call(b"", CALL_S) for _ in range(8)))
         for raw in replies:
             assert load_reply(raw) == expected
         client.close()
@@ -112,10 +115,10 @@ class TestReplies:
         raylet.load = big_load(2000)
         client = H2UnaryClient(f"127.0.0.1:{raylet.port}", PATH, max_message_bytes=10_000)
         with pytest.raises(H2CallError) as err:
-            await client.call(b"", 2.0)
+            await client.call(b"", CALL_S)
         assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         raylet.load = None
-        assert load_reply(await client.call(b"", 2.0)).resources.node_id == raylet.node_id
+        assert load_reply(await client.call(b"", CALL_S)).resources.node_id == raylet.node_id
         client.close()
 
 
@@ -130,7 +133,7 @@ class TestErrors:
         client = H2UnaryClient(f"127.0.0.1:{port}", PATH)
         for _ in range(3):
             with pytest.raises(H2CallError) as err:
-                await client.call(b"", 1.0)
+                await client.call(b"", CALL_S)
             assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
             assert err.value.details == "bad load: 100% wrong é"
         client.close()
@@ -140,7 +143,7 @@ class TestErrors:
         raylet = await raylets()
         client = H2UnaryClient(f"127.0.0.1:{raylet.port}", "/ray.rpc.NodeManagerService/Nope")
         with pytest.raises(H2CallError) as err:
-            await client.call(b"", 1.0)
+            await client.call(b"", CALL_S)
         assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
         client.close()
 
@@ -160,9 +163,9 @@ class TestErrors:
         with pytest.raises(H2CallError) as err:
             await client.call(b"", 0.3)
         assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-        assert 0.25 <= time.monotonic() - started < 2.0
+        assert 0.25 <= time.monotonic() - started < 10.0  # on time: not early, never hung
         conn = client._conn
-        assert await client.call(b"", 1.0) == b""
+        assert await client.call(b"", CALL_S) == b""
         assert client._conn is conn and not conn._streams
         client.close()
 
@@ -172,18 +175,18 @@ class TestErrors:
         await first.start()
         port = first.port
         client = H2UnaryClient(f"127.0.0.1:{port}", PATH)
-        await client.call(b"", 1.0)
+        await client.call(b"", CALL_S)
         await first.stop()
         with pytest.raises(H2CallError) as err:
-            await client.call(b"", 1.0)
+            await client.call(b"", CALL_S)
         assert err.value.code() is grpc.StatusCode.UNAVAILABLE
         with pytest.raises(H2CallError) as err:
-            await client.call(b"", 1.0)  # connection refused now
+            await client.call(b"", CALL_S)  # connection refused now
         assert err.value.code() is grpc.StatusCode.UNAVAILABLE
         second = FakeRaylet({"CPU": 2.0})
         await second.start(port)
         try:
-            reply = load_reply(await client.call(b"", 1.0))
+            reply = load_reply(await client.call(b"", CALL_S))
             assert reply.resources.node_id == second.node_id
         finally:
             client.close()
@@ -213,10 +216,10 @@ class TestProtocolDetails:
         port = server.sockets[0].getsockname()[1]
         client = H2UnaryClient(f"127.0.0.1:{port}", PATH)
         with pytest.raises(H2CallError) as err:
-            await client.call(b"", 2.0)
+            await client.call(b"", CALL_S)
         assert err.value.code() is grpc.StatusCode.UNAVAILABLE
         assert "GOAWAY" in err.value.details
-        await asyncio.wait_for(done.wait(), 2.0)
+        await asyncio.wait_for(done.wait(), 30)
         assert (4, 1) in seen  # SETTINGS ack
         assert (6, 1) in seen  # PING ack
         client.close()
@@ -235,7 +238,7 @@ class TestProtocolDetails:
         port = server.sockets[0].getsockname()[1]
         client = H2UnaryClient(f"127.0.0.1:{port}", PATH)
         with pytest.raises(H2CallError) as err:
-            await client.call(b"", 2.0)
+            await client.call(b"", CALL_S)
         assert err.value.code() is grpc.StatusCode.UNAVAILABLE
         assert "protocol error" in err.value.details
         client.close()
@@ -250,7 +253,7 @@ class TestPollerOverH2:
     async def test_gcs_polls_raylet_load_over_h2(self, raylets) -> None:
         """With transport=h2 the GCS sees a raylet's pending demand in its cluster state."""
         config = fast_config(
-            load_poll=LoadPollConfig(period_ms=100, timeout_ms=300, transport="h2")
+            load_poll=LoadPollConfig(period_ms=100, timeout_ms=5_000, transport="h2")
         )
         server = GcsServer(config, store=MemoryStore())
         await server.start()

@@ -5,11 +5,12 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
-from tests.conftest import Stubs, eventually, fast_config
+from tests.conftest import Stubs, advance_until, fast_config
 
 
 class TestInternalKV:
@@ -263,10 +264,13 @@ class TestRestart:
                 G.RegisterNodeRequest(node_info=_node(node_manager_port=1))
             )
         await first.stop()
-        second = GcsServer(fast_config(), store=memory_store)
+        clock = FakeClock()  # the second GCS's health checks move only with the test
+        second = GcsServer(fast_config(), store=memory_store, clock=clock)
         await second.start()
         try:
-            await eventually(lambda: not second.managers.nodes.alive, timeout_s=10)
+            assert b"\x01" * 28 in second.managers.nodes.alive  # no check is due yet
+            await advance_until(clock, lambda: not second.managers.nodes.alive, step_s=0.1)
             assert b"\x01" * 28 in second.managers.nodes.dead
+            assert second.managers.health.failures == fast_config().health.failure_threshold
         finally:
             await second.stop()

@@ -146,18 +146,48 @@ class TestQueries:
 
 
 class TestDeath:
-    async def test_unreachable_raylet_is_marked_dead_and_kept(self, stubs, raylets) -> None:
-        """A raylet that stops answering health checks becomes DEAD with Ray's death info."""
-        r = await raylets()
-        await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=r.node_info()))
-        await r.stop()
+    async def test_unreachable_raylet_is_marked_dead_and_kept(self, memory_store, raylets) -> None:
+        """A raylet that stops answering health checks becomes DEAD with Ray's death info,
+        on the fake clock: no check is due until the test moves time, and the node dies on
+        exactly the ``failure_threshold``-th failed check, however slow the machine."""
+        from gcs.clock import FakeClock
+        from gcs.server import GcsServer
+        from tests.conftest import Stubs, fast_config
 
-        async def dead() -> bool:
-            reply = await stubs.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())
-            return reply.node_info_list[0].state == DEAD
+        clock = FakeClock()
+        config = fast_config()
+        period_s = config.health.period_ms / 1000
+        server = GcsServer(config, store=memory_store, clock=clock)
+        await server.start()
+        try:
+            assert server.managers is not None and server.meta is not None
+            checker, checker_nodes = server.managers.health, server.managers.nodes
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                stubs = Stubs(channel, server.meta.cluster_id)
+                r = await raylets()
+                await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=r.node_info()))
+                await r.stop()
 
-        await eventually(dead, timeout_s=10)
-        node = (await stubs.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())).node_info_list[0]
+                async def state() -> int:
+                    reply = await stubs.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())
+                    return reply.node_info_list[0].state
+
+                assert checker.checks == 0  # nothing is due before the clock moves
+                # first check: initial delay plus up to one period of jitter
+                clock.advance(config.health.initial_delay_ms / 1000 + period_s)
+                for failed in range(1, config.health.failure_threshold + 1):
+                    if failed > 1:
+                        clock.advance(period_s)
+                    await eventually(lambda n=failed: checker.failures == n)
+                    if failed < config.health.failure_threshold:
+                        assert await state() == ALIVE
+                await eventually(lambda: r.node_id not in checker_nodes.alive)
+                assert await state() == DEAD
+                node = (
+                    await stubs.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())
+                ).node_info_list[0]
+        finally:
+            await server.stop()
         assert node.death_info.reason == common_pb2.NodeDeathInfo.UNEXPECTED_TERMINATION
         assert node.death_info.reason_message == (
             "health check failed due to missing too many heartbeats"

@@ -46,7 +46,7 @@ class TestObservability:
                 s = Stubs(ch, server.meta.cluster_id)
                 await s.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())
             url = f"http://127.0.0.1:{server.metrics_port}/metrics"
-            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
             text = body.decode()
             assert (
                 'gcs_rpc_total{code="OK",method="/ray.rpc.NodeInfoGcsService/GetAllNodeInfo"}'
@@ -105,11 +105,20 @@ class TestMetricTypes:
         the server's registry, and virtual clusters are counted with their nodes."""
         from prometheus_client.parser import text_string_to_metric_families
 
+        from gcs.proto import common_pb2
+
         server = GcsServer(fast_config(metrics_port=0), store=MemoryStore())
         await server.start()
         try:
+            assert server.managers is not None
+            await server.managers.placement_groups.create(
+                common_pb2.PlacementGroupSpec(
+                    placement_group_id=b"p" * 18,
+                    bundles=[common_pb2.Bundle(unit_resources={"GPU": 1})],
+                )
+            )
             url = f"http://127.0.0.1:{server.metrics_port}/metrics"
-            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
         finally:
             await server.stop()
         families = {f.name: f for f in text_string_to_metric_families(body.decode())}
@@ -118,20 +127,30 @@ class TestMetricTypes:
             "gcs_load_poll_failures",
             "gcs_health_check_failures",
             "gcs_pubsub_published",
+            "gcs_syncer_messages",
         ):
             assert families[name].type == "counter", name
+        outcomes = {s.labels["outcome"] for s in families["gcs_syncer_messages"].samples}
+        assert {"accepted", "stale", "relayed", "coalesced"} <= outcomes
+        assert families["gcs_syncer_streams"].samples[0].value == 0
         text = body.decode()
         assert "gcs_load_poll_ok_total 0.0" in text
         assert "process_cpu_seconds_total" in text
         assert "python_gc_collections_total" in text
         assert "python_info" in text
         assert families["gcs_virtual_clusters"].type == "gauge"
+        actors = {s.labels["state"]: s.value for s in families["gcs_actors"].samples}
+        assert actors == dict.fromkeys(
+            ["DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"], 0
+        )
         primary = [
             s
             for s in families["gcs_virtual_cluster_nodes"].samples
             if s.labels["virtual_cluster"] == "kPrimaryClusterID"
         ]
         assert primary and primary[0].value == 0
+        [pending] = families["gcs_placement_groups"].samples
+        assert pending.labels == {"state": "PENDING"} and pending.value == 1
         subscribers = families["gcs_pubsub_subscribers"].samples
         assert {s.labels["publisher"] for s in subscribers} == {"control_plane", "observability"}
 

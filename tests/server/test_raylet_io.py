@@ -157,11 +157,11 @@ class TestRestartAtScale:
         try:
             # the raylet holds every call: once the budget is full nothing more can start,
             # so the connections open now are the most there will be until the release
-            await eventually(lambda: raylet.in_flight == 8, timeout_s=30)
+            await eventually(lambda: raylet.in_flight == 8, timeout_s=60)
             # each connection is two fds here (both ends are in this process)
             assert open_fds() - baseline <= 2 * 16 + 40
             raylet.gate.set()
-            await eventually(lambda: raylet.notified == 300, timeout_s=30)
+            await eventually(lambda: raylet.notified == 300, timeout_s=60)
             assert raylet.max_in_flight <= 8  # over the whole restart
         finally:
             raylet.gate.set()
@@ -185,7 +185,7 @@ class TestRestartAtScale:
                 async with grpc.aio.insecure_channel(server.address) as channel:
                     assert server.meta is not None
                     stubs = Stubs(channel, server.meta.cluster_id)
-                    await stubs.node_info.GetClusterId(G.GetClusterIdRequest(), timeout=5)
+                    await stubs.node_info.GetClusterId(G.GetClusterIdRequest(), timeout=30)
                 started.set()
             await original_enter(method, node_id, address)
 

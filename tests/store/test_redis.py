@@ -85,7 +85,9 @@ class TestTimeouts:
         started = time.monotonic()
         with pytest.raises(StoreUnavailable):
             await store.open()
-        assert time.monotonic() - started < 3.0
+        # ~0.5 s of timeouts and backoff; the bound only tells "gave up" from "hung", with
+        # room for a loaded machine (-n 4 on 2 cores) where the loop itself runs late
+        assert time.monotonic() - started < 15.0
 
 
 class TestCrashDurability:

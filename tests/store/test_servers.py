@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+from typing import Any
+
 import pytest
 
-from gcs.testing.servers import MissingServerBinary, RedisServer, find_binary
+from gcs.testing import servers
+from gcs.testing.servers import (
+    MissingServerBinary,
+    PostgresServer,
+    RedisServer,
+    find_binary,
+    free_port,
+)
 
 
 class TestServerHelpers:
@@ -28,6 +38,68 @@ class TestServerHelpers:
             assert _send(server.port, b"GET k\r\n") == b"$1\r\nv\r\n"
         finally:
             server.cleanup()
+
+
+class TestFreePort:
+    def test_ports_come_from_below_the_ephemeral_range(self) -> None:
+        """Never a port the kernel also hands to bind(0) or to outgoing connections (a
+        parallel worker could take it before our subprocess binds it); and it is bindable."""
+        import socket
+
+        low = servers._ephemeral_low()
+        ports = {free_port() for _ in range(20)}
+        assert all(servers._RESERVED_LOW <= p < low for p in ports), (ports, low)
+        assert len(ports) > 1  # random, not one port every worker would share
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", ports.pop()))
+
+
+class TestInitdbRetry:
+    """initdb crashing by a signal (seen with several workers starting clusters at once) is
+    retried on a fresh data directory; an ordinary failure is reported at once."""
+
+    def _fake_initdb(self, monkeypatch, outcomes: list[tuple[int, bytes]]) -> list[bool]:
+        """initdb answers with ``outcomes`` in turn; returns, per call, whether the data
+        directory was absent when it ran (a retry must start from a clean one)."""
+        clean: list[bool] = []
+
+        def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+            data = servers.pathlib.Path(cmd[cmd.index("-D") + 1])
+            clean.append(not data.exists())
+            data.mkdir()
+            (data / "half-written").write_bytes(b"")
+            code, err = outcomes.pop(0)
+            return subprocess.CompletedProcess(cmd, code, b"", err)
+
+        monkeypatch.setattr(servers, "find_binary", lambda name, package: name)
+        monkeypatch.setattr(servers, "_postgres_user", lambda: None)
+        monkeypatch.setattr(servers.subprocess, "run", run)
+        monkeypatch.setattr(servers.time, "sleep", lambda s: None)
+        return clean
+
+    @pytest.mark.parametrize(
+        "crash",
+        [(-11, b""), (1, b"initdb: error: child process was terminated by signal 11")],
+    )
+    def test_a_crash_by_signal_is_retried_on_a_fresh_directory(
+        self, monkeypatch, tmp_path, crash: tuple[int, bytes]
+    ) -> None:
+        clean = self._fake_initdb(monkeypatch, [crash, (0, b"")])
+        server = PostgresServer(directory=tmp_path)
+        server._init()
+        assert clean == [True, True] and server._initialised
+
+    def test_an_ordinary_failure_is_not_retried(self, monkeypatch, tmp_path) -> None:
+        clean = self._fake_initdb(monkeypatch, [(1, b"initdb: error: bad locale")])
+        with pytest.raises(subprocess.CalledProcessError):
+            PostgresServer(directory=tmp_path)._init()
+        assert clean == [True]
+
+    def test_three_crashes_give_up(self, monkeypatch, tmp_path) -> None:
+        clean = self._fake_initdb(monkeypatch, [(-11, b"")] * 3)
+        with pytest.raises(subprocess.CalledProcessError):
+            PostgresServer(directory=tmp_path)._init()
+        assert clean == [True, True, True]
 
 
 def _send(port: int, command: bytes) -> bytes:

@@ -133,3 +133,31 @@ class TestValidation:
         env = {"GCS_METRICS_PORT": "0"}
         assert load_config(env=env, defaults={"metrics_port": 9379}).metrics_port == 0
         assert load_config(env={}).metrics_port == 0
+
+
+class TestRealRayKeys:
+    def test_head_and_versions_from_env_and_flags(self) -> None:
+        cfg = load_config(
+            env={"GCS_HEAD": "true", "GCS_PYTHON_VERSION": "3.10.14"},
+            flags={"temp_dir": "/srv/ray"},
+        )
+        assert (cfg.head, cfg.python_version, cfg.temp_dir) == (True, "3.10.14", "/srv/ray")
+        assert load_config(env={"GCS_HEAD": "0"}).head is False
+        assert GcsConfig().head is False and GcsConfig().temp_dir == "/tmp/ray"
+
+    @pytest.mark.parametrize(
+        ("env", "needle"),
+        [
+            ({"GCS_HEAD": "maybe"}, "config.head: expected true or false"),
+            ({"GCS_PYTHON_VERSION": "3.11"}, "python_version (GCS_PYTHON_VERSION)"),
+            ({"GCS_TEMP_DIR": "tmp/ray"}, "temp_dir (GCS_TEMP_DIR): must be an absolute path"),
+            ({"RAY_task_events_max_num_task_in_gcs": "0"}, "task_events_max_num_task_in_gcs"),
+            (
+                {"GCS_LOAD_POLL_SYNCER_MAX_STALENESS_MS": "-1"},
+                "load_poll.syncer_max_staleness_ms",
+            ),
+        ],
+    )
+    def test_bad_values_name_the_key(self, env: dict[str, str], needle: str) -> None:
+        with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            load_config(env=env)

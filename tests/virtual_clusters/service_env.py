@@ -44,7 +44,7 @@ class VcEnv:
         self.channel = grpc.aio.insecure_channel(self.server.address)
         self.stubs = Stubs(self.channel, self.server.meta.cluster_id)
         md = [("ray_cluster_id", self.server.meta.cluster_id.hex())]
-        self.vc = ServiceStub(self.channel, svc.VIRTUAL_CLUSTER_INFO, metadata=md, timeout_s=10)
+        self.vc = ServiceStub(self.channel, svc.VIRTUAL_CLUSTER_INFO, metadata=md, timeout_s=30)
         return self
 
     async def restart(self) -> None:

@@ -115,3 +115,29 @@ class TestJobClusterLifecycle:
             await eventually(gone)
         finally:
             await env.close()
+
+
+class TestPlacementGroups:
+    async def test_a_jobs_group_is_placed_only_on_its_clusters_nodes(self, memory_env) -> None:
+        """A job in an indivisible cluster: its SPREAD group lands on the cluster's nodes
+        only, even with free nodes outside; a job in no cluster may use any node."""
+        await memory_env.create("ind", {"4c8g": 2})
+        members = set(memory_env.manager.registry.get("ind").members)
+        job_id = b"\x07\x00\x00\x00"
+        assert (await add_job(memory_env, job_id, "ind")).code == 0
+        spec = common_pb2.PlacementGroupSpec(
+            placement_group_id=b"\x01" * 18,
+            strategy=common_pb2.SPREAD,
+            creator_job_id=job_id,
+            bundles=[common_pb2.Bundle(unit_resources={"CPU": 1})] * 4,
+        )
+        await memory_env.stubs.pgs.CreatePlacementGroup(
+            Req.CreatePlacementGroupRequest(placement_group_spec=spec)
+        )
+        pgs = memory_env.server.managers.placement_groups
+        created = gcs_pb2.PlacementGroupTableData.CREATED
+        await eventually(lambda: pgs.groups[b"\x01" * 18].state == created, timeout_s=10)
+        placed = {b.node_id.hex() for b in pgs.groups[b"\x01" * 18].bundles}
+        assert placed == members
+        for node_hex in members:
+            assert len(memory_env.raylet(node_hex).committed) == 2

@@ -135,15 +135,23 @@ class Forwarder:
         call = callable_(metadata=fwd.metadata, timeout=fwd.timeout)
         pump = asyncio.ensure_future(self._pump(conn, stream, call, fwd.queue))
         headers_sent = False
+
+        async def send_initial(*, unless_done: bool) -> None:
+            """Relay the server's initial metadata as soon as it is sent, not with the first
+            message: a stream such as RaySyncer/StartSync names its peer in it before any
+            message flows.  A call that ends with no message is answered trailers-only."""
+            nonlocal headers_sent
+            initial = await call.initial_metadata()
+            if not headers_sent and not (unless_done and call.done()):
+                conn.send_headers(stream, RESPONSE_HEADERS + metadata_block(tuple(initial or ())))
+                headers_sent = True
+
+        headers = asyncio.ensure_future(send_initial(unless_done=True))
         try:
             try:
                 async for message in call:
                     if not headers_sent:
-                        initial = await call.initial_metadata()
-                        conn.send_headers(
-                            stream, RESPONSE_HEADERS + metadata_block(tuple(initial or ()))
-                        )
-                        headers_sent = True
+                        await send_initial(unless_done=False)
                     conn.send_data(stream, message_frame(message))
                 code = await call.code()
                 details = await call.details()
@@ -160,6 +168,7 @@ class Forwarder:
             raise
         finally:
             pump.cancel()
+            headers.cancel()
 
     @staticmethod
     async def _pump(

@@ -15,10 +15,10 @@ been made yet, and its deadline starts only when it is sent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from gcs.proto import gcs_pb2, node_manager_pb2
+from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
 
 
 def raylet_address(node: gcs_pb2.GcsNodeInfo) -> str:
@@ -54,6 +54,40 @@ class RayletGateway(Protocol):
 
     async def notify_gcs_restart(self, node_id: bytes, address: str, timeout_s: float) -> None:
         """``NotifyGCSRestart`` (the raylet resubscribes and reports again)."""
+        ...
+
+    async def prepare_bundles(
+        self, node_id: bytes, address: str, bundles: Sequence[common_pb2.Bundle], timeout_s: float
+    ) -> bool:
+        """``PrepareBundleResources``: True iff the raylet holds all of ``bundles`` now."""
+        ...
+
+    async def commit_bundles(
+        self, node_id: bytes, address: str, bundles: Sequence[common_pb2.Bundle], timeout_s: float
+    ) -> None:
+        """``CommitBundleResources`` of bundles this raylet prepared."""
+        ...
+
+    async def remove_bundles(
+        self,
+        node_id: bytes,
+        address: str,
+        pg_id: bytes,
+        bundles: Sequence[common_pb2.Bundle],
+        timeout_s: float,
+    ) -> None:
+        """``RemovePlacementGroupBundles`` (Ray 2.60's cancel / return of prepared or
+        committed bundles)."""
+        ...
+
+    async def release_unused_bundles(
+        self,
+        node_id: bytes,
+        address: str,
+        in_use: Sequence[common_pb2.Bundle],
+        timeout_s: float,
+    ) -> None:
+        """``ReleaseUnusedBundles``: the raylet returns every bundle not in ``in_use``."""
         ...
 
     def forget(self, node_id: bytes) -> None:

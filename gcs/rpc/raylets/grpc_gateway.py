@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import grpc
 import structlog
 from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health_pb2
 
-from gcs.proto import gcs_pb2, node_manager_pb2
+from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.raylets.budget import RayletIoBudget
 from gcs.rpc.raylets.errors import raylet_error
 from gcs.rpc.raylets.h2_unary import H2CallError
-from gcs.rpc.raylets.pool import HEALTH_CHECK, METHODS, RayletClientPool
+from gcs.rpc.raylets.pool import HEALTH_CHECK, METHODS, RayletClientPool, direct_call
 from gcs.rpc.raylets.rate import LagGovernor, RateLimiter
 from gcs.rpc.security import NO_SECURITY, Security
 
@@ -126,6 +126,42 @@ class GrpcRayletGateway:
             self.pool.release(client)
         return dict(reply.total_resources)
 
+    async def prepare_bundles(
+        self, node_id: bytes, address: str, bundles: Sequence[common_pb2.Bundle], timeout_s: float
+    ) -> bool:
+        request = node_manager_pb2.PrepareBundleResourcesRequest(bundle_specs=bundles)
+        reply = await self._direct(node_id, address, "PrepareBundleResources", request, timeout_s)
+        return bool(reply.success)  # type: ignore[attr-defined]
+
+    async def commit_bundles(
+        self, node_id: bytes, address: str, bundles: Sequence[common_pb2.Bundle], timeout_s: float
+    ) -> None:
+        request = node_manager_pb2.CommitBundleResourcesRequest(bundle_specs=bundles)
+        await self._direct(node_id, address, "CommitBundleResources", request, timeout_s)
+
+    async def remove_bundles(
+        self,
+        node_id: bytes,
+        address: str,
+        pg_id: bytes,
+        bundles: Sequence[common_pb2.Bundle],
+        timeout_s: float,
+    ) -> None:
+        request = node_manager_pb2.RemovePlacementGroupBundlesRequest(
+            placement_group_id=pg_id, bundle_specs=bundles
+        )
+        await self._direct(node_id, address, "RemovePlacementGroupBundles", request, timeout_s)
+
+    async def release_unused_bundles(
+        self,
+        node_id: bytes,
+        address: str,
+        in_use: Sequence[common_pb2.Bundle],
+        timeout_s: float,
+    ) -> None:
+        request = node_manager_pb2.ReleaseUnusedBundlesRequest(bundles_in_use=in_use)
+        await self._direct(node_id, address, "ReleaseUnusedBundles", request, timeout_s)
+
     def forget(self, node_id: bytes) -> None:
         self.pool.drop(node_id)
         self.grpc_only.discard(node_id)
@@ -143,6 +179,12 @@ class GrpcRayletGateway:
         await self.pool.close()
 
     # ------------------------------------------------------------------ internals
+
+    async def _direct(
+        self, node_id: bytes, address: str, method: str, request: Message, timeout_s: float
+    ) -> Message:
+        """A control call (bundles): grpc, outside the background queue (like drain)."""
+        return await direct_call(self.pool, node_id, address, method, request, timeout_s)
 
     async def _background(
         self,

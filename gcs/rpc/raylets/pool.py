@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2
 
+from gcs.rpc.raylets.errors import raylet_error
 from gcs.rpc.raylets.h2_unary import H2UnaryClient
 from gcs.rpc.security import NO_SECURITY, Security
 from gcs.rpc.services import NODE_MANAGER
@@ -182,3 +183,23 @@ class RayletClientPool:
             await client.close()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+async def direct_call(
+    pool: RayletClientPool,
+    node_id: bytes,
+    address: str,
+    method: str,
+    request: Message,
+    timeout_s: float | None,
+) -> Message:
+    """One grpc call of a NodeManagerService method on a pooled client, outside any queue;
+    transport failures leave as domain errors (:func:`~gcs.rpc.raylets.errors.raylet_error`)."""
+    client = pool.lease(node_id, address)
+    try:
+        reply: Message = await client.grpc_call(method)(request, timeout=timeout_s)
+    except grpc.aio.AioRpcError as err:
+        raise raylet_error(node_id, method, err) from err
+    finally:
+        pool.release(client)
+    return reply

@@ -1,0 +1,210 @@
+"""Task events (``ray.rpc.TaskInfoGcsService``): what ``ray list tasks`` and the dashboard read.
+
+Core workers batch their task events (state transitions with timestamps, task info, profile
+events) and send them with ``AddTaskEventData`` about once a second.  Ray's GCS keeps them in
+memory only (never persisted), merged per task attempt, with Ray's bounds:
+
+* at most ``max_tasks`` attempts (``RAY_task_events_max_num_task_in_gcs``, 100,000); past it
+  the GCS evicts, oldest first within a priority: finished or failed tasks, then actor
+  tasks, then the rest (Ray's finished/actor-task GC policy), and counts each evicted
+  attempt as a dropped status event of its job;
+* at most ``max_profile_events_per_task`` profile events per attempt
+  (``RAY_task_events_max_num_profile_events_per_task``, 1,000), the excess counted as
+  dropped profile events;
+* workers' own drop reports (``dropped_task_attempts``, ``num_profile_events_dropped``) add
+  to the same per-job counters, and an attempt a worker reports dropped is not kept (nor
+  are its later events).
+
+No store write, so no lane: an ``add`` is one synchronous step on the event loop (nothing
+can interleave), and reads never wait.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from gcs.errors import InvalidArgument
+from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
+
+TaskKey = tuple[bytes, int]
+"""(task id, attempt number)."""
+
+_TERMINAL = (common_pb2.FINISHED, common_pb2.FAILED)
+_PRIORITY_TERMINAL, _PRIORITY_ACTOR, _PRIORITY_OTHER = 0, 1, 2
+EQUAL = gcs_service_pb2.EQUAL
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(slots=True)
+class JobDrops:
+    status: int = 0
+    profile: int = 0
+
+
+def latest_state(events: gcs_pb2.TaskEvents) -> int:
+    """The task's current state: the one with the newest timestamp (FAILED / FINISHED win a
+    tie); NIL when no state was reported."""
+    stamps = events.state_updates.state_ts_ns
+    if not stamps:
+        return common_pb2.NIL
+    return max(stamps.items(), key=lambda kv: (kv[1], kv[0] in _TERMINAL, kv[0]))[0]
+
+
+class TaskEventStore:
+    def __init__(self, *, max_tasks: int = 100_000, max_profile_events_per_task: int = 1000):
+        if max_tasks < 1:
+            raise ValueError("max_tasks must be >= 1")
+        self._max_tasks = max_tasks
+        self._max_profile = max_profile_events_per_task
+        self._events: dict[TaskKey, gcs_pb2.TaskEvents] = {}
+        # one insertion-ordered index per eviction priority (oldest first)
+        self._by_priority: tuple[OrderedDict[TaskKey, None], ...] = (
+            OrderedDict(),
+            OrderedDict(),
+            OrderedDict(),
+        )
+        self._priority: dict[TaskKey, int] = {}
+        self._drops: dict[bytes, JobDrops] = {}
+        self._dropped_attempts: OrderedDict[TaskKey, None] = OrderedDict()
+        """Attempts a worker reported lost: their later events are ignored (as in Ray);
+        bounded like the events themselves, oldest forgotten first."""
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def drops(self, job_id: bytes) -> JobDrops:
+        return self._drops.get(job_id, JobDrops())
+
+    # -- writes --------------------------------------------------------------------------
+    def add(self, data: gcs_pb2.TaskEventData) -> None:
+        for i, events in enumerate(data.events_by_task):
+            if not events.task_id:
+                raise InvalidArgument(f"data.events_by_task[{i}].task_id is empty")
+        job_drops = self._drops_of(data.job_id)
+        job_drops.profile += max(data.num_profile_events_dropped, 0)
+        for attempt in data.dropped_task_attempts:
+            key = (attempt.task_id, attempt.attempt_number)
+            self._remove(key)
+            job_drops.status += 1
+            self._dropped_attempts[key] = None
+            if len(self._dropped_attempts) > self._max_tasks:
+                self._dropped_attempts.popitem(last=False)
+        for events in data.events_by_task:
+            if (events.task_id, events.attempt_number) not in self._dropped_attempts:
+                self._merge(events)
+        while len(self._events) > self._max_tasks:
+            self._evict_one()
+
+    def _drops_of(self, job_id: bytes) -> JobDrops:
+        drops = self._drops.get(job_id)
+        if drops is None:
+            drops = self._drops[job_id] = JobDrops()
+        return drops
+
+    def _merge(self, incoming: gcs_pb2.TaskEvents) -> None:
+        key = (incoming.task_id, incoming.attempt_number)
+        held = self._events.get(key)
+        if held is None:
+            held = gcs_pb2.TaskEvents()
+            held.CopyFrom(incoming)
+            self._events[key] = held
+        else:  # state timestamps merge by state, profile events append, info fills in
+            held.MergeFrom(incoming)
+        if held.HasField("profile_events"):
+            entries = held.profile_events.events
+            excess = len(entries) - self._max_profile
+            if excess > 0:
+                del entries[:excess]
+                self._drops_of(held.job_id).profile += excess
+        self._reindex(key, held)
+
+    def _reindex(self, key: TaskKey, events: gcs_pb2.TaskEvents) -> None:
+        if latest_state(events) in _TERMINAL:
+            priority = _PRIORITY_TERMINAL
+        elif events.task_info.type == common_pb2.ACTOR_TASK:
+            priority = _PRIORITY_ACTOR
+        else:
+            priority = _PRIORITY_OTHER
+        old = self._priority.get(key)
+        if old == priority:
+            return
+        if old is not None:
+            self._by_priority[old].pop(key, None)
+        self._by_priority[priority][key] = None
+        self._priority[key] = priority
+
+    def _remove(self, key: TaskKey) -> gcs_pb2.TaskEvents | None:
+        events = self._events.pop(key, None)
+        priority = self._priority.pop(key, None)
+        if priority is not None:
+            self._by_priority[priority].pop(key, None)
+        return events
+
+    def _evict_one(self) -> None:
+        for index in self._by_priority:
+            if index:
+                key = next(iter(index))
+                events = self._remove(key)
+                assert events is not None
+                self._drops_of(events.job_id).status += 1
+                self.evicted += 1
+                return
+
+    # -- reads ---------------------------------------------------------------------------
+    def query(
+        self, request: gcs_service_pb2.GetTaskEventsRequest
+    ) -> gcs_service_pb2.GetTaskEventsReply:
+        """Ray's GetTaskEvents: filters AND-ed (each list of one kind AND-ed too), then the
+        limit; counts of what was filtered, truncated and dropped."""
+        f = request.filters
+        limit = request.limit if request.HasField("limit") and request.limit >= 0 else None
+        states = [(s.predicate, s.state.upper()) for s in f.state_filters]
+        exclude_driver = f.exclude_driver  # unset: False, as in Ray
+        reply = gcs_service_pb2.GetTaskEventsReply(num_total_stored=len(self._events))
+        kept = 0
+        for events in self._events.values():
+            if not _matches(events, f, states, exclude_driver):
+                reply.num_filtered_on_gcs += 1
+                continue
+            if limit is not None and kept >= limit:
+                reply.num_truncated += 1
+                continue
+            reply.events_by_task.append(events)
+            kept += 1
+        jobs = [jf.job_id for jf in f.job_filters if jf.predicate == EQUAL]
+        drops = [self.drops(j) for j in jobs] if jobs else list(self._drops.values())
+        # int32 on the wire: saturate rather than fail
+        reply.num_status_task_events_dropped = min(sum(d.status for d in drops), _INT32_MAX)
+        reply.num_profile_task_events_dropped = min(sum(d.profile for d in drops), _INT32_MAX)
+        return reply
+
+
+def _matches(
+    events: gcs_pb2.TaskEvents,
+    f: gcs_service_pb2.GetTaskEventsRequest.Filters,
+    states: list[tuple[int, str]],
+    exclude_driver: bool,
+) -> bool:
+    info = events.task_info
+    if exclude_driver and info.type == common_pb2.DRIVER_TASK:
+        return False
+    for jf in f.job_filters:
+        if (events.job_id == jf.job_id) != (jf.predicate == EQUAL):
+            return False
+    for tf in f.task_filters:
+        if (events.task_id == tf.task_id) != (tf.predicate == EQUAL):
+            return False
+    for af in f.actor_filters:
+        if (info.actor_id == af.actor_id) != (af.predicate == EQUAL):
+            return False
+    for nf in f.task_name_filters:
+        if (info.name.lower() == nf.task_name.lower()) != (nf.predicate == EQUAL):
+            return False
+    if states:
+        name = common_pb2.TaskStatus.Name(latest_state(events))
+        for predicate, state in states:
+            if (name == state) != (predicate == EQUAL):
+                return False
+    return True

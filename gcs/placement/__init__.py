@@ -1,0 +1,1 @@
+"""Placement-group bundles: Ray's bundle resource names and the pure placement policy."""

@@ -1,0 +1,141 @@
+"""``ray.rpc.ActorInfoGcsService``: validate, call the actor manager, encode.
+
+Ray reports actor errors inside the reply's ``GcsStatus`` (gRPC OK): a name conflict is
+AlreadyExists, an unknown actor NotFound.  Undecodable or malformed requests are gRPC
+INVALID_ARGUMENT naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gcs import validate
+from gcs.config import RequestLimits
+from gcs.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from gcs.ids import JOB_ID_SIZE
+from gcs.managers.actors import ACTOR_ID_SIZE, ActorManager
+from gcs.proto import common_pb2, gcs_service_pb2
+from gcs.services.common import error_status, ok_status
+
+Req = gcs_service_pb2
+
+
+class ActorInfoServicer:
+    def __init__(self, actors: ActorManager, *, limits: RequestLimits) -> None:
+        self._actors = actors
+        self._limits = limits
+
+    def _spec(self, spec: common_pb2.TaskSpec) -> None:
+        creation = spec.actor_creation_task_spec
+        lim = self._limits
+        validate.text(creation.name, "task_spec.actor_creation_task_spec.name", lim.max_name_bytes)
+        validate.text(
+            creation.ray_namespace,
+            "task_spec.actor_creation_task_spec.ray_namespace",
+            lim.max_name_bytes,
+        )
+        validate.fixed_id(spec.job_id, "task_spec.job_id", JOB_ID_SIZE)
+        validate.resource_map(spec.required_resources, "task_spec.required_resources", lim)
+        validate.resource_map(
+            spec.required_placement_resources, "task_spec.required_placement_resources", lim
+        )
+        validate.record(spec, "task_spec", lim.max_record_bytes)
+
+    async def RegisterActor(self, request: Req.RegisterActorRequest, context: Any) -> Any:
+        self._spec(request.task_spec)
+        try:
+            await self._actors.register(request.task_spec)
+        except AlreadyExists as err:
+            return Req.RegisterActorReply(status=error_status(err))
+        return Req.RegisterActorReply(status=ok_status())
+
+    async def CreateActor(self, request: Req.CreateActorRequest, context: Any) -> Any:
+        self._spec(request.task_spec)
+        try:
+            return await self._actors.create(request.task_spec)
+        except FailedPrecondition as err:
+            return Req.CreateActorReply(status=error_status(err))
+
+    async def GetActorInfo(self, request: Req.GetActorInfoRequest, context: Any) -> Any:
+        validate.text(request.name, "name", self._limits.max_name_bytes)
+        out = Req.GetActorInfoReply(status=ok_status())
+        actor = self._actors.get(request.actor_id) if request.actor_id else None
+        if actor is not None:
+            out.actor_table_data.CopyFrom(actor)
+        return out
+
+    async def GetNamedActorInfo(self, request: Req.GetNamedActorInfoRequest, context: Any) -> Any:
+        validate.text(request.name, "name", self._limits.max_name_bytes)
+        validate.text(request.ray_namespace, "ray_namespace", self._limits.max_name_bytes)
+        try:
+            actor = self._actors.get_named(request.name, request.ray_namespace)
+        except NotFound as err:
+            return Req.GetNamedActorInfoReply(status=error_status(err))
+        out = Req.GetNamedActorInfoReply(status=ok_status())
+        out.actor_table_data.CopyFrom(actor)
+        spec = self._actors.specs.get(actor.actor_id)
+        if spec is not None:
+            out.task_spec.CopyFrom(spec)
+        return out
+
+    async def ListNamedActors(self, request: Req.ListNamedActorsRequest, context: Any) -> Any:
+        validate.text(request.ray_namespace, "ray_namespace", self._limits.max_name_bytes)
+        out = Req.ListNamedActorsReply(status=ok_status())
+        for namespace, name in self._actors.list_named(
+            request.ray_namespace, request.all_namespaces
+        ):
+            out.named_actors_list.add(ray_namespace=namespace, name=name)
+        return out
+
+    async def GetAllActorInfo(self, request: Req.GetAllActorInfoRequest, context: Any) -> Any:
+        if request.HasField("limit") and request.limit < 0:
+            raise InvalidArgument(f"limit must be >= 0, got {request.limit}")
+        filters = request.filters
+        actor_id = filters.actor_id if filters.HasField("actor_id") else None
+        job_id = filters.job_id if filters.HasField("job_id") else None
+        if actor_id is not None:
+            validate.fixed_id(actor_id, "filters.actor_id", ACTOR_ID_SIZE)
+        if job_id is not None:
+            validate.fixed_id(job_id, "filters.job_id", JOB_ID_SIZE)
+        state = filters.state if filters.HasField("state") else None
+        actors, total, filtered = self._actors.list_all(
+            actor_id=actor_id,
+            job_id=job_id,
+            state=state,
+            show_dead_jobs=request.show_dead_jobs,
+            limit=request.limit if request.HasField("limit") and request.limit > 0 else None,
+        )
+        return Req.GetAllActorInfoReply(
+            status=ok_status(), actor_table_data=actors, total=total, num_filtered=filtered
+        )
+
+    async def KillActorViaGcs(self, request: Req.KillActorViaGcsRequest, context: Any) -> Any:
+        try:
+            await self._actors.kill(
+                request.actor_id, force_kill=request.force_kill, no_restart=request.no_restart
+            )
+        except NotFound as err:
+            return Req.KillActorViaGcsReply(status=error_status(err))
+        return Req.KillActorViaGcsReply(status=ok_status())
+
+    async def ReportActorOutOfScope(
+        self, request: Req.ReportActorOutOfScopeRequest, context: Any
+    ) -> Any:
+        try:
+            await self._actors.report_out_of_scope(
+                request.actor_id, request.num_restarts_due_to_lineage_reconstruction
+            )
+        except NotFound as err:
+            return Req.ReportActorOutOfScopeReply(status=error_status(err))
+        return Req.ReportActorOutOfScopeReply(status=ok_status())
+
+    async def RestartActorForLineageReconstruction(
+        self, request: Req.RestartActorForLineageReconstructionRequest, context: Any
+    ) -> Any:
+        try:
+            await self._actors.restart_for_lineage(
+                request.actor_id, request.num_restarts_due_to_lineage_reconstruction
+            )
+        except (NotFound, FailedPrecondition) as err:
+            return Req.RestartActorForLineageReconstructionReply(status=error_status(err))
+        return Req.RestartActorForLineageReconstructionReply(status=ok_status())

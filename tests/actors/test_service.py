@@ -1,0 +1,134 @@
+"""``ray.rpc.ActorInfoGcsService`` through a real GcsServer (fake raylets / core workers)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from gcs.config import HealthCheckConfig, LoadPollConfig
+from gcs.proto import gcs_pb2
+from gcs.proto import gcs_service_pb2 as G
+from gcs.server import GcsServer
+from gcs.store.memory import MemoryStore
+from gcs.testing.actors import FakeActorGateway
+from tests.actors.harness import actor_spec, node_info
+from tests.conftest import Stubs, fast_config
+
+QUIET = fast_config(
+    health=HealthCheckConfig(initial_delay_ms=3_600_000, period_ms=3_600_000),
+    load_poll=LoadPollConfig(period_ms=3_600_000),
+    node_instances_replenish_interval_ms=3_600_000,
+    expired_job_clusters_gc_interval_ms=3_600_000,
+)
+ALIVE, DEAD = gcs_pb2.ActorTableData.ALIVE, gcs_pb2.ActorTableData.DEAD
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.store = MemoryStore()
+        self.gateway = FakeActorGateway()
+        self.server: GcsServer | None = None
+        self._channel: grpc.aio.Channel | None = None
+
+    async def start(self) -> Stubs:
+        self.server = GcsServer(QUIET, store=self.store, actor_gateway=self.gateway)
+        await self.server.start()
+        assert self.server.meta is not None
+        self._channel = grpc.aio.insecure_channel(self.server.address)
+        return Stubs(self._channel, self.server.meta.cluster_id)
+
+    async def stop(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        if self.server is not None:
+            await self.server.stop()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        await c.stop()
+
+
+class TestActorInfoService:
+    async def test_named_detached_actor_lifecycle_over_the_wire(self, cluster: Cluster) -> None:
+        stubs = await cluster.start()
+        await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=node_info(1)))
+        spec = actor_spec(1, name="keeper", namespace="app", detached=True)
+        actor_id = spec.actor_creation_task_spec.actor_id
+        reply = await stubs.actors.RegisterActor(G.RegisterActorRequest(task_spec=spec))
+        assert reply.status.code == 0
+        clash = actor_spec(2, name="keeper", namespace="app")
+        reply = await stubs.actors.RegisterActor(G.RegisterActorRequest(task_spec=clash))
+        assert reply.status.code == 20  # Ray's AlreadyExists, in the reply
+        assert reply.status.message == (
+            "Actor with name 'keeper' already exists in the namespace app"
+        )
+        created = await stubs.actors.CreateActor(G.CreateActorRequest(task_spec=spec))
+        assert created.status.code == 0
+        assert created.actor_address == cluster.gateway.pushes[0][0]
+
+        named = await stubs.actors.GetNamedActorInfo(
+            G.GetNamedActorInfoRequest(name="keeper", ray_namespace="app")
+        )
+        assert named.actor_table_data.state == ALIVE and named.task_spec == spec
+        missing = await stubs.actors.GetNamedActorInfo(
+            G.GetNamedActorInfoRequest(name="nope", ray_namespace="app")
+        )
+        assert missing.status.code == 17 and missing.status.message == (
+            "Actor with name 'nope' was not found."
+        )
+        listed = await stubs.actors.ListNamedActors(G.ListNamedActorsRequest(ray_namespace="app"))
+        assert [(n.ray_namespace, n.name) for n in listed.named_actors_list] == [("app", "keeper")]
+        info = await stubs.actors.GetActorInfo(G.GetActorInfoRequest(actor_id=actor_id))
+        assert info.actor_table_data.name == "keeper"
+        every = await stubs.actors.GetAllActorInfo(G.GetAllActorInfoRequest(limit=10))
+        assert every.total == 1 and len(every.actor_table_data) == 1
+
+        killed = await stubs.actors.KillActorViaGcs(
+            G.KillActorViaGcsRequest(actor_id=actor_id, force_kill=True, no_restart=True)
+        )
+        assert killed.status.code == 0
+        info = await stubs.actors.GetActorInfo(G.GetActorInfoRequest(actor_id=actor_id))
+        assert info.actor_table_data.state == DEAD
+        unknown = await stubs.actors.KillActorViaGcs(
+            G.KillActorViaGcsRequest(actor_id=b"\x05" * 16, no_restart=True)
+        )
+        assert unknown.status.code == 17
+
+    async def test_detached_actor_survives_a_gcs_restart(self, cluster: Cluster) -> None:
+        stubs = await cluster.start()
+        await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=node_info(1)))
+        spec = actor_spec(1, name="keeper", detached=True)
+        await stubs.actors.RegisterActor(G.RegisterActorRequest(task_spec=spec))
+        created = await stubs.actors.CreateActor(G.CreateActorRequest(task_spec=spec))
+        await cluster.stop()
+
+        stubs = await cluster.start()
+        named = await stubs.actors.GetNamedActorInfo(
+            G.GetNamedActorInfoRequest(name="keeper", ray_namespace="ns")
+        )
+        assert named.status.code == 0
+        assert named.actor_table_data.state == ALIVE
+        assert named.actor_table_data.address == created.actor_address
+
+    async def test_bad_requests_are_invalid_argument(self, cluster: Cluster) -> None:
+        stubs = await cluster.start()
+        spec = actor_spec(1)
+        spec.actor_creation_task_spec.actor_id = b"short"
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stubs.actors.RegisterActor(G.RegisterActorRequest(task_spec=spec))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "task_spec.actor_creation_task_spec.actor_id must be 16 bytes" in (
+            err.value.details() or ""
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stubs.actors.GetAllActorInfo(
+                G.GetAllActorInfoRequest(filters=G.GetAllActorInfoRequest.Filters(job_id=b"x"))
+            )
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -1,0 +1,63 @@
+"""Running real Ray processes in interop tests: their environment and their cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+
+import grpc
+
+from gcs.proto import gcs_service_pb2 as G
+from gcs.rpc import ServiceStub
+from gcs.rpc import services as svc
+
+
+def ray_env() -> dict[str, str]:
+    """The environment for ``ray`` commands and drivers (no PYTHONPATH to our checkout)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_DISABLE_DOCKER_CPU_WARNING="1")
+    return env
+
+
+async def stop_group(proc: asyncio.subprocess.Process) -> None:
+    """Stop a process started with ``start_new_session=True`` and everything it started
+    (its process group): SIGTERM, then SIGKILL after 20 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), timeout=20)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+async def set_full_python_version(address: str, ray_python: str) -> None:
+    """``CLUSTER_METADATA`` with the interpreter's full version (Ray compares it), until our
+    head sets it itself (issue 10); a no-op when it already matches."""
+    probe = await asyncio.create_subprocess_exec(
+        ray_python, "-c", "import platform; print(platform.python_version())",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    version = (await probe.communicate())[0].decode().strip()
+    async with grpc.aio.insecure_channel(address) as channel:
+        cluster_id = (
+            await ServiceStub(channel, svc.NODE_INFO).GetClusterId(G.GetClusterIdRequest())
+        ).cluster_id
+        kv = ServiceStub(channel, svc.INTERNAL_KV, metadata=[("ray_cluster_id", cluster_id.hex())])
+        key = G.InternalKVGetRequest(namespace=b"cluster", key=b"CLUSTER_METADATA")
+        meta = json.loads((await kv.InternalKVGet(key)).value)
+        if not version or meta.get("python_version") == version:
+            return
+        meta["python_version"] = version
+        await kv.InternalKVPut(
+            G.InternalKVPutRequest(
+                namespace=b"cluster",
+                key=b"CLUSTER_METADATA",
+                value=json.dumps(meta).encode(),
+                overwrite=True,
+            )
+        )
