@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from gcs.config import RequestLimits
-from gcs.proto import gcs_pb2, gcs_service_pb2, pubsub_pb2
+from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2
 from gcs.pubsub import GCS_NODE_INFO_CHANNEL
 from gcs.rpc import services as svc
 from gcs.rpc.h2wire import GOAWAY
@@ -400,3 +400,50 @@ async def test_many_concurrent_calls_on_one_connection(pair: tuple[GcsServer, Gc
         assert front._front is not None
         assert len(front._front.connections) == 1
     assert values == [b"k%d" % i * 3 for i in range(n)]
+
+
+async def test_a_held_unary_method_is_answered_and_past_its_deadline_cancelled(
+    pair: tuple[GcsServer, GcsServer],
+) -> None:
+    """WaitPlacementGroupUntilReady is held until the group is created or removed: served
+    natively, a removal answers the held call, and the caller's deadline cancels it on the
+    server (counted CANCELLED by the handler's wrapper)."""
+    front, _ = pair
+    pgs = svc.PLACEMENT_GROUP_INFO.methods_by_name
+    pg_id = b"p" * 18
+    spec = common_pb2.PlacementGroupSpec(placement_group_id=pg_id, name="held")
+    spec.bundles.add().unit_resources["CPU"] = 1.0
+    wait_body = gcs_service_pb2.WaitPlacementGroupUntilReadyRequest(
+        placement_group_id=pg_id
+    ).SerializeToString()
+    async with grpc.aio.insecure_channel(front.address) as channel:
+        create = channel.unary_unary(method_path(pgs["CreatePlacementGroup"]))
+        wait = channel.unary_unary(method_path(pgs["WaitPlacementGroupUntilReady"]))
+        remove = channel.unary_unary(method_path(pgs["RemovePlacementGroup"]))
+        request = gcs_service_pb2.CreatePlacementGroupRequest(placement_group_spec=spec)
+        await create(request.SerializeToString(), metadata=_auth(), timeout=10)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await wait(wait_body, metadata=_auth(), timeout=0.3)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        held = wait(wait_body, metadata=_auth(), timeout=30)
+        assert front.managers is not None
+        waiters = front.managers.placement_groups._waiters
+        await eventually(lambda: pg_id in waiters, 10.0)  # held on the server
+        removal = gcs_service_pb2.RemovePlacementGroupRequest(placement_group_id=pg_id)
+        await remove(removal.SerializeToString(), metadata=_auth(), timeout=10)
+        reply = gcs_service_pb2.WaitPlacementGroupUntilReadyReply.FromString(await held)
+        assert reply.status.code != 0  # removed: NotFound in the reply status
+    wait_path = method_path(pgs["WaitPlacementGroupUntilReady"])
+
+    def cancelled() -> float:
+        return sum(
+            s.value
+            for family in front.metrics.registry.collect()
+            if family.name == "gcs_rpc"
+            for s in family.samples
+            if s.name == "gcs_rpc_total"
+            and s.labels["method"] == wait_path
+            and s.labels["code"] == "CANCELLED"
+        )
+
+    await eventually(lambda: cancelled() == 1, 10.0)
