@@ -15,6 +15,7 @@ two concurrent reports the higher version wins); snapshot reads never take it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,12 +25,13 @@ import structlog
 from gcs.clock import Clock
 from gcs.errors import InvalidArgument, RayStatusCode, RayStatusError
 from gcs.managers.counters import DurableCounter
+from gcs.managers.events import NodeEvents
 from gcs.managers.kv import KvManager
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import DrainRecord, NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import NodeResources, ResourceCache
-from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
+from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META
@@ -81,8 +83,12 @@ class AutoscalerStateManager:
         raylet_timeout_s: float = 30.0,
         virtual_cluster_section: Callable[[], bytes] | None = None,
         lane_policy: ResolvePolicy | None = None,
+        node_events: NodeEvents | None = None,
     ) -> None:
         self._store = store
+        self._drained_away: dict[bytes, list[asyncio.Future[None]]] = {}
+        if node_events is not None:
+            node_events.subscribe(self)
         self._kv = kv
         self._clock = clock
         self._nodes = nodes
@@ -325,7 +331,7 @@ class AutoscalerStateManager:
         node = self._nodes.alive.get(request.node_id)
         if node is None:
             return autoscaler_pb2.DrainNodeReply(is_accepted=True)
-        reply = await self._raylets.drain(
+        reply = await self._drain_raylet(
             request.node_id,
             raylet_address(node),
             node_manager_pb2.DrainRayletRequest(
@@ -333,7 +339,6 @@ class AutoscalerStateManager:
                 reason_message=request.reason_message,
                 deadline_timestamp_ms=request.deadline_timestamp_ms,
             ),
-            self._raylet_timeout_s,
         )
         out = autoscaler_pb2.DrainNodeReply(is_accepted=reply.is_accepted)
         if reply.is_accepted:
@@ -344,6 +349,49 @@ class AutoscalerStateManager:
         else:
             out.rejection_reason_message = reply.rejection_reason_message
         return out
+
+    async def _drain_raylet(
+        self, node_id: bytes, address: str, request: node_manager_pb2.DrainRayletRequest
+    ) -> node_manager_pb2.DrainRayletReply:
+        """DrainRaylet, or its acceptance seen another way: a raylet that accepts an idle
+        drain unregisters itself (death reason AUTOSCALER_DRAIN_IDLE) and exits, and its
+        reply can be lost with the process.  Only an accepted idle drain ends a node that
+        way, so its death answers the call (the caller is not left to time out and retry a
+        node that is already gone)."""
+        if request.reason != autoscaler_pb2.DRAIN_NODE_REASON_IDLE_TERMINATION:
+            return await self._raylets.drain(node_id, address, request, self._raylet_timeout_s)
+        gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drained_away.setdefault(node_id, []).append(gone)
+        call = asyncio.ensure_future(
+            self._raylets.drain(node_id, address, request, self._raylet_timeout_s)
+        )
+        try:
+            await asyncio.wait((call, gone), return_when=asyncio.FIRST_COMPLETED)
+            if call.done():
+                return call.result()
+            call.cancel()
+            log.info("autoscaler_state.drained_away", node_id=node_id.hex())
+            return node_manager_pb2.DrainRayletReply(is_accepted=True)
+        finally:
+            if not call.done():
+                call.cancel()
+            waiters = self._drained_away.get(node_id, [])
+            if gone in waiters:
+                waiters.remove(gone)
+            if not waiters:
+                self._drained_away.pop(node_id, None)
+
+    # -- NodeListener ------------------------------------------------------------------------
+
+    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        pass
+
+    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        if node.death_info.reason != common_pb2.NodeDeathInfo.AUTOSCALER_DRAIN_IDLE:
+            return
+        for gone in self._drained_away.get(node.node_id, []):
+            if not gone.done():
+                gone.set_result(None)
 
     async def resize(
         self, request: autoscaler_pb2.ResizeRayletResourceInstancesRequest

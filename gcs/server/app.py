@@ -295,6 +295,7 @@ class GcsServer:
             raylet_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
             virtual_cluster_section=virtual_clusters.autoscaler_section,
             lane_policy=self._lane_policy,
+            node_events=node_events,
         )
         syncer = SyncHub(
             nodes, cache, node_events=node_events, on_heartbeat=health_checker.mark_healthy

@@ -22,6 +22,9 @@ class FakeRaylet:
         self.node_type = node_type
         self.load: gcs_pb2.ResourcesData | None = None
         self.drain_accept = True
+        self.drain_reply_lost = False
+        """When True, DrainRaylet never answers (a raylet that exited before its reply went
+        out)."""
         self.drains: list[Any] = []
         self.polls = 0
         self.notified = 0
@@ -58,6 +61,8 @@ class FakeRaylet:
 
     async def DrainRaylet(self, request: Any, context: Any) -> Any:
         self.drains.append(request)
+        if self.drain_reply_lost:
+            await asyncio.Event().wait()
         if self.drain_accept:
             return node_manager_pb2.DrainRayletReply(is_accepted=True)
         return node_manager_pb2.DrainRayletReply(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -271,6 +273,36 @@ class TestDrainAndResize:
         reply = await stubs.autoscaler.DrainNode(
             A.DrainNodeRequest(node_id=r.node_id, reason=A.DRAIN_NODE_REASON_PREEMPTION)
         )
+        assert reply.is_accepted
+
+    async def test_idle_drain_answered_by_the_drained_node_leaving(self, stubs, raylets) -> None:
+        """A raylet that accepts an idle drain unregisters (AUTOSCALER_DRAIN_IDLE) and exits;
+        its DrainRaylet reply can be lost with it.  The node's drained death answers the
+        DrainNode call at once (it used to wait out the raylet deadline and fail, so the
+        autoscaler retried a node that was already gone and logged no drain)."""
+        r = await raylets()
+        await register(stubs, r)
+        r.drain_reply_lost = True
+        call = asyncio.ensure_future(
+            stubs.autoscaler.DrainNode(
+                A.DrainNodeRequest(
+                    node_id=r.node_id,
+                    reason=A.DRAIN_NODE_REASON_IDLE_TERMINATION,
+                    reason_message="idle",
+                )
+            )
+        )
+        await eventually(lambda: len(r.drains) == 1)
+        assert not call.done()
+        await stubs.node_info.UnregisterNode(
+            G.UnregisterNodeRequest(
+                node_id=r.node_id,
+                node_death_info=common_pb2.NodeDeathInfo(
+                    reason=common_pb2.NodeDeathInfo.AUTOSCALER_DRAIN_IDLE, reason_message="idle"
+                ),
+            )
+        )
+        reply = await asyncio.wait_for(call, timeout=10)
         assert reply.is_accepted
 
     async def test_drain_of_unknown_node_is_accepted(self, stubs) -> None:
