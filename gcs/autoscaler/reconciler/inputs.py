@@ -43,7 +43,7 @@ def scheduling_input(
         node = nodes.get(inst.node_id) if inst.node_id else None
         if node is not None and node.status in _LIVE:
             claimed.add(node.node_id)
-            out.append(_from_node(node, inst.instance_id, inst.status, inst))
+            out.append(node_instance(node, inst.instance_id, inst.status, inst))
         else:
             out.append(
                 NodeInstance(
@@ -57,7 +57,7 @@ def scheduling_input(
             )
     for node in ray_nodes:  # nodes no instance tracks (unmanaged): capacity, never terminated
         if node.node_id not in claimed and node.status in _LIVE:
-            out.append(_from_node(node, f"ray:{node.node_id}", InstanceStatus.RAY_RUNNING, None))
+            out.append(node_instance(node, f"ray:{node.node_id}", InstanceStatus.RAY_RUNNING, None))
     return SchedulingInput(
         config=base.config,
         instances=tuple(out),
@@ -68,7 +68,7 @@ def scheduling_input(
     )
 
 
-def _from_node(
+def node_instance(
     node: RayNode, instance_id: str, status: InstanceStatus, inst: Instance | None
 ) -> NodeInstance:
     kind = NodeKind.HEAD if node.is_head else (inst.node_kind if inst else NodeKind.WORKER)

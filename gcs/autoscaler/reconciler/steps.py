@@ -456,15 +456,18 @@ def vc_held_nodes(state: autoscaler_pb2.ClusterResourceState) -> dict[str, str]:
 
 
 def hold_back_vc_nodes(
-    reply: SchedulingReply, held: Mapping[str, str]
+    reply: SchedulingReply, held: Mapping[str, str], scaled: frozenset[str] = frozenset()
 ) -> tuple[SchedulingReply, dict[str, list[str]]]:
     """No node a virtual cluster holds is terminated.  Idle ones are released to the primary
-    instead (returned as cluster id -> nodes); a later round may then terminate them."""
+    instead (returned as cluster id -> nodes); a later round may then terminate them.  Nodes
+    of the ``scaled`` clusters are left to the virtual-cluster policy (it keeps their min)."""
     keep, release = [], defaultdict(list)
     for term in reply.terminations:
         cluster = held.get(term.ray_node_id) if term.ray_node_id else None
         if cluster is None:
             keep.append(term)
+        elif cluster in scaled:
+            continue
         elif term.cause.value == "IDLE":
             release[cluster].append(term.ray_node_id)
     if len(keep) == len(reply.terminations):

@@ -21,7 +21,7 @@ from gcs.autoscaler.providers.base import (
     LaunchNodeError,
     ProviderError,
 )
-from gcs.autoscaler.reconciler.gcs_port import DrainResult
+from gcs.autoscaler.reconciler.gcs_port import DrainResult, VcSnapshot, VcUpdate
 from gcs.autoscaler.reconciler.observed import HEAD_RESOURCE
 from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.autoscaler.simulator.workload import CloudBehaviour, TaskBatch
@@ -279,6 +279,14 @@ class SimRay:
 
     async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
         return None  # the simulator has no virtual clusters
+
+    async def read_virtual_cluster(self, cluster_id: str) -> VcSnapshot | None:
+        return None
+
+    async def update_virtual_cluster(
+        self, cluster_id: str, *, divisible: bool, replica_sets: Mapping[str, int], revision: int
+    ) -> VcUpdate:
+        return VcUpdate(False, message="the simulator has no virtual clusters")
 
     async def stop_node(self, node_id_hex: str) -> bool:
         node = self.nodes.get(bytes.fromhex(node_id_hex))
