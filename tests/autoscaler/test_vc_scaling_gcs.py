@@ -64,6 +64,18 @@ def load(
     return data
 
 
+async def autoscaling_config(env: VcEnv, *, max_nodes: int) -> None:
+    """vc1: min 1, max 3 of type-1, at most ``max_nodes`` nodes."""
+    request = V.UpdateAutoscalingConfigRequest(
+        virtual_cluster_id="vc1",
+        min_replica_sets={"type-1": 1},
+        max_replica_sets={"type-1": 3},
+        max_nodes=max_nodes,
+    )
+    reply = await env.vc.UpdateAutoscalingConfig(request)
+    assert reply.status.code == 0, reply.status.message
+
+
 @pytest.fixture
 async def world():  # type: ignore[no-untyped-def]
     env = await VcEnv(MemoryStore()).start()
@@ -117,13 +129,7 @@ async def test_vc_demand_moves_then_launches_then_releases(world: World) -> None
     assert created.status.code == 0
     [member] = created.node_instances
     free = spare if member == first else first
-    config = await env.vc.UpdateAutoscalingConfig(
-        V.UpdateAutoscalingConfigRequest(
-            virtual_cluster_id="vc1", min_replica_sets={"type-1": 1}, max_replica_sets={"type-1": 3},
-            max_nodes=1,
-        )
-    )  # fmt: skip
-    assert config.status.code == 0
+    await autoscaling_config(env, max_nodes=1)
     env.raylet(member).load = load(4, 1, busy=True)
     await world.state_shows(
         lambda s: (
@@ -137,12 +143,7 @@ async def test_vc_demand_moves_then_launches_then_releases(world: World) -> None
     assert await world.members() == {member} and world.provider.launch_calls == []
 
     # max_nodes 3: demand met by moving the free primary node in, not by a launch
-    await env.vc.UpdateAutoscalingConfig(
-        V.UpdateAutoscalingConfigRequest(
-            virtual_cluster_id="vc1", min_replica_sets={"type-1": 1}, max_replica_sets={"type-1": 3},
-            max_nodes=3,
-        )
-    )  # fmt: skip
+    await autoscaling_config(env, max_nodes=3)
     await world.state_shows(lambda s: s.virtual_cluster_states["vc1"].max_nodes == 3)
     await world.round()
     assert await world.members() == {member, free}
