@@ -62,14 +62,28 @@ async def test_runs_scales_and_reports(tmp_path: Path) -> None:
     assert "time to capacity" in (tmp_path / "report" / "summary.txt").read_text()
 
 
-async def test_skipping_quiet_rounds_changes_nothing() -> None:
-    """The fast-forward is exact: the same summary and the same event log either way."""
-    wl = parse_workload(WORKLOAD)
+BURSTY = {
+    "duration": "2h",
+    "cloud": {"launch_delay_s": 30, "boot_delay_s": 20, "failure_rate": 0.05, "seed": 3},
+    "tasks": [
+        {"at": 0, "count": 200, "resources": {"CPU": 1}, "duration": "10m", "every": "30m"},
+        {"at": "7m", "count": 5, "resources": {"CPU": 8}, "duration": "3m", "every": "40m"},
+    ],
+}
+
+
+@pytest.mark.parametrize("workload", [WORKLOAD, BURSTY], ids=["mixed", "bursty"])
+async def test_skipping_quiet_rounds_changes_nothing(workload: dict) -> None:  # type: ignore[type-arg]
+    """The fast-forward is exact: the same summary, the same event log and the same
+    timeline either way, with rounds in which tasks only finished skipped too."""
+    wl = parse_workload(workload)
     fast = await simulate(CLUSTER, wl)
     slow = await simulate(CLUSTER, wl, skip_quiet=False)
     assert fast.skipped_rounds > 0 and slow.skipped_rounds == 0
+    assert fast.skipped_finish_rounds > 0
     assert summary(fast) == summary(slow)
     assert fast.events == slow.events
+    assert fast.samples == slow.samples
 
 
 @pytest.mark.parametrize(

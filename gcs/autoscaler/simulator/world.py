@@ -150,6 +150,8 @@ class SimRay:
         self.version = 0
         self.changes = 0
         """Counts every change of the world (lets the runner skip provably quiet rounds)."""
+        self.finishes = 0
+        """The part of ``changes`` that are tasks finishing (capacity freed, nothing else)."""
         self.last_report: autoscaler_pb2.AutoscalingState | None = None
         self.wait_s_total = 0.0
         self.started = 0
@@ -186,6 +188,7 @@ class SimRay:
                 node.available[k] = node.available.get(k, 0.0) + v
             node.running -= 1
             self.changes += 1
+            self.finishes += 1
             if node.running == 0:
                 node.idle_since_s = f.at_s
 
