@@ -132,6 +132,11 @@ def adopt_extra(
     (so a restarted autoscaler adopts what it launched before, instead of leaking it)."""
     rows = list(instances.values())
     known_nodes = {i.node_id for i in rows if i.node_id}
+    waiting = {
+        i.cloud_instance_id
+        for i in rows
+        if i.cloud_instance_id and not i.node_id and i.status not in _DEAD_ROWS
+    }
     out: list[InstanceUpdate] = []
     # (a) Ray nodes on a cloud instance, unknown by node id.  Only instances the provider
     # lists: a Ray node on a machine the provider does not run (started by hand, another
@@ -140,11 +145,7 @@ def adopt_extra(
     for node in ray_nodes:
         if not node.instance_id or node.node_id in known_nodes or node.instance_id not in cloud:
             continue
-        waiting = any(
-            i.cloud_instance_id == node.instance_id and not i.node_id and i.status not in _DEAD_ROWS
-            for i in rows
-        )
-        if waiting:
+        if node.instance_id in waiting:
             continue  # an instance waits for this node's raylet: step 5 matches it
         iid = new_id()
         upd = InstanceUpdate(
@@ -251,6 +252,9 @@ def stop_failed(
 
 
 # -- step phase (active) ----------------------------------------------------------------
+_HAS_RAY_NODE = frozenset({S.RAY_RUNNING, S.RAY_STOP_REQUESTED, S.RAY_STOPPING})
+
+
 def missing_ray_nodes(
     instances: Mapping[str, Instance], gcs_node_ids: set[str]
 ) -> list[InstanceUpdate]:
@@ -263,7 +267,7 @@ def missing_ray_nodes(
             ray_node_id=i.node_id,
         )
         for i in instances.values()
-        if i.status in (S.RAY_RUNNING, S.RAY_STOP_REQUESTED, S.RAY_STOPPING)
+        if i.status in _HAS_RAY_NODE
         and i.node_kind is not NodeKind.HEAD
         and i.node_id
         and i.node_id not in gcs_node_ids
@@ -289,6 +293,9 @@ _TIMEOUTS: Mapping[S, tuple[str, S, str]] = {
 }  # fmt: skip
 
 
+_TIMED_STATUSES = frozenset({S.REQUESTED, *_TIMEOUTS, *_WARN_ONLY})
+
+
 def stuck(
     instances: Mapping[str, Instance], cfg: ReconcileConfig, now_ns: int
 ) -> tuple[list[InstanceUpdate], list[str]]:
@@ -297,6 +304,8 @@ def stuck(
     warnings: list[str] = []
     for inst in instances.values():
         s, iid = inst.status, inst.instance_id
+        if s not in _TIMED_STATUSES:
+            continue
         age = (now_ns - _entered(inst)) / 1e9
         if s is S.REQUESTED and age > cfg.request_status_timeout_s:
             tries = inst.times_entered(S.REQUESTED)

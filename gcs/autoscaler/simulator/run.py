@@ -22,7 +22,7 @@ import asyncio
 import itertools
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.instances import InstanceManager, MemoryInstanceStorage
@@ -113,6 +113,8 @@ async def simulate(
     quiet, seen_changes, seen_finishes, wake_at = False, -1, -1, 0.0
     settled, instance_wake = False, math.inf
     own_idle_clock = cluster.scheduler.options.own_idle_clock
+    sampled_at: tuple[int, int] = (-1, -1)
+    last_sample = Sample(0.0, {}, 0, 0, 0, 0, 0.0, 0.0, 0)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -153,7 +155,9 @@ async def simulate(
                     wake_at = min(instance_wake, _idle_wake(ray, cluster))
                 else:
                     wake_at = 0.0
-            result.samples.append(_sample(now, ray, im))
+            if sampled_at != (ray.changes, im.version):  # else the same but for the time
+                last_sample, sampled_at = _sample(now, ray, im), (ray.changes, im.version)
+            result.samples.append(replace(last_sample, t_s=now))
             if bar is not None:
                 bar.update(1)
     finally:
