@@ -19,6 +19,7 @@ from gcs.autoscaler.scheduler.types import (
 from gcs.proto import autoscaler_pb2
 
 _LIVE = (RayNodeStatus.RUNNING, RayNodeStatus.IDLE)
+Memo = dict[str, tuple[Instance, RayNode | None, NodeInstance]]
 
 
 def scheduling_input(
@@ -27,7 +28,14 @@ def scheduling_input(
     ray_nodes: Sequence[RayNode],
     cluster: ClusterConfig,
     now_s: float,
+    memo: Memo | None = None,
 ) -> SchedulingInput:
+    """``memo`` (kept by the caller between rounds) hands back last round's NodeInstance
+    for an instance whose Instance and RayNode objects are the very same ones; it is
+    refilled with this round's."""
+    last = memo.copy() if memo is not None else {}
+    if memo is not None:
+        memo.clear()
     demand_only = autoscaler_pb2.ClusterResourceState(
         pending_resource_requests=state.pending_resource_requests,
         pending_gang_resource_requests=state.pending_gang_resource_requests,
@@ -41,20 +49,27 @@ def scheduling_input(
         if not is_ray_running_reachable(inst.status):
             continue
         node = nodes.get(inst.node_id) if inst.node_id else None
-        if node is not None and node.status in _LIVE:
-            claimed.add(node.node_id)
-            out.append(node_instance(node, inst.instance_id, inst.status, inst))
+        live = node is not None and node.status in _LIVE
+        if live:
+            claimed.add(inst.node_id)
+        hit = last.get(inst.instance_id)
+        if hit is not None and hit[0] is inst and hit[1] is (node if live else None):
+            made = hit[2]
+        elif live:
+            assert node is not None
+            made = node_instance(node, inst.instance_id, inst.status, inst)
         else:
-            out.append(
-                NodeInstance(
-                    instance_id=inst.instance_id,
-                    node_type=inst.instance_type,
-                    status=inst.status,
-                    kind=inst.node_kind,
-                    ray_node_id=inst.node_id,
-                    cloud_instance_id=inst.cloud_instance_id,
-                )
+            made = NodeInstance(
+                instance_id=inst.instance_id,
+                node_type=inst.instance_type,
+                status=inst.status,
+                kind=inst.node_kind,
+                ray_node_id=inst.node_id,
+                cloud_instance_id=inst.cloud_instance_id,
             )
+        if memo is not None:
+            memo[inst.instance_id] = (inst, node if live else None, made)
+        out.append(made)
     for node in ray_nodes:  # nodes no instance tracks (unmanaged): capacity, never terminated
         if node.node_id not in claimed and node.status in _LIVE:
             out.append(node_instance(node, f"ray:{node.node_id}", InstanceStatus.RAY_RUNNING, None))

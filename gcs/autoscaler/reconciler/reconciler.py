@@ -25,12 +25,12 @@ from gcs.autoscaler.providers.base import CloudProvider, LaunchNodeError, Termin
 from gcs.autoscaler.reconciler import steps, vc_scaling
 from gcs.autoscaler.reconciler.events import EventLog
 from gcs.autoscaler.reconciler.gcs_port import AutoscalerGcs
-from gcs.autoscaler.reconciler.inputs import scheduling_input
+from gcs.autoscaler.reconciler.inputs import Memo, scheduling_input
 from gcs.autoscaler.reconciler.observed import (
     RayNode,
+    RayNodeReader,
     RayNodeStatus,
     ReconcileConfig,
-    ray_nodes_from_state,
 )
 from gcs.autoscaler.reconciler.report import autoscaling_state
 from gcs.autoscaler.reconciler.subscribers import CloudInstanceUpdater, RayStopper
@@ -103,6 +103,8 @@ class Reconciler:
         self._carry_pending: dict[str, tuple[float, ...]] = {}
         self.vc_update_attempts = vc_update_attempts
         self._vc_noted: dict[str, str] = {}
+        self._ray_nodes = RayNodeReader()
+        self._input_memo: Memo = {}
         self.rounds = 0
         self.failed_rounds = 0
         self.last_error = ""
@@ -130,7 +132,7 @@ class Reconciler:
         self.rounds += 1
         await self._im.ensure_loaded()
         state = await self._gcs.get_cluster_resource_state()
-        ray_nodes = ray_nodes_from_state(state)
+        ray_nodes = self._ray_nodes.read(state)
         try:
             cloud = dict(
                 await asyncio.wait_for(
@@ -293,7 +295,12 @@ class Reconciler:
         held: frozenset[str] = frozenset(),
     ) -> SchedulingReply:
         inp = scheduling_input(
-            state, self._im.instances, ray_nodes, self.cluster, self._clock.now_s()
+            state,
+            self._im.instances,
+            ray_nodes,
+            self.cluster,
+            self._clock.now_s(),
+            self._input_memo,
         )
         inp = vc_scaling.hide_held_capacity(inp, held)
         inp = replace(inp, last_work_s=self._carry_last_work, pending_since_s=self._carry_pending)

@@ -153,12 +153,22 @@ def _apply(node: WorkNode, ev: _Eval, dem: _Demand, source: Source) -> WorkNode:
 
 def _signature(node: WorkNode, dem: _Demand, source: Source) -> tuple:
     avail = node.avail[source]
-    rel_total = frozenset((k, v) for k, v in node.total.items() if k in dem.names)
-    other = tuple(
-        sorted((v, avail.get(k, -1.0)) for k, v in node.total.items() if k not in dem.names)
+    names = dem.names
+    relevant, others = [], []
+    for k, v in node.total.items():
+        if k in names:
+            relevant.append((k, v))
+        else:
+            others.append((v, avail.get(k, -1.0)))
+    rel_total = frozenset(relevant)
+    other = tuple(sorted(others)) if others else ()
+    rel_avail = frozenset([(k, v) for k, v in avail.items() if k in names])
+    keys = dem.label_keys
+    labels = (
+        frozenset([(k, v) for k, v in node.labels.items() if k in keys])
+        if keys and node.labels
+        else frozenset()
     )
-    rel_avail = frozenset((k, v) for k, v in avail.items() if k in dem.names)
-    labels = frozenset((k, v) for k, v in node.labels.items() if k in dem.label_keys)
     base = (node.node_type, node.kind, node.priority, rel_total, other, rel_avail, labels)
     if not node.is_running:
         return base  # Ray merges identical non-running nodes regardless of history

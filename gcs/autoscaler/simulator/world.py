@@ -27,6 +27,9 @@ from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.autoscaler.simulator.workload import CloudBehaviour, TaskBatch
 from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2
+from gcs.wire_encoding import len_field
+
+_NODE_STATES = 3  # ClusterResourceState.node_states
 
 Shape = tuple[tuple[str, float], ...]
 
@@ -148,6 +151,7 @@ class SimRay:
         self._finishes: list[_Finish] = []
         self._seq = itertools.count()
         self.version = 0
+        self._state_bytes: dict[bytes, tuple[tuple, bytes]] = {}
         self.changes = 0
         """Counts every change of the world (lets the runner skip provably quiet rounds)."""
         self.finishes = 0
@@ -244,28 +248,43 @@ class SimRay:
 
     # -- AutoscalerGcs ----------------------------------------------------------------------
     async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:
+        """The state as a GCS would send it; each node's bytes are kept until it changes
+        (building 500 NodeState messages a round was a tenth of a simulated round)."""
         now = self._clock.now_s()
-        state = autoscaler_pb2.ClusterResourceState(cluster_resource_state_version=self.version)
-        for node in self.nodes.values():
-            idle = node.running == 0
-            state.node_states.add(
-                node_id=node.node_id,
-                instance_id=node.cloud_id,
-                ray_node_type_name=node.node_type,
-                total_resources=node.total,
-                available_resources=node.available,
-                status=autoscaler_pb2.DEAD
-                if node.dead
-                else (autoscaler_pb2.IDLE if idle else autoscaler_pb2.RUNNING),
-                idle_duration_ms=int((now - node.idle_since_s) * 1000) if idle else 0,
-            )
+        head = autoscaler_pb2.ClusterResourceState(cluster_resource_state_version=self.version)
         for shape, queue in self.pending.items():
             if queue:
-                state.pending_resource_requests.add(
+                head.pending_resource_requests.add(
                     request=autoscaler_pb2.ResourceRequest(resources_bundle=dict(shape)),
                     count=len(queue),
                 )
-        return state
+        parts = [head.SerializeToString()]
+        cache: dict[bytes, tuple[tuple, bytes]] = {}
+        for node in self.nodes.values():
+            idle = node.running == 0
+            status = (
+                autoscaler_pb2.DEAD
+                if node.dead
+                else (autoscaler_pb2.IDLE if idle else autoscaler_pb2.RUNNING)
+            )
+            idle_ms = int((now - node.idle_since_s) * 1000) if idle else 0
+            key = (status, idle_ms, tuple(node.available.items()), tuple(node.total.items()))
+            hit = self._state_bytes.get(node.node_id)
+            if hit is None or hit[0] != key:
+                raw = autoscaler_pb2.NodeState(
+                    node_id=node.node_id,
+                    instance_id=node.cloud_id,
+                    ray_node_type_name=node.node_type,
+                    total_resources=node.total,
+                    available_resources=node.available,
+                    status=status,
+                    idle_duration_ms=idle_ms,
+                ).SerializeToString()
+                hit = (key, len_field(_NODE_STATES, raw))
+            cache[node.node_id] = hit
+            parts.append(hit[1])
+        self._state_bytes = cache
+        return autoscaler_pb2.ClusterResourceState.FromString(b"".join(parts))
 
     async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> None:
         self.last_report = state
