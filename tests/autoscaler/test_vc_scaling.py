@@ -6,7 +6,7 @@ from gcs.autoscaler.instances import StatusHistory
 from gcs.autoscaler.reconciler import RayNode, RayNodeStatus, vc_scaling
 from gcs.autoscaler.scheduler import schedule
 from gcs.autoscaler.scheduler.types import InstanceStatus as S
-from gcs.autoscaler.scheduler.types import NodeKind
+from gcs.autoscaler.scheduler.types import NodeKind, SchedulingInput, SchedulingReply
 from gcs.proto import autoscaler_pb2
 from tests.autoscaler.test_reconciler import CLUSTER, Harness, inst, rows, with_running_head
 
@@ -250,6 +250,48 @@ class TestPolicy:
         plan = vc_scaling.plan_virtual_clusters(state, others, self.nodes(), CLUSTER, 0.0, schedule)
         assert plan.launch_counts == {"type-1": 2}
         assert any(d.action == "capped" for d in plan.decisions)
+
+    def test_min_of_one_type_never_grows_past_max_nodes(self) -> None:
+        """vc1 holds a type-1 node and now wants min 1 x type-2 within max_nodes 1: adding
+        one would make 2 nodes; it waits (capped) instead."""
+        state = self.state()
+        vc = state.virtual_cluster_states["vc1"]
+        vc.min_replica_sets["type-2"] = 1
+        vc.max_replica_sets["type-2"] = 1
+        vc.max_nodes = 1
+        plan = vc_scaling.plan_virtual_clusters(state, {}, self.nodes(), CLUSTER, 0.0, schedule)
+        assert plan.grows == () and plan.launches == ()
+        assert any(d.subject.startswith("vc1") for d in plan.decisions)
+
+        def eager(inp: SchedulingInput) -> SchedulingReply:  # asks past every cap
+            return SchedulingReply({"type-2": 3}, (), (), (), (), {}, ())
+
+        plan = vc_scaling.plan_virtual_clusters(state, {}, self.nodes(), CLUSTER, 0.0, eager)
+        assert plan.grows == () and plan.launches == ()
+        assert any(d.action == "capped" for d in plan.decisions)
+        vc.max_nodes = 3  # b0 + 2 more, but type-2's max is 1
+        plan = vc_scaling.plan_virtual_clusters(state, {}, self.nodes(), CLUSTER, 0.0, eager)
+        assert [dict(g.add) for g in plan.grows] == [{"type-2": 1}] and plan.launches == ()
+
+    def test_releases_keep_the_min_whatever_the_scheduler_terminates(self) -> None:
+        """Over max_nodes, Ray's max enforcement may pick the min type's node: it stays."""
+        nodes = [
+            RayNode("aa", RayNodeStatus.IDLE, node_type="head", is_head=True),
+            RayNode("b0", RayNodeStatus.IDLE, node_type="type-1", total={"CPU": 4},
+                    available={"CPU": 4}, idle_duration_ms=10_000),
+            RayNode("b1", RayNodeStatus.IDLE, node_type="type-2", total={"CPU": 8},
+                    available={"CPU": 8}, idle_duration_ms=900_000),
+        ]  # fmt: skip
+        state = autoscaler_pb2.ClusterResourceState()
+        state.virtual_cluster_states[PRIMARY].nodes.append("aa")
+        vc = state.virtual_cluster_states["vc1"]
+        vc.nodes.extend(["b0", "b1"])
+        vc.min_replica_sets["type-2"] = 1
+        vc.max_replica_sets["type-2"] = 1
+        vc.max_nodes = 1
+        plan = vc_scaling.plan_virtual_clusters(state, {}, nodes, CLUSTER, 0.0, schedule)
+        released = plan.releases.get("vc1", ())
+        assert "b1" not in released  # the scheduler picks b1 (idle longest); the min keeps it
 
     def test_in_flight_launches_count(self) -> None:
         state = self.state()

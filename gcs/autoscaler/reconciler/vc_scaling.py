@@ -233,20 +233,28 @@ def plan_virtual_clusters(
             now_s=now_s,
         )
         reply = scheduler(inp)
-        member_ids = {m.node_id for m in members}
-        idle = tuple(
-            t.ray_node_id
-            for t in reply.terminations
-            if t.ray_node_id in member_ids
-            and (
-                t.cause is TerminationCause.IDLE
-                or nodes[t.ray_node_id].status is RayNodeStatus.IDLE
-            )
-        )
+        idle = _releasable(vc, members, reply, nodes)
         if idle:
             releases[cid] = idle
         add: dict[str, int] = {}
-        for node_type, count in reply.launches.items():
+        have = Counter(m.node_type for m in members) + Counter(p.node_type for p in pending)
+        room_total = vc.max_nodes - sum(have.values()) if vc.max_nodes else 1 << 30
+        for node_type, wanted in reply.launches.items():
+            # the scheduler can ask past the caps (min_workers first, then the excess goes):
+            # a VC never grows past max_nodes or its type's max.
+            cap = vc.max_replica_sets.get(node_type)
+            count = min(wanted, room_total, (cap - have[node_type]) if cap is not None else wanted)
+            count = max(0, count)
+            if count < wanted:
+                decisions.append(
+                    Decision(
+                        "capped",
+                        cid,
+                        f"{wanted - count} x {node_type} not added: max_nodes {vc.max_nodes}, "
+                        f"max {node_type} {cap if cap is not None else '-'}",
+                    )
+                )
+            room_total -= count
             take = min(count, len(pool.get(node_type, ())))
             if take:
                 del pool[node_type][:take]
@@ -281,6 +289,30 @@ def plan_virtual_clusters(
         held=frozenset(held),
         decisions=tuple(decisions),
     )
+
+
+def _releasable(
+    vc: autoscaler_pb2.VirtualClusterState,
+    members: Sequence[RayNode],
+    reply: SchedulingReply,
+    nodes: Mapping[str, RayNode],
+) -> tuple[str, ...]:
+    """Members the scheduler would terminate that are idle, in its order, as long as each
+    type keeps its ``min_replica_sets`` (the scheduler's max enforcement ignores mins)."""
+    left = Counter(m.node_type for m in members)
+    member_ids = {m.node_id for m in members}
+    out = []
+    for t in reply.terminations:
+        if t.ray_node_id not in member_ids:
+            continue
+        node = nodes[t.ray_node_id]
+        if t.cause is not TerminationCause.IDLE and node.status is not RayNodeStatus.IDLE:
+            continue
+        if left[node.node_type] - 1 < vc.min_replica_sets.get(node.node_type, 0):
+            continue
+        left[node.node_type] -= 1
+        out.append(t.ray_node_id)
+    return tuple(out)
 
 
 def _cluster_room(cluster: ClusterConfig, instances: Mapping[str, Instance]) -> dict[str, int]:
