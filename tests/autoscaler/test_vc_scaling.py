@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 from gcs.autoscaler.instances import StatusHistory
 from gcs.autoscaler.reconciler import RayNode, RayNodeStatus, vc_scaling
 from gcs.autoscaler.scheduler import schedule
 from gcs.autoscaler.scheduler.types import InstanceStatus as S
 from gcs.autoscaler.scheduler.types import NodeKind, SchedulingInput, SchedulingReply
 from gcs.proto import autoscaler_pb2
+from gcs.status import render_events
 from tests.autoscaler.test_reconciler import CLUSTER, Harness, inst, rows, with_running_head
 
 PRIMARY = "kPrimaryClusterID"
@@ -87,6 +90,8 @@ class TestReconciler:
         assert launched(h) == [] and h.gcs.drains == []  # no launch; the moved node is kept
         assert "vc-move" in kinds(h)
         assert all(i.status is S.RAY_RUNNING for i in h.im.instances.values())
+        shown = render_events(json.loads(h.events.to_json()))  # what `gcs status` prints
+        assert "Moved node(s) c0 into virtual cluster vc1: move 1 x type-1" in shown
 
     async def test_no_free_primary_node_launches_the_replica_set_type_then_moves_it(self) -> None:
         h = with_running_head()
