@@ -179,16 +179,19 @@ class Reconciler:
             state, self._im.instances, ray_nodes, self.cluster, now_ns / 1e9, self._scheduler
         )
         held = set(plan.held)
+        holders = steps.vc_held_nodes(state)
         if scaling:
             for grow in plan.grows:
-                held |= await self._grow(grow)
+                moved = await self._grow(grow)
+                held |= moved
+                holders.update(dict.fromkeys(moved, grow.cluster_id))
         for cluster_id, idle in plan.releases.items():
             await self._release(cluster_id, list(idle))
         self._note_vc_decisions(plan)
         reply = await self._schedule(
             vc_scaling.primary_demand(state, plan.planned), ray_nodes, frozenset(held)
         )
-        reply, release = steps.hold_back_vc_nodes(reply, steps.vc_held_nodes(state), plan.planned)
+        reply, release = steps.hold_back_vc_nodes(reply, holders, plan.planned)
         for cluster_id, node_ids in release.items():
             await self._release(cluster_id, node_ids)
         if scaling:
