@@ -86,6 +86,22 @@ async def test_skipping_quiet_rounds_changes_nothing(workload: dict) -> None:  #
     assert fast.samples == slow.samples
 
 
+async def test_skipping_is_exact_on_the_500_node_bursty_hour() -> None:
+    """The bench's bursty workload for an hour: hundreds of nodes launched, filled and
+    drained, many equally idle (which one drains first is where an inexact skip shows)."""
+    from bench.autoscaler.simulate_day import CLUSTER as BIG
+    from bench.autoscaler.simulate_day import WORKLOADS
+    from gcs.autoscaler.reconciler import ReconcileConfig
+
+    wl = parse_workload({**WORKLOADS["bursty"], "duration": "1h"})
+    rc = ReconcileConfig(upscaling_speed=100, max_concurrent_launches=100)
+    fast = await simulate(BIG, wl, reconcile=rc)
+    slow = await simulate(BIG, wl, reconcile=rc, skip_quiet=False)
+    assert fast.skipped_finish_rounds > 0
+    assert summary(fast) == summary(slow)
+    assert fast.events == slow.events
+
+
 @pytest.mark.parametrize(
     ("patch", "message"),
     [
