@@ -432,7 +432,7 @@ def launches(
             running[inst.instance_type] += 1
     if not queued:
         return []
-    request_id = new_request_id()
+    request_id = ""  # drawn only when a launch is requested (ids are not spent on no-ops)
     out = []
     for node_type, rows in queued.items():
         desired = max(1, math.ceil(cfg.upscaling_speed * max(running[node_type], 1)))
@@ -440,6 +440,8 @@ def launches(
         n = max(0, min(n, len(rows)))
         rows.sort(key=lambda i: (_entered(i, S.QUEUED), i.instance_id))
         for inst in rows[:n]:
+            if not inst.launch_request_id and not request_id:
+                request_id = new_request_id()
             out.append(
                 InstanceUpdate(
                     inst.instance_id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import math
 import random
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -128,10 +129,17 @@ class SimCloud:
         errors, self._errors = self._errors, []
         return errors
 
-    def busy(self) -> bool:
-        """Errors not yet reported, or instances still to appear: the next round may act."""
+    def has_errors(self) -> bool:
+        """Errors not yet reported: the next round sees them."""
+        return bool(self._errors)
+
+    def next_appearance(self) -> float:
+        """When the next launched instance appears in the listing (inf: none pending)."""
         now = self._clock.now_s()
-        return bool(self._errors) or any(i.exists_at_s > now for i in self.instances.values())
+        return min(
+            (i.exists_at_s for i in self.instances.values() if i.exists_at_s > now),
+            default=math.inf,
+        )
 
 
 class SimRay:
