@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from gcs.autoscaler.providers.base import (
     ProviderError,
     TerminateNodeError,
 )
-from gcs.autoscaler.reconciler.gcs_port import DrainResult
+from gcs.autoscaler.reconciler.gcs_port import DrainResult, VcSnapshot, VcUpdate
 from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.clock import Clock
 from gcs.proto import autoscaler_pb2
@@ -127,6 +128,9 @@ class FakeAutoscalerGcs:
     drains: list[str] = field(default_factory=list)
     stops: list[str] = field(default_factory=list)
     releases: list[tuple[str, list[str]]] = field(default_factory=list)
+    updates: list[tuple[str, dict[str, int], int]] = field(default_factory=list)
+    #: The next this-many CreateOrUpdate calls find a newer revision (a concurrent writer).
+    expire_next: int = 0
 
     async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:
         return self.state
@@ -151,3 +155,49 @@ class FakeAutoscalerGcs:
             kept = [n for n in vc.nodes if n not in node_ids_hex]
             del vc.nodes[:]
             vc.nodes.extend(kept)
+            primary = self.state.virtual_cluster_states.get("kPrimaryClusterID")
+            if primary is not None:
+                primary.nodes.extend(node_ids_hex)
+
+    def _types(self) -> dict[str, str]:
+        return {ns.node_id.hex(): ns.ray_node_type_name for ns in self.state.node_states}
+
+    async def read_virtual_cluster(self, cluster_id: str) -> VcSnapshot | None:
+        vc = self.state.virtual_cluster_states.get(cluster_id)
+        if vc is None:
+            return None
+        types = self._types()
+        return VcSnapshot(
+            vc.revision,
+            vc.divisible,
+            dict(Counter(types.get(n, "") for n in vc.nodes)),
+            frozenset(vc.nodes),
+        )
+
+    async def update_virtual_cluster(
+        self, cluster_id: str, *, divisible: bool, replica_sets: Mapping[str, int], revision: int
+    ) -> VcUpdate:
+        """Grows only (what the autoscaler asks): lowest-id primary nodes of each type."""
+        self.updates.append((cluster_id, dict(replica_sets), revision))
+        vc = self.state.virtual_cluster_states[cluster_id]
+        if self.expire_next > 0:
+            self.expire_next -= 1
+            vc.revision += 1
+        if revision != vc.revision:
+            return VcUpdate(False, expired=True, message=f"The revision ({revision}) is expired")
+        types = self._types()
+        primary = self.state.virtual_cluster_states["kPrimaryClusterID"]
+        have = Counter(types.get(n, "") for n in vc.nodes)
+        moving = []
+        for node_type, want in replica_sets.items():
+            spare = sorted(n for n in primary.nodes if types.get(n) == node_type)
+            need = want - have[node_type]
+            if need > len(spare):
+                return VcUpdate(False, message="No enough nodes to add to the virtual cluster")
+            moving += spare[: max(0, need)]
+        kept = [n for n in primary.nodes if n not in moving]
+        del primary.nodes[:]
+        primary.nodes.extend(kept)
+        vc.nodes.extend(moving)
+        vc.revision += 1
+        return VcUpdate(True, nodes=frozenset(vc.nodes))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
-from gcs.autoscaler.config import parse_cluster_config
+from gcs.autoscaler.config import ClusterConfig, parse_cluster_config
 from gcs.autoscaler.instances import (
     Instance,
     InstanceManager,
@@ -291,14 +292,20 @@ CLUSTER = parse_cluster_config(
 
 
 class Harness:
-    def __init__(self, *instances: Instance, cfg: ReconcileConfig | None = None) -> None:
+    def __init__(
+        self,
+        *instances: Instance,
+        cfg: ReconcileConfig | None = None,
+        gcs: Any = None,
+        cluster: ClusterConfig = CLUSTER,
+    ) -> None:
         self.clock = FakeClock()
         self.storage = MemoryInstanceStorage()
         for i in instances:
             self.storage.rows[i.instance_id] = i
         self.events = EventLog(self.clock)
         self.provider = FakeCloudProvider(self.clock)
-        self.gcs = FakeAutoscalerGcs()
+        self.gcs = FakeAutoscalerGcs() if gcs is None else gcs
         self.updater = CloudInstanceUpdater(self.provider, self.clock, self.events)
         self.stopper = RayStopper(self.gcs, self.events)
         self.im = InstanceManager(
@@ -308,7 +315,7 @@ class Harness:
             instances=self.im,
             provider=self.provider,
             gcs=self.gcs,
-            cluster=CLUSTER,
+            cluster=cluster,
             clock=self.clock,
             events=self.events,
             updater=self.updater,

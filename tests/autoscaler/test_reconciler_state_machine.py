@@ -7,13 +7,18 @@ storage).  Invariants after every step:
 - no cloud instance leaks: each one is owned by a live instance within a round of appearing;
 - no instance is terminated while its Ray node is alive with work on it;
 - every launch is accounted for: each cloud instance ever launched is owned by an instance
-  or was terminated.
+  or was terminated;
+- with a virtual cluster ``vc1`` (indivisible, its min/max config and revision changed by
+  rules): no node it holds is terminated, the autoscaler never grows it past its max, never
+  releases it below its min, and never writes with a stale revision that succeeds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
+from collections.abc import Mapping
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -29,10 +34,13 @@ from gcs.autoscaler.reconciler import (
     ReconcileConfig,
     Reconciler,
 )
+from gcs.autoscaler.reconciler.gcs_port import VcSnapshot, VcUpdate
 from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.autoscaler.simulator.workload import CloudBehaviour, TaskBatch
 from gcs.autoscaler.simulator.world import SimCloud, SimInstance, SimRay
 from gcs.clock import FakeClock
+from gcs.proto import autoscaler_pb2
+from gcs.virtual_clusters import PRIMARY_CLUSTER_ID
 
 CLUSTER = parse_cluster_config(
     {
@@ -84,6 +92,102 @@ class WatchedCloud(SimCloud):
                 if node.cloud_id == cid and not node.dead and node.running:
                     self.violations.append(f"terminated {cid} with {node.running} tasks on it")
         await super().terminate(cloud_instance_ids, request_id)
+        held = getattr(self.ray, "vc", set())
+        for node_id in held:
+            node = self.ray.nodes.get(node_id)
+            if node is not None and not node.dead and node.cloud_id in cloud_instance_ids:
+                self.violations.append(f"terminated {node.cloud_id} while vc1 holds it")
+
+
+class VcRay(SimRay):
+    """The simulated Ray cluster plus one indivisible virtual cluster ``vc1`` that behaves
+    as the GCS's does toward the autoscaler (grow by replica sets at the current revision,
+    all-or-nothing release of idle nodes), and records any breach of its config."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.vc: set[bytes] = set()
+        self.revision = 1
+        self.min: dict[str, int] = {"cpu4": 1}
+        self.max: dict[str, int] = {"cpu4": 2}
+        self.max_nodes = 2
+        self.conflicts = 0
+        self.vc_violations: list[str] = []
+
+    def _alive(self, node_id: bytes) -> bool:
+        node = self.nodes.get(node_id)
+        return node is not None and not node.dead
+
+    async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:
+        state = await super().get_cluster_resource_state()
+        vc = state.virtual_cluster_states["vc1"]
+        vc.revision = self.revision
+        vc.nodes.extend(sorted(n.hex() for n in self.vc if self._alive(n)))
+        vc.min_replica_sets.update(self.min)
+        vc.max_replica_sets.update(self.max)
+        vc.max_nodes = self.max_nodes
+        primary = state.virtual_cluster_states[PRIMARY_CLUSTER_ID]
+        primary.divisible = True
+        primary.nodes.extend(
+            sorted(n.hex() for n in self.nodes if n not in self.vc and self._alive(n))
+        )
+        return state
+
+    def _types(self, ids: set[bytes]) -> Counter[str]:
+        return Counter(self.nodes[n].node_type for n in ids if n in self.nodes)
+
+    async def read_virtual_cluster(self, cluster_id: str) -> VcSnapshot | None:
+        return VcSnapshot(
+            self.revision, False, dict(self._types(self.vc)), frozenset(n.hex() for n in self.vc)
+        )
+
+    async def update_virtual_cluster(
+        self, cluster_id: str, *, divisible: bool, replica_sets: Mapping[str, int], revision: int
+    ) -> VcUpdate:
+        if self.conflicts > 0:
+            self.conflicts -= 1
+            self.revision += 1  # someone else updated it first
+        if revision != self.revision:
+            return VcUpdate(False, expired=True, message="The revision is expired")
+        have = self._types(self.vc)
+        adding: set[bytes] = set()
+        for node_type, want in replica_sets.items():
+            if want < have[node_type]:
+                self.vc_violations.append(f"autoscaler shrank vc1 {node_type} by an update")
+            spare = sorted(
+                n
+                for n, node in self.nodes.items()
+                if n not in self.vc and not node.dead and not node.is_head
+                and node.node_type == node_type
+            )  # fmt: skip
+            need = want - have[node_type]
+            if need > len(spare):
+                return VcUpdate(False, message="No enough nodes to add to the virtual cluster")
+            adding |= set(spare[: max(0, need)])
+        alive = {n for n in self.vc | adding if self._alive(n)}
+        counts = self._types(alive)
+        grew = adding and (
+            (self.max_nodes and len(alive) > self.max_nodes)
+            or any(counts[t] > self.max.get(t, counts[t]) for t in counts)
+        )
+        if grew:
+            self.vc_violations.append(f"vc1 grown past its max to {dict(counts)}")
+        self.vc |= adding
+        self.revision += 1
+        self.changes += 1
+        return VcUpdate(True, nodes=frozenset(n.hex() for n in self.vc))
+
+    async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
+        ids = {bytes.fromhex(n) for n in node_ids_hex}
+        if any(n not in self.vc or (self._alive(n) and self.nodes[n].running) for n in ids):
+            raise RuntimeError("Failed to remove some of the nodes: not idle nor found")
+        left = self._types({n for n in self.vc - ids if self._alive(n)})
+        for node_type in self._types({n for n in ids if self._alive(n)}):
+            least = self.min.get(node_type, 0)
+            if left[node_type] < least:
+                self.vc_violations.append(f"vc1 released below its min {node_type}={least}")
+        self.vc -= ids
+        self.changes += 1
 
 
 class ReconcilerMachine(RuleBasedStateMachine):
@@ -93,7 +197,7 @@ class ReconcilerMachine(RuleBasedStateMachine):
         self.clock = FakeClock(start_s=0.0)
         self.behaviour = CloudBehaviour(launch_delay_s=20, boot_delay_s=10, seed=3)
         self.cloud = WatchedCloud(self.clock, self.behaviour)
-        self.ray = SimRay(self.clock, CLUSTER, self.cloud, self.behaviour)
+        self.ray = VcRay(self.clock, CLUSTER, self.cloud, self.behaviour)
         self.cloud.ray = self.ray
         self.cloud.add_head("head")
         self.storage = MemoryInstanceStorage()
@@ -185,6 +289,35 @@ class ReconcilerMachine(RuleBasedStateMachine):
             cid, node_type, NodeKind.WORKER, "lost-request", self.clock.now_s() + 1
         )
 
+    @rule(
+        low=st.integers(0, 2),
+        extra=st.integers(0, 2),
+        max_nodes=st.integers(0, 4),
+        node_type=st.sampled_from(["cpu4", "gpu"]),
+    )
+    def vc_autoscaling_config(self, low: int, extra: int, max_nodes: int, node_type: str) -> None:
+        """UpdateAutoscalingConfig's rules: min <= max, sum of mins <= max_nodes."""
+        self.ray.min = {node_type: min(low, max_nodes)}
+        self.ray.max = {node_type: min(low, max_nodes) + extra}
+        self.ray.max_nodes = max_nodes
+        self.ray.changes += 1
+
+    @rule(data=st.data())
+    def operator_moves_a_node_into_vc(self, data: st.DataObject) -> None:
+        free = sorted(
+            n
+            for n, node in self.ray.nodes.items()
+            if n not in self.ray.vc and not node.dead and not node.is_head
+        )
+        if free:
+            self.ray.vc.add(data.draw(st.sampled_from(free)))
+            self.ray.revision += 1
+            self.ray.changes += 1
+
+    @rule(n=st.integers(1, 4))
+    def concurrent_vc_writers(self, n: int) -> None:
+        self.ray.conflicts = n
+
     @rule()
     def autoscaler_restarts(self) -> None:
         self._build_autoscaler()
@@ -198,8 +331,12 @@ class ReconcilerMachine(RuleBasedStateMachine):
                 assert new in VALID_TRANSITIONS[old], (inst.instance_id, path)
 
     @invariant()
-    def nothing_terminated_with_work_on_it(self) -> None:
+    def nothing_terminated_with_work_on_it_or_held_by_a_vc(self) -> None:
         assert self.cloud.violations == []
+
+    @invariant()
+    def vc_config_honoured(self) -> None:
+        assert self.ray.vc_violations == [], self.ray.vc_violations
 
     @invariant()
     def no_leaked_cloud_instances(self) -> None:

@@ -104,8 +104,13 @@ def reachable_from(status: S) -> frozenset[S]:
     return frozenset(seen)
 
 
+_RAY_RUNNING_REACHABLE = frozenset(
+    s for s in S if s == S.RAY_RUNNING or S.RAY_RUNNING in reachable_from(s)
+)
+
+
 def is_ray_running_reachable(status: S) -> bool:
-    return status == S.RAY_RUNNING or S.RAY_RUNNING in reachable_from(status)
+    return status in _RAY_RUNNING_REACHABLE
 
 
 RAY_RUNNING_STATUSES: frozenset[S] = frozenset(

@@ -6,22 +6,50 @@ Ray 2.60's GCS), so the adapter speaks only Ray's wire protocol.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import grpc
 
 from gcs.errors import Unavailable
-from gcs.proto import autoscaler_pb2, gcs_service_pb2
+from gcs.proto import autoscaler_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import AUTOSCALER_STATE, INTERNAL_KV, JOB_INFO, NODE_INFO
+from gcs.rpc.services import (
+    AUTOSCALER_STATE,
+    INTERNAL_KV,
+    JOB_INFO,
+    NODE_INFO,
+    VIRTUAL_CLUSTER_INFO,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class DrainResult:
     accepted: bool
     rejection_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class VcSnapshot:
+    """A virtual cluster as CreateOrUpdate needs it: revision and replica sets (dead
+    members included, as the GCS counts them)."""
+
+    revision: int
+    divisible: bool
+    replica_sets: Mapping[str, int]
+    nodes: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class VcUpdate:
+    ok: bool
+    #: The revision was stale (someone changed the cluster since it was read).
+    expired: bool = False
+    message: str = ""
+    #: Members after a successful update.
+    nodes: frozenset[str] = field(default_factory=frozenset)
 
 
 class AutoscalerGcs(Protocol):
@@ -39,6 +67,16 @@ class AutoscalerGcs(Protocol):
 
     async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
         """Give a virtual cluster's nodes back to the primary cluster."""
+        ...
+
+    async def read_virtual_cluster(self, cluster_id: str) -> VcSnapshot | None:
+        """The cluster now, or None if it does not exist."""
+        ...
+
+    async def update_virtual_cluster(
+        self, cluster_id: str, *, divisible: bool, replica_sets: Mapping[str, int], revision: int
+    ) -> VcUpdate:
+        """CreateOrUpdateVirtualCluster with ``revision``; a stale one is ``expired``."""
         ...
 
 
@@ -70,6 +108,9 @@ class GrpcAutoscalerGcs:
             )
             self._jobs = ServiceStub(
                 self._channel, JOB_INFO, metadata=md, timeout_s=self._timeout_s
+            )
+            self._vc = ServiceStub(
+                self._channel, VIRTUAL_CLUSTER_INFO, metadata=md, timeout_s=self._timeout_s
             )
         return self._autoscaler
 
@@ -173,20 +214,53 @@ class GrpcAutoscalerGcs:
         if reply.status.code != 0:  # type: ignore[attr-defined]
             raise Unavailable(f"InternalKVPut failed: {reply.status.message}")  # type: ignore[attr-defined]
 
-    async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
-        from gcs.proto import virtual_cluster_pb2
-
+    async def _vc_call(self, name: str, request: object) -> object:
         await self._stub()
         assert self._vc is not None
         try:
-            reply = await self._vc.RemoveNodesFromVirtualCluster(
-                virtual_cluster_pb2.RemoveNodesFromVirtualClusterRequest(
-                    virtual_cluster_id=cluster_id, nodes_to_remove=node_ids_hex
-                )
-            )
+            return await getattr(self._vc, name)(request)
         except grpc.aio.AioRpcError as err:
-            raise Unavailable(f"RemoveNodesFromVirtualCluster failed: {err.details()}") from None
-        if reply.status.code != 0:
-            raise Unavailable(
-                f"RemoveNodesFromVirtualCluster({cluster_id}): {reply.status.message}"
-            )
+            raise Unavailable(f"{name} failed: {err.code().name} {err.details()}") from None
+
+    async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
+        reply = await self._vc_call(
+            "RemoveNodesFromVirtualCluster",
+            virtual_cluster_pb2.RemoveNodesFromVirtualClusterRequest(
+                virtual_cluster_id=cluster_id, nodes_to_remove=node_ids_hex
+            ),
+        )
+        status = reply.status  # type: ignore[attr-defined]
+        if status.code != 0:
+            raise Unavailable(f"RemoveNodesFromVirtualCluster({cluster_id}): {status.message}")
+
+    async def read_virtual_cluster(self, cluster_id: str) -> VcSnapshot | None:
+        reply = await self._vc_call(
+            "GetVirtualClusters",
+            virtual_cluster_pb2.GetVirtualClustersRequest(virtual_cluster_id=cluster_id),
+        )
+        for data in reply.virtual_cluster_data_list:  # type: ignore[attr-defined]
+            if data.id == cluster_id:
+                return VcSnapshot(
+                    revision=data.revision,
+                    divisible=data.divisible,
+                    replica_sets=dict(Counter(n.template_id for n in data.node_instances.values())),
+                    nodes=frozenset(data.node_instances),
+                )
+        return None
+
+    async def update_virtual_cluster(
+        self, cluster_id: str, *, divisible: bool, replica_sets: Mapping[str, int], revision: int
+    ) -> VcUpdate:
+        reply = await self._vc_call(
+            "CreateOrUpdateVirtualCluster",
+            virtual_cluster_pb2.CreateOrUpdateVirtualClusterRequest(
+                virtual_cluster_id=cluster_id,
+                divisible=divisible,
+                replica_sets=dict(replica_sets),
+                revision=revision,
+            ),
+        )
+        status = reply.status  # type: ignore[attr-defined]
+        if status.code == 0:
+            return VcUpdate(True, nodes=frozenset(reply.node_instances))  # type: ignore[attr-defined]
+        return VcUpdate(False, expired="is expired" in status.message, message=status.message)

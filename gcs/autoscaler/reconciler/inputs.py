@@ -20,6 +20,7 @@ from gcs.autoscaler.scheduler.types import (
 from gcs.proto import autoscaler_pb2
 
 _LIVE = (RayNodeStatus.RUNNING, RayNodeStatus.IDLE)
+Memo = dict[str, tuple[Instance, RayNode | None, NodeInstance]]
 
 
 def scheduling_input(
@@ -28,9 +29,17 @@ def scheduling_input(
     ray_nodes: Sequence[RayNode],
     cluster: ClusterConfig,
     now_s: float,
+    memo: Memo | None = None,
     ippr: Mapping[str, IpprStatus] | None = None,
 ) -> SchedulingInput:
-    """``ippr``: resize state per cloud instance id (KubeRay pods of IPPR groups)."""
+    """``memo`` (kept by the caller between rounds) hands back last round's NodeInstance
+    for an instance whose Instance and RayNode objects are the very same ones and whose
+    resize state (``ippr``: per cloud instance id, KubeRay pods of IPPR groups) is equal;
+    it is refilled with this round's."""
+    last = memo.copy() if memo is not None else {}
+    if memo is not None:
+        memo.clear()
+    ippr = ippr or {}
     demand_only = autoscaler_pb2.ClusterResourceState(
         pending_resource_requests=state.pending_resource_requests,
         pending_gang_resource_requests=state.pending_gang_resource_requests,
@@ -44,25 +53,38 @@ def scheduling_input(
         if not is_ray_running_reachable(inst.status):
             continue
         node = nodes.get(inst.node_id) if inst.node_id else None
-        if node is not None and node.status in _LIVE:
-            claimed.add(node.node_id)
-            out.append(_from_node(node, inst.instance_id, inst.status, inst, ippr))
+        live = node is not None and node.status in _LIVE
+        if live:
+            claimed.add(inst.node_id)
+        resize = ippr.get(node.instance_id if live and node is not None else inst.cloud_instance_id)
+        hit = last.get(inst.instance_id)
+        if (
+            hit is not None
+            and hit[0] is inst
+            and hit[1] is (node if live else None)
+            and hit[2].ippr == resize
+        ):
+            made = hit[2]
+        elif live:
+            assert node is not None
+            made = node_instance(node, inst.instance_id, inst.status, inst, ippr)
         else:
-            out.append(
-                NodeInstance(
-                    instance_id=inst.instance_id,
-                    node_type=inst.instance_type,
-                    status=inst.status,
-                    kind=inst.node_kind,
-                    ray_node_id=inst.node_id,
-                    cloud_instance_id=inst.cloud_instance_id,
-                    ippr=(ippr or {}).get(inst.cloud_instance_id),
-                )
+            made = NodeInstance(
+                instance_id=inst.instance_id,
+                node_type=inst.instance_type,
+                status=inst.status,
+                kind=inst.node_kind,
+                ray_node_id=inst.node_id,
+                cloud_instance_id=inst.cloud_instance_id,
+                ippr=resize,
             )
+        if memo is not None:
+            memo[inst.instance_id] = (inst, node if live else None, made)
+        out.append(made)
     for node in ray_nodes:  # nodes no instance tracks (unmanaged): capacity, never terminated
         if node.node_id not in claimed and node.status in _LIVE:
             out.append(
-                _from_node(node, f"ray:{node.node_id}", InstanceStatus.RAY_RUNNING, None, ippr)
+                node_instance(node, f"ray:{node.node_id}", InstanceStatus.RAY_RUNNING, None, ippr)
             )
     return SchedulingInput(
         config=base.config,
@@ -74,7 +96,7 @@ def scheduling_input(
     )
 
 
-def _from_node(
+def node_instance(
     node: RayNode,
     instance_id: str,
     status: InstanceStatus,

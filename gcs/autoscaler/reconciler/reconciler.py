@@ -28,15 +28,15 @@ from gcs.autoscaler.providers.base import (
     PodResizer,
     TerminateNodeError,
 )
-from gcs.autoscaler.reconciler import steps
+from gcs.autoscaler.reconciler import steps, vc_scaling
 from gcs.autoscaler.reconciler.events import EventLog
 from gcs.autoscaler.reconciler.gcs_port import AutoscalerGcs
-from gcs.autoscaler.reconciler.inputs import scheduling_input
+from gcs.autoscaler.reconciler.inputs import Memo, scheduling_input
 from gcs.autoscaler.reconciler.observed import (
     RayNode,
+    RayNodeReader,
     RayNodeStatus,
     ReconcileConfig,
-    ray_nodes_from_state,
 )
 from gcs.autoscaler.reconciler.report import autoscaling_state
 from gcs.autoscaler.reconciler.subscribers import CloudInstanceUpdater, RayStopper
@@ -91,6 +91,7 @@ class Reconciler:
         schedule_in_thread: bool = True,
         config_source: Callable[[], ClusterConfig | None] | None = None,
         resizer: PodResizer | None = None,
+        vc_update_attempts: int = 3,
     ) -> None:
         """``config_source``: the cluster config as the provider last read it (KubeRay's
         RayCluster), used from the round after it answers; ``resizer``: carries out the
@@ -113,6 +114,10 @@ class Reconciler:
         self._resizer = resizer
         self._carry_last_work: dict[str, float] = {}
         self._carry_pending: dict[str, tuple[float, ...]] = {}
+        self.vc_update_attempts = vc_update_attempts
+        self._vc_noted: dict[str, str] = {}
+        self._ray_nodes = RayNodeReader()
+        self._input_memo: Memo = {}
         self.rounds = 0
         self.failed_rounds = 0
         self.last_error = ""
@@ -144,7 +149,7 @@ class Reconciler:
         if self._resizer is not None:
             cloud = await self._list_cloud()
         state = await self._gcs.get_cluster_resource_state()
-        ray_nodes = ray_nodes_from_state(state)
+        ray_nodes = self._ray_nodes.read(state)
         if self._resizer is None:
             cloud = await self._list_cloud()
         if self._config_source is not None:
@@ -180,12 +185,37 @@ class Reconciler:
         for line in warnings:
             log.warning("autoscaler.instance_stuck", detail=line)
         await self._step("stuck", stuck)
-        reply = await self._schedule(state, ray_nodes)
-        reply, release = steps.hold_back_vc_nodes(reply, steps.vc_held_nodes(state))
+        scaling = not read_only and self._head_running(ray_nodes)
+        plan = vc_scaling.plan_virtual_clusters(
+            state, self._im.instances, ray_nodes, self.cluster, now_ns / 1e9, self._scheduler
+        )
+        held = set(plan.held)
+        holders = steps.vc_held_nodes(state)
+        if scaling:
+            for grow in plan.grows:
+                moved = await self._grow(grow)
+                held |= moved
+                holders.update(dict.fromkeys(moved, grow.cluster_id))
+        for cluster_id, idle in plan.releases.items():
+            await self._release(cluster_id, list(idle))
+        self._note_vc_decisions(plan)
+        reply = await self._schedule(
+            vc_scaling.primary_demand(state, plan.planned), ray_nodes, frozenset(held)
+        )
+        reply, release = steps.hold_back_vc_nodes(reply, holders, plan.planned)
         for cluster_id, node_ids in release.items():
             await self._release(cluster_id, node_ids)
-        if not read_only and self._head_running(ray_nodes):
+        if scaling:
             await self._step("scale", steps.scale(self._im.instances, reply, self._new_instance_id))
+            await self._step(
+                "vc-launch", vc_scaling.launch_updates(plan.launches, self._new_instance_id)
+            )
+            for launch in plan.launches:
+                self.events.add(
+                    "vc-launch",
+                    f"Queued {launch.count} x {launch.node_type} for virtual cluster "
+                    f"{launch.cluster_id}: {launch.reason}",
+                )
         if not read_only and self._resizer is not None:
             await self._resizer.resize(reply.resizes, ray_nodes)
         await self._step("terminate", steps.terminate_finished(self._im.instances))
@@ -224,6 +254,58 @@ class Reconciler:
             "release", f"Released idle node(s) {short} from virtual cluster {cluster_id}"
         )
 
+    async def _grow(self, grow: vc_scaling.VcGrow) -> set[str]:
+        """Move free primary nodes into a virtual cluster: CreateOrUpdate with the revision
+        just read; a stale revision (someone else changed it) is re-read and retried.
+        Returns the nodes moved in."""
+        for attempt in range(1, self.vc_update_attempts + 1):
+            try:
+                snap = await self._gcs.read_virtual_cluster(grow.cluster_id)
+                if snap is None:
+                    return set()
+                want = dict(snap.replica_sets)
+                for node_type, count in grow.add.items():
+                    want[node_type] = want.get(node_type, 0) + count
+                result = await self._gcs.update_virtual_cluster(
+                    grow.cluster_id,
+                    divisible=snap.divisible,
+                    replica_sets=want,
+                    revision=snap.revision,
+                )
+            except Exception as err:  # the demand stays; next round tries again
+                log.warning("autoscaler.vc_grow_failed", cluster=grow.cluster_id, error=str(err))
+                self.events.add("vc-failed", f"Virtual cluster {grow.cluster_id}: {err}")
+                return set()
+            if result.ok:
+                moved = set(result.nodes - snap.nodes)
+                short = ", ".join(sorted(n[:8] for n in moved))
+                self.events.add(
+                    "vc-move",
+                    f"Moved node(s) {short} into virtual cluster {grow.cluster_id}: {grow.reason}",
+                )
+                return moved
+            if not result.expired:
+                self.events.add(
+                    "vc-failed",
+                    f"Could not grow virtual cluster {grow.cluster_id}: {result.message}",
+                )
+                return set()
+            log.info("autoscaler.vc_revision_conflict", cluster=grow.cluster_id, attempt=attempt)
+        self.events.add(
+            "vc-failed",
+            f"Virtual cluster {grow.cluster_id} changed under every one of "
+            f"{self.vc_update_attempts} attempts; trying again next round",
+        )
+        return set()
+
+    def _note_vc_decisions(self, plan: vc_scaling.VcPlan) -> None:
+        """Caps and infeasible VC demand as events, once per change (not every round)."""
+        for d in plan.decisions:
+            line = f"Virtual cluster {d.subject}: {d.reason}"
+            if self._vc_noted.get(d.subject) != line:
+                self._vc_noted[d.subject] = line
+                self.events.add(f"vc-{d.action}", line)
+
     def _head_running(self, ray_nodes: Sequence[RayNode]) -> bool:
         """Ray scales only once a head runs.  Ours also accepts a live head Ray node that no
         provider manages (a head started by hand, with the standalone autoscaler)."""
@@ -235,12 +317,22 @@ class Reconciler:
         )
 
     async def _schedule(
-        self, state: autoscaler_pb2.ClusterResourceState, ray_nodes: Sequence[RayNode]
+        self,
+        state: autoscaler_pb2.ClusterResourceState,
+        ray_nodes: Sequence[RayNode],
+        held: frozenset[str] = frozenset(),
     ) -> SchedulingReply:
         ippr = self._resizer.ippr_statuses() if self._resizer is not None else None
         inp = scheduling_input(
-            state, self._im.instances, ray_nodes, self.cluster, self._clock.now_s(), ippr
+            state,
+            self._im.instances,
+            ray_nodes,
+            self.cluster,
+            self._clock.now_s(),
+            memo=self._input_memo,
+            ippr=ippr,
         )
+        inp = vc_scaling.hide_held_capacity(inp, held)
         inp = replace(inp, last_work_s=self._carry_last_work, pending_since_s=self._carry_pending)
         if self._in_thread:
             reply = await asyncio.to_thread(self._scheduler, inp)

@@ -132,6 +132,11 @@ def adopt_extra(
     (so a restarted autoscaler adopts what it launched before, instead of leaking it)."""
     rows = list(instances.values())
     known_nodes = {i.node_id for i in rows if i.node_id}
+    waiting = {
+        i.cloud_instance_id
+        for i in rows
+        if i.cloud_instance_id and not i.node_id and i.status not in _DEAD_ROWS
+    }
     out: list[InstanceUpdate] = []
     # (a) Ray nodes on a cloud instance, unknown by node id.  Only instances the provider
     # lists: a Ray node on a machine the provider does not run (started by hand, another
@@ -140,11 +145,7 @@ def adopt_extra(
     for node in ray_nodes:
         if not node.instance_id or node.node_id in known_nodes or node.instance_id not in cloud:
             continue
-        waiting = any(
-            i.cloud_instance_id == node.instance_id and not i.node_id and i.status not in _DEAD_ROWS
-            for i in rows
-        )
-        if waiting:
+        if node.instance_id in waiting:
             continue  # an instance waits for this node's raylet: step 5 matches it
         iid = new_id()
         upd = InstanceUpdate(
@@ -253,6 +254,9 @@ def stop_failed(
 
 
 # -- step phase (active) ----------------------------------------------------------------
+_HAS_RAY_NODE = frozenset({S.RAY_RUNNING, S.RAY_STOP_REQUESTED, S.RAY_STOPPING})
+
+
 def missing_ray_nodes(
     instances: Mapping[str, Instance], gcs_node_ids: set[str]
 ) -> list[InstanceUpdate]:
@@ -265,7 +269,7 @@ def missing_ray_nodes(
             ray_node_id=i.node_id,
         )
         for i in instances.values()
-        if i.status in (S.RAY_RUNNING, S.RAY_STOP_REQUESTED, S.RAY_STOPPING)
+        if i.status in _HAS_RAY_NODE
         and i.node_kind is not NodeKind.HEAD
         and i.node_id
         and i.node_id not in gcs_node_ids
@@ -291,6 +295,9 @@ _TIMEOUTS: Mapping[S, tuple[str, S, str]] = {
 }  # fmt: skip
 
 
+_TIMED_STATUSES = frozenset({S.REQUESTED, *_TIMEOUTS, *_WARN_ONLY})
+
+
 def stuck(
     instances: Mapping[str, Instance], cfg: ReconcileConfig, now_ns: int
 ) -> tuple[list[InstanceUpdate], list[str]]:
@@ -299,6 +306,8 @@ def stuck(
     warnings: list[str] = []
     for inst in instances.values():
         s, iid = inst.status, inst.instance_id
+        if s not in _TIMED_STATUSES:
+            continue
         age = (now_ns - _entered(inst)) / 1e9
         if s is S.REQUESTED and age > cfg.request_status_timeout_s:
             tries = inst.times_entered(S.REQUESTED)
@@ -425,7 +434,7 @@ def launches(
             running[inst.instance_type] += 1
     if not queued:
         return []
-    request_id = new_request_id()
+    request_id = ""  # drawn only when a launch is requested (ids are not spent on no-ops)
     out = []
     for node_type, rows in queued.items():
         desired = max(1, math.ceil(cfg.upscaling_speed * max(running[node_type], 1)))
@@ -433,6 +442,8 @@ def launches(
         n = max(0, min(n, len(rows)))
         rows.sort(key=lambda i: (_entered(i, S.QUEUED), i.instance_id))
         for inst in rows[:n]:
+            if not inst.launch_request_id and not request_id:
+                request_id = new_request_id()
             out.append(
                 InstanceUpdate(
                     inst.instance_id,
@@ -458,15 +469,18 @@ def vc_held_nodes(state: autoscaler_pb2.ClusterResourceState) -> dict[str, str]:
 
 
 def hold_back_vc_nodes(
-    reply: SchedulingReply, held: Mapping[str, str]
+    reply: SchedulingReply, held: Mapping[str, str], scaled: frozenset[str] = frozenset()
 ) -> tuple[SchedulingReply, dict[str, list[str]]]:
     """No node a virtual cluster holds is terminated.  Idle ones are released to the primary
-    instead (returned as cluster id -> nodes); a later round may then terminate them."""
+    instead (returned as cluster id -> nodes); a later round may then terminate them.  Nodes
+    of the ``scaled`` clusters are left to the virtual-cluster policy (it keeps their min)."""
     keep, release = [], defaultdict(list)
     for term in reply.terminations:
         cluster = held.get(term.ray_node_id) if term.ray_node_id else None
         if cluster is None:
             keep.append(term)
+        elif cluster in scaled:
+            continue
         elif term.cause.value == "IDLE":
             release[cluster].append(term.ray_node_id)
     if len(keep) == len(reply.terminations):

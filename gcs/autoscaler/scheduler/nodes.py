@@ -30,7 +30,7 @@ class NodeStatus(enum.Enum):
     TO_TERMINATE = "TO_TERMINATE"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class WorkNode:
     node_type: str
     kind: NodeKind

@@ -144,7 +144,7 @@ def _apply(node: WorkNode, ev: _Eval, dem: _Demand, source: Source) -> WorkNode:
     new = node.clone()
     new.avail[source].clear()
     new.avail[source].update(ev.avail)
-    new.labels = ev.labels
+    new.labels = dict(ev.labels)  # an evaluation may be applied to several equal nodes
     for i, k in ev.placements:
         new.placed[source].append((dem.demands[i], k))
         dem.counts[i] -= k
@@ -153,12 +153,22 @@ def _apply(node: WorkNode, ev: _Eval, dem: _Demand, source: Source) -> WorkNode:
 
 def _signature(node: WorkNode, dem: _Demand, source: Source) -> tuple:
     avail = node.avail[source]
-    rel_total = frozenset((k, v) for k, v in node.total.items() if k in dem.names)
-    other = tuple(
-        sorted((v, avail.get(k, -1.0)) for k, v in node.total.items() if k not in dem.names)
+    names = dem.names
+    relevant, others = [], []
+    for k, v in node.total.items():
+        if k in names:
+            relevant.append((k, v))
+        else:
+            others.append((v, avail.get(k, -1.0)))
+    rel_total = frozenset(relevant)
+    other = tuple(sorted(others)) if others else ()
+    rel_avail = frozenset([(k, v) for k, v in avail.items() if k in names])
+    keys = dem.label_keys
+    labels = (
+        frozenset([(k, v) for k, v in node.labels.items() if k in keys])
+        if keys and node.labels
+        else frozenset()
     )
-    rel_avail = frozenset((k, v) for k, v in avail.items() if k in dem.names)
-    labels = frozenset((k, v) for k, v in node.labels.items() if k in dem.label_keys)
     base = (node.node_type, node.kind, node.priority, rel_total, other, rel_avail, labels)
     if not node.is_running:
         return base  # Ray merges identical non-running nodes regardless of history
@@ -175,25 +185,79 @@ def _rank(ev: _Eval, node: WorkNode, ctx: PackContext) -> tuple:
     )
 
 
+def _limits(dem: _Demand) -> list[int]:
+    """How many copies of each group ``_evaluate`` may place on one node right now."""
+    return [
+        0 if c <= 0 else (1 if d.anti_affinity is not None else c)
+        for d, c in zip(dem.demands, dem.counts, strict=True)
+    ]
+
+
+def _still_valid(ev: _Eval, then: list[int], now: list[int]) -> bool:
+    """Would ``_evaluate`` place the same with the limits ``now`` as it did with ``then``?
+
+    Each group places ``min(limit, what fits)`` on the resources the earlier groups left, so
+    a placement ``k`` stays the same when its limit did not change, or when ``k`` was below
+    the old limit (what fits) and is within the new one.  Groups that placed nothing still
+    place nothing (limits only shrink).
+    """
+    for i, k in ev.placements:
+        old, new = then[i], now[i]
+        if new != old and not (k < old and k <= new):
+            return False
+    return True
+
+
+def _same_state(a: WorkNode, b: WorkNode, source: Source) -> bool:
+    """Everything ``_evaluate`` and ``_rank`` read of a node is equal."""
+    pa, pb = a.placed[source], b.placed[source]
+    return (
+        a.node_type == b.node_type
+        and a.priority == b.priority
+        and a.total == b.total
+        and a.avail[source] == b.avail[source]
+        and a.labels == b.labels
+        and len(pa) == len(pb)
+        and all(x[0] is y[0] for x, y in zip(pa, pb, strict=True))
+    )
+
+
 def _pick_existing(
     candidates: list[WorkNode], dem: _Demand, source: Source, ctx: PackContext
 ) -> tuple[list[tuple[int, WorkNode]], list[bool]]:
-    """Fill existing nodes; returns (position, modified copy) per winner and who remains."""
+    """Fill existing nodes; returns (position, modified copy) per winner and who remains.
+
+    Each class's evaluation is kept between picks (``cache``) and reused while it provably
+    has not changed: its first member has the same state as the node it was computed on and
+    the requests taken since do not change what it places (:func:`_still_valid`).  Filling
+    hundreds of identical new nodes then costs one evaluation, not one per node.
+    """
     classes: dict[tuple, deque[int]] = {}
     for pos, node in enumerate(candidates):
         classes.setdefault(_signature(node, dem, source), deque()).append(pos)
     remaining = [True] * len(candidates)
     winners: list[tuple[int, WorkNode]] = []
+    cache: dict[tuple, tuple[int, _Eval, tuple, list[int]]] = {}
+    limits = _limits(dem)
     while dem.remaining() > 0 and classes:
         best = None
         dead = []
         for sig, members in classes.items():
             pos = members[0]
-            ev = _evaluate(candidates[pos], dem, source, ctx.conserve_gpu)
-            if ev is None:
-                dead.append(sig)
-                continue
-            key = _rank(ev, candidates[pos], ctx)
+            hit = cache.get(sig)
+            if (
+                hit is not None
+                and (hit[0] == pos or _same_state(candidates[hit[0]], candidates[pos], source))
+                and (hit[3] is limits or _still_valid(hit[1], hit[3], limits))
+            ):
+                _, ev, key, _ = hit
+            else:
+                found = _evaluate(candidates[pos], dem, source, ctx.conserve_gpu)
+                if found is None:
+                    dead.append(sig)
+                    continue
+                ev, key = found, _rank(found, candidates[pos], ctx)
+                cache[sig] = (pos, ev, key, limits)
             if best is None or key > best[0] or (key == best[0] and pos < best[1]):
                 best = (key, pos, sig, ev)
         for sig in dead:
@@ -206,6 +270,7 @@ def _pick_existing(
             del classes[sig]
         remaining[pos] = False
         winners.append((pos, _apply(candidates[pos], ev, dem, source)))
+        limits = _limits(dem)
     return winners, remaining
 
 
@@ -310,21 +375,31 @@ def _pick_new(
         available[name] = cfg.max_workers - count.get(name, 0)
     pool = [t for t, a in available.items() if a > 0 and t not in ctx.blocked_types]
     notes: list[LaunchNote] = []
+    # A type's template and evaluation are kept while still valid (as in _pick_existing).
+    cache: dict[str, tuple[WorkNode, _Eval, tuple, list[int]]] = {}
+    limits = _limits(dem)
     while dem.remaining() > 0 and pool:
         if ctx.max_num_nodes is not None and len(nodes) >= ctx.max_num_nodes:
             break
         results = []
         for idx, t in enumerate(pool):
+            hit = cache.get(t)
+            if hit is not None and (hit[3] is limits or _still_valid(hit[1], hit[3], limits)):
+                results.append((hit[2], idx, hit[0], hit[1]))
+                continue
             new = template(ctx.configs[t])
             ev = _evaluate(new, dem, source, ctx.conserve_gpu)
             if ev is not None:
-                results.append((_rank(ev, new, ctx), idx, new, ev))
+                key = _rank(ev, new, ctx)
+                cache[t] = (new, ev, key, limits)
+                results.append((key, idx, new, ev))
         if not results:
             break
         results.sort(key=lambda r: r[0], reverse=True)
         _, idx, new, ev = results[0]
         runner = next(((r[2].node_type, r[3].score) for r in results[1:]), None)
         node = _apply(new, ev, dem, source)
+        limits = _limits(dem)
         nodes.append(node)
         notes.append(
             LaunchNote(

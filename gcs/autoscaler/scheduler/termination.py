@@ -94,12 +94,18 @@ def enforce_idle(
             shape[n.node_type] = shape.get(n.node_type, 0) + 1
     gone: dict[str, int] = {}
     total = 0
-    for n in sorted(nodes, key=termination_order):
+    # Only nodes idle past their timeout are candidates; the sort is stable, so sorting
+    # just them visits them in the same order as sorting all and skipping the rest.
+    candidates = []
+    for n in nodes:
         if n.status is not NodeStatus.SCHEDULABLE or n.kind is NodeKind.HEAD:
             continue
         timeout = idle_timeout_for(n, cfg)
         if timeout is None or n.idle_duration_ms <= timeout * 1000:
             continue
+        candidates.append((n, timeout))
+    candidates.sort(key=lambda c: termination_order(c[0]))
+    for n, timeout in candidates:
         who = n.instance_id or n.node_type
         if n.placed[Source.DEMAND]:
             keep_reasons.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import math
 import random
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -21,12 +22,15 @@ from gcs.autoscaler.providers.base import (
     LaunchNodeError,
     ProviderError,
 )
-from gcs.autoscaler.reconciler.gcs_port import DrainResult
+from gcs.autoscaler.reconciler.gcs_port import DrainResult, VcSnapshot, VcUpdate
 from gcs.autoscaler.reconciler.observed import HEAD_RESOURCE
 from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.autoscaler.simulator.workload import CloudBehaviour, TaskBatch
 from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2
+from gcs.wire_encoding import len_field
+
+_NODE_STATES = 3  # ClusterResourceState.node_states
 
 Shape = tuple[tuple[str, float], ...]
 
@@ -125,10 +129,17 @@ class SimCloud:
         errors, self._errors = self._errors, []
         return errors
 
-    def busy(self) -> bool:
-        """Errors not yet reported, or instances still to appear: the next round may act."""
+    def has_errors(self) -> bool:
+        """Errors not yet reported: the next round sees them."""
+        return bool(self._errors)
+
+    def next_appearance(self) -> float:
+        """When the next launched instance appears in the listing (inf: none pending)."""
         now = self._clock.now_s()
-        return bool(self._errors) or any(i.exists_at_s > now for i in self.instances.values())
+        return min(
+            (i.exists_at_s for i in self.instances.values() if i.exists_at_s > now),
+            default=math.inf,
+        )
 
 
 class SimRay:
@@ -148,8 +159,11 @@ class SimRay:
         self._finishes: list[_Finish] = []
         self._seq = itertools.count()
         self.version = 0
+        self._state_bytes: dict[bytes, tuple[tuple, bytes]] = {}
         self.changes = 0
         """Counts every change of the world (lets the runner skip provably quiet rounds)."""
+        self.finishes = 0
+        """The part of ``changes`` that are tasks finishing (capacity freed, nothing else)."""
         self.last_report: autoscaler_pb2.AutoscalingState | None = None
         self.wait_s_total = 0.0
         self.started = 0
@@ -186,6 +200,7 @@ class SimRay:
                 node.available[k] = node.available.get(k, 0.0) + v
             node.running -= 1
             self.changes += 1
+            self.finishes += 1
             if node.running == 0:
                 node.idle_since_s = f.at_s
 
@@ -241,28 +256,43 @@ class SimRay:
 
     # -- AutoscalerGcs ----------------------------------------------------------------------
     async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:
+        """The state as a GCS would send it; each node's bytes are kept until it changes
+        (building 500 NodeState messages a round was a tenth of a simulated round)."""
         now = self._clock.now_s()
-        state = autoscaler_pb2.ClusterResourceState(cluster_resource_state_version=self.version)
-        for node in self.nodes.values():
-            idle = node.running == 0
-            state.node_states.add(
-                node_id=node.node_id,
-                instance_id=node.cloud_id,
-                ray_node_type_name=node.node_type,
-                total_resources=node.total,
-                available_resources=node.available,
-                status=autoscaler_pb2.DEAD
-                if node.dead
-                else (autoscaler_pb2.IDLE if idle else autoscaler_pb2.RUNNING),
-                idle_duration_ms=int((now - node.idle_since_s) * 1000) if idle else 0,
-            )
+        head = autoscaler_pb2.ClusterResourceState(cluster_resource_state_version=self.version)
         for shape, queue in self.pending.items():
             if queue:
-                state.pending_resource_requests.add(
+                head.pending_resource_requests.add(
                     request=autoscaler_pb2.ResourceRequest(resources_bundle=dict(shape)),
                     count=len(queue),
                 )
-        return state
+        parts = [head.SerializeToString()]
+        cache: dict[bytes, tuple[tuple, bytes]] = {}
+        for node in self.nodes.values():
+            idle = node.running == 0
+            status = (
+                autoscaler_pb2.DEAD
+                if node.dead
+                else (autoscaler_pb2.IDLE if idle else autoscaler_pb2.RUNNING)
+            )
+            idle_ms = int((now - node.idle_since_s) * 1000) if idle else 0
+            key = (status, idle_ms, tuple(node.available.items()), tuple(node.total.items()))
+            hit = self._state_bytes.get(node.node_id)
+            if hit is None or hit[0] != key:
+                raw = autoscaler_pb2.NodeState(
+                    node_id=node.node_id,
+                    instance_id=node.cloud_id,
+                    ray_node_type_name=node.node_type,
+                    total_resources=node.total,
+                    available_resources=node.available,
+                    status=status,
+                    idle_duration_ms=idle_ms,
+                ).SerializeToString()
+                hit = (key, len_field(_NODE_STATES, raw))
+            cache[node.node_id] = hit
+            parts.append(hit[1])
+        self._state_bytes = cache
+        return autoscaler_pb2.ClusterResourceState.FromString(b"".join(parts))
 
     async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> None:
         self.last_report = state
@@ -279,6 +309,14 @@ class SimRay:
 
     async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
         return None  # the simulator has no virtual clusters
+
+    async def read_virtual_cluster(self, cluster_id: str) -> VcSnapshot | None:
+        return None
+
+    async def update_virtual_cluster(
+        self, cluster_id: str, *, divisible: bool, replica_sets: Mapping[str, int], revision: int
+    ) -> VcUpdate:
+        return VcUpdate(False, message="the simulator has no virtual clusters")
 
     async def stop_node(self, node_id_hex: str) -> bool:
         node = self.nodes.get(bytes.fromhex(node_id_hex))
