@@ -10,6 +10,11 @@ bash scripts/ensure_services.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy gcs
 set +e
+# Parallel by default (4 workers on this 2-core machine: the tests wait on conditions, not
+# time, and must pass oversubscribed); any arguments replace the default.
+if [ "$#" -eq 0 ]; then
+  set -- -n 4
+fi
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 rc=$?
 set -e
