@@ -215,9 +215,11 @@ class TestServerChecksEveryRpc:
             refl = reflection_pb2_grpc.ServerReflectionStub(ch)
 
             async def list_services(metadata) -> Any:
-                call = refl.ServerReflectionInfo(timeout=5, metadata=metadata)
-                await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
-                await call.done_writing()
+                # Requests from an iterator, not call.write(): a refused stream can end before
+                # an explicit write lands, and that write then fails with the client's own
+                # INTERNAL "Internal error from Core" instead of the server's status.
+                requests = iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+                call = refl.ServerReflectionInfo(requests, timeout=5, metadata=metadata)
                 return [r async for r in call]
 
             with pytest.raises(grpc.aio.AioRpcError) as info:
