@@ -1,0 +1,289 @@
+"""A real Ray 2.60 cluster on our GCS, for interop tests and benches.
+
+``gcs serve --head`` on a loopback address other than 127.0.0.1 (Ray rewrites that one to the
+host's address), unmodified ``ray start --address`` worker nodes from Ray's wheel in its own
+venv, and driver / CLI subprocesses.  Every process runs in its own process group and is
+killed by group at the end (``ray stop`` would not find raylets under private temp dirs).
+The GCS can be killed (SIGKILL) and restarted on the same port and store mid-test.
+
+    with real_cluster(ray_venv, workers=[Worker("127.0.0.2"), Worker("127.0.0.3")]) as c:
+        out = c.driver(SCRIPT)          # the JSON the script printed last
+        c.kill_gcs(); c.start_gcs()     # kill -9 and restart on the same store
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from gcs.proto import gcs_pb2, gcs_service_pb2
+from gcs.testing.servers import free_port
+from tests.interop import venvs
+from tests.interop.ray_processes import ray_env
+
+GCS_HOST = "127.0.0.2"
+_RUNNING = "Ray runtime started"
+START_TIMEOUT_S = 240.0
+"""Generous: raylets, their agents and our GCS start on a loaded 2-core machine."""
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One ``ray start --address`` node."""
+
+    host: str
+    num_cpus: int = 2
+    resources: dict[str, float] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for this node (e.g. ``RAY_NODE_TYPE_NAME``)."""
+    args: tuple[str, ...] = ()
+
+
+def kill_group(proc: subprocess.Popen[Any], grace_s: float = 20) -> None:
+    """SIGTERM the process group, SIGKILL what is left after ``grace_s`` (raylets, agents)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@dataclass
+class RealCluster:
+    ray_venv: venvs.Venv
+    tmp: pathlib.Path
+    port: int
+    storage: str
+    gcs_args: tuple[str, ...] = ()
+    gcs_host: str = GCS_HOST
+    env: dict[str, str] = field(default_factory=ray_env)
+    gcs: subprocess.Popen[bytes] | None = None
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    others: list[subprocess.Popen[Any]] = field(default_factory=list)
+    temp_dirs: list[pathlib.Path] = field(default_factory=list)
+    gcs_starts: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.gcs_host}:{self.port}"
+
+    @property
+    def python(self) -> pathlib.Path:
+        return pathlib.Path(self.ray_venv.python)
+
+    @property
+    def ray_bin(self) -> pathlib.Path:
+        return self.python.parent / "ray"
+
+    # -- processes -------------------------------------------------------------------------
+
+    def start_gcs(self) -> None:
+        """``gcs serve --head`` (again, after :meth:`kill_gcs`: same port, same store)."""
+        assert self.gcs is None or self.gcs.poll() is not None, "the GCS is running"
+        self.gcs_starts += 1
+        log = (self.tmp / f"gcs{self.gcs_starts}.log").open("wb")
+        self.gcs = subprocess.Popen(
+            [
+                sys.executable, "-m", "gcs", "serve", "--head", "--host", self.gcs_host,
+                "--port", str(self.port), "--storage", self.storage, "--metrics-port", "-1",
+                "--temp-dir", str(self.tmp / "head"), "--log-format", "json", *self.gcs_args,
+            ],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        self.wait(self._gcs_serving, 60, "our GCS serving")
+
+    def kill_gcs(self) -> None:
+        """kill -9 our GCS (no shutdown path runs)."""
+        assert self.gcs is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.gcs.pid, signal.SIGKILL)
+        self.gcs.wait()
+
+    def add_worker(self, worker: Worker) -> int:
+        """Start one ``ray start --address --block`` node; returns its index."""
+        index = len(self.workers)
+        temp_dir = pathlib.Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+        self.temp_dirs.append(temp_dir)
+        resources = [f"--resources={json.dumps(worker.resources)}"] if worker.resources else []
+        log = (self.tmp / f"worker{index}.log").open("wb")
+        self.workers.append(
+            subprocess.Popen(
+                [
+                    str(self.ray_bin), "start", "--address", self.address, "--block",
+                    f"--node-ip-address={worker.host}", f"--num-cpus={worker.num_cpus}",
+                    f"--temp-dir={temp_dir}", *resources, *worker.args,
+                ],
+                stdout=log, stderr=subprocess.STDOUT, env={**self.env, **worker.env},
+                start_new_session=True,
+            )
+        )  # fmt: skip
+        log.close()
+        return index
+
+    def wait_workers(self, count: int | None = None, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Until ``count`` (default: every started) worker printed "Ray runtime started" and
+        that many alive raylets have a syncer view in our node table."""
+        want = len(self.workers) if count is None else count
+
+        def started() -> bool:
+            if any(p.poll() is not None for p in self.workers):
+                raise AssertionError(f"a worker node exited\n{self.logs()}")
+            logs = [self.tmp / f"worker{i}.log" for i in range(len(self.workers))]
+            up = sum(1 for p in logs if p.exists() and _RUNNING in p.read_text("utf-8", "replace"))
+            return up >= want and self.synced_raylets() >= want
+
+        self.wait(started, timeout_s, f"{want} worker node(s) started and synced")
+
+    def kill_worker(self, index: int) -> None:
+        kill_group(self.workers[index], grace_s=0)
+
+    def spawn(
+        self, args: Sequence[str], *, name: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A long-running process (a driver in the background, a dashboard), killed by group
+        at the end; its output in ``<name>.log``."""
+        log = (self.tmp / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            list(args), stdout=log, stderr=subprocess.STDOUT, env=env or self.env,
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        self.others.append(proc)
+        return proc
+
+    def run(
+        self, args: Sequence[str], *, timeout: float, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """A client process in its own group, killed by group if it outlives ``timeout``."""
+        proc = subprocess.Popen(
+            list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env or self.env, start_new_session=True,
+        )  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc, grace_s=0)
+            out, err = proc.communicate()
+            what = f"{list(args)[:3]} timed out\n{err[-3000:]}\n{self.logs()}"
+            raise AssertionError(what) from None
+        return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
+
+    def driver(self, script: str, *args: str, timeout: float = 900) -> dict[str, Any]:
+        """Run ``script`` with the Ray venv's python (``sys.argv[1]`` is the GCS address);
+        returns the JSON object it printed on its last line."""
+        done = self.run([str(self.python), "-c", script, self.address, *args], timeout=timeout)
+        assert done.returncode == 0, done.stderr[-3000:] + "\n" + self.logs()
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+
+    def close(self) -> None:
+        for proc in reversed(self.others):
+            kill_group(proc)
+        for proc in reversed(self.workers):
+            kill_group(proc)
+        if self.gcs is not None:
+            kill_group(self.gcs)
+        for temp_dir in self.temp_dirs:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+    # -- observation -----------------------------------------------------------------------
+
+    def logs(self, tail: int = 2000) -> str:
+        parts = []
+        for path in sorted(self.tmp.glob("*.log")):
+            parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-tail:]}")
+        return "\n".join(parts)
+
+    def ray_logs(self, pattern: str = "*") -> Iterator[pathlib.Path]:
+        """The session log files of every worker node."""
+        for temp_dir in self.temp_dirs:
+            yield from (p for p in temp_dir.glob(f"session_*/logs/{pattern}") if p.is_file())
+
+    def wait(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} not within {timeout_s} s\n{self.logs()}")
+            time.sleep(0.5)
+
+    def alive_nodes(self) -> list[gcs_pb2.GcsNodeInfo]:
+        """Alive nodes of our node table (the virtual head is not in it); [] when the GCS
+        does not answer."""
+        with grpc.insecure_channel(self.address) as channel:
+            call = channel.unary_unary(
+                "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=gcs_service_pb2.GetAllNodeInfoReply.FromString,
+            )
+            try:
+                reply = call(
+                    gcs_service_pb2.GetAllNodeInfoRequest(state_filter=gcs_pb2.GcsNodeInfo.ALIVE),
+                    timeout=5,
+                )
+            except grpc.RpcError:
+                return []
+        return list(reply.node_info_list)
+
+    def synced_raylets(self) -> int:
+        """Alive raylets whose syncer view arrived (``state_snapshot`` is set from it)."""
+        undefined = gcs_pb2.NodeSnapshot.UNDEFINED
+        return sum(1 for n in self.alive_nodes() if n.state_snapshot.state != undefined)
+
+    def _gcs_serving(self) -> bool:
+        assert self.gcs is not None
+        if self.gcs.poll() is not None:
+            raise AssertionError(f"our GCS exited with {self.gcs.returncode}\n{self.logs()}")
+        with grpc.insecure_channel(self.address) as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=1)
+            except grpc.FutureTimeoutError:
+                return False
+        return True
+
+
+@contextlib.contextmanager
+def real_cluster(
+    ray_venv: venvs.Venv,
+    *,
+    workers: Sequence[Worker] = (),
+    storage: str = "memory://",
+    gcs_args: Sequence[str] = (),
+    gcs_host: str = GCS_HOST,
+) -> Iterator[RealCluster]:
+    """Our GCS as head plus ``workers`` started and synced; everything stopped at the end.
+    ``storage`` may name a path under the cluster's temp dir with ``{tmp}``."""
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="rayc", dir="/tmp"))
+    cluster = RealCluster(
+        ray_venv=ray_venv,
+        tmp=tmp,
+        port=free_port(),
+        storage=storage.format(tmp=tmp),
+        gcs_args=tuple(gcs_args),
+        gcs_host=gcs_host,
+    )
+    try:
+        cluster.start_gcs()
+        for worker in workers:
+            cluster.add_worker(worker)
+        if workers:
+            cluster.wait_workers()
+        yield cluster
+    finally:
+        cluster.close()
+        shutil.rmtree(tmp, ignore_errors=True)
