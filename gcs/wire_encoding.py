@@ -17,12 +17,19 @@ VARINT = 0
 LEN = 2
 
 
-_SMALL = [bytes((i,)) for i in range(128)]
+VARINT_TABLE_SIZE = 1 << 14
+VARINT_TABLE: tuple[bytes, ...] = tuple(
+    bytes((i,)) if i < 128 else bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(VARINT_TABLE_SIZE)
+)
+"""Encoded varints of 0 .. 16,383 (every one- and two-byte varint, ~0.6 MB): hot loops index
+it directly instead of calling :func:`varint` for lengths."""
 
 
 def varint(value: int) -> bytes:
-    if 0 <= value < 128:
-        return _SMALL[value]
+    if 0 <= value < VARINT_TABLE_SIZE:
+        return VARINT_TABLE[value]
+    if VARINT_TABLE_SIZE <= value < 1 << 21:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     if value < 0:
         value += 1 << 64  # int64 negative: ten-byte two's complement
     out = bytearray()
@@ -62,12 +69,42 @@ def string_field(field_number: int, value: str) -> bytes:
     return len_field(field_number, value.encode())
 
 
+def _double_entry_prefix(field_number: int, key: str) -> bytes:
+    """Everything of one ``map<string, double>`` entry but the double: the field's tag and
+    length, the key field, the value's tag (its length is fixed at 8 bytes)."""
+    raw = key.encode()
+    key_field = b"\x0a" + varint(len(raw)) + raw + b"\x11"
+    return tag(field_number, LEN) + varint(len(key_field) + 8) + key_field
+
+
 def double_map_field(field_number: int, values: Mapping[str, float]) -> bytes:
     """A ``map<string, double>`` field, entries in key order (what deterministic output does)."""
-    out = []
-    head = tag(field_number, LEN)
-    for key in sorted(values):
-        raw = key.encode()
-        entry = b"\x0a" + varint(len(raw)) + raw + b"\x11" + _DOUBLE.pack(values[key])
-        out.append(head + varint(len(entry)) + entry)
-    return b"".join(out)
+    pack = _DOUBLE.pack
+    return b"".join(_double_entry_prefix(field_number, k) + pack(values[k]) for k in sorted(values))
+
+
+class DoubleMapEncoder:
+    """:func:`double_map_field` with each key's entry prefix remembered: resource names are
+    few and repeat on every report, so an entry costs one concatenation.  At most
+    ``max_keys`` prefixes are kept (a client inventing names cannot grow it further; past the
+    bound prefixes are computed each time)."""
+
+    def __init__(self, max_keys: int = 1 << 16) -> None:
+        self._prefixes: dict[tuple[int, str], bytes] = {}
+        self._max_keys = max_keys
+
+    def encode(self, field_number: int, values: Mapping[str, float]) -> bytes:
+        prefixes = self._prefixes
+        pack = _DOUBLE.pack
+        out = []
+        for key in sorted(values):
+            prefix = prefixes.get((field_number, key))
+            if prefix is None:
+                prefix = _double_entry_prefix(field_number, key)
+                if len(prefixes) < self._max_keys:
+                    prefixes[(field_number, key)] = prefix
+            out.append(prefix + pack(values[key]))
+        return b"".join(out)
+
+    def __len__(self) -> int:
+        return len(self._prefixes)

@@ -13,7 +13,10 @@ Prints read latency p50/p99/max, the GCS event loop's lag (a task sleeping 5 ms 
 late it wakes: the time something else held the loop), cyclic-GC pauses by generation, and
 the GCS's CPU per poll over the window.  ``--profile-loop`` times every callback the GCS loop runs
 and prints what the loop iterations longer than 10 ms spent their time on (the profile of the
-tail; it costs some CPU, so measure latency without it).
+tail; it costs some CPU, so measure latency without it).  ``--cprofile N`` runs cProfile in the
+GCS over the window and prints its N most expensive functions by own time and by cumulative
+time (where the CPU goes; it roughly doubles the GCS's CPU, so latency figures of such a run
+mean nothing).
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import cProfile
+import io
 import gc
 import json
 import os
+import pstats
 import signal
 import statistics
 import subprocess
@@ -171,7 +177,7 @@ class LoopProbe:
         }
 
 
-async def serve(port: int, stats_path: str, profile_loop: bool) -> None:
+async def serve(port: int, stats_path: str, profile_loop: bool, cprofile: bool) -> None:
     from gcs.config import load_config
     from gcs.server import GcsServer
     from gcs.server.logging import configure_logging
@@ -189,13 +195,19 @@ async def serve(port: int, stats_path: str, profile_loop: bool) -> None:
     probe_task = loop.create_task(probe.run())
     window: dict[str, Any] = {}
     stop = asyncio.Event()
+    profiler = cProfile.Profile() if cprofile else None
 
     def begin() -> None:
         window["startup_gc"] = probe.summary()["gc_ms"]  # type: ignore[assignment]
         probe.reset()
         window.update(polls=poller.stats.polls_ok, cpu=time.process_time(), t=time.monotonic())
+        if profiler is not None:
+            profiler.enable()
 
     def dump() -> None:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(stats_path + ".prof")
         out = probe.summary()
         seconds = time.monotonic() - window["t"]
         polls = poller.stats.polls_ok - window["polls"]
@@ -269,12 +281,22 @@ async def measure(
     return times, size
 
 
+def print_profile(path: str, top: int) -> None:
+    for order in ("tottime", "cumulative"):
+        out = io.StringIO()
+        stats = pstats.Stats(path, stream=out)
+        stats.sort_stats(order).print_stats(top)
+        print(f"GCS cProfile over the window, by {order}:")
+        print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[-6000:])
+
+
 def read(args: argparse.Namespace) -> None:
     port = free_port()
     stats = tempfile.NamedTemporaryFile(suffix=".json", delete=False)  # noqa: SIM115
     stats.close()
     server_cmd = [sys.executable, "-m", "bench.gcs.state_under_poll", "--serve", str(port)]
     server_cmd += ["--stats", stats.name] + (["--profile-loop"] if args.profile_loop else [])
+    server_cmd += ["--cprofile", str(args.cprofile)] if args.cprofile else []
     gcs = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     fleet = None
     try:
@@ -299,6 +321,8 @@ def read(args: argparse.Namespace) -> None:
             time.sleep(0.1)
         with open(stats.name) as f:
             server = json.load(f)
+        if args.cprofile:
+            print_profile(stats.name + ".prof", args.cprofile)
     finally:
         for proc in (fleet, gcs):
             if proc is not None and proc.poll() is None:
@@ -308,6 +332,8 @@ def read(args: argparse.Namespace) -> None:
                 except subprocess.TimeoutExpired:
                     proc.kill()
         os.unlink(stats.name)
+        if os.path.exists(stats.name + ".prof"):
+            os.unlink(stats.name + ".prof")
     w, lag = server["window"], server["lag_ms"]
     print(
         f"nodes={args.nodes} alive={w['alive']} reply_bytes={size} reads={len(times)}: "
@@ -367,10 +393,11 @@ if __name__ == "__main__":
     parser.add_argument("--interval", type=float, default=0.05)
     parser.add_argument("--warmup", type=float, default=8.0)
     parser.add_argument("--profile-loop", action="store_true")
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--stats", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:
-        asyncio.run(serve(args.serve, args.stats, args.profile_loop))
+        asyncio.run(serve(args.serve, args.stats, args.profile_loop, bool(args.cprofile)))
     else:
         read(args)

@@ -38,7 +38,9 @@ from gcs.store.base import TABLE_META
 from gcs.wire_encoding import (
     LEN,
     VARINT,
-    double_map_field,
+    VARINT_TABLE,
+    VARINT_TABLE_SIZE,
+    DoubleMapEncoder,
     int_field,
     len_field,
     len_field_parts,
@@ -104,6 +106,7 @@ class AutoscalerStateManager:
         self._node_bytes: dict[bytes, _NodeBytes] = {}
         self._dead_bytes: dict[bytes, bytes] = {}
         self._pg_version = -1
+        self._maps = DoubleMapEncoder()
         self._pg_sections: tuple[dict[bytes, list[bytes]], bytes] = ({}, b"")
         self._virtual_cluster_section = virtual_cluster_section
         """Serialized ``virtual_cluster_states`` (field 8) entries (the VC manager's)."""
@@ -144,10 +147,11 @@ class AutoscalerStateManager:
         version_bytes = int_field(7, version)
         running = version_bytes + _STATUS_RUNNING
         draining = version_bytes + _STATUS_DRAINING
-        idle_prefix = version_bytes + _STATUS_IDLE
+        idle_prefix = version_bytes + _STATUS_IDLE + _IDLE_TAG
         resource_nodes = self._resources.nodes
         node_bytes = self._node_bytes
-        append = parts.append
+        extend = parts.extend
+        lengths, short = VARINT_TABLE, VARINT_TABLE_SIZE
         # The hot loop (2,000+ nodes per read): inlined, no per-node calls on the common path.
         for node_id, node in self._nodes.alive.items():
             entry = resource_nodes.get(node_id)
@@ -165,20 +169,19 @@ class AutoscalerStateManager:
                 data = entry.data
                 if data.is_draining:
                     dynamic = draining
-                elif data.idle_duration_ms > 0:
-                    idle = data.idle_duration_ms + int((now_mono - entry.updated_mono_s) * 1000)
-                    dynamic = idle_prefix + _IDLE_TAG + varint(idle)
+                elif (idle_ms := data.idle_duration_ms) > 0:
+                    idle = idle_ms + int((now_mono - entry.updated_mono_s) * 1000)
+                    dynamic = idle_prefix + varint(idle)
                 else:
                     dynamic = running
-            pgs = pg_labels.get(node_id)
-            if pgs:
+            if pg_labels and (pgs := pg_labels.get(node_id)):
                 for pg_id in pgs:
                     dynamic += len_field(6, len_field(1, f"_PG_{pg_id.hex()}".encode()))
             static = cached.static
-            append(_NODE_STATE_TAG)
-            append(varint(len(static) + len(dynamic)))
-            append(static)
-            append(dynamic)
+            size = len(static) + len(dynamic)
+            extend(
+                (_NODE_STATE_TAG, lengths[size] if size < short else varint(size), static, dynamic)
+            )
         for node_id, node in self._nodes.dead.items():
             dead_static = self._dead_bytes.get(node_id)
             if dead_static is None:
@@ -248,7 +251,8 @@ class AutoscalerStateManager:
             available, total = entry.data.resources_available, entry.data.resources_total
         else:
             available = total = node.resources_total
-        static = info + double_map_field(4, available) + double_map_field(5, total)
+        encode = self._maps.encode
+        static = info + encode(4, available) + encode(5, total)
         generation = entry.generation if entry is not None else -1
         cached = _NodeBytes(generation, node, static, info)
         self._node_bytes[node_id] = cached

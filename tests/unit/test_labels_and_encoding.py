@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from google.protobuf.internal.encoder import _VarintBytes
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -60,6 +61,15 @@ class TestWireEncoding:
         """The single-byte fast path agrees with the general case."""
         assert varint(0) == b"\x00" and varint(127) == b"\x7f" and varint(128) == b"\x80\x01"
 
+    @pytest.mark.parametrize(
+        "edge", [0, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**28, 2**63 - 1]
+    )
+    def test_table_and_fast_paths_agree_with_protobuf(self, edge: int) -> None:
+        """The table (1-2 bytes) and the three-byte branch encode as protobuf does, at every
+        boundary between them."""
+        for value in {max(0, edge - 1), edge, min(2**63 - 1, edge + 1)}:
+            assert varint(value) == _VarintBytes(value), value
+
 
 class TestDoubleMap:
     @given(st.dictionaries(st.text(max_size=20), st.floats(allow_nan=False), max_size=8))
@@ -69,3 +79,14 @@ class TestDoubleMap:
 
         parsed = autoscaler_pb2.NodeState.FromString(double_map_field(4, values))
         assert dict(parsed.available_resources) == values
+
+    @given(st.lists(st.dictionaries(st.text(max_size=20), st.floats(allow_nan=False), max_size=8)))
+    def test_encoder_with_remembered_prefixes_matches(self, maps) -> None:
+        """The encoder's remembered prefixes give the same bytes as encoding afresh, also once
+        its bound is reached."""
+        from gcs.wire_encoding import DoubleMapEncoder, double_map_field
+
+        encoder = DoubleMapEncoder(max_keys=4)
+        for values in maps + maps:
+            assert encoder.encode(5, values) == double_map_field(5, values)
+        assert len(encoder) <= 4
