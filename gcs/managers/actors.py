@@ -52,6 +52,7 @@ log = structlog.get_logger("gcs.actors")
 TABLE_ACTOR = "ACTOR"
 TABLE_ACTOR_TASK_SPEC = "ACTOR_TASK_SPEC"
 ACTOR_ID_SIZE = 16
+_NIL_ACTOR_ID = b"\xff" * ACTOR_ID_SIZE
 MAX_DEAD_CACHED = 100_000
 """Ray's ``maximum_gcs_destroyed_actor_cached_count``."""
 Actor = gcs_pb2.ActorTableData
@@ -178,8 +179,12 @@ class ActorManager:
 
     # -- startup -------------------------------------------------------------------------
     async def load(self) -> None:
-        """Reload actors and their specs; resume creation of those being scheduled; actors
-        whose owner's node is gone (and not detached) are marked dead, as Ray does."""
+        """Reload actors and their specs; resume creation of those being scheduled.  Live
+        actors whose owner is gone are marked dead (Ray's ``OnInitializeActorShouldLoad``):
+        one owned by its job when that job finished, one under a detached actor when that
+        root actor is dead, and - beyond Ray - one whose owner's node is gone.  A kill -9
+        between a job's (or root actor's) death and its actors' deaths leaves no actor
+        running for nobody."""
         rows = await self._store.get_all(TABLE_ACTOR)
         specs = await self._store.get_all(TABLE_ACTOR_TASK_SPEC)
         orphans: list[bytes] = []
@@ -192,7 +197,8 @@ class ActorManager:
                 self._dead[key] = None
                 continue
             self._index_live(actor)
-            if not actor.is_detached and actor.owner_address.node_id not in self._alive_nodes:
+        for key, actor in self.actors.items():
+            if actor.state != states.DEAD and not self._owner_survives(key, actor):
                 orphans.append(key)
         for key in sorted(self._dead, key=lambda k: self.actors[k].end_time):
             self._dead.move_to_end(key)
@@ -203,6 +209,21 @@ class ActorManager:
             if actor.state in (states.PENDING_CREATION, states.RESTARTING):
                 self._start_scheduling(actor_id)
         log.info("actors.loaded", live=len(self.actors) - len(self._dead), dead=len(self._dead))
+
+    def _owner_survives(self, actor_id: bytes, actor: gcs_pb2.ActorTableData) -> bool:
+        """At start-up: does what keeps ``actor`` alive still exist?"""
+        spec = self.specs.get(actor_id)
+        root = spec.root_detached_actor_id if spec is not None else b""
+        if not root or root == _NIL_ACTOR_ID:
+            root = actor_id if actor.is_detached else b""
+        if root == actor_id:
+            return True  # detached: it owns itself
+        if root:  # under a detached actor: dies with it
+            owner = self.actors.get(root)
+            return owner is not None and owner.state != states.DEAD
+        return not self._job_is_dead(actor.job_id) and (
+            actor.owner_address.node_id in self._alive_nodes
+        )
 
     async def release_unused_workers(self, node: gcs_pb2.GcsNodeInfo) -> None:
         """After a restart: the raylet frees actor workers leased before that no live actor

@@ -248,6 +248,8 @@ class GcsServer:
             events=job_events,
             publish=pubsub.control_plane.publish,
             lane_policy=self._lane_policy,
+            node_events=node_events,
+            node_is_dead=lambda node_id: node_id in nodes.dead,
         )
         pgs = PlacementGroupManager(
             store,
@@ -625,7 +627,9 @@ class GcsServer:
             try:
                 await raylets.notify_gcs_restart(node_id, address, 5.0)
             except GcsError as err:
-                log.debug("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+                log.info("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+            else:
+                log.info("raylet.notified_restart", node_id=node_id.hex())
             try:
                 node = nodes.alive.get(node_id)
                 if node is not None:
@@ -794,6 +798,7 @@ class GcsServer:
             await self.managers.pg_scheduler.close()
             await self.managers.virtual_clusters.close()
             await self.managers.actors.close()
+            await self.managers.jobs.close()
             await self.managers.health.close()
             await self.managers.raylets.close()
         for close in self._closers:
