@@ -14,6 +14,7 @@ new driver works.  Also on SQLite (same code path, a file store).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import re
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from gcs.proto import gcs_pb2, gcs_service_pb2
+from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 from gcs.testing.servers import RedisServer
 from tests.interop import venvs
 from tests.interop.real_cluster import RealCluster, Worker, real_cluster
@@ -213,22 +214,32 @@ def redis() -> Iterator[RedisServer]:
         server.cleanup()
 
 
+@contextlib.contextmanager
+def _cluster(
+    ray_venv: venvs.Venv, storage: str, tmp_path: pathlib.Path, workers: list[Worker]
+) -> Iterator[RealCluster]:
+    """The cluster, on its own key namespace (the module's redis-server is shared); its
+    logs are kept in ``tmp_path`` for a failure's post-mortem."""
+    namespace = ("--namespace", f"ft{time.monotonic_ns()}")
+    with real_cluster(ray_venv, workers=workers, storage=storage, gcs_args=namespace) as c:
+        try:
+            yield c
+        finally:
+            for path in c.tmp.glob("*.log"):
+                shutil.copy(path, tmp_path / path.name)
+            for i, temp_dir in enumerate(c.temp_dirs):
+                logs = temp_dir / "session_latest" / "logs"
+                shutil.copytree(logs, tmp_path / f"node{i}", dirs_exist_ok=True)
+
+
 @pytest.mark.parametrize("store", ["redis", "sqlite"])
 def test_gcs_killed_mid_job_and_restarted_the_job_finishes(
     ray_venv: venvs.Venv, redis: RedisServer, store: str, tmp_path: pathlib.Path
 ) -> None:
     storage = redis.url if store == "redis" else "sqlite:///{tmp}/gcs.db"
-    # a key namespace of its own per run (the module's redis-server is shared)
-    namespace = ("--namespace", f"ft{time.monotonic_ns()}")
     workers = [Worker(host, resources={"slot": 2}) for host in WORKER_HOSTS]
-    with real_cluster(ray_venv, workers=workers, storage=storage, gcs_args=namespace) as c:
-        try:
-            _run(c)
-        finally:  # the logs outlive the cluster's temp dir, for a failure's post-mortem
-            for path in c.tmp.glob("*.log"):
-                shutil.copy(path, tmp_path / path.name)
-            for i, temp_dir in enumerate(c.temp_dirs):
-                shutil.copytree(temp_dir / "session_latest" / "logs", tmp_path / f"node{i}")
+    with _cluster(ray_venv, storage, tmp_path, workers) as c:
+        _run(c)
 
 
 def _run(c: RealCluster) -> None:
@@ -310,3 +321,77 @@ def _run(c: RealCluster) -> None:
         raylet = (temp_dir / "session_latest" / "logs" / "raylet.out").read_text(errors="replace")
         for line in RESUBSCRIBED:
             assert line in raylet, f"{line!r} not in {temp_dir}'s raylet.out"
+
+
+PLACE = textwrap.dedent(
+    """
+    import json, os, sys, ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address=sys.argv[1], namespace="ft", logging_level="ERROR")
+    alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+
+    @ray.remote(num_cpus=0, max_restarts=1, max_task_retries=-1)
+    class Counter:
+        def __init__(self):
+            self.n = 0
+        def incr(self):
+            self.n += 1
+            return self.n, ray.get_runtime_context().get_node_id(), os.getpid()
+
+    # the mover where it lands; the stayer pinned to the other node
+    mover = Counter.options(name="mover", lifetime="detached").remote()
+    out = {"mover": [ray.get(mover.incr.remote(), timeout=300) for _ in range(2)]}
+    other = [n for n in alive if n != out["mover"][0][1]][0]
+    stayer = Counter.options(name="stayer", lifetime="detached", scheduling_strategy=(
+        NodeAffinitySchedulingStrategy(other, soft=False))).remote()
+    out["stayer"] = [ray.get(stayer.incr.remote(), timeout=300) for _ in range(2)]
+    print(json.dumps(out))
+    """
+)
+
+CALL = textwrap.dedent(
+    """
+    import json, sys, ray
+    ray.init(address=sys.argv[1], namespace="ft", logging_level="ERROR")
+    out = {name: ray.get(ray.get_actor(name).incr.remote(), timeout=300)
+           for name in ("mover", "stayer")}
+    print(json.dumps(out))
+    """
+)
+
+
+def test_a_node_lost_while_the_gcs_is_down_is_found_dead_after_the_restart(
+    ray_venv: venvs.Venv, redis: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    """Ray's test_node_failure_detector_when_gcs_server_restart with a detached actor: a
+    worker node is killed while our GCS is down; the restarted GCS's health checks find it
+    dead (the other node stays alive), and the detached actor that lived there restarts on
+    the surviving node, while the one on the surviving node keeps its worker and state."""
+    workers = [Worker(host) for host in WORKER_HOSTS]
+    with _cluster(ray_venv, redis.url, tmp_path, workers) as c:
+        placed = c.driver(PLACE)
+        lost_id, kept_id = placed["mover"][0][1], placed["stayer"][0][1]
+        assert [m[:2] for m in placed["mover"]] == [[1, lost_id], [2, lost_id]], placed
+        assert [s[:2] for s in placed["stayer"]] == [[1, kept_id], [2, kept_id]], placed
+        by_id = {n.node_id.hex(): n.node_manager_address for n in c.alive_nodes()}
+
+        c.kill_gcs()
+        c.kill_worker(WORKER_HOSTS.index(by_id[lost_id]))
+        c.start_gcs()
+
+        def lost_is_dead() -> bool:
+            nodes = {n.node_id.hex(): n for n in _all_nodes(c)}
+            return nodes[lost_id].state == gcs_pb2.GcsNodeInfo.DEAD
+
+        c.wait(lost_is_dead, 180, "the lost node marked dead")
+        nodes = {n.node_id.hex(): n for n in _all_nodes(c)}
+        assert nodes[kept_id].state == gcs_pb2.GcsNodeInfo.ALIVE
+        death = nodes[lost_id].death_info
+        assert death.reason == common_pb2.NodeDeathInfo.UNEXPECTED_TERMINATION, death
+
+        after = c.driver(CALL)
+        assert after["mover"][:2] == [1, kept_id], after  # restarted: fresh state, other node
+        assert after["stayer"] == [3, kept_id, placed["stayer"][0][2]], after
+        actors = {a.name: a for a in _actors(c)}
+        assert actors["mover"].num_restarts == 1 and actors["stayer"].num_restarts == 0
