@@ -268,20 +268,20 @@ class ActorManager:
         actor_id: bytes | None = None,
         job_id: bytes | None = None,
         state: int | None = None,
-        show_dead_jobs: bool = True,
         limit: int | None = None,
     ) -> tuple[list[gcs_pb2.ActorTableData], int, int]:
-        """(actors, total, num_filtered), as ``GetAllActorInfo`` answers."""
+        """(actors, total, num_filtered), as ``GetAllActorInfo`` answers.  Every actor held
+        (live, and dead ones up to the cache bound), whatever ``show_dead_jobs`` says: Ray
+        answers ``false`` from memory and ``true`` from its table, and ours holds both alike
+        (a detached actor outlives its job and is listed after it)."""
         out: list[gcs_pb2.ActorTableData] = []
         filtered = 0
         source: Iterable[gcs_pb2.ActorTableData] = (
             self.actors.values() if actor_id is None else filter(None, [self.actors.get(actor_id)])
         )
         for actor in source:
-            if (
-                (job_id is not None and actor.job_id != job_id)
-                or (state is not None and actor.state != state)
-                or (not show_dead_jobs and self._job_is_dead(actor.job_id))
+            if (job_id is not None and actor.job_id != job_id) or (
+                state is not None and actor.state != state
             ):
                 filtered += 1
                 continue

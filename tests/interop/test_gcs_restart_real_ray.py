@@ -395,3 +395,19 @@ def test_a_node_lost_while_the_gcs_is_down_is_found_dead_after_the_restart(
         assert after["stayer"] == [3, kept_id, placed["stayer"][0][2]], after
         actors = {a.name: a for a in _actors(c)}
         assert actors["mover"].num_restarts == 1 and actors["stayer"].num_restarts == 0
+
+
+def test_without_persistence_a_restart_ends_the_raylets(
+    ray_venv: venvs.Venv, tmp_path: pathlib.Path
+) -> None:
+    """Ray's test_raylet_fate_sharing: restarted on the memory store, our GCS is a new
+    cluster (new cluster id); the raylet's next call is refused as from another cluster
+    (``WrongClusterID``) and the raylet exits rather than join a GCS that forgot it."""
+    with _cluster(ray_venv, "memory://", tmp_path, [Worker(WORKER_HOSTS[0])]) as c:
+        assert len(c.alive_nodes()) == 1
+        c.kill_gcs()
+        c.start_gcs()
+        c.wait(lambda: c.workers[0].poll() is not None, 180, "the raylet's exit")
+        assert _all_nodes(c) == [], "nobody joined the new cluster"
+        raylet = next(c.ray_logs("raylet.out")).read_text(errors="replace")
+        assert "GCS returned an authentication error" in raylet, raylet[-3000:]
