@@ -123,6 +123,12 @@ class JobManager:
         job = self.jobs.get(job_id)
         return job.virtual_cluster_id if job is not None else ""
 
+    def is_dead(self, job_id: bytes) -> bool:
+        """A known job that finished (unknown jobs are not dead: actors and groups may be
+        registered without a job record, e.g. by our raylet agent's tests)."""
+        job = self.jobs.get(job_id)
+        return job is not None and job.is_dead
+
     def namespace_of(self, job_id: bytes) -> str:
         """The Ray namespace a known job runs in ("" for unknown jobs)."""
         job = self.jobs.get(job_id)

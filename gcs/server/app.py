@@ -257,6 +257,7 @@ class GcsServer:
             events=pg_events,
             job_cluster=jobs.virtual_cluster_of,
             job_namespace=jobs.namespace_of,
+            job_is_dead=jobs.is_dead,
             lane_policy=self._lane_policy,
         )
         # Hears node events only once its load() replayed the node table loaded below.
@@ -352,7 +353,7 @@ class GcsServer:
             node_events=node_events,
             job_events=job_events,
             worker_events=worker_events,
-            job_is_dead=lambda job_id: (job := jobs.jobs.get(job_id)) is not None and job.is_dead,
+            job_is_dead=jobs.is_dead,
             max_dead_cached=cfg.max_dead_actors_cached,
             kill_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
             lane_policy=self._lane_policy,
