@@ -37,6 +37,7 @@ from gcs.clock import Clock, now_ms
 from gcs.errors import AlreadyExists, FailedPrecondition, GcsError, InvalidArgument, NotFound
 from gcs.managers import actor_states as states
 from gcs.managers.actor_scheduler import ActorScheduler, Attempt, Created, Failed
+from gcs.managers.background import Background
 from gcs.managers.events import JobEvents, NodeEvents, WorkerEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, node_manager_pb2
@@ -120,7 +121,7 @@ class ActorManager:
         """owner worker id -> actor ids it owns (live ones)."""
         self._scheduling: dict[bytes, _Scheduling] = {}
         self._waiters: dict[bytes, list[asyncio.Future[CreateOutcome]]] = {}
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = Background("actors.event_failed")
         for events, listener in (
             (node_events, self._NodeListener(self)),
             (job_events, self._JobListener(self)),
@@ -158,24 +159,11 @@ class ActorManager:
             self._m._spawn(self._m.on_worker_dead(failure))
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a synchronous test of another manager)
-            work.close()
-            return
-        task = loop.create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("actors.event_failed", error=repr(task.exception()))
+        self._background.spawn(work)
 
     async def settle(self) -> None:
         """Until every event task spawned so far has finished (tests, shutdown)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._background.settle()
 
     # -- startup -------------------------------------------------------------------------
     async def load(self) -> None:
@@ -243,9 +231,7 @@ class ActorManager:
     async def close(self) -> None:
         for entry in list(self._scheduling.values()):
             entry.task.cancel()
-        for task in list(self._background):
-            task.cancel()
-        tasks = [e.task for e in self._scheduling.values()] + list(self._background)
+        tasks = [e.task for e in self._scheduling.values()] + self._background.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._scheduling.clear()
 

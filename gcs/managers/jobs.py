@@ -15,14 +15,14 @@ kill -9 of the GCS between the node's death and its jobs').
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import structlog
 
 from gcs.clock import Clock, now_ms
 from gcs.errors import InvalidArgument
 from gcs.ids import JOB_ID_SIZE
+from gcs.managers.background import Background
 from gcs.managers.events import JobEvents, NodeEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import Publish, no_publish
@@ -57,7 +57,7 @@ class JobManager:
         self._events = events if events is not None else JobEvents()
         self._lane = ApplyLane(store, "jobs", policy=lane_policy)
         self._node_is_dead = node_is_dead
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = Background("jobs.node_event_failed")
         self.jobs: dict[bytes, gcs_pb2.JobTableData] = {}
         if node_events is not None:
             node_events.subscribe(self._NodeListener(self))
@@ -70,32 +70,14 @@ class JobManager:
             return None
 
         def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
-            self._m._spawn(self._m.finish_jobs_of_node(node.node_id))
-
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a synchronous test of another manager)
-            work.close()
-            return
-        task = loop.create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("jobs.node_event_failed", error=repr(task.exception()))
+            self._m._background.spawn(self._m.finish_jobs_of_node(node.node_id))
 
     async def settle(self) -> None:
         """Until every event task spawned so far has finished (tests, shutdown)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._background.settle()
 
     async def close(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*self._background.cancel(), return_exceptions=True)
 
     async def finish_jobs_of_node(self, node_id: bytes) -> list[bytes]:
         """Mark finished every running job whose driver ran on ``node_id``; their ids."""

@@ -22,9 +22,11 @@ import shutil
 import textwrap
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 from gcs.testing.servers import RedisServer
@@ -34,6 +36,8 @@ from tests.interop.real_cluster import RealCluster, Worker, real_cluster
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
+SLOW_START = {"RAY_raylet_start_wait_time_s": "120"}
+"""Ray's 10 s for a raylet to come up is short on 2 loaded cores (seen at load 27)."""
 TASKS = 64
 ALIVE, DEAD = gcs_pb2.ActorTableData.ALIVE, gcs_pb2.ActorTableData.DEAD
 
@@ -146,46 +150,33 @@ RESUBSCRIBED = (
 """What a Ray 2.60 raylet logs when it learns of a GCS restart and resubscribes."""
 
 
-def _call(cluster: RealCluster, method: str, request: object, reply: type) -> object:
+def _get_all(cluster: RealCluster, service: str, method: str, request: Message) -> Any:
+    """``method`` of our GCS's ``service`` (``GetAll...``), its reply decoded."""
+    reply_type = getattr(gcs_service_pb2, f"{method}Reply")
     with grpc.insecure_channel(cluster.address) as channel:
         call = channel.unary_unary(
-            method,
+            f"/ray.rpc.{service}/{method}",
             request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=reply.FromString,  # type: ignore[attr-defined]
+            response_deserializer=reply_type.FromString,
         )
         return call(request, timeout=30)
 
 
 def _all_nodes(cluster: RealCluster) -> list[gcs_pb2.GcsNodeInfo]:
-    reply = _call(
-        cluster,
-        "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
-        gcs_service_pb2.GetAllNodeInfoRequest(),
-        gcs_service_pb2.GetAllNodeInfoReply,
-    )
-    return list(reply.node_info_list)  # type: ignore[attr-defined]
+    request = gcs_service_pb2.GetAllNodeInfoRequest()
+    return list(_get_all(cluster, "NodeInfoGcsService", "GetAllNodeInfo", request).node_info_list)
 
 
 def _jobs(cluster: RealCluster) -> list[gcs_pb2.JobTableData]:
-    reply = _call(
-        cluster,
-        "/ray.rpc.JobInfoGcsService/GetAllJobInfo",
-        gcs_service_pb2.GetAllJobInfoRequest(),
-        gcs_service_pb2.GetAllJobInfoReply,
-    )
-    return list(reply.job_info_list)  # type: ignore[attr-defined]
+    request = gcs_service_pb2.GetAllJobInfoRequest()
+    return list(_get_all(cluster, "JobInfoGcsService", "GetAllJobInfo", request).job_info_list)
 
 
 def _actors(cluster: RealCluster) -> list[gcs_pb2.ActorTableData]:
     """Our actor table's ``Counter`` actors."""
-    reply = _call(
-        cluster,
-        "/ray.rpc.ActorInfoGcsService/GetAllActorInfo",
-        gcs_service_pb2.GetAllActorInfoRequest(show_dead_jobs=True),
-        gcs_service_pb2.GetAllActorInfoReply,
-    )
-    actors = reply.actor_table_data  # type: ignore[attr-defined]
-    return [a for a in actors if a.class_name == "Counter"]
+    request = gcs_service_pb2.GetAllActorInfoRequest(show_dead_jobs=True)
+    reply = _get_all(cluster, "ActorInfoGcsService", "GetAllActorInfo", request)
+    return [a for a in reply.actor_table_data if a.class_name == "Counter"]
 
 
 def _progress(cluster: RealCluster) -> int:
@@ -237,7 +228,7 @@ def test_gcs_killed_mid_job_and_restarted_the_job_finishes(
     ray_venv: venvs.Venv, redis: RedisServer, store: str, tmp_path: pathlib.Path
 ) -> None:
     storage = redis.url if store == "redis" else "sqlite:///{tmp}/gcs.db"
-    workers = [Worker(host, resources={"slot": 2}) for host in WORKER_HOSTS]
+    workers = [Worker(host, resources={"slot": 2}, env=SLOW_START) for host in WORKER_HOSTS]
     with _cluster(ray_venv, storage, tmp_path, workers) as c:
         _run(c)
 
@@ -368,7 +359,7 @@ def test_a_node_lost_while_the_gcs_is_down_is_found_dead_after_the_restart(
     worker node is killed while our GCS is down; the restarted GCS's health checks find it
     dead (the other node stays alive), and the detached actor that lived there restarts on
     the surviving node, while the one on the surviving node keeps its worker and state."""
-    workers = [Worker(host) for host in WORKER_HOSTS]
+    workers = [Worker(host, env=SLOW_START) for host in WORKER_HOSTS]
     with _cluster(ray_venv, redis.url, tmp_path, workers) as c:
         placed = c.driver(PLACE)
         lost_id, kept_id = placed["mover"][0][1], placed["stayer"][0][1]
@@ -403,7 +394,7 @@ def test_without_persistence_a_restart_ends_the_raylets(
     """Ray's test_raylet_fate_sharing: restarted on the memory store, our GCS is a new
     cluster (new cluster id); the raylet's next call is refused as from another cluster
     (``WrongClusterID``) and the raylet exits rather than join a GCS that forgot it."""
-    with _cluster(ray_venv, "memory://", tmp_path, [Worker(WORKER_HOSTS[0])]) as c:
+    with _cluster(ray_venv, "memory://", tmp_path, [Worker(WORKER_HOSTS[0], env=SLOW_START)]) as c:
         assert len(c.alive_nodes()) == 1
         c.kill_gcs()
         c.start_gcs()
