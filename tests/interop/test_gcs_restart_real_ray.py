@@ -1,24 +1,34 @@
-"""kill -9 our GCS mid-job on a real Ray 2.60 cluster; the job finishes (issue 10, item 7).
+"""kill -9 our GCS under a real Ray 2.60 cluster and restart it (issue 10, item 7).
 
-Our ``gcs serve --head`` on a Redis store (its own ``redis-server``), two unmodified
-``ray start --address`` worker nodes.  A driver runs 64 tasks of ~1 s over both nodes while
-it keeps calling a detached named actor and a job-scoped actor; our GCS is killed with
-SIGKILL once the job is under way, tasks keep completing while it is down (they do not
-need it), and it is restarted on the same port and store.  Then, as with Ray's GCS fault
-tolerance: every result is right, both actors kept their state (their workers stayed
-alive, the GCS reloaded them as ALIVE), no node was marked dead, both raylets were told of
-the restart (NotifyGCSRestart), resubscribed and reopened their syncer streams (fresh
-syncer views in the node table), the job is marked finished when the driver leaves, and a
-new driver works.  Also on SQLite (same code path, a file store).
+Our ``gcs serve --head`` on a Redis store (its own ``redis-server``, a key namespace per
+test), unmodified ``ray start --address`` worker nodes, ``ray.init`` drivers:
+
+* mid-job (Redis, and SQLite): a driver runs 64 tasks of ~1 s over two nodes while it keeps
+  calling a detached named actor and a job-scoped actor, holding a placement group; our GCS
+  is killed with SIGKILL, tasks and actor calls go on while it is down, new work that needs
+  it (an actor, a function export, bundle tasks) waits, and it is restarted on the same
+  port and store.  Every result is right, the actors kept their workers and state, no node
+  was marked dead or re-registered, both raylets were told (NotifyGCSRestart), resubscribed
+  (new publisher id, jobs and nodes refetched) and reopened their syncer streams, a second
+  placement group fits beside the first, the job is marked finished when the driver leaves
+  and a new driver works;
+* a node lost while the GCS is down is found dead by health checks after the restart, and
+  its detached actor restarts on the surviving node;
+* a detached actor's worker and a driver killed while the GCS is down: the raylets'
+  reports reach the restarted GCS (both actors dead, names free, the job finished);
+* without persistence the restarted GCS is a new cluster and the raylet exits (Ray's
+  fate-sharing).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 import re
 import shutil
+import signal
 import textwrap
 import time
 from collections.abc import Iterator
@@ -31,7 +41,7 @@ from google.protobuf.message import Message
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 from gcs.testing.servers import RedisServer
 from tests.interop import venvs
-from tests.interop.real_cluster import RealCluster, Worker, real_cluster
+from tests.interop.real_cluster import RealCluster, Worker, kill_group, real_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -402,3 +412,72 @@ def test_without_persistence_a_restart_ends_the_raylets(
         assert _all_nodes(c) == [], "nobody joined the new cluster"
         raylet = next(c.ray_logs("raylet.out")).read_text(errors="replace")
         assert "GCS returned an authentication error" in raylet, raylet[-3000:]
+
+
+OWNER = textwrap.dedent(
+    """
+    import json, os, sys, time, ray
+    ray.init(address=sys.argv[1], namespace="ft", logging_level="ERROR")
+
+    @ray.remote(num_cpus=0)
+    class Counter:
+        def incr(self):
+            return os.getpid()
+
+    owned = Counter.options(name="owned").remote()  # lives as long as this driver's job
+    victim = Counter.options(name="victim", lifetime="detached", max_restarts=0).remote()
+    out = {"owned": ray.get(owned.incr.remote(), timeout=300),
+           "victim": ray.get(victim.incr.remote(), timeout=300),
+           "job_id": ray.get_runtime_context().get_job_id()}
+    print(json.dumps(out), flush=True)
+    time.sleep(3600)
+    """
+)
+
+LOOKUP = textwrap.dedent(
+    """
+    import json, sys, ray
+    ray.init(address=sys.argv[1], namespace="ft", logging_level="ERROR")
+    out = {}
+    for name in ("owned", "victim"):
+        try:
+            ray.get_actor(name)
+            out[name] = "found"
+        except ValueError:
+            out[name] = "gone"
+    print(json.dumps(out))
+    """
+)
+
+
+def test_deaths_while_the_gcs_is_down_reach_it_after_the_restart(
+    ray_venv: venvs.Venv, redis: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    """Ray's test_actor_raylet_resubscription / ..._destroys_out_of_scope_actors: while our
+    GCS is down a detached actor's worker is killed and a driver is killed (its job-scoped
+    actor with it); the raylets' reports (ReportWorkerFailure, MarkJobFinished) reach the
+    restarted GCS: both actors dead, names free, the driver's job finished."""
+    workers = [Worker(host, env=SLOW_START) for host in WORKER_HOSTS]
+    with _cluster(ray_venv, redis.url, tmp_path, workers) as c:
+        owner = c.spawn([str(c.python), "-c", OWNER, c.address], name="owner")
+        log = c.tmp / "owner.log"
+        c.wait(lambda: log.exists() and '"job_id"' in log.read_text(), 300, "actors up")
+        out = json.loads(log.read_text().strip().splitlines()[-1])
+
+        c.kill_gcs()
+        os.kill(out["victim"], signal.SIGKILL)
+        kill_group(owner, grace_s=0)
+        c.start_gcs()
+
+        def both_dead() -> bool:
+            actors = {a.name: a.state for a in _actors(c)}
+            return actors.get("owned") == actors.get("victim") == DEAD
+
+        c.wait(both_dead, 180, "both actors dead")
+        job_id = bytes.fromhex(out["job_id"])
+        c.wait(
+            lambda: any(j.job_id == job_id and j.is_dead for j in _jobs(c)),
+            120,
+            "the killed driver's job finished",
+        )
+        assert c.driver(LOOKUP) == {"owned": "gone", "victim": "gone"}
