@@ -204,6 +204,12 @@ class ActorScheduler:
                 return Failed(states.unschedulable(placement.reason), placement.reason)
             outcome: Created | Failed | None = None
             target = placement.node_id or placement.queue_at
+            log.debug(
+                "actor.placing",
+                actor_id=attempt.actor_id.hex(),
+                node_id=target.hex() if target else None,
+                why=placement.reason,
+            )
             if target is not None:
                 outcome = await self._try_node(attempt, target, excluded)
                 if outcome is not None:
@@ -261,6 +267,12 @@ class ActorScheduler:
                 return None
             if reply.worker_address.port == 0 and reply.retry_at_raylet_address.port:
                 spill = reply.retry_at_raylet_address
+                log.debug(
+                    "actor.spilled_back",
+                    actor_id=attempt.actor_id.hex(),
+                    by=node_id.hex(),
+                    to=spill.node_id.hex(),
+                )
                 node_id = spill.node_id
                 address = f"{spill.ip_address}:{spill.port}"
                 continue

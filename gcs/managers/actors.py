@@ -37,6 +37,7 @@ from gcs.clock import Clock, now_ms
 from gcs.errors import AlreadyExists, FailedPrecondition, GcsError, InvalidArgument, NotFound
 from gcs.managers import actor_states as states
 from gcs.managers.actor_scheduler import ActorScheduler, Attempt, Created, Failed
+from gcs.managers.background import Background
 from gcs.managers.events import JobEvents, NodeEvents, WorkerEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, node_manager_pb2
@@ -52,6 +53,7 @@ log = structlog.get_logger("gcs.actors")
 TABLE_ACTOR = "ACTOR"
 TABLE_ACTOR_TASK_SPEC = "ACTOR_TASK_SPEC"
 ACTOR_ID_SIZE = 16
+_NIL_ACTOR_ID = b"\xff" * ACTOR_ID_SIZE
 MAX_DEAD_CACHED = 100_000
 """Ray's ``maximum_gcs_destroyed_actor_cached_count``."""
 Actor = gcs_pb2.ActorTableData
@@ -119,7 +121,7 @@ class ActorManager:
         """owner worker id -> actor ids it owns (live ones)."""
         self._scheduling: dict[bytes, _Scheduling] = {}
         self._waiters: dict[bytes, list[asyncio.Future[CreateOutcome]]] = {}
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = Background("actors.event_failed")
         for events, listener in (
             (node_events, self._NodeListener(self)),
             (job_events, self._JobListener(self)),
@@ -157,29 +159,20 @@ class ActorManager:
             self._m._spawn(self._m.on_worker_dead(failure))
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a synchronous test of another manager)
-            work.close()
-            return
-        task = loop.create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("actors.event_failed", error=repr(task.exception()))
+        self._background.spawn(work)
 
     async def settle(self) -> None:
         """Until every event task spawned so far has finished (tests, shutdown)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._background.settle()
 
     # -- startup -------------------------------------------------------------------------
     async def load(self) -> None:
-        """Reload actors and their specs; resume creation of those being scheduled; actors
-        whose owner's node is gone (and not detached) are marked dead, as Ray does."""
+        """Reload actors and their specs; resume creation of those being scheduled.  Live
+        actors whose owner is gone are marked dead (Ray's ``OnInitializeActorShouldLoad``):
+        one owned by its job when that job finished, one under a detached actor when that
+        root actor is dead, and - beyond Ray - one whose owner's node is gone.  A kill -9
+        between a job's (or root actor's) death and its actors' deaths leaves no actor
+        running for nobody."""
         rows = await self._store.get_all(TABLE_ACTOR)
         specs = await self._store.get_all(TABLE_ACTOR_TASK_SPEC)
         orphans: list[bytes] = []
@@ -192,7 +185,8 @@ class ActorManager:
                 self._dead[key] = None
                 continue
             self._index_live(actor)
-            if not actor.is_detached and actor.owner_address.node_id not in self._alive_nodes:
+        for key, actor in self.actors.items():
+            if actor.state != states.DEAD and not self._owner_survives(key, actor):
                 orphans.append(key)
         for key in sorted(self._dead, key=lambda k: self.actors[k].end_time):
             self._dead.move_to_end(key)
@@ -203,6 +197,21 @@ class ActorManager:
             if actor.state in (states.PENDING_CREATION, states.RESTARTING):
                 self._start_scheduling(actor_id)
         log.info("actors.loaded", live=len(self.actors) - len(self._dead), dead=len(self._dead))
+
+    def _owner_survives(self, actor_id: bytes, actor: gcs_pb2.ActorTableData) -> bool:
+        """At start-up: does what keeps ``actor`` alive still exist?"""
+        spec = self.specs.get(actor_id)
+        root = spec.root_detached_actor_id if spec is not None else b""
+        if not root or root == _NIL_ACTOR_ID:
+            root = actor_id if actor.is_detached else b""
+        if root == actor_id:
+            return True  # detached: it owns itself
+        if root:  # under a detached actor: dies with it
+            owner = self.actors.get(root)
+            return owner is not None and owner.state != states.DEAD
+        return not self._job_is_dead(actor.job_id) and (
+            actor.owner_address.node_id in self._alive_nodes
+        )
 
     async def release_unused_workers(self, node: gcs_pb2.GcsNodeInfo) -> None:
         """After a restart: the raylet frees actor workers leased before that no live actor
@@ -222,9 +231,7 @@ class ActorManager:
     async def close(self) -> None:
         for entry in list(self._scheduling.values()):
             entry.task.cancel()
-        for task in list(self._background):
-            task.cancel()
-        tasks = [e.task for e in self._scheduling.values()] + list(self._background)
+        tasks = [e.task for e in self._scheduling.values()] + self._background.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._scheduling.clear()
 
@@ -247,20 +254,20 @@ class ActorManager:
         actor_id: bytes | None = None,
         job_id: bytes | None = None,
         state: int | None = None,
-        show_dead_jobs: bool = True,
         limit: int | None = None,
     ) -> tuple[list[gcs_pb2.ActorTableData], int, int]:
-        """(actors, total, num_filtered), as ``GetAllActorInfo`` answers."""
+        """(actors, total, num_filtered), as ``GetAllActorInfo`` answers.  Every actor held
+        (live, and dead ones up to the cache bound), whatever ``show_dead_jobs`` says: Ray
+        answers ``false`` from memory and ``true`` from its table, and ours holds both alike
+        (a detached actor outlives its job and is listed after it)."""
         out: list[gcs_pb2.ActorTableData] = []
         filtered = 0
         source: Iterable[gcs_pb2.ActorTableData] = (
             self.actors.values() if actor_id is None else filter(None, [self.actors.get(actor_id)])
         )
         for actor in source:
-            if (
-                (job_id is not None and actor.job_id != job_id)
-                or (state is not None and actor.state != state)
-                or (not show_dead_jobs and self._job_is_dead(actor.job_id))
+            if (job_id is not None and actor.job_id != job_id) or (
+                state is not None and actor.state != state
             ):
                 filtered += 1
                 continue

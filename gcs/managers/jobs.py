@@ -6,16 +6,24 @@ little-endian (Ray's ``JobID::FromInt``).  AddJob and MarkJobFinished run on the
 check a job before it is persisted and hear of it when it finished.  Every change is
 published on ``GCS_JOB_CHANNEL`` (key = job id) after it is applied: raylets start a job's
 workers only once they heard of the job there.
+
+A job whose driver's node dies is finished (Ray's ``GcsJobManager::OnNodeDead``), and so,
+at start-up, is a running job whose driver's node is already dead in the node table (a
+kill -9 of the GCS between the node's death and its jobs').
 """
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
 
 import structlog
 
 from gcs.clock import Clock, now_ms
 from gcs.errors import InvalidArgument
 from gcs.ids import JOB_ID_SIZE
-from gcs.managers.events import JobEvents
+from gcs.managers.background import Background
+from gcs.managers.events import JobEvents, NodeEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import Publish, no_publish
 from gcs.proto import gcs_pb2, pubsub_pb2
@@ -40,13 +48,52 @@ class JobManager:
         events: JobEvents | None = None,
         publish: Publish = no_publish,
         lane_policy: ResolvePolicy | None = None,
+        node_events: NodeEvents | None = None,
+        node_is_dead: Callable[[bytes], bool] = lambda node_id: False,
     ) -> None:
         self._store = store
         self._publish = publish
         self._clock = clock
         self._events = events if events is not None else JobEvents()
         self._lane = ApplyLane(store, "jobs", policy=lane_policy)
+        self._node_is_dead = node_is_dead
+        self._background = Background("jobs.node_event_failed")
         self.jobs: dict[bytes, gcs_pb2.JobTableData] = {}
+        if node_events is not None:
+            node_events.subscribe(self._NodeListener(self))
+
+    class _NodeListener:
+        def __init__(self, manager: JobManager) -> None:
+            self._m = manager
+
+        def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+            return None
+
+        def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
+            self._m._background.spawn(self._m.finish_jobs_of_node(node.node_id))
+
+    async def settle(self) -> None:
+        """Until every event task spawned so far has finished (tests, shutdown)."""
+        await self._background.settle()
+
+    async def close(self) -> None:
+        await asyncio.gather(*self._background.cancel(), return_exceptions=True)
+
+    async def finish_jobs_of_node(self, node_id: bytes) -> list[bytes]:
+        """Mark finished every running job whose driver ran on ``node_id``; their ids."""
+        running = [
+            job.job_id
+            for job in self.jobs.values()
+            if not job.is_dead and job.driver_address.node_id == node_id
+        ]
+        finished = [job_id for job_id in running if await self.mark_finished(job_id)]
+        if finished:
+            log.info(
+                "jobs.finished_with_node",
+                node_id=node_id.hex(),
+                jobs=[job_id.hex() for job_id in finished],
+            )
+        return finished
 
     def running_in(self, virtual_cluster_id: str) -> bool:
         return any(
@@ -58,15 +105,30 @@ class JobManager:
         job = self.jobs.get(job_id)
         return job.virtual_cluster_id if job is not None else ""
 
+    def is_dead(self, job_id: bytes) -> bool:
+        """A known job that finished (unknown jobs are not dead: actors and groups may be
+        registered without a job record, e.g. by our raylet agent's tests)."""
+        job = self.jobs.get(job_id)
+        return job is not None and job.is_dead
+
     def namespace_of(self, job_id: bytes) -> str:
         """The Ray namespace a known job runs in ("" for unknown jobs)."""
         job = self.jobs.get(job_id)
         return job.config.ray_namespace if job is not None else ""
 
     async def load(self) -> None:
+        """Reload the JOB table; then finish running jobs whose driver's node is dead (load
+        the node table first)."""
         for raw in (await self._store.get_all(TABLE_JOB)).values():
             job = gcs_pb2.JobTableData.FromString(raw)
             self.jobs[job.job_id] = job
+        orphaned = {
+            job.driver_address.node_id
+            for job in self.jobs.values()
+            if not job.is_dead and self._node_is_dead(job.driver_address.node_id)
+        }
+        for node_id in sorted(orphaned):
+            await self.finish_jobs_of_node(node_id)
 
     async def next_job_id(self) -> int:
         return await self._store.increment(JOB_COUNTER)

@@ -175,7 +175,9 @@ class PlacementGroupScheduler:
 
     async def repair(self) -> None:
         """Bundles recorded on nodes that are not alive (the GCS stopped between a node's
-        death and its bundles being marked lost) are lost now."""
+        death and its bundles being marked lost) are lost now; groups of jobs that finished
+        likewise follow their lifetime rule now."""
+        await self._pgs.finish_dead_jobs()
         for node_id in list(self._pgs.bundles_in_use()):
             if not self._nodes.is_alive(node_id):
                 await self._pgs.bundles_lost(node_id)

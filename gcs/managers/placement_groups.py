@@ -73,6 +73,7 @@ class PlacementGroupManager:
         events: PlacementGroupEvents | None = None,
         job_cluster: JobCluster = _no_cluster,
         job_namespace: JobNamespace = _no_cluster,
+        job_is_dead: Callable[[bytes], bool] = lambda job_id: False,
         lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self._store = store
@@ -80,6 +81,7 @@ class PlacementGroupManager:
         self._events = events if events is not None else PlacementGroupEvents()
         self._job_cluster = job_cluster
         self._job_namespace = job_namespace
+        self._job_is_dead = job_is_dead
         self._lane = ApplyLane(store, "placement_groups", policy=lane_policy)
         self.groups: dict[bytes, gcs_pb2.PlacementGroupTableData] = {}
         self.virtual_cluster_of: dict[bytes, str] = {}
@@ -199,6 +201,22 @@ class PlacementGroupManager:
             if changed:
                 await self._commit_changes(changed)
             return [pg.placement_group_id for pg in changed if pg.state == PG.REMOVED]
+
+    async def finish_dead_jobs(self) -> list[bytes]:
+        """At start-up (job table loaded): :meth:`job_finished` for the creator jobs that
+        finished while their groups did not hear of it (the GCS was killed in between), as
+        Ray's ``GcsPlacementGroupManager::Initialize`` does.  Returns the removed ids."""
+        finished = {
+            pg.creator_job_id
+            for pg in self.groups.values()
+            if pg.state != PG.REMOVED
+            and not pg.creator_job_dead
+            and self._job_is_dead(pg.creator_job_id)
+        }
+        removed: list[bytes] = []
+        for job_id in sorted(finished):
+            removed += await self.job_finished(job_id)
+        return removed
 
     async def _remove_locked(self, groups: list[gcs_pb2.PlacementGroupTableData]) -> None:
         removed = []

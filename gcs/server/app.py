@@ -248,6 +248,8 @@ class GcsServer:
             events=job_events,
             publish=pubsub.control_plane.publish,
             lane_policy=self._lane_policy,
+            node_events=node_events,
+            node_is_dead=lambda node_id: node_id in nodes.dead,
         )
         pgs = PlacementGroupManager(
             store,
@@ -255,6 +257,7 @@ class GcsServer:
             events=pg_events,
             job_cluster=jobs.virtual_cluster_of,
             job_namespace=jobs.namespace_of,
+            job_is_dead=jobs.is_dead,
             lane_policy=self._lane_policy,
         )
         # Hears node events only once its load() replayed the node table loaded below.
@@ -350,7 +353,7 @@ class GcsServer:
             node_events=node_events,
             job_events=job_events,
             worker_events=worker_events,
-            job_is_dead=lambda job_id: (job := jobs.jobs.get(job_id)) is not None and job.is_dead,
+            job_is_dead=jobs.is_dead,
             max_dead_cached=cfg.max_dead_actors_cached,
             kill_timeout_s=cfg.raylet_rpc_timeout_ms / 1000,
             lane_policy=self._lane_policy,
@@ -625,7 +628,9 @@ class GcsServer:
             try:
                 await raylets.notify_gcs_restart(node_id, address, 5.0)
             except GcsError as err:
-                log.debug("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+                log.info("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+            else:
+                log.info("raylet.notified_restart", node_id=node_id.hex())
             try:
                 node = nodes.alive.get(node_id)
                 if node is not None:
@@ -794,6 +799,7 @@ class GcsServer:
             await self.managers.pg_scheduler.close()
             await self.managers.virtual_clusters.close()
             await self.managers.actors.close()
+            await self.managers.jobs.close()
             await self.managers.health.close()
             await self.managers.raylets.close()
         for close in self._closers:

@@ -102,7 +102,6 @@ class ActorInfoServicer:
             actor_id=actor_id,
             job_id=job_id,
             state=state,
-            show_dead_jobs=request.show_dead_jobs,
             limit=request.limit if request.HasField("limit") and request.limit > 0 else None,
         )
         return Req.GetAllActorInfoReply(

@@ -100,8 +100,13 @@ class Harness:
             node_events=self.node_events,
             job_events=self.job_events,
             worker_events=self.worker_events,
+            job_is_dead=self._job_is_dead,
             max_dead_cached=self.max_dead_cached,
         )
+
+    def _job_is_dead(self, job_id: bytes) -> bool:
+        job = self.jobs.jobs.get(job_id)
+        return job is not None and job.is_dead
 
     def _publish(self, channel: int, key_id: bytes, message: Message) -> None:
         assert channel == GCS_ACTOR_CHANNEL

@@ -10,6 +10,8 @@ from gcs.errors import AlreadyExists, FailedPrecondition, NotFound, RayletUnreac
 from gcs.managers import actor_states as states
 from gcs.managers.actors import TABLE_ACTOR, TABLE_ACTOR_TASK_SPEC
 from gcs.proto import common_pb2, core_worker_pb2, gcs_pb2, node_manager_pb2
+from gcs.store import WriteBatch
+from gcs.store.base import TABLE_JOB
 from tests.actors.harness import DRIVER, JOB, Actor, Harness, actor_spec, node_id, node_info
 from tests.conftest import eventually
 
@@ -434,6 +436,50 @@ class TestPersistence:
             dead.death_cause.actor_died_error_context.error_message
         )
         assert await again.store.get(TABLE_ACTOR_TASK_SPEC, scoped.actor_id) is None
+
+    async def test_actors_of_a_job_finished_before_a_kill_9_are_dead_after_restart(self) -> None:
+        """The job's death was persisted, its actors' deaths not (kill -9 in between): on
+        restart the job-owned actor is dead (Ray's OnInitializeActorShouldLoad), its worker
+        is no longer in use; a detached actor of that job lives on."""
+        h = await Harness().start(1)
+        await h.jobs.add(gcs_pb2.JobTableData(job_id=JOB))
+        scoped = await h.create(actor_spec(1))
+        detached = await h.create(actor_spec(2, detached=True, name="keeper"))
+        await h.actors.close()
+        finished = gcs_pb2.JobTableData(job_id=JOB, is_dead=True)
+        await h.store.write(WriteBatch().put(TABLE_JOB, JOB, finished.SerializeToString()))
+
+        again = await h.restarted().start()
+        dead = again.actors.actors[scoped.actor_id]
+        assert dead.state == states.DEAD
+        assert dead.death_cause.actor_died_error_context.reason == Reason.OWNER_DIED
+        assert again.actors.actors[detached.actor_id].state == states.ALIVE
+        await again.actors.release_unused_workers(again.nodes.alive[node_id(1)])
+        assert again.gateway.released[-1] == (node_id(1), [detached.address.worker_id])
+
+    async def test_actors_under_a_dead_root_detached_actor_are_dead_after_restart(
+        self,
+    ) -> None:
+        """An actor created by a detached actor dies with that root actor; the root's death
+        was persisted before a kill -9, the child's not."""
+        h = await Harness().start(1)
+        root = await h.create(actor_spec(1, detached=True, name="root", owner=b"\xd1" * 28))
+        child_spec = actor_spec(2, owner=root.address.worker_id)
+        child_spec.root_detached_actor_id = root.actor_id
+        child = await h.create(child_spec)
+        other_spec = actor_spec(3, owner=root.address.worker_id)
+        other_spec.root_detached_actor_id = b"\xff" * 16  # nil: owned by its (live) job
+        other = await h.create(other_spec)
+        await h.actors.close()
+        dead_root = Actor()
+        dead_root.CopyFrom(root)
+        dead_root.state = states.DEAD
+        batch = WriteBatch().put(TABLE_ACTOR, root.actor_id, dead_root.SerializeToString())
+        await h.store.write(batch)
+
+        again = await h.restarted().start()
+        assert again.actors.actors[child.actor_id].state == states.DEAD
+        assert again.actors.actors[other.actor_id].state == states.ALIVE
 
 
 class TestDeadCache:

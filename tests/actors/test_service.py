@@ -117,6 +117,30 @@ class TestActorInfoService:
         assert named.actor_table_data.state == ALIVE
         assert named.actor_table_data.address == created.actor_address
 
+    async def test_a_finished_jobs_detached_actor_is_listed_by_default(
+        self, cluster: Cluster
+    ) -> None:
+        """``show_dead_jobs=false`` (the default; ``ray list actors``) lists every actor the
+        GCS holds, as Ray's does: a detached actor outlives the job that created it and is
+        listed alive after it, the job's own actor listed dead."""
+        stubs = await cluster.start()
+        await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=node_info(1)))
+        job_id = actor_spec(1).job_id
+        await stubs.jobs.AddJob(G.AddJobRequest(data=gcs_pb2.JobTableData(job_id=job_id)))
+        for spec in (actor_spec(1, name="keeper", detached=True), actor_spec(2)):
+            await stubs.actors.RegisterActor(G.RegisterActorRequest(task_spec=spec))
+            await stubs.actors.CreateActor(G.CreateActorRequest(task_spec=spec))
+        await stubs.jobs.MarkJobFinished(G.MarkJobFinishedRequest(job_id=job_id))
+        assert cluster.server is not None and cluster.server.managers is not None
+        await cluster.server.managers.actors.settle()
+
+        for show_dead_jobs in (False, True):
+            every = await stubs.actors.GetAllActorInfo(
+                G.GetAllActorInfoRequest(show_dead_jobs=show_dead_jobs)
+            )
+            states = {a.name: a.state for a in every.actor_table_data}
+            assert states == {"keeper": ALIVE, "": DEAD}, (show_dead_jobs, states)
+
     async def test_bad_requests_are_invalid_argument(self, cluster: Cluster) -> None:
         stubs = await cluster.start()
         spec = actor_spec(1)

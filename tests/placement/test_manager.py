@@ -18,6 +18,8 @@ from gcs.managers.pg_scheduler import PlacementConfig, PlacementGroupScheduler
 from gcs.managers.placement_groups import PG, PlacementGroupManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import common_pb2, gcs_pb2
+from gcs.store import WriteBatch
+from gcs.store.base import TABLE_JOB
 from gcs.store.memory import MemoryStore
 from gcs.testing.raylets import FakeRayletGateway
 from tests.conftest import eventually
@@ -95,6 +97,7 @@ async def make_gcs(
         events=pg_events,
         job_cluster=lambda _j: cluster,
         job_namespace=jobs.namespace_of,
+        job_is_dead=jobs.is_dead,
     )
     scheduler = PlacementGroupScheduler(
         pgs,
@@ -238,6 +241,29 @@ class TestRestart:
             assert in_use[nid] == [(pg_id(1), gcs.placed_nodes(1).index(nid))]
         assert (pg_id(2), 0) not in gcs.raylets.bundles[gone]
         assert restarted.pgs.groups[pg_id(1)].state == PG.CREATED
+
+    async def test_groups_of_a_job_finished_before_a_kill_9_follow_their_lifetime(
+        self, gcs: Gcs
+    ) -> None:
+        """The job's death was persisted, its groups' update not (kill -9 in between): on
+        restart the non-detached group is removed and its bundles released, the detached
+        one is kept (creator job dead), as Ray's placement group manager initialises."""
+        await gcs.add_node("a")
+        await gcs.jobs.add(gcs_pb2.JobTableData(job_id=JOB))
+        await gcs.pgs.create(spec(1, common_pb2.PACK, 1))
+        await gcs.pgs.create(spec(2, common_pb2.PACK, 1, is_detached=True))
+        await gcs.place()
+        finished = gcs_pb2.JobTableData(job_id=JOB, is_dead=True)
+        await gcs.store.write(WriteBatch().put(TABLE_JOB, JOB, finished.SerializeToString()))
+
+        restarted = await make_gcs(gcs.store, gcs.raylets)
+        await restarted.scheduler.repair()
+        await restarted.scheduler.release_unused()
+        await restarted.scheduler.settle()
+        assert restarted.pgs.groups[pg_id(1)].state == PG.REMOVED
+        kept = restarted.pgs.groups[pg_id(2)]
+        assert kept.state == PG.CREATED and kept.creator_job_dead
+        assert gcs.raylets.bundles[node_id("a")] == {(pg_id(2), 0): True}
 
     async def test_bundles_on_a_node_dead_before_the_restart_are_lost(self, gcs: Gcs) -> None:
         """Repair on start: a node recorded dead whose bundles were never marked lost."""
