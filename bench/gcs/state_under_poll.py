@@ -25,8 +25,8 @@ import argparse
 import asyncio
 import collections
 import cProfile
-import io
 import gc
+import io
 import json
 import os
 import pstats
