@@ -11,6 +11,8 @@ tests do not depend on their order (randomised runs): each uses its own resource
 * a STRICT_SPREAD group of 3 waits for a node (gang demand in GetClusterResourceState) and
   becomes ready once a third worker joins;
 * removing a group gives its resources back (a task needing them then runs);
+* a group placed before a kill -9 and restart of our GCS (SQLite) is still CREATED after it,
+  its bundles still held by the raylets (a second cluster, in its own fixture);
 * a job in a virtual cluster (``JobConfig(metadata={"virtual_cluster_id": ...})``) places its
   actors and groups only on the cluster's node; a job without one uses both.
 """
@@ -130,6 +132,33 @@ print(json.dumps({"actor_nodes": sorted(set(actor_nodes)), "pg_nodes": pg_nodes,
                   "pg_actor_node": pg_actor_node}))
 """
 
+KEPT_CREATE = """
+ray.init(address=sys.argv[1], namespace="pgs", logging_level="ERROR")
+pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="kept",
+                     lifetime="detached")
+ray.get(pg.ready(), timeout=300)
+nodes = [ray.get(where.options(scheduling_strategy=in_bundle(pg, i)).remote(), timeout=300)
+         for i in range(2)]
+print(json.dumps({"id": pg.id.hex(), "nodes": nodes}))
+"""
+
+KEPT_AFTER_RESTART = """
+ray.init(address=sys.argv[1], namespace="pgs", logging_level="ERROR")
+pg = get_placement_group("kept")
+ray.get(pg.ready(), timeout=300)
+state = placement_group_table(pg)["state"]
+nodes = [ray.get(where.options(scheduling_strategy=in_bundle(pg, i)).remote(), timeout=300)
+         for i in range(2)]
+def group_resources():
+    return sorted(k for k in ray.cluster_resources() if pg.id.hex() in k)
+held = group_resources()
+remove_placement_group(pg)
+deadline = time.time() + 120
+while group_resources() and time.time() < deadline:
+    time.sleep(0.5)
+print(json.dumps({"state": state, "nodes": nodes, "held": held, "after": group_resources()}))
+"""
+
 
 @pytest.fixture(scope="module")
 def cluster(ray_venv: venvs.Venv) -> Iterator[RealCluster]:
@@ -217,6 +246,13 @@ def test_virtual_cluster_job_places_actors_and_groups_on_its_nodes_only(
         inside = driver(cluster, VC_JOB, "vc_alpha")
         want = {"actor_nodes": [alpha], "pg_nodes": [alpha], "pg_actor_node": alpha}
         assert inside == want, inside
+        # An unknown cluster: AddJob refuses the job; Ray 2.60's driver aborts in ray.init
+        # with our message (its core worker checks the status).
+        refused = cluster.run(
+            [str(cluster.python), "-c", PRELUDE + VC_JOB, cluster.address, "nope"], timeout=300
+        )
+        assert refused.returncode != 0
+        assert "Invalid virtual cluster, virtual cluster id: nope" in refused.stderr
         outside = driver(cluster, VC_JOB, "")
         assert alpha in outside["actor_nodes"] and len(outside["actor_nodes"]) >= 2, outside
         assert len(outside["pg_nodes"]) == 2, outside
@@ -226,3 +262,22 @@ def test_virtual_cluster_job_places_actors_and_groups_on_its_nodes_only(
              "--gcs-address", cluster.address],
             timeout=60,
         )  # fmt: skip
+
+
+def test_a_placed_group_survives_a_gcs_restart_and_keeps_its_bundles(
+    ray_venv: venvs.Venv,
+) -> None:
+    """kill -9 of our GCS (SQLite store) and a restart: the raylets keep the committed
+    bundles (``ReleaseUnusedBundles`` names them in use), the group is still CREATED and
+    its bundles run tasks on the same nodes; removing it then returns the resources."""
+    workers = [Worker("127.0.0.2"), Worker("127.0.0.3")]
+    with real_cluster(ray_venv, workers=workers, storage="sqlite:///{tmp}/gcs.db") as c:
+        before = driver(c, KEPT_CREATE)
+        assert len(set(before["nodes"])) == 2, before
+        c.kill_gcs()
+        c.start_gcs()
+        c.wait_workers()
+        after = driver(c, KEPT_AFTER_RESTART)
+        assert after["state"] == "CREATED" and after["nodes"] == before["nodes"], after
+        assert any(n.startswith("CPU_group_0_") for n in after["held"]), after
+        assert after["after"] == [], after
