@@ -184,10 +184,17 @@ class RealCluster:
             raise AssertionError(what) from None
         return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
 
-    def driver(self, script: str, *args: str, timeout: float = 900) -> dict[str, Any]:
-        """Run ``script`` with the Ray venv's python (``sys.argv[1]`` is the GCS address);
-        returns the JSON object it printed on its last line."""
-        done = self.run([str(self.python), "-c", script, self.address, *args], timeout=timeout)
+    def driver(
+        self, script: str, *args: str, timeout: float = 900, env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Run ``script`` with the Ray venv's python (``sys.argv[1]`` is the GCS address;
+        ``env`` adds to the cluster's environment); returns the JSON object it printed on
+        its last line."""
+        done = self.run(
+            [str(self.python), "-c", script, self.address, *args],
+            timeout=timeout,
+            env={**self.env, **env} if env else None,
+        )
         assert done.returncode == 0, done.stderr[-3000:] + "\n" + self.logs()
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         return result

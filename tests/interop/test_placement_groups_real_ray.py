@@ -166,8 +166,10 @@ def cluster(ray_venv: venvs.Venv) -> Iterator[RealCluster]:
         yield c
 
 
-def driver(cluster: RealCluster, script: str, *args: str) -> dict[str, Any]:
-    return cluster.driver(PRELUDE + script, *args)
+def driver(
+    cluster: RealCluster, script: str, *args: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return cluster.driver(PRELUDE + script, *args, env=env)
 
 
 def node_ids_by_host(cluster: RealCluster) -> dict[str, str]:
@@ -246,6 +248,11 @@ def test_virtual_cluster_job_places_actors_and_groups_on_its_nodes_only(
         inside = driver(cluster, VC_JOB, "vc_alpha")
         want = {"actor_nodes": [alpha], "pg_nodes": [alpha], "pg_actor_node": alpha}
         assert inside == want, inside
+        # The same for an unchanged script, through the job config Ray reads from the
+        # environment (what `ray job submit --metadata-json` sets for its driver).
+        injected = {"metadata": {"virtual_cluster_id": "vc_alpha"}}
+        env = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(injected)}
+        assert driver(cluster, VC_JOB, "", env=env) == want
         # An unknown cluster: AddJob refuses the job; Ray 2.60's driver aborts in ray.init
         # with our message (its core worker checks the status).
         refused = cluster.run(
