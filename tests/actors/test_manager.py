@@ -18,6 +18,15 @@ Reason = common_pb2.ActorDiedErrorContext.Reason
 NodeReason = common_pb2.NodeDeathInfo.Reason
 
 
+def spillback_to(n: int) -> node_manager_pb2.RequestWorkerLeaseReply:
+    """A raylet's answer sending the lease on to node ``n``'s raylet."""
+    spill = node_manager_pb2.RequestWorkerLeaseReply()
+    spill.retry_at_raylet_address.CopyFrom(
+        common_pb2.Address(node_id=node_id(n), ip_address="127.0.0.2", port=40000 + n)
+    )
+    return spill
+
+
 def in_bundle(pg_id: bytes, index: int) -> common_pb2.SchedulingStrategy:
     strategy = common_pb2.SchedulingStrategy()
     strategy.placement_group_scheduling_strategy.placement_group_id = pg_id
@@ -85,10 +94,7 @@ class TestCreation:
         assert queued.node_id == node_id(1)
         assert dict(queued.request.lease_spec.required_resources) == {"CPU": 8}
         await h.nodes.register(node_info(2, cpus=8))
-        spill = node_manager_pb2.RequestWorkerLeaseReply()
-        spill.retry_at_raylet_address.CopyFrom(
-            common_pb2.Address(node_id=node_id(2), ip_address="127.0.0.2", port=40002)
-        )
+        spill = spillback_to(2)
         h.gateway.lease_script[node_id(1)].append(spill)
         gate.set()
         reply = await asyncio.wait_for(creating, 10)
@@ -96,10 +102,7 @@ class TestCreation:
 
     async def test_spillback_leases_again_at_the_named_raylet(self) -> None:
         h = await Harness().start(1, 2)
-        spill = node_manager_pb2.RequestWorkerLeaseReply()
-        spill.retry_at_raylet_address.CopyFrom(
-            common_pb2.Address(node_id=node_id(2), ip_address="127.0.0.2", port=40002)
-        )
+        spill = spillback_to(2)
         h.gateway.lease_script[node_id(1)].append(spill)
         actor = await h.create(actor_spec(1))
         assert [c.node_id for c in h.gateway.leases] == [node_id(1), node_id(2)]
@@ -123,10 +126,7 @@ class TestCreation:
 
     async def test_a_spillback_outside_the_virtual_cluster_is_not_followed(self) -> None:
         h = await Harness(virtual_cluster=frozenset({node_id(2)})).start(1, 2)
-        spill = node_manager_pb2.RequestWorkerLeaseReply()
-        spill.retry_at_raylet_address.CopyFrom(
-            common_pb2.Address(node_id=node_id(1), ip_address="127.0.0.2", port=40001)
-        )
+        spill = spillback_to(1)
         h.gateway.lease_script[node_id(2)].append(spill)
         actor = await h.create(actor_spec(1))
         assert [c.node_id for c in h.gateway.leases] == [node_id(2), node_id(2)]
