@@ -3,13 +3,15 @@
 
 One cluster for the module: ``gcs serve --head`` on 127.0.0.2, two real ``ray start`` workers
 of different node types (``RAY_NODE_TYPE_NAME``: 127.0.0.2 is ``alpha`` and has one custom
-``slot``, 127.0.0.3 is ``beta``); one test adds a third ``beta`` worker on 127.0.0.4.  The
+``slot``, 127.0.0.3 is ``beta``); two tests add a third ``beta`` worker on 127.0.0.4 (one
+kills it again).  The
 tests do not depend on their order (randomised runs): each uses its own resources or names.
 
 * a STRICT_SPREAD group of 2 becomes ready, a task in each bundle runs on a distinct node,
   the raylets expose Ray's bundle resources, the group is found by name;
 * a STRICT_SPREAD group of 3 waits for a node (gang demand in GetClusterResourceState) and
   becomes ready once a third worker joins;
+* a bundle on a worker that is killed is placed again on a live node;
 * removing a group gives its resources back (a task needing them then runs);
 * a group placed before a kill -9 and restart of our GCS (SQLite) is still CREATED after it,
   its bundles still held by the raylets (a second cluster, in its own fixture);
@@ -159,6 +161,34 @@ while group_resources() and time.time() < deadline:
 print(json.dumps({"state": state, "nodes": nodes, "held": held, "after": group_resources()}))
 """
 
+MOVED_CREATE = """
+ray.init(address=sys.argv[1], namespace="pgs", logging_level="ERROR")
+pg = placement_group([{"CPU": 1}], strategy="STRICT_PACK", name="moved", lifetime="detached",
+                     _soft_target_node_id=sys.argv[2])
+ray.get(pg.ready(), timeout=300)
+node = ray.get(where.options(scheduling_strategy=in_bundle(pg, 0)).remote(), timeout=300)
+print(json.dumps({"node": node, "placed": placement_group_table(pg)["bundles_to_node_id"][0]}))
+"""
+
+MOVED_AFTER = """
+ray.init(address=sys.argv[1], namespace="pgs", logging_level="ERROR")
+dead = sys.argv[2]
+pg = get_placement_group("moved")
+states = []
+deadline = time.time() + 300
+while time.time() < deadline:
+    table = placement_group_table(pg)
+    if not states or states[-1] != table["state"]:
+        states.append(table["state"])
+    placed = table["bundles_to_node_id"].get(0)
+    if table["state"] == "CREATED" and placed not in (None, dead):
+        break
+    time.sleep(0.2)
+node = ray.get(where.options(scheduling_strategy=in_bundle(pg, 0)).remote(), timeout=300)
+remove_placement_group(pg)
+print(json.dumps({"states": states, "placed": placed, "node": node}))
+"""
+
 
 @pytest.fixture(scope="module")
 def cluster(ray_venv: venvs.Venv) -> Iterator[RealCluster]:
@@ -227,6 +257,25 @@ def test_strict_spread_of_three_waits_for_a_third_node(cluster: RealCluster) -> 
     assert len(set(out["nodes"])) == 3, out
     state = cluster_resource_state(cluster).cluster_resource_state
     assert not [g for g in state.pending_gang_resource_requests if pending["id"] in g.details]
+
+
+def test_a_dead_nodes_bundle_is_placed_again_on_another_node(cluster: RealCluster) -> None:
+    """A group placed on the third worker (its soft target); the worker is killed: our GCS
+    marks the bundle lost (RESCHEDULING) and places it on a live node, where a task in it
+    then runs."""
+    if len(cluster.alive_nodes()) < 3:
+        cluster.add_worker(THIRD)
+        cluster.wait_workers()
+    third = node_ids_by_host(cluster)[THIRD.host]
+    index = max(i for i in range(len(cluster.workers)) if i not in cluster.killed)
+    before = driver(cluster, MOVED_CREATE, third)
+    assert before == {"node": third, "placed": third}, before
+    cluster.kill_worker(index)
+    after = driver(cluster, MOVED_AFTER, third)
+    survivors = set(node_ids_by_host(cluster).values())
+    assert third not in survivors
+    assert after["placed"] in survivors and after["node"] == after["placed"], after
+    assert after["states"][-1] == "CREATED", after
 
 
 def test_virtual_cluster_job_places_actors_and_groups_on_its_nodes_only(
