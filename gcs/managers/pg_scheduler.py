@@ -12,10 +12,11 @@ One pass (:meth:`PlacementGroupScheduler.place_once`):
    when every bundle is placed); a failed reservation leaves nothing reserved and the group
    pending (and gang demand) until a later pass.
 
-Passes are driven by events (node added, group created / removed, bundles lost) and by a
-periodic retry (resources freed by leases are seen only through load reports); a group
-that could not be placed waits ``retry_interval_s`` on the injected clock before it is
-tried again, unless an event makes it worth trying sooner.
+Passes are driven by events (node added, group created / removed, bundles lost, a
+two-phase commit finished so its slot is free) and by a periodic retry (resources freed by
+leases are seen only through load reports); a group that could not be placed waits
+``retry_interval_s`` on the injected clock before it is tried again, unless an event makes
+it worth trying sooner.
 
 Other duties, from the events it listens to: a dead node's bundles are marked lost (only
 those are placed again); a removed group's bundles are returned to their raylets; a
@@ -223,6 +224,8 @@ class PlacementGroupScheduler:
         self._in_flight.pop(pg_id, None)
         if task.cancelled():
             return
+        # A slot is free: groups left over by a full pass are placed now, not on the timer.
+        self._wake.set()
         err = task.exception()
         if err is not None:  # e.g. the store failed while recording: try again later
             self._retry_later(pg_id, f"placement failed: {err!r}")
