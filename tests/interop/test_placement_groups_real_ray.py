@@ -9,8 +9,8 @@ tests do not depend on their order (randomised runs): each uses its own resource
 
 * a STRICT_SPREAD group of 2 becomes ready, a task in each bundle runs on a distinct node,
   the raylets expose Ray's bundle resources, the group is found by name;
-* a STRICT_SPREAD group of 3 waits for a node (gang demand in GetClusterResourceState) and
-  becomes ready once a third worker joins;
+* a STRICT_SPREAD group of 3 waits for a node (gang demand in GetClusterResourceState, a
+  pending placement group in ``ray status``) and becomes ready once a third worker joins;
 * a bundle on a worker that is killed is placed again on a live node;
 * removing a group gives its resources back (a task needing them then runs);
 * a group placed before a kill -9 and restart of our GCS (SQLite) is still CREATED after it,
@@ -250,6 +250,11 @@ def test_strict_spread_of_three_waits_for_a_third_node(cluster: RealCluster) -> 
     assert len(gangs) == 1, state
     assert len(gangs[0].requests) == 3
     assert all(dict(r.resources_bundle) == {"CPU": 1.0} for r in gangs[0].requests)
+    status = cluster.run(
+        [str(cluster.ray_bin), "status", "--address", cluster.address], timeout=300
+    )
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert "(STRICT_SPREAD): 1+ pending placement groups" in status.stdout, status.stdout
 
     cluster.add_worker(THIRD)
     cluster.wait_workers()
