@@ -12,7 +12,8 @@ tests do not depend on their order (randomised runs): each uses its own resource
 * a STRICT_SPREAD group of 3 waits for a node (gang demand in GetClusterResourceState, a
   pending placement group in ``ray status``) and becomes ready once a third worker joins;
 * a bundle on a worker that is killed is placed again on a live node;
-* removing a group gives its resources back (a task needing them then runs);
+* removing a group gives its resources back (a task needing them then runs), and so does
+  the end of the job that created it;
 * a group placed before a kill -9 and restart of our GCS (SQLite) is still CREATED after it,
   its bundles still held by the raylets (a second cluster, in its own fixture);
 * a job in a virtual cluster (``JobConfig(metadata={"virtual_cluster_id": ...})``) places its
@@ -108,7 +109,19 @@ ready, _ = ray.wait([outside], timeout=5)
 blocked = not ready
 remove_placement_group(pg)
 after = ray.get(outside, timeout=300)
+left = placement_group([{"slot": 1}], strategy="PACK")  # never removed: the job's end does
+ray.get(left.ready(), timeout=300)
 print(json.dumps({"inside": inside, "blocked": blocked, "after": after}))
+"""
+
+SLOT_AGAIN = """
+ray.init(address=sys.argv[1], namespace="pgs", logging_level="ERROR")
+
+@ray.remote(num_cpus=0, resources={"slot": 1})
+def slotted():
+    return ray.get_runtime_context().get_node_id()
+
+print(json.dumps({"node": ray.get(slotted.remote(), timeout=300)}))
 """
 
 VC_JOB = """
@@ -239,6 +252,8 @@ def test_removed_group_gives_its_resources_back(cluster: RealCluster) -> None:
     out = driver(cluster, REMOVAL)
     alpha = node_ids_by_host(cluster)[ALPHA.host]
     assert out == {"inside": alpha, "blocked": True, "after": alpha}
+    # The driver left a group holding the slot; its job ended, so the group is removed.
+    assert driver(cluster, SLOT_AGAIN) == {"node": alpha}
 
 
 def test_strict_spread_of_three_waits_for_a_third_node(cluster: RealCluster) -> None:
