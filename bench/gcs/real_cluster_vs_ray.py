@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import pathlib
 import shutil
@@ -27,7 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gcs.testing.servers import free_port
 from tests.interop import venvs
@@ -51,6 +54,7 @@ ray.get(f.options(scheduling_strategy=NodeAffinitySchedulingStrategy(other[-1], 
 print(len(nodes))
 """
 _TICK = os.sysconf("SC_CLK_TCK")
+T = TypeVar("T")
 
 
 def cpu_s(pid: int) -> float:
@@ -144,7 +148,9 @@ def _pid_of(pattern: str, session: int) -> int:
     raise SystemExit(f"no process matching {pattern!r} in session {session}")
 
 
-def measure(cluster: Cluster, gcs_pid: int, python: pathlib.Path, tasks: int, idle_s: float):
+def measure(
+    cluster: Cluster, gcs_pid: int, *, python: pathlib.Path, tasks: int, idle_s: float
+) -> Result:
     cluster.start_workers()
     time.sleep(5)  # let start-up settle: the windows below measure steady work
     before = cpu_s(gcs_pid)
@@ -166,7 +172,12 @@ def measure(cluster: Cluster, gcs_pid: int, python: pathlib.Path, tasks: int, id
     return Result(cluster.name, driver_cpu, idle_cpu, rss / 1024, peak / 1024, wall, used)
 
 
-def run_ours(ray_bin: pathlib.Path, python: pathlib.Path, tasks: int, idle_s: float) -> Result:
+Workload = Callable[["Cluster", int], T]
+"""(cluster with its GCS started, the GCS's pid) -> what was measured."""
+
+
+def run_ours(ray_bin: pathlib.Path, workload: Workload[T]) -> T:
+    """``workload`` on a cluster headed by ``gcs serve --head`` (memory store)."""
     c = Cluster("ours", ray_bin)
     try:
         c.spawn(
@@ -177,12 +188,13 @@ def run_ours(ray_bin: pathlib.Path, python: pathlib.Path, tasks: int, idle_s: fl
             ],
             "gcs.log", env=dict(os.environ),
         )  # fmt: skip
-        return measure(c, c.procs[0].pid, python, tasks, idle_s)
+        return workload(c, c.procs[0].pid)
     finally:
         c.stop()
 
 
-def run_ray(ray_bin: pathlib.Path, python: pathlib.Path, tasks: int, idle_s: float) -> Result:
+def run_ray(ray_bin: pathlib.Path, workload: Workload[T]) -> T:
+    """``workload`` on a cluster headed by Ray's ``ray start --head --num-cpus=0``."""
     c = Cluster("ray", ray_bin)
     try:
         c.spawn(
@@ -199,7 +211,7 @@ def run_ray(ray_bin: pathlib.Path, python: pathlib.Path, tasks: int, idle_s: flo
                 raise SystemExit(f"ray head did not start; logs in {c.tmp}")
             time.sleep(0.5)
         gcs_pid = _pid_of("gcs_server", os.getsid(c.procs[0].pid))
-        return measure(c, gcs_pid, python, tasks, idle_s)
+        return workload(c, gcs_pid)
     finally:
         c.stop()
 
@@ -212,10 +224,8 @@ def main() -> None:
     venv = venvs.ensure_venv(venvs.RAY)
     python = pathlib.Path(venv.python)
     ray_bin = python.parent / "ray"
-    results = [
-        run_ours(ray_bin, python, args.tasks, args.idle_s),
-        run_ray(ray_bin, python, args.tasks, args.idle_s),
-    ]
+    workload = functools.partial(measure, python=python, tasks=args.tasks, idle_s=args.idle_s)
+    results = [run_ours(ray_bin, workload), run_ray(ray_bin, workload)]
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'gcs':6} {'nodes':>5} {'driver s':>9} {'driver cpu s':>13} {'idle cpu s':>11} "
           f"{'rss MiB':>8} {'peak MiB':>9}")  # fmt: skip

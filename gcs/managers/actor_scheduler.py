@@ -16,6 +16,10 @@ Loop, until created or failed (the manager cancels the task when the actor is de
    again at the named raylet; a rejection or an unreachable raylet excludes the node for the
    next choice; a cancellation for a removed placement group, a failed runtime env or an
    unschedulable demand fails the actor, other cancellations retry;
+   an actor of a job in a virtual cluster is kept inside it: when the policy chose a node
+   that fits, the lease carries a hard node affinity to that node (a Ray raylet would
+   otherwise re-decide SPREAD / DEFAULT itself and spill the lease to any node it knows),
+   and a spillback to a node outside the cluster is not followed (the lease is retried);
 3. ``PushTask`` the creation task to the leased worker; the worker unreachable: start over;
    an application error (the constructor raised): fail; else created.
 """
@@ -47,6 +51,7 @@ __all__ = [
     "RetryPolicy",
     "lease_request",
     "leased_worker",
+    "pin_to_node",
 ]
 
 log = structlog.get_logger("gcs.actors.scheduler")
@@ -156,6 +161,18 @@ def lease_request(spec: common_pb2.TaskSpec) -> node_manager_pb2.RequestWorkerLe
     return node_manager_pb2.RequestWorkerLeaseRequest(lease_spec=lease)
 
 
+def pin_to_node(request: node_manager_pb2.RequestWorkerLeaseRequest, node_id: bytes) -> None:
+    """Make the raylet grant the lease on ``node_id`` only (hard node affinity; the raylet
+    queues it while busy).  A placement-group lease is left alone: its bundle resources
+    exist only on the group's nodes."""
+    strategy = request.lease_spec.scheduling_strategy
+    if strategy.WhichOneof("scheduling_strategy") == "placement_group_scheduling_strategy":
+        return
+    strategy.Clear()
+    strategy.node_affinity_scheduling_strategy.node_id = node_id
+    strategy.node_affinity_scheduling_strategy.soft = False
+
+
 def leased_worker(
     reply: node_manager_pb2.RequestWorkerLeaseReply, node_id: bytes, raylet_address: str
 ) -> common_pb2.Address:
@@ -211,7 +228,12 @@ class ActorScheduler:
                 why=placement.reason,
             )
             if target is not None:
-                outcome = await self._try_node(attempt, target, excluded)
+                request = lease_request(spec)
+                if demand.allowed_nodes is not None and placement.node_id is not None:
+                    pin_to_node(request, placement.node_id)
+                outcome = await self._try_node(
+                    attempt, target, excluded, request, demand.allowed_nodes
+                )
                 if outcome is not None:
                     return outcome
             elif excluded:
@@ -230,10 +252,15 @@ class ActorScheduler:
         ]
 
     async def _try_node(
-        self, attempt: Attempt, node_id: bytes, excluded: set[bytes]
+        self,
+        attempt: Attempt,
+        node_id: bytes,
+        excluded: set[bytes],
+        request: node_manager_pb2.RequestWorkerLeaseRequest,
+        allowed: frozenset[bytes] | None,
     ) -> Created | Failed | None:
-        """Lease at ``node_id`` (following spillbacks), then push; None: try again."""
-        request = lease_request(attempt.spec)
+        """Lease at ``node_id`` (following spillbacks inside ``allowed``), then push; None:
+        try again."""
         attempt.lease_id = request.lease_spec.lease_id
         address = self._view.raylet_address(node_id)
         for _hop in range(8):  # spillback hops; a loop between raylets ends here
@@ -267,6 +294,13 @@ class ActorScheduler:
                 return None
             if reply.worker_address.port == 0 and reply.retry_at_raylet_address.port:
                 spill = reply.retry_at_raylet_address
+                if allowed is not None and spill.node_id not in allowed:
+                    log.info(
+                        "actor.spillback_outside_virtual_cluster",
+                        actor_id=attempt.actor_id.hex(),
+                        node_id=spill.node_id.hex(),
+                    )
+                    return None
                 log.debug(
                     "actor.spilled_back",
                     actor_id=attempt.actor_id.hex(),

@@ -7,6 +7,13 @@ check a job before it is persisted and hear of it when it finished.  Every chang
 published on ``GCS_JOB_CHANNEL`` (key = job id) after it is applied: raylets start a job's
 workers only once they heard of the job there.
 
+A job's virtual cluster: ant-ray's ``JobTableData.virtual_cluster_id`` (field 13, which a
+Ray 2.60 driver never sets), else the job's ``JobConfig.metadata["virtual_cluster_id"]``
+(:data:`VIRTUAL_CLUSTER_METADATA_KEY`) -- what an unmodified Ray 2.60 driver can send:
+``ray.init(job_config=JobConfig(metadata={"virtual_cluster_id": ...}))``, ``ray job submit
+--metadata-json``, or ``RAY_JOB_CONFIG_JSON_ENV_VAR``.  The resolved id is stored in the
+field, so everything downstream reads one place.
+
 A job whose driver's node dies is finished (Ray's ``GcsJobManager::OnNodeDead``), and so,
 at start-up, is a running job whose driver's node is already dead in the node table (a
 kill -9 of the GCS between the node's death and its jobs').
@@ -32,6 +39,13 @@ from gcs.store.base import TABLE_JOB
 
 log = structlog.get_logger("gcs.jobs")
 JOB_COUNTER = "JobCounter"
+VIRTUAL_CLUSTER_METADATA_KEY = "virtual_cluster_id"
+"""``JobConfig.metadata`` key naming a Ray 2.60 job's virtual cluster."""
+
+
+def job_virtual_cluster(job: gcs_pb2.JobTableData) -> str:
+    """The field when set, else the job config's metadata entry ("" = none)."""
+    return job.virtual_cluster_id or job.config.metadata.get(VIRTUAL_CLUSTER_METADATA_KEY, "")
 
 
 class JobRejected(InvalidArgument):
@@ -139,6 +153,7 @@ class JobManager:
         stored = gcs_pb2.JobTableData()
         stored.CopyFrom(job)
         stored.is_dead = False
+        stored.virtual_cluster_id = job_virtual_cluster(stored)
         if not stored.start_time:
             stored.start_time = now_ms(self._clock)
         async with self._lane:

@@ -12,10 +12,11 @@ One pass (:meth:`PlacementGroupScheduler.place_once`):
    when every bundle is placed); a failed reservation leaves nothing reserved and the group
    pending (and gang demand) until a later pass.
 
-Passes are driven by events (node added, group created / removed, bundles lost) and by a
-periodic retry (resources freed by leases are seen only through load reports); a group
-that could not be placed waits ``retry_interval_s`` on the injected clock before it is
-tried again, unless an event makes it worth trying sooner.
+Passes are driven by events (node added, group created / removed, bundles lost, a
+two-phase commit finished while groups wait for its slot) and by a periodic retry
+(resources freed by leases are seen only through load reports); a group that could not be
+placed waits ``retry_interval_s`` on the injected clock before it is tried again, unless an
+event makes it worth trying sooner.
 
 Other duties, from the events it listens to: a dead node's bundles are marked lost (only
 those are placed again); a removed group's bundles are returned to their raylets; a
@@ -109,6 +110,8 @@ class PlacementGroupScheduler:
         """Node -> (the node info and report generation the view was built from, view)."""
         self.passes = 0
         """Passes the loop (:meth:`run`) has made."""
+        self._left_over = False
+        """The last pass left due groups for want of room (in flight / per pass)."""
         self.last_outcome: dict[bytes, Placement] = {}
         """Group id -> the policy's latest answer (reasons for pending groups)."""
         node_events.subscribe(self)
@@ -202,7 +205,9 @@ class PlacementGroupScheduler:
             key=lambda pg: (pg.state != PG.RESCHEDULING, pg.placement_group_creation_timestamp_ms)
         )
         room = self.config.max_in_flight - len(self._in_flight)
-        due = due[: max(0, min(self.config.max_groups_per_pass, room))]
+        take = max(0, min(self.config.max_groups_per_pass, room))
+        self._left_over = len(due) > take
+        due = due[:take]
         if not due:
             return []
         results = place_groups([self._request(pg) for pg in due], self._node_views())
@@ -225,6 +230,8 @@ class PlacementGroupScheduler:
         self._in_flight.pop(pg_id, None)
         if task.cancelled():
             return
+        if self._left_over:  # groups a full pass left over are placed now, not on the timer
+            self._wake.set()
         err = task.exception()
         if err is not None:  # e.g. the store failed while recording: try again later
             self._retry_later(pg_id, f"placement failed: {err!r}")

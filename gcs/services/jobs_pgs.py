@@ -7,7 +7,7 @@ from typing import Any
 from gcs import validate
 from gcs.config import RequestLimits
 from gcs.ids import JOB_ID_SIZE, NODE_ID_SIZE
-from gcs.managers.jobs import JobManager, JobRejected
+from gcs.managers.jobs import VIRTUAL_CLUSTER_METADATA_KEY, JobManager, JobRejected
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.proto import common_pb2, gcs_service_pb2
 from gcs.rpc.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -26,6 +26,11 @@ class JobInfoServicer:
     async def AddJob(self, request: Req.AddJobRequest, context: Any) -> Any:
         data, lim = request.data, self._limits
         validate.text(data.virtual_cluster_id, "data.virtual_cluster_id", lim.max_name_bytes)
+        validate.text(
+            data.config.metadata.get(VIRTUAL_CLUSTER_METADATA_KEY, ""),
+            f"data.config.metadata[{VIRTUAL_CLUSTER_METADATA_KEY}]",
+            lim.max_name_bytes,
+        )
         validate.text(data.driver_ip_address, "data.driver_ip_address", lim.max_address_bytes)
         validate.text(data.entrypoint, "data.entrypoint", lim.max_text_bytes)
         validate.record(data, "data", lim.max_record_bytes)

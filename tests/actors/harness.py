@@ -82,6 +82,8 @@ class Harness:
     published: list[Actor] = field(default_factory=list)
     worker_events: WorkerEvents = field(default_factory=WorkerEvents)
     max_dead_cached: int = 100_000
+    virtual_cluster: frozenset[bytes] | None = None
+    """When set, every job runs in a virtual cluster of these nodes."""
 
     def __post_init__(self) -> None:
         self.cache = ResourceCache(self.clock)
@@ -89,7 +91,14 @@ class Harness:
         self.job_events = JobEvents()
         self.nodes = NodeManager(self.store, self.clock, events=self.node_events)
         self.jobs = JobManager(self.store, self.clock, events=self.job_events)
-        view = LiveClusterView(self.nodes.alive, self.cache, {})
+        members = self.virtual_cluster
+        view = LiveClusterView(
+            self.nodes.alive,
+            self.cache,
+            {},
+            job_cluster=lambda job_id: "vc" if members is not None else "",
+            cluster_nodes=lambda cluster_id: members if cluster_id else None,
+        )
         self.actors = ActorManager(
             self.store,
             self.clock,

@@ -8,6 +8,7 @@ import pytest
 
 from gcs.errors import AlreadyExists, FailedPrecondition, NotFound, RayletUnreachable
 from gcs.managers import actor_states as states
+from gcs.managers.actor_scheduler import lease_request, pin_to_node
 from gcs.managers.actors import TABLE_ACTOR, TABLE_ACTOR_TASK_SPEC
 from gcs.proto import common_pb2, core_worker_pb2, gcs_pb2, node_manager_pb2
 from gcs.store import WriteBatch
@@ -17,6 +18,22 @@ from tests.conftest import eventually
 
 Reason = common_pb2.ActorDiedErrorContext.Reason
 NodeReason = common_pb2.NodeDeathInfo.Reason
+
+
+def spillback_to(n: int) -> node_manager_pb2.RequestWorkerLeaseReply:
+    """A raylet's answer sending the lease on to node ``n``'s raylet."""
+    spill = node_manager_pb2.RequestWorkerLeaseReply()
+    spill.retry_at_raylet_address.CopyFrom(
+        common_pb2.Address(node_id=node_id(n), ip_address="127.0.0.2", port=40000 + n)
+    )
+    return spill
+
+
+def in_bundle(pg_id: bytes, index: int) -> common_pb2.SchedulingStrategy:
+    strategy = common_pb2.SchedulingStrategy()
+    strategy.placement_group_scheduling_strategy.placement_group_id = pg_id
+    strategy.placement_group_scheduling_strategy.placement_group_bundle_index = index
+    return strategy
 
 
 def soft_affinity(n: int) -> common_pb2.SchedulingStrategy:
@@ -79,10 +96,7 @@ class TestCreation:
         assert queued.node_id == node_id(1)
         assert dict(queued.request.lease_spec.required_resources) == {"CPU": 8}
         await h.nodes.register(node_info(2, cpus=8))
-        spill = node_manager_pb2.RequestWorkerLeaseReply()
-        spill.retry_at_raylet_address.CopyFrom(
-            common_pb2.Address(node_id=node_id(2), ip_address="127.0.0.2", port=40002)
-        )
+        spill = spillback_to(2)
         h.gateway.lease_script[node_id(1)].append(spill)
         gate.set()
         reply = await asyncio.wait_for(creating, 10)
@@ -90,15 +104,40 @@ class TestCreation:
 
     async def test_spillback_leases_again_at_the_named_raylet(self) -> None:
         h = await Harness().start(1, 2)
-        spill = node_manager_pb2.RequestWorkerLeaseReply()
-        spill.retry_at_raylet_address.CopyFrom(
-            common_pb2.Address(node_id=node_id(2), ip_address="127.0.0.2", port=40002)
-        )
+        spill = spillback_to(2)
         h.gateway.lease_script[node_id(1)].append(spill)
         actor = await h.create(actor_spec(1))
         assert [c.node_id for c in h.gateway.leases] == [node_id(1), node_id(2)]
         assert h.gateway.leases[1].address == "127.0.0.2:40002"
         assert actor.node_id == node_id(2)
+
+    async def test_a_virtual_cluster_actor_is_leased_with_hard_affinity_to_the_chosen_node(
+        self,
+    ) -> None:
+        """A Ray raylet re-decides SPREAD / DEFAULT itself and may spill the lease to any
+        node; pinned to the node the policy chose inside the job's cluster, it cannot."""
+        h = await Harness(virtual_cluster=frozenset({node_id(2)})).start(1, 2)
+        spread = common_pb2.SchedulingStrategy()
+        spread.spread_scheduling_strategy.SetInParent()
+        actor = await h.create(actor_spec(1, strategy=spread))
+        assert actor.node_id == node_id(2)
+        (lease,) = h.gateway.leases
+        affinity = lease.request.lease_spec.scheduling_strategy.node_affinity_scheduling_strategy
+        assert lease.node_id == node_id(2)
+        assert affinity.node_id == node_id(2) and not affinity.soft
+
+    async def test_a_spillback_outside_the_virtual_cluster_is_not_followed(self) -> None:
+        h = await Harness(virtual_cluster=frozenset({node_id(2)})).start(1, 2)
+        spill = spillback_to(1)
+        h.gateway.lease_script[node_id(2)].append(spill)
+        actor = await h.create(actor_spec(1))
+        assert [c.node_id for c in h.gateway.leases] == [node_id(2), node_id(2)]
+        assert actor.node_id == node_id(2)
+
+    async def test_a_placement_group_lease_keeps_its_strategy_in_a_virtual_cluster(self) -> None:
+        request = lease_request(actor_spec(1, strategy=in_bundle(b"\x07" * 18, 0)))
+        pin_to_node(request, node_id(2))
+        assert request.lease_spec.scheduling_strategy == in_bundle(b"\x07" * 18, 0)
 
     async def test_a_lease_without_the_worker_host_uses_the_raylets(self) -> None:
         """Ray 2.60 raylets grant with the worker's port and id only."""

@@ -77,6 +77,8 @@ class RealCluster:
     others: list[subprocess.Popen[Any]] = field(default_factory=list)
     temp_dirs: list[pathlib.Path] = field(default_factory=list)
     gcs_starts: int = 0
+    killed: set[int] = field(default_factory=set)
+    """Indexes of workers stopped on purpose (:meth:`kill_worker`)."""
 
     @property
     def address(self) -> str:
@@ -137,12 +139,14 @@ class RealCluster:
         return index
 
     def wait_workers(self, count: int | None = None, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Until ``count`` (default: every started) worker printed "Ray runtime started" and
-        that many alive raylets have a syncer view in our node table."""
-        want = len(self.workers) if count is None else count
+        """Until ``count`` (default: every started and not killed) worker printed "Ray
+        runtime started" and that many alive raylets have a syncer view in our node table."""
+        want = len(self.workers) - len(self.killed) if count is None else count
 
         def started() -> bool:
-            if any(p.poll() is not None for p in self.workers):
+            if any(
+                p.poll() is not None for i, p in enumerate(self.workers) if i not in self.killed
+            ):
                 raise AssertionError(f"a worker node exited\n{self.logs()}")
             logs = [self.tmp / f"worker{i}.log" for i in range(len(self.workers))]
             up = sum(1 for p in logs if p.exists() and _RUNNING in p.read_text("utf-8", "replace"))
@@ -151,6 +155,7 @@ class RealCluster:
         self.wait(started, timeout_s, f"{want} worker node(s) started and synced")
 
     def kill_worker(self, index: int) -> None:
+        self.killed.add(index)
         kill_group(self.workers[index], grace_s=0)
 
     def spawn(
@@ -184,10 +189,17 @@ class RealCluster:
             raise AssertionError(what) from None
         return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
 
-    def driver(self, script: str, *args: str, timeout: float = 900) -> dict[str, Any]:
-        """Run ``script`` with the Ray venv's python (``sys.argv[1]`` is the GCS address);
-        returns the JSON object it printed on its last line."""
-        done = self.run([str(self.python), "-c", script, self.address, *args], timeout=timeout)
+    def driver(
+        self, script: str, *args: str, timeout: float = 900, env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Run ``script`` with the Ray venv's python (``sys.argv[1]`` is the GCS address;
+        ``env`` adds to the cluster's environment); returns the JSON object it printed on
+        its last line."""
+        done = self.run(
+            [str(self.python), "-c", script, self.address, *args],
+            timeout=timeout,
+            env={**self.env, **env} if env else None,
+        )
         assert done.returncode == 0, done.stderr[-3000:] + "\n" + self.logs()
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         return result

@@ -196,6 +196,27 @@ class TestTwoPhaseCommit:
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
 
+    async def test_a_finished_two_phase_commit_frees_its_slot_for_the_next_group(
+        self, gcs: Gcs
+    ) -> None:
+        """With one two-phase commit at a time, groups created together are placed one
+        after the other without waiting for the retry timer."""
+        await gcs.add_node("a")
+        gcs.scheduler.config = PlacementConfig(retry_interval_s=3600.0, max_in_flight=1)
+        loop = asyncio.ensure_future(gcs.scheduler.run())
+        try:
+            await eventually(lambda: gcs.scheduler.passes == 1)  # now waiting an hour
+            for n in (1, 2, 3):
+                await gcs.pgs.create(spec(n, common_pb2.PACK, 1))
+
+            async def created() -> bool:
+                return all(gcs.pgs.groups[pg_id(n)].state == PG.CREATED for n in (1, 2, 3))
+
+            await eventually(created, timeout_s=10)
+        finally:
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+
     async def test_a_lost_commit_answer_gives_every_bundle_back(self, gcs: Gcs) -> None:
         """Commit went through on a raylet but its answer was lost: every node (that one
         included) is told to remove the bundles; the group stays pending."""

@@ -10,8 +10,8 @@ import pytest
 
 from gcs.config import RayletIoConfig, load_config
 from gcs.errors import RayletUnreachable, RayStatusError
+from gcs.proto import common_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
-from gcs.proto import node_manager_pb2
 from gcs.rpc.raylets.budget import RayletIoBudget
 from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.raylets.pool import RayletClientPool
@@ -60,6 +60,30 @@ class TestGateway:
             )
             assert reply.is_accepted
             assert await gw.resize(raylet.node_id, address, {"CPU": 2.0}, 5.0) == {"CPU": 2.0}
+        finally:
+            await gw.close()
+
+    async def test_bundle_calls_use_http2_and_a_missing_method_keeps_polls_there(
+        self, raylets
+    ) -> None:
+        """Prepare / commit go over the lean client (no grpc channel: ~0.3-0.5 ms of CPU
+        saved per call); a raylet without ``RemovePlacementGroupBundles`` answers
+        UNIMPLEMENTED, which is an error of that call, not a reason to poll it with grpc."""
+        raylet = await raylets()
+        address = f"127.0.0.1:{raylet.port}"
+        bundle = common_pb2.Bundle(unit_resources={"CPU": 1.0})
+        bundle.bundle_id.placement_group_id = b"\x07" * 18
+        gw = gateway("h2")
+        try:
+            assert await gw.prepare_bundles(raylet.node_id, address, [bundle], 5.0)
+            await gw.commit_bundles(raylet.node_id, address, [bundle], 5.0)
+            assert raylet.committed == [(b"\x07" * 18, 0)]
+            with pytest.raises((RayStatusError, RayletUnreachable)):
+                await gw.remove_bundles(raylet.node_id, address, b"\x07" * 18, [bundle], 5.0)
+            assert raylet.node_id not in gw.grpc_only
+            client = gw.pool.lease(raylet.node_id, address)
+            assert not client.has_channel
+            gw.pool.release(client)
         finally:
             await gw.close()
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 
+import grpc
+import pytest
+
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.store.memory import MemoryStore
 from tests.conftest import eventually
@@ -43,6 +46,53 @@ class TestAddJob:
             assert job_id not in memory_env.server.managers.jobs.jobs
         assert (await add_job(memory_env, b"\x03\x00\x00\x00", "ind")).code == 0
         assert (await add_job(memory_env, b"\x04\x00\x00\x00", "")).code == 0
+
+    async def test_a_ray_2_60_job_names_its_cluster_in_the_job_config_metadata(
+        self, memory_env
+    ) -> None:
+        """An unmodified Ray 2.60 driver cannot set field 13: ``JobConfig.metadata
+        ["virtual_cluster_id"]`` stands for it (stored in the field, checked the same way,
+        and its placement groups belong to that cluster)."""
+        await memory_env.create("ind", {"4c8g": 1})
+        jobs = memory_env.server.managers.jobs
+
+        def job(job_id: bytes, cluster_id: str) -> gcs_pb2.JobTableData:
+            data = gcs_pb2.JobTableData(job_id=job_id)
+            data.config.metadata["virtual_cluster_id"] = cluster_id
+            return data
+
+        reply = await memory_env.stubs.jobs.AddJob(
+            Req.AddJobRequest(data=job(b"\x07\0\0\0", "ind"))
+        )
+        assert reply.status.code == 0, reply.status.message
+        assert jobs.jobs[b"\x07\0\0\0"].virtual_cluster_id == "ind"
+        reply = await memory_env.stubs.jobs.AddJob(
+            Req.AddJobRequest(data=job(b"\x08\0\0\0", "nope"))
+        )
+        assert (reply.status.code, reply.status.message) == (
+            34,
+            "Invalid virtual cluster, virtual cluster id: nope",
+        )
+        pg_id = os.urandom(18)
+        spec = common_pb2.PlacementGroupSpec(
+            placement_group_id=pg_id,
+            creator_job_id=b"\x07\0\0\0",
+            bundles=[common_pb2.Bundle(unit_resources={"CPU": 1})],
+        )
+        await memory_env.stubs.pgs.CreatePlacementGroup(
+            Req.CreatePlacementGroupRequest(placement_group_spec=spec)
+        )
+        assert memory_env.server.managers.placement_groups.virtual_cluster_of[pg_id] == "ind"
+
+    async def test_an_overlong_cluster_id_in_the_metadata_is_refused_naming_it(
+        self, memory_env
+    ) -> None:
+        data = gcs_pb2.JobTableData(job_id=b"\x09\0\0\0")
+        data.config.metadata["virtual_cluster_id"] = "x" * 100_000
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await memory_env.stubs.jobs.AddJob(Req.AddJobRequest(data=data))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "data.config.metadata[virtual_cluster_id]" in (err.value.details() or "")
 
 
 class TestJobClusterLifecycle:

@@ -1,16 +1,18 @@
 """The network :class:`~gcs.rpc.raylets.gateway.RayletGateway`: gRPC plus the lean HTTP/2 client.
 
 * Bounded: at most ``max_in_flight`` background calls (polls, health checks, restart
-  notifications) at once, at most ``max_calls_per_s`` started per second (less while the
-  event loop lags: :class:`~gcs.rpc.raylets.rate.LagGovernor`), and at most
-  ``max_open_clients`` raylet clients open (least recently used idle ones are closed).  A
-  call's deadline starts when it gets its slot.  DrainRaylet / Resize answer a user and skip
-  the queue (they still use the pool).
-* Transport choice: background calls go over :mod:`gcs.rpc.raylets.h2_unary` when the poll
-  transport is ``h2`` (no grpc channel is created for them: grpc.aio channel set-up and
-  failing connects cost ~0.5 ms each and, by the thousand, stall the GCS's own server); a
-  raylet the lean client cannot talk to (a protocol error, an unimplemented path, an
-  oversized reply) is called with grpc.aio from then on.
+  notifications, ``ReleaseUnusedBundles`` after a restart) at once, at most
+  ``max_calls_per_s`` started per second (less while the event loop lags:
+  :class:`~gcs.rpc.raylets.rate.LagGovernor`), and at most ``max_open_clients`` raylet
+  clients open (least recently used idle ones are closed).  A call's deadline starts when
+  it gets its slot.  DrainRaylet / Resize and the bundle calls of a placement (prepare /
+  commit / remove) answer a user and skip the queue (they still use the pool).
+* Transport choice: background calls and bundle calls (prepare / commit / remove / release
+  unused) go over :mod:`gcs.rpc.raylets.h2_unary` when the poll transport is ``h2`` (no grpc
+  channel is created for them: grpc.aio channel set-up and failing connects cost ~0.5 ms
+  each and, by the thousand, stall the GCS's own server; a grpc.aio unary call costs
+  ~0.3-0.5 ms of CPU); a raylet the lean client cannot talk to (a protocol error, an
+  unimplemented path, an oversized reply) is called with grpc.aio from then on.
 * Errors leave as domain errors (:mod:`gcs.rpc.raylets.errors`).
 """
 
@@ -29,7 +31,7 @@ from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.raylets.budget import RayletIoBudget
 from gcs.rpc.raylets.errors import raylet_error
 from gcs.rpc.raylets.h2_unary import H2CallError
-from gcs.rpc.raylets.pool import HEALTH_CHECK, METHODS, RayletClientPool, direct_call
+from gcs.rpc.raylets.pool import HEALTH_CHECK, METHODS, RayletClient, RayletClientPool
 from gcs.rpc.raylets.rate import LagGovernor, RateLimiter
 from gcs.rpc.security import NO_SECURITY, Security
 
@@ -38,6 +40,9 @@ log = structlog.get_logger("gcs.raylets")
 H2_FALLBACK_CODES = frozenset(
     {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.RESOURCE_EXHAUSTED}
 )
+_CONTROL_FALLBACK_CODES = H2_FALLBACK_CODES - {grpc.StatusCode.UNIMPLEMENTED}
+"""A bundle method a raylet does not implement says nothing about the lean client: its
+polls stay on HTTP/2."""
 _LOAD_REQUEST = node_manager_pb2.GetResourceLoadRequest()
 _NOTIFY_REQUEST = node_manager_pb2.NotifyGCSRestartRequest()
 _SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -159,8 +164,17 @@ class GrpcRayletGateway:
         in_use: Sequence[common_pb2.Bundle],
         timeout_s: float,
     ) -> None:
+        # Sent to every raylet after a restart: bounded like NotifyGCSRestart.
         request = node_manager_pb2.ReleaseUnusedBundlesRequest(bundles_in_use=in_use)
-        await self._direct(node_id, address, "ReleaseUnusedBundles", request, timeout_s)
+        await self._background(
+            node_id,
+            address,
+            "ReleaseUnusedBundles",
+            request,
+            request.SerializeToString(),
+            timeout_s,
+            fall_back_on=_CONTROL_FALLBACK_CODES,
+        )
 
     def forget(self, node_id: bytes) -> None:
         self.pool.drop(node_id)
@@ -183,8 +197,15 @@ class GrpcRayletGateway:
     async def _direct(
         self, node_id: bytes, address: str, method: str, request: Message, timeout_s: float
     ) -> Message:
-        """A control call (bundles): grpc, outside the background queue (like drain)."""
-        return await direct_call(self.pool, node_id, address, method, request, timeout_s)
+        """A control call (bundles): outside the background queue and rate (like drain),
+        over the same transport as background calls."""
+        client = self.pool.lease(node_id, address)
+        try:
+            return await self._call(
+                client, node_id, method, request, None, timeout_s, _CONTROL_FALLBACK_CODES
+            )
+        finally:
+            self.pool.release(client)
 
     async def _background(
         self,
@@ -194,33 +215,53 @@ class GrpcRayletGateway:
         request: Message,
         request_bytes: bytes,
         timeout_s: float,
+        *,
+        fall_back_on: frozenset[grpc.StatusCode] = H2_FALLBACK_CODES,
     ) -> Message:
-        """A poll, health check or notification: in a slot, within the rate, over HTTP/2
-        unless the node fell back to grpc (or the transport is grpc)."""
+        """A poll, health check, notification or restart fan-out: in a slot, within the
+        rate."""
         async with self._slots:
             await self._enter()
             client = self.pool.lease(node_id, address)
             try:
-                if self._h2 and node_id not in self.grpc_only:
-                    path, reply_cls = METHODS[method]
-                    raw = await client.h2().call(
-                        request_bytes, timeout_s, _H2_PATH.get(method, path)
-                    )
-                    try:
-                        return reply_cls.FromString(raw)
-                    except DecodeError:
-                        raise H2CallError(grpc.StatusCode.INTERNAL, "undecodable reply") from None
-                reply: Message = await client.grpc_call(method)(request, timeout=timeout_s)
-                return reply
-            except H2CallError as err:
-                if err.code() in H2_FALLBACK_CODES:
-                    self._fall_back(node_id, err)
-                raise raylet_error(node_id, method, err) from None
-            except grpc.aio.AioRpcError as err:
-                raise raylet_error(node_id, method, err) from None
+                return await self._call(
+                    client, node_id, method, request, request_bytes, timeout_s, fall_back_on
+                )
             finally:
                 self.pool.release(client)
                 self.in_flight -= 1
+
+    async def _call(
+        self,
+        client: RayletClient,
+        node_id: bytes,
+        method: str,
+        request: Message,
+        request_bytes: bytes | None,
+        timeout_s: float,
+        fall_back_on: frozenset[grpc.StatusCode],
+    ) -> Message:
+        """Over HTTP/2 unless the node fell back to grpc (or the transport is grpc);
+        ``request_bytes`` None: serialized here; an HTTP/2 failure with a code in
+        ``fall_back_on`` makes the node's later calls use grpc."""
+        try:
+            if self._h2 and node_id not in self.grpc_only:
+                path, reply_cls = METHODS[method]
+                if request_bytes is None:
+                    request_bytes = request.SerializeToString()
+                raw = await client.h2().call(request_bytes, timeout_s, _H2_PATH.get(method, path))
+                try:
+                    return reply_cls.FromString(raw)
+                except DecodeError:
+                    raise H2CallError(grpc.StatusCode.INTERNAL, "undecodable reply") from None
+            reply: Message = await client.grpc_call(method)(request, timeout=timeout_s)
+            return reply
+        except H2CallError as err:
+            if err.code() in fall_back_on:
+                self._fall_back(node_id, err)
+            raise raylet_error(node_id, method, err) from None
+        except grpc.aio.AioRpcError as err:
+            raise raylet_error(node_id, method, err) from None
 
     async def _enter(self) -> None:
         """Inside a slot: wait for the rate limit, then count the call as in flight."""
