@@ -260,7 +260,11 @@ class ActorManager:
             if (
                 (job_id is not None and actor.job_id != job_id)
                 or (state is not None and actor.state != state)
-                or (not show_dead_jobs and self._job_is_dead(actor.job_id))
+                or (
+                    not show_dead_jobs
+                    and not actor.is_detached  # a detached actor outlives its job (Ray)
+                    and self._job_is_dead(actor.job_id)
+                )
             ):
                 filtered += 1
                 continue
