@@ -18,14 +18,18 @@ Both come from an unmodified Ray 2.60 install (``ray[default]``) in the interpre
 
 Supervision: each child runs in its own process group, started once we serve, restarted
 after it exits with an exponential backoff (reset once it ran for ``stable_s``), and stopped
-by process group (SIGTERM, then SIGKILL after a grace period) when the GCS stops.  The
-backoff is a pure function; the supervisor takes its spawner and sleep injected.
+by process group (SIGTERM, then SIGKILL after a grace period) when the GCS stops.  On Linux
+a child also gets SIGTERM when the GCS process dies without stopping it (kill -9:
+``PR_SET_PDEATHSIG``), so a restarted GCS does not find the old dashboard on its port or a
+second head raylet.  The backoff is a pure function; the supervisor takes its spawner and
+sleep injected.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import pathlib
 import signal
@@ -126,6 +130,18 @@ class Process(Protocol):
 Spawn = Callable[[ChildSpec], Awaitable[Process]]
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _term_with_parent() -> None:
+    """In the forked child, before exec: SIGTERM when the GCS dies (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 async def spawn_process(spec: ChildSpec) -> Process:
     """The child in a new session (its own process group), output appended to its log."""
     path = pathlib.Path(spec.log_path)
@@ -139,6 +155,7 @@ async def spawn_process(spec: ChildSpec) -> Process:
             stderr=asyncio.subprocess.STDOUT,
             env=dict(spec.env) if spec.env is not None else None,
             start_new_session=True,
+            preexec_fn=_term_with_parent if sys.platform == "linux" else None,
         )
     finally:
         out.close()

@@ -100,6 +100,9 @@ class Harness:
             node_events=self.node_events,
             job_events=self.job_events,
             worker_events=self.worker_events,
+            job_is_dead=lambda job_id: (
+                (job := self.jobs.jobs.get(job_id)) is not None and job.is_dead
+            ),
             max_dead_cached=self.max_dead_cached,
         )
 

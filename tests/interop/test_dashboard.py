@@ -10,7 +10,9 @@ timeout, and every process (dashboard and head raylet included) is stopped at th
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import signal
 import textwrap
 import urllib.request
 from collections.abc import Iterator
@@ -87,12 +89,49 @@ def cluster(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
         f"--num-cpus=1 --dashboard-agent-listen-port={free_port()}",
     )  # fmt: skip
     with real_cluster(ray_default_venv, gcs_args=args) as c:
+        # one at a time: Ray gives a raylet 30 s to register, on a loaded 2-core machine
+        c.wait(lambda: c.synced_raylets() >= 1, 240, "the head raylet synced")
+        c.dashboard = f"http://{GCS_HOST}:{port}"
+        c.wait(lambda: _http_ok(f"{c.dashboard}/api/version"), 240, "the dashboard")
         c.add_worker(Worker("127.0.0.3"))
         c.wait_workers()
         c.wait(lambda: c.synced_raylets() >= 2, 240, "the head raylet and the worker synced")
-        c.dashboard = f"http://{GCS_HOST}:{port}"
-        c.wait(lambda: _http_ok(f"{c.dashboard}/api/version"), 120, "the dashboard")
         yield c
+        children = [start["pid"] for start in child_starts(c)]
+    # our GCS stopped its dashboard and head raylet, each with its whole process group
+    left = [pid for pid in children if _group_alive(pid)]
+    assert not left, f"process groups left running: {left}"
+
+
+def child_starts(c: RealCluster, name: str | None = None) -> list[dict[str, Any]]:
+    """The ``child.started`` records of our GCS's log (pid, restarts)."""
+    out = []
+    for line in (c.tmp / f"gcs{c.gcs_starts}.log").read_text().splitlines():
+        if '"child.started"' in line:
+            record = json.loads(line)
+            if name is None or record["child"] == name:
+                out.append(record)
+    return out
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # zombies of an exited group are not running processes
+    members = [p for p in pathlib.Path("/proc").iterdir() if p.name.isdigit()]
+    for proc in members:
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def _http_ok(url: str) -> bool:
@@ -187,3 +226,28 @@ def test_a_killed_drivers_running_task_is_failed_not_a_running_ghost(
     cluster.wait(lambda: sleeper_state() == "FAILED", 180, "the sleeper task FAILED")
     [row] = ray_list(cluster, "tasks", "--filter", "name=sleeper", "--detail")
     assert row["error_type"] == "WORKER_DIED", row
+
+
+def test_the_dashboard_is_restarted_after_it_dies(cluster: RealCluster) -> None:
+    [first] = child_starts(cluster, "dashboard")
+    os.killpg(first["pid"], signal.SIGKILL)
+    cluster.wait(lambda: len(child_starts(cluster, "dashboard")) == 2, 120, "a new dashboard")
+    assert child_starts(cluster, "dashboard")[1]["restarts"] == 1
+    cluster.wait(lambda: _http_ok(f"{cluster.dashboard}/api/version"), 120, "the dashboard back")
+    rows = json.loads(ray_cli(cluster, "list", "nodes", "--format", "json"))
+    assert len([r for r in rows if r["state"] == "ALIVE"]) == 2
+
+
+def test_no_dashboard_or_agent_log_names_a_gcs_method_we_do_not_serve(
+    cluster: RealCluster,
+) -> None:
+    logs = [*cluster.tmp.glob("head/session_*/logs/*"), *cluster.ray_logs()]
+    offending = []
+    for path in logs:
+        if not path.is_file() or not path.name.startswith(("dashboard", "raylet", "gcs_")):
+            continue
+        text = path.read_text(errors="replace")
+        for needle in ("UNIMPLEMENTED", "Method not found", "Unimplemented"):
+            if needle in text:
+                offending.append(f"{path.name}: {needle}")
+    assert len(logs) > 5 and not offending, offending
