@@ -667,7 +667,11 @@ class GcsServer:
             )
             specs.append(
                 head_processes.ChildSpec(
-                    "head-raylet", argv, str(logs / "gcs_head_raylet.out"), env
+                    "head-raylet",
+                    argv,
+                    str(logs / "gcs_head_raylet.out"),
+                    env,
+                    pidfile=str(logs / "gcs_head_raylet.pid"),
                 )
             )
         for spec in specs:

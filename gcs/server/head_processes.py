@@ -18,18 +18,25 @@ Both come from an unmodified Ray 2.60 install (``ray[default]``) in the interpre
 
 Supervision: each child runs in its own process group, started once we serve, restarted
 after it exits with an exponential backoff (reset once it ran for ``stable_s``), and stopped
-by process group (SIGTERM, then SIGKILL after a grace period) when the GCS stops.  On Linux
-a child also gets SIGTERM when the GCS process dies without stopping it (kill -9:
-``PR_SET_PDEATHSIG``), so a restarted GCS does not find the old dashboard on its port or a
-second head raylet.  The backoff is a pure function; the supervisor takes its spawner and
-sleep injected.
+by process group (SIGTERM, then SIGKILL after a grace period) when the GCS stops.  When
+the GCS dies without stopping them (kill -9):
+
+* the dashboard gets SIGTERM with it (Linux ``PR_SET_PDEATHSIG``): it is stateless, and the
+  restarted GCS starts a fresh one on the same port;
+* the head raylet lives on, as every raylet does through a GCS restart (its jobs' drivers
+  keep running).  Its pid is kept in ``<session_dir>/logs/gcs_head_raylet.pid``; a GCS
+  restarted on the same store (same session) *adopts* the process named there when it still
+  runs the same command line, instead of starting a second head raylet, and watches it.
+
+The backoff is a pure function; the supervisor takes its spawner, adopter and sleep
+injected.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import itertools
 import os
 import pathlib
 import signal
@@ -55,6 +62,9 @@ class ChildSpec:
     log_path: str
     """Where the child's stdout and stderr go (appended)."""
     env: Mapping[str, str] | None = None
+    pidfile: str = ""
+    """Set: the child outlives a GCS that dies without stopping it, its pid is kept here, and
+    a restarted GCS adopts it (see the module docstring).  Empty: it dies with the GCS."""
 
 
 def restart_delay_s(failures: int, *, base_s: float = 1.0, cap_s: float = 60.0) -> float:
@@ -130,16 +140,22 @@ class Process(Protocol):
 Spawn = Callable[[ChildSpec], Awaitable[Process]]
 
 
-_PR_SET_PDEATHSIG = 1
+_FATE_SHARE = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0); "  # PDEATHSIG
+    "os.getppid() == int(sys.argv[1]) or sys.exit(1); "  # the GCS died before the prctl
+    "os.execvp(sys.argv[2], sys.argv[2:])"
+)
+"""Run by a fresh interpreter, never in a forked copy of the GCS (``preexec_fn`` is unsafe
+with gRPC's threads: it crashed the child now and then).  ``PR_SET_PDEATHSIG`` survives
+the exec into the real command."""
 
 
-def _term_with_parent() -> None:
-    """In the forked child, before exec: SIGTERM when the GCS dies (Linux only)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+def _fate_shared(argv: Sequence[str]) -> tuple[str, ...]:
+    """``argv`` started so that it gets SIGTERM when this process dies (Linux)."""
+    if sys.platform != "linux":
+        return tuple(argv)
+    return (sys.executable, "-c", _FATE_SHARE, str(os.getpid()), *argv)
 
 
 async def spawn_process(spec: ChildSpec) -> Process:
@@ -148,17 +164,101 @@ async def spawn_process(spec: ChildSpec) -> Process:
     await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
     out = await asyncio.to_thread(path.open, "ab")
     try:
+        argv = spec.argv if spec.pidfile else _fate_shared(spec.argv)
         return await asyncio.create_subprocess_exec(
-            *spec.argv,
+            *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
             env=dict(spec.env) if spec.env is not None else None,
             start_new_session=True,
-            preexec_fn=_term_with_parent if sys.platform == "linux" else None,
         )
     finally:
         out.close()
+
+
+class AdoptedProcess:
+    """A child a previous GCS started (not ours to ``wait()`` on): polled until it is gone."""
+
+    def __init__(self, pid: int, *, poll_s: float = 1.0) -> None:
+        self.pid = pid
+        self._poll_s = poll_s
+
+    async def wait(self) -> int:
+        """Until it exits: a pidfd turns readable then (Linux 5.3+), else polled."""
+        try:
+            fd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            fd = -1
+        if fd >= 0:
+            loop = asyncio.get_running_loop()
+            gone: asyncio.Future[None] = loop.create_future()
+
+            def exited() -> None:
+                if not gone.done():
+                    gone.set_result(None)
+
+            loop.add_reader(fd, exited)
+            try:
+                if _running(self.pid):
+                    await gone
+            finally:
+                loop.remove_reader(fd)
+                os.close(fd)
+            return -1  # its exit status went to its own parent
+        for _ in itertools.count():
+            if not _running(self.pid):
+                break
+            await asyncio.sleep(self._poll_s)
+        return -1
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not pathlib.Path("/proc").is_dir()
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _cmdline(pid: int) -> tuple[str, ...] | None:
+    try:
+        raw = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return tuple(part.decode(errors="replace") for part in raw.split(b"\0")[:-1])
+
+
+async def adopt_survivor(spec: ChildSpec) -> Process | None:
+    """The process ``spec.pidfile`` names, if it still runs ``spec.argv``."""
+    if not spec.pidfile:
+        return None
+    try:
+        pid = int((await asyncio.to_thread(pathlib.Path(spec.pidfile).read_text)).strip())
+    except (OSError, ValueError):
+        return None
+    if not _running(pid) or _cmdline(pid) != tuple(spec.argv):
+        return None
+    return AdoptedProcess(pid)
+
+
+async def record_pid(spec: ChildSpec, pid: int | None) -> None:
+    """Keep (``pid``) or forget (None) the child's pid in ``spec.pidfile``."""
+    if not spec.pidfile:
+        return
+    path = pathlib.Path(spec.pidfile)
+    if pid is None:
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        return
+    tmp = path.with_suffix(".tmp")
+    await asyncio.to_thread(tmp.write_text, f"{pid}\n")
+    await asyncio.to_thread(os.replace, tmp, path)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -174,6 +274,8 @@ class SupervisedChild:
         spec: ChildSpec,
         *,
         spawn: Spawn = spawn_process,
+        adopt: Callable[[ChildSpec], Awaitable[Process | None]] = adopt_survivor,
+        record: Callable[[ChildSpec, int | None], Awaitable[None]] = record_pid,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         monotonic: Callable[[], float] | None = None,
         kill_group: Callable[[int, signal.Signals], None] = _signal_group,
@@ -182,6 +284,8 @@ class SupervisedChild:
     ) -> None:
         self.spec = spec
         self._spawn = spawn
+        self._adopt = adopt
+        self._record = record
         self._sleep = sleep
         self._monotonic = monotonic
         self._kill_group = kill_group
@@ -192,6 +296,7 @@ class SupervisedChild:
         self.process: Process | None = None
         self.starts = 0
         self.failures = 0
+        self.adopted = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -204,10 +309,18 @@ class SupervisedChild:
         return asyncio.get_running_loop().time()
 
     async def _run(self) -> None:
+        survivor = await self._adopt(self.spec)
+        if survivor is not None:
+            self.adopted = True
+            log.info("child.adopted", child=self.spec.name, pid=survivor.pid)
         while not self._stopping:
             started = self._now()
             try:
-                self.process = await self._spawn(self.spec)
+                if survivor is not None:
+                    self.process, survivor = survivor, None
+                else:
+                    self.process = await self._spawn(self.spec)
+                    await self._record(self.spec, self.process.pid)
             except OSError as err:
                 log.error("child.spawn_failed", child=self.spec.name, error=str(err))
                 code: int | None = None
@@ -219,6 +332,7 @@ class SupervisedChild:
                     pid=self.process.pid,
                     log=self.spec.log_path,
                     restarts=self.starts - 1,
+                    adopted=self.adopted and self.starts == 1,
                 )
                 if self._stopping:  # stop() came while it was being spawned
                     self._kill_group(self.process.pid, signal.SIGKILL)
@@ -253,6 +367,8 @@ class SupervisedChild:
                 await asyncio.wait_for(asyncio.shield(proc.wait()), grace_s)
             # the group outlives its leader (raylet workers, dashboard modules): kill the rest
             self._kill_group(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                await self._record(self.spec, None)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -88,7 +88,7 @@ def cluster(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
         "--head-raylet", "--head-raylet-args",
         f"--num-cpus=1 --dashboard-agent-listen-port={free_port()}",
     )  # fmt: skip
-    with real_cluster(ray_default_venv, gcs_args=args) as c:
+    with real_cluster(ray_default_venv, gcs_args=args, storage="sqlite:///{tmp}/gcs.db") as c:
         # one at a time: Ray gives a raylet 30 s to register, on a loaded 2-core machine
         c.wait(lambda: c.synced_raylets() >= 1, 240, "the head raylet synced")
         c.dashboard = f"http://{GCS_HOST}:{port}"
@@ -103,11 +103,13 @@ def cluster(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
     assert not left, f"process groups left running: {left}"
 
 
-def child_starts(c: RealCluster, name: str | None = None) -> list[dict[str, Any]]:
-    """The ``child.started`` records of our GCS's log (pid, restarts)."""
+def child_starts(
+    c: RealCluster, name: str | None = None, event: str = "child.started"
+) -> list[dict[str, Any]]:
+    """The ``child.started`` (or ``event``) records of our GCS's current log (pid, restarts)."""
     out = []
     for line in (c.tmp / f"gcs{c.gcs_starts}.log").read_text().splitlines():
-        if '"child.started"' in line:
+        if f'"{event}"' in line:
             record = json.loads(line)
             if name is None or record["child"] == name:
                 out.append(record)
@@ -251,3 +253,30 @@ def test_no_dashboard_or_agent_log_names_a_gcs_method_we_do_not_serve(
             if needle in text:
                 offending.append(f"{path.name}: {needle}")
     assert len(logs) > 5 and not offending, offending
+
+
+def test_a_gcs_killed_and_restarted_adopts_its_head_raylet_and_restarts_the_dashboard(
+    cluster: RealCluster,
+) -> None:
+    """kill -9 of our GCS (SQLite store): the dashboard dies with it, the head raylet lives
+    on like every raylet; the restarted GCS adopts that raylet (no second head), starts a
+    new dashboard, and `ray job submit` runs again."""
+    [raylet] = child_starts(cluster, "head-raylet")[-1:]
+    [dashboard] = child_starts(cluster, "dashboard")[-1:]
+    cluster.kill_gcs()
+    cluster.wait(lambda: not _group_alive(dashboard["pid"]), 60, "the dashboard gone with the GCS")
+    assert _group_alive(raylet["pid"]), "the head raylet outlives the GCS"
+    cluster.start_gcs()
+    [adopted] = child_starts(cluster, "head-raylet", event="child.adopted")
+    assert adopted["pid"] == raylet["pid"]
+    cluster.wait(lambda: len(child_starts(cluster, "dashboard")) >= 1, 60, "a new dashboard")
+    cluster.wait(lambda: _http_ok(f"{cluster.dashboard}/api/version"), 240, "the dashboard")
+    cluster.wait(lambda: cluster.synced_raylets() >= 2, 240, "both raylets synced again")
+    heads = [n for n in cluster.alive_nodes() if n.is_head_node]
+    assert len(heads) == 1, heads
+    script = pathlib.Path(cluster.tmp) / "job_after_restart.py"
+    script.write_text(JOB_SCRIPT)
+    out = ray_cli(
+        cluster, "job", "submit", "--submission-id", "dash-job-2", "--", "python", str(script)
+    )
+    assert "job says: hello from a task" in out, out

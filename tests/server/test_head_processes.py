@@ -5,6 +5,7 @@ promotion, the config that turns them on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
 import signal
 
@@ -16,10 +17,12 @@ from gcs.proto import gcs_pb2
 from gcs.server.head_processes import (
     ChildSpec,
     SupervisedChild,
+    adopt_survivor,
     child_env,
     dashboard_argv,
     failures_after_exit,
     head_raylet_argv,
+    record_pid,
     restart_delay_s,
 )
 
@@ -45,6 +48,8 @@ class Fakes:
         self.now = 0.0
         self.term_exits = term_exits
         self.spawned = asyncio.Event()
+        self.survivor: FakeProcess | None = None
+        self.recorded: list[int | None] = []
 
     async def spawn(self, spec: ChildSpec) -> FakeProcess:
         proc = FakeProcess(100 + len(self.processes))
@@ -63,10 +68,18 @@ class Fakes:
                 if proc.pid == pid:
                     proc.exit(-sig)
 
+    async def adopt(self, spec: ChildSpec) -> FakeProcess | None:
+        return self.survivor
+
+    async def record(self, spec: ChildSpec, pid: int | None) -> None:
+        self.recorded.append(pid)
+
     def child(self, **kw: float) -> SupervisedChild:
         return SupervisedChild(
             ChildSpec("dashboard", ("ray-dashboard",), "/tmp/x.log"),
             spawn=self.spawn,
+            adopt=self.adopt,
+            record=self.record,
             sleep=self.sleep,
             monotonic=lambda: self.now,
             kill_group=self.kill_group,
@@ -126,6 +139,44 @@ async def test_a_child_ignoring_sigterm_is_killed_after_the_grace() -> None:
     await child.stop(grace_s=0)
     assert fakes.signals == [(proc.pid, signal.SIGTERM), (proc.pid, signal.SIGKILL)]
     assert await proc.wait() == -signal.SIGKILL
+
+
+async def test_a_survivor_of_the_last_gcs_is_adopted_not_started_again() -> None:
+    fakes = Fakes()
+    fakes.survivor = FakeProcess(42)
+    child = fakes.child()
+    child.start()
+    await asyncio.sleep(0)
+    assert child.adopted and fakes.processes == [] and child.process is fakes.survivor
+    fakes.survivor.exit(0)  # it dies later: a new one is started and recorded
+    proc = await fakes.next_start(1)
+    assert fakes.recorded == [proc.pid]
+    await child.stop(grace_s=5)
+    assert fakes.recorded == [proc.pid, None], "a stopped child is forgotten"
+
+
+async def test_only_a_live_process_running_the_same_command_is_adopted(
+    tmp_path: pathlib.Path,
+) -> None:
+    argv = ("sleep", "1000")
+    proc = await asyncio.create_subprocess_exec(*argv, start_new_session=True)
+    try:
+        pidfile = tmp_path / "child.pid"
+        spec = ChildSpec("head-raylet", argv, str(tmp_path / "out"), pidfile=str(pidfile))
+        assert await adopt_survivor(spec) is None, "no pidfile yet"
+        await record_pid(spec, proc.pid)
+        adopted = await adopt_survivor(spec)
+        assert adopted is not None and adopted.pid == proc.pid
+        other = ChildSpec("head-raylet", ("sleep", "999"), "", pidfile=str(pidfile))
+        assert await adopt_survivor(other) is None, "another command line"
+        proc.kill()
+        assert await asyncio.wait_for(adopted.wait(), 60) == -1
+        await record_pid(spec, None)
+        assert not pidfile.exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
 
 
 def test_the_dashboard_command_is_rays_start_api_server_one() -> None:
