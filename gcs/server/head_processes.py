@@ -47,6 +47,7 @@ from typing import Protocol
 
 import structlog
 
+from gcs.autoscaler.providers.processes import pid_alive
 from gcs.managers.head import HEAD_RAYLET_LABEL
 
 log = structlog.get_logger("gcs.head_processes")
@@ -200,31 +201,17 @@ class AdoptedProcess:
 
             loop.add_reader(fd, exited)
             try:
-                if _running(self.pid):
+                if pid_alive(self.pid):
                     await gone
             finally:
                 loop.remove_reader(fd)
                 os.close(fd)
             return -1  # its exit status went to its own parent
         for _ in itertools.count():
-            if not _running(self.pid):
+            if not pid_alive(self.pid):
                 break
             await asyncio.sleep(self._poll_s)
         return -1
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return not pathlib.Path("/proc").is_dir()
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def _cmdline(pid: int) -> tuple[str, ...] | None:
@@ -243,7 +230,7 @@ async def adopt_survivor(spec: ChildSpec) -> Process | None:
         pid = int((await asyncio.to_thread(pathlib.Path(spec.pidfile).read_text)).strip())
     except (OSError, ValueError):
         return None
-    if not _running(pid) or _cmdline(pid) != tuple(spec.argv):
+    if not pid_alive(pid) or _cmdline(pid) != tuple(spec.argv):
         return None
     return AdoptedProcess(pid)
 

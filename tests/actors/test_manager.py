@@ -339,6 +339,11 @@ class TestDeaths:
         assert h.actors.actors[scoped.actor_id].state == states.DEAD
         assert h.actors.actors[detached.actor_id].state == states.ALIVE
         assert h.actors.get_named("d", "ns").actor_id == detached.actor_id
+        # `ray list actors` (show_dead_jobs unset) still lists the live detached actor
+        out, _, filtered = h.actors.list_all(show_dead_jobs=False)
+        assert [x.actor_id for x in out] == [detached.actor_id] and filtered == 1
+        out, _, _ = h.actors.list_all(show_dead_jobs=True)
+        assert {x.actor_id for x in out} == {scoped.actor_id, detached.actor_id}
 
     async def test_owner_death_kills_owned_non_detached_actors(self) -> None:
         h = await Harness().start(1)
@@ -461,19 +466,3 @@ class TestQueries:
         assert len(out) == 1
         out, _, _ = h.actors.list_all(actor_id=b.actor_id)
         assert [x.actor_id for x in out] == [b.actor_id]
-
-    async def test_without_dead_jobs_a_live_detached_actor_of_a_finished_job_is_listed(
-        self,
-    ) -> None:
-        """``ray list actors`` (show_dead_jobs unset) after its driver exited: the detached
-        actor lives on and is listed; the job's own (non-detached) actors are not."""
-        h = await Harness().start(1)
-        await h.jobs.add(gcs_pb2.JobTableData(job_id=JOB))
-        scoped = await h.create(actor_spec(1))
-        detached = await h.create(actor_spec(2, detached=True, name="d"))
-        await h.jobs.mark_finished(JOB)
-        await h.actors.settle()
-        out, _, filtered = h.actors.list_all(show_dead_jobs=False)
-        assert [x.actor_id for x in out] == [detached.actor_id] and filtered == 1
-        out, _, _ = h.actors.list_all(show_dead_jobs=True)
-        assert {x.actor_id for x in out} == {scoped.actor_id, detached.actor_id}
