@@ -657,6 +657,11 @@ class GcsServer:
                 url=f"http://{cfg.dashboard_host or cfg.host}:{cfg.dashboard_port}",
                 log=str(logs / head_processes.DASHBOARD_LOG),
             )
+            if not cfg.head_raylet:
+                log.warning(
+                    "dashboard.no_head_raylet",
+                    hint="`ray job submit` waits for a head node's agent: add --head-raylet",
+                )
         if cfg.head_raylet:
             argv = head_processes.head_raylet_argv(
                 python,
