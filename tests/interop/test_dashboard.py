@@ -73,7 +73,8 @@ JOB_SCRIPT = textwrap.dedent(
 
     @ray.remote
     def hello():
-        return "hello from a task"
+        import greeting  # from the job's working dir, uploaded through our internal KV
+        return greeting.TEXT
 
     print("job says:", ray.get(hello.remote()))
     """
@@ -136,6 +137,14 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def working_dir(c: RealCluster, name: str) -> pathlib.Path:
+    wd = c.tmp / name
+    wd.mkdir()
+    (wd / "main.py").write_text(JOB_SCRIPT)
+    (wd / "greeting.py").write_text('TEXT = "hello from a task"\n')
+    return wd
+
+
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=5) as reply:
@@ -193,11 +202,12 @@ def test_ray_list_actors_tasks_workers_show_the_real_rows(cluster: RealCluster) 
 def test_ray_job_submit_runs_a_script_to_succeeded_with_its_logs(
     cluster: RealCluster,
 ) -> None:
-    script = pathlib.Path(cluster.tmp) / "job_script.py"
-    script.write_text(JOB_SCRIPT)
+    """`ray job submit --working-dir`: the package goes to our internal KV, the job runs on
+    the head raylet, a task imports from the working dir; status and logs come back."""
     out = ray_cli(
-        cluster, "job", "submit", "--submission-id", "dash-job-1", "--", "python", str(script)
-    )
+        cluster, "job", "submit", "--submission-id", "dash-job-1",
+        "--working-dir", str(working_dir(cluster, "wd1")), "--", "python", "main.py",
+    )  # fmt: skip
     assert "job says: hello from a task" in out, out
     status = ray_cli(cluster, "job", "status", "dash-job-1")
     assert "Job 'dash-job-1' succeeded" in status, status
@@ -274,9 +284,24 @@ def test_a_gcs_killed_and_restarted_adopts_its_head_raylet_and_restarts_the_dash
     cluster.wait(lambda: cluster.synced_raylets() >= 2, 240, "both raylets synced again")
     heads = [n for n in cluster.alive_nodes() if n.is_head_node]
     assert len(heads) == 1, heads
-    script = pathlib.Path(cluster.tmp) / "job_after_restart.py"
-    script.write_text(JOB_SCRIPT)
     out = ray_cli(
-        cluster, "job", "submit", "--submission-id", "dash-job-2", "--", "python", str(script)
-    )
+        cluster, "job", "submit", "--submission-id", "dash-job-2",
+        "--working-dir", str(working_dir(cluster, "wd2")), "--", "python", "main.py",
+    )  # fmt: skip
     assert "job says: hello from a task" in out, out
+
+
+def test_ray_job_stop_stops_a_running_job(cluster: RealCluster) -> None:
+    ray_cli(
+        cluster, "job", "submit", "--submission-id", "dash-stop", "--no-wait",
+        "--", "python", "-c", "import time; print('started', flush=True); time.sleep(3600)",
+    )  # fmt: skip
+
+    def status() -> str:
+        url = f"{cluster.dashboard}/api/jobs/dash-stop"
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            return str(json.loads(reply.read())["status"])
+
+    cluster.wait(lambda: status() == "RUNNING", 180, "the job RUNNING")
+    ray_cli(cluster, "job", "stop", "dash-stop")
+    cluster.wait(lambda: status() == "STOPPED", 180, "the job STOPPED")
