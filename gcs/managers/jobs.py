@@ -6,16 +6,22 @@ little-endian (Ray's ``JobID::FromInt``).  AddJob and MarkJobFinished run on the
 check a job before it is persisted and hear of it when it finished.  Every change is
 published on ``GCS_JOB_CHANNEL`` (key = job id) after it is applied: raylets start a job's
 workers only once they heard of the job there.
+
+A node's death finishes the running jobs whose driver was on it (Ray's
+``GcsJobManager::OnNodeDead``): no raylet is left to report those drivers' exit, and the
+job's end lets listeners fail its tasks (``gcs.managers.task_failures``) and actors.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import structlog
 
 from gcs.clock import Clock, now_ms
 from gcs.errors import InvalidArgument
 from gcs.ids import JOB_ID_SIZE
-from gcs.managers.events import JobEvents
+from gcs.managers.events import JobEvents, NodeEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import Publish, no_publish
 from gcs.proto import gcs_pb2, pubsub_pb2
@@ -40,6 +46,7 @@ class JobManager:
         events: JobEvents | None = None,
         publish: Publish = no_publish,
         lane_policy: ResolvePolicy | None = None,
+        node_events: NodeEvents | None = None,
     ) -> None:
         self._store = store
         self._publish = publish
@@ -47,6 +54,41 @@ class JobManager:
         self._events = events if events is not None else JobEvents()
         self._lane = ApplyLane(store, "jobs", policy=lane_policy)
         self.jobs: dict[bytes, gcs_pb2.JobTableData] = {}
+        self._background: set[asyncio.Task[int]] = set()
+        if node_events is not None:
+            node_events.subscribe(self)
+
+    # -- node listener -------------------------------------------------------------------
+    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        return None
+
+    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous test of another manager)
+            return
+        task = loop.create_task(self.finish_jobs_of_node(node.node_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def finish_jobs_of_node(self, node_id: bytes) -> int:
+        """Finish the running jobs whose driver ran on ``node_id``; returns how many."""
+        doomed = [
+            job_id
+            for job_id, job in self.jobs.items()
+            if not job.is_dead and job.driver_address.node_id == node_id
+        ]
+        finished = 0
+        for job_id in doomed:
+            if await self.mark_finished(job_id):  # re-checks on the lane
+                log.info("job.finished_with_node", job_id=job_id.hex(), node_id=node_id.hex())
+                finished += 1
+        return finished
+
+    async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     def running_in(self, virtual_cluster_id: str) -> bool:
         return any(

@@ -255,7 +255,9 @@ class GcsServer:
             events=job_events,
             publish=pubsub.control_plane.publish,
             lane_policy=self._lane_policy,
+            node_events=node_events,
         )
+        self._closers.append(jobs.close)
         pgs = PlacementGroupManager(
             store,
             self.clock,

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 
 from gcs.clock import FakeClock
-from gcs.managers.events import JobEvents, WorkerEvents
+from gcs.managers.events import JobEvents, NodeEvents, WorkerEvents
+from gcs.managers.jobs import JobManager
 from gcs.managers.task_failures import TaskFailureMarker
 from gcs.managers.tasks import TaskEventStore, latest_state
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
+from gcs.store.memory import MemoryStore
 
 J1, J2 = b"\x01\x00\x00\x00", b"\x02\x00\x00\x00"
 W1, W2 = b"\x11" * 28, b"\x22" * 28
@@ -162,3 +164,26 @@ async def test_events_arriving_within_the_delay_win_and_close_cancels_pending_ma
     assert marker.pending == 1
     await marker.close()
     assert marker.pending == 0
+
+
+async def test_a_dead_drivers_node_finishes_its_jobs_and_then_their_tasks_fail() -> None:
+    """Ray's GcsJobManager::OnNodeDead: no raylet is left to report the driver's exit."""
+    clock = FakeClock()
+    node_events, job_events, worker_events = NodeEvents(), JobEvents(), WorkerEvents()
+    jobs = JobManager(MemoryStore(), clock, events=job_events, node_events=node_events)
+    on_node, elsewhere = b"\x0a" * 28, b"\x0b" * 28
+    for job_id, node_id in ((J1, on_node), (J2, elsewhere)):
+        await jobs.add(
+            gcs_pb2.JobTableData(job_id=job_id, driver_address=common_pb2.Address(node_id=node_id))
+        )
+    store = _store(_task(1, job=J1), _task(2, job=J2))
+    marker = TaskFailureMarker(store, clock, worker_events=worker_events, job_events=job_events)
+    node_events.node_dead(gcs_pb2.GcsNodeInfo(node_id=on_node))
+    await _settle()
+    assert jobs.jobs[J1].is_dead and not jobs.jobs[J2].is_dead
+    clock.advance(15)
+    await _settle()
+    rows = _by_name(store)
+    assert latest_state(rows["t1"]) == FAILED and latest_state(rows["t2"]) == RUNNING
+    await marker.close()
+    await jobs.close()
