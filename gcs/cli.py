@@ -117,6 +117,30 @@ def _check_storage(ctx: click.Context, param: click.Parameter, value: str | None
     help="The head's temp dir Ray workers default to (default /tmp/ray; with --head).",
 )
 @click.option(
+    "--dashboard",
+    is_flag=True,
+    default=None,
+    help="With --head: run Ray's dashboard (ray list, ray job, web UI), supervised.",
+)
+@click.option("--dashboard-host", default=None, help="Dashboard bind address (default --host).")
+@click.option(
+    "--dashboard-port", type=int, default=None, help="Dashboard HTTP port (default 8265)."
+)
+@click.option(
+    "--head-raylet",
+    is_flag=True,
+    default=None,
+    help="With --head: run a real head raylet here (`ray start`); `ray job submit` needs it.",
+)
+@click.option(
+    "--head-raylet-args", default=None, help="Extra `ray start` arguments of the head raylet."
+)
+@click.option(
+    "--ray-python",
+    default=None,
+    help="Python with ray[default] 2.60 for the dashboard and head raylet (default: this one).",
+)
+@click.option(
     "--python-version",
     default=None,
     help="Python version Ray processes must run (default: this interpreter's, e.g. 3.11.7).",

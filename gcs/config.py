@@ -10,6 +10,7 @@ import dataclasses
 import os
 import pathlib
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -161,6 +162,24 @@ class GcsConfig:
     temp_dir: str = "/tmp/ray"
     """The virtual head's ``temp_dir`` (Ray's default); its ``session_dir`` is
     ``<temp_dir>/<session_name>``.  Workers started without ``--temp-dir`` use it."""
+    dashboard: bool = False
+    """With ``head``: run Ray's dashboard head beside the GCS (``ray list``, ``ray job``, the
+    web UI), supervised: restarted with backoff, stopped with the GCS; its log is
+    ``<temp_dir>/<session_name>/logs/dashboard.log`` (``gcs.server.head_processes``)."""
+    dashboard_host: str = ""
+    """The dashboard's HTTP bind address; empty = ``host``."""
+    dashboard_port: int = 8265
+    """The dashboard's HTTP port (Ray's default)."""
+    head_raylet: bool = False
+    """With ``head``: run a real raylet on the GCS host (``ray start --address --block``) and
+    register it as the head node; ``ray job submit`` needs it (Ray runs job drivers on the
+    head node).  Supervised like the dashboard."""
+    head_raylet_args: str = ""
+    """Extra ``ray start`` arguments of the head raylet (shell words), e.g.
+    ``--num-cpus=0 --dashboard-agent-listen-port=52366``."""
+    ray_python: str = ""
+    """Interpreter with ``ray[default]`` 2.60 installed that runs the dashboard and the head
+    raylet; empty = the one running the GCS."""
     health: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     load_poll: LoadPollConfig = field(default_factory=LoadPollConfig)
     raylet_io: RayletIoConfig = field(default_factory=RayletIoConfig)
@@ -173,6 +192,12 @@ class GcsConfig:
     are evicted first, then actor tasks, then the rest, each counted as dropped."""
     task_events_max_num_profile_events_per_task: int = 1000
     """Profile events kept per task attempt (Ray's name and default)."""
+    mark_task_failed_on_worker_dead_delay_ms: int = 1000
+    """After a worker died, its task attempts still not finished are marked FAILED this
+    much later (the worker's last task events may still arrive; Ray's default)."""
+    mark_task_failed_on_job_done_delay_ms: int = 15000
+    """After a job finished, its task attempts still not finished are marked FAILED this
+    much later (Ray's default)."""
     max_dead_actors_cached: int = 100_000
     """Dead actors kept for GetAllActorInfo (oldest dropped first, from memory and store)."""
     raylet_rpc_timeout_ms: int = 30000
@@ -242,6 +267,12 @@ ENV_VARS: dict[str, str] = {
     "GCS_PYTHON_VERSION": "python_version",
     "GCS_HEAD": "head",
     "GCS_TEMP_DIR": "temp_dir",
+    "GCS_DASHBOARD": "dashboard",
+    "GCS_DASHBOARD_HOST": "dashboard_host",
+    "GCS_DASHBOARD_PORT": "dashboard_port",
+    "GCS_HEAD_RAYLET": "head_raylet",
+    "GCS_HEAD_RAYLET_ARGS": "head_raylet_args",
+    "GCS_RAY_PYTHON": "ray_python",
     "RAY_health_check_initial_delay_ms": "health.initial_delay_ms",
     "RAY_health_check_period_ms": "health.period_ms",
     "RAY_health_check_timeout_ms": "health.timeout_ms",
@@ -262,6 +293,10 @@ ENV_VARS: dict[str, str] = {
         "task_events_max_num_profile_events_per_task"
     ),
     "RAY_maximum_gcs_destroyed_actor_cached_count": "max_dead_actors_cached",
+    "RAY_gcs_mark_task_failed_on_worker_dead_delay_ms": (
+        "mark_task_failed_on_worker_dead_delay_ms"
+    ),
+    "RAY_gcs_mark_task_failed_on_job_done_delay_ms": "mark_task_failed_on_job_done_delay_ms",
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
@@ -304,6 +339,8 @@ _NON_NEGATIVE = (
     "max_dead_actors_cached",
     "gc_gen0_threshold",
     "task_events_max_num_profile_events_per_task",
+    "mark_task_failed_on_worker_dead_delay_ms",
+    "mark_task_failed_on_job_done_delay_ms",
 )
 
 
@@ -499,6 +536,21 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         raise ConfigError(
             f"{where}.{_names('temp_dir')}: must be an absolute path, got {config.temp_dir!r}"
         )
+    for name in ("dashboard", "head_raylet"):
+        if getattr(config, name) and not config.head:
+            raise ConfigError(f"{where}.{_names(name)}: needs {_names('head')}")
+    if not 1 <= config.dashboard_port <= 65535:
+        raise ConfigError(
+            f"{where}.{_names('dashboard_port')}: must be in 1..65535, got {config.dashboard_port}"
+        )
+    if config.ray_python and not config.ray_python.startswith("/"):
+        raise ConfigError(
+            f"{where}.{_names('ray_python')}: must be an absolute path, got {config.ray_python!r}"
+        )
+    try:
+        shlex.split(config.head_raylet_args)
+    except ValueError as err:
+        raise ConfigError(f"{where}.{_names('head_raylet_args')}: {err}") from None
     if config.load_poll.slice_size < 1:
         raise ConfigError(f"{where}.load_poll.slice_size: must be >= 1")
     if not 0 <= config.load_poll.spread <= 1:

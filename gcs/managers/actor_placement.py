@@ -7,7 +7,9 @@ actor can never be placed, e.g. a hard node affinity to a dead node).  No I/O, n
 Order (total, documented so tests are exact):
 
 1. Candidates: alive, not draining, inside the job's virtual cluster (when it has one), not
-   excluded (raylets that just rejected or failed this attempt).
+   excluded (raylets that just rejected or failed this attempt), with labels matching the
+   actor's label selector (every constraint: ``in`` needs the node's value among the
+   listed ones, ``!in`` a value not among them or no such label).  None match: wait.
 2. Node affinity: the target if it is a candidate; otherwise soft affinity falls through to
    the default policy and hard affinity is fatal if the node is gone, else waits.
 3. Placement-group bundle: a node holding the bundle (any bundle when the index is -1); the
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 
 from gcs.proto import common_pb2
 
-__all__ = ["Candidate", "Demand", "Placement", "choose_node"]
+__all__ = ["Candidate", "Demand", "Placement", "choose_node", "matches_labels"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,7 @@ class Candidate:
     """(placement group id, bundle index) committed on this node."""
     actors: int = 0
     """Actors we placed on it (SPREAD balances these)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,9 @@ class Demand:
     allowed_nodes: frozenset[bytes] | None = None
     """The job's virtual cluster members (None: no restriction)."""
     excluded: frozenset[bytes] = field(default_factory=frozenset)
+    label_selector: common_pb2.LabelSelector | None = None
+    """The actor's ``label_selector`` (Ray's job supervisor pins itself to the head node
+    with ``ray.io/node-id``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +85,21 @@ def _utilisation(need: Mapping[str, float], node: Candidate) -> float:
     return worst
 
 
+def matches_labels(selector: common_pb2.LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    """Ray's label selector semantics: every constraint holds (``in`` / ``!in``)."""
+    if selector is None:
+        return True
+    for constraint in selector.label_constraints:
+        value = labels.get(constraint.label_key)
+        listed = value is not None and value in constraint.label_values
+        if constraint.operator == common_pb2.LABEL_OPERATOR_NOT_IN:
+            if listed:
+                return False
+        elif not listed:  # IN (and the unspecified operator, read as IN)
+            return False
+    return True
+
+
 def choose_node(demand: Demand, nodes: Iterable[Candidate]) -> Placement:
     every = {n.node_id: n for n in nodes}
     candidates = [
@@ -89,6 +110,10 @@ def choose_node(demand: Demand, nodes: Iterable[Candidate]) -> Placement:
         and (demand.allowed_nodes is None or n.node_id in demand.allowed_nodes)
     ]
     candidates.sort(key=lambda n: n.node_id)
+    if demand.label_selector is not None and demand.label_selector.label_constraints:
+        candidates = [n for n in candidates if matches_labels(demand.label_selector, n.labels)]
+        if not candidates:
+            return Placement(None, "no alive node matches the label selector")
     strategy = demand.strategy
     kind = strategy.WhichOneof("scheduling_strategy")
     if kind == "node_affinity_scheduling_strategy":

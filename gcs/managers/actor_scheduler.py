@@ -215,6 +215,7 @@ class ActorScheduler:
                 owner_node_id=attempt.owner_node_id,
                 allowed_nodes=self._view.allowed_nodes(spec.job_id),
                 excluded=frozenset(excluded),
+                label_selector=spec.label_selector if spec.HasField("label_selector") else None,
             )
             placement = choose_node(demand, self._with_counts(attempt))
             if placement.fatal:

@@ -60,7 +60,14 @@ class LiveClusterView:
                 available = dict(entry.data.resources_available)
                 draining = draining or entry.data.draining_deadline_timestamp_ms > 0
             out.append(
-                Candidate(node_id, total, available, draining, frozenset(bundles.get(node_id, ())))
+                Candidate(
+                    node_id,
+                    total,
+                    available,
+                    draining,
+                    frozenset(bundles.get(node_id, ())),
+                    labels=node.labels,
+                )
             )
         return out
 

@@ -14,6 +14,12 @@ no resources; work runs on the worker raylets.  What a real head raylet would ad
 pinned to ``node:__internal_head__``, e.g. Ray's job supervisor and dashboard) is run by
 starting an ordinary worker on the GCS machine.  A raylet that registers with
 ``is_head_node`` (our agent with ``--head``) takes precedence over the virtual record.
+
+``gcs serve --head --head-raylet`` starts such a raylet itself (``ray start --address
+--block`` on the GCS host, ``gcs.server.head_processes``): Ray 2.60's job API runs every job
+driver on the head node.  ``ray start`` cannot ask to be the head of an existing GCS, so
+that raylet carries :data:`HEAD_RAYLET_LABEL` and the GCS registers it with
+``is_head_node`` (:func:`promote_head_raylet`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,17 @@ import os
 from gcs.proto import gcs_pb2
 
 HEAD_NODE_LABEL = "ray.io/node-id"
+HEAD_RAYLET_LABEL = "gcs.ray.io/head-raylet"
+"""``ray start --labels`` key (value ``true``) of the raylet ``--head-raylet`` starts."""
+
+
+def promote_head_raylet(node: gcs_pb2.GcsNodeInfo) -> bool:
+    """Mark a registering raylet carrying :data:`HEAD_RAYLET_LABEL` as the head node;
+    True when it does."""
+    if node.labels.get(HEAD_RAYLET_LABEL) != "true":
+        return False
+    node.is_head_node = True
+    return True
 
 
 def virtual_head_id(cluster_id: bytes) -> bytes:

@@ -15,6 +15,12 @@ memory only (never persisted), merged per task attempt, with Ray's bounds:
   to the same per-job counters, and an attempt a worker reports dropped is not kept (nor
   are its later events).
 
+Attempts that will never report again are failed here, as Ray's ``GcsTaskManager`` does:
+when their worker dies (:meth:`TaskEventStore.fail_worker_tasks`) or their job finishes
+(:meth:`TaskEventStore.fail_job_tasks`), each attempt not yet FINISHED or FAILED gets a
+FAILED timestamp and a ``WORKER_DIED`` error with Ray's message, so ``ray list tasks`` shows
+no RUNNING ghosts.  ``gcs.managers.task_failures`` calls them after Ray's delays.
+
 No store write, so no lane: an ``add`` is one synchronous step on the event loop (nothing
 can interleave), and reads never wait.
 """
@@ -65,6 +71,9 @@ class TaskEventStore:
             OrderedDict(),
         )
         self._priority: dict[TaskKey, int] = {}
+        self._by_job: dict[bytes, set[TaskKey]] = {}
+        self._by_worker: dict[bytes, set[TaskKey]] = {}
+        """Attempts per job and per worker (``state_updates.worker_id``), for failing them."""
         self._drops: dict[bytes, JobDrops] = {}
         self._dropped_attempts: OrderedDict[TaskKey, None] = OrderedDict()
         """Attempts a worker reported lost: their later events are ignored (as in Ray);
@@ -119,6 +128,9 @@ class TaskEventStore:
                 del entries[:excess]
                 self._drops_of(held.job_id).profile += excess
         self._reindex(key, held)
+        self._by_job.setdefault(held.job_id, set()).add(key)
+        if held.state_updates.worker_id:
+            self._by_worker.setdefault(held.state_updates.worker_id, set()).add(key)
 
     def _reindex(self, key: TaskKey, events: gcs_pb2.TaskEvents) -> None:
         if latest_state(events) in _TERMINAL:
@@ -140,7 +152,50 @@ class TaskEventStore:
         priority = self._priority.pop(key, None)
         if priority is not None:
             self._by_priority[priority].pop(key, None)
+        if events is not None:
+            _unindex(self._by_job, events.job_id, key)
+            _unindex(self._by_worker, events.state_updates.worker_id, key)
         return events
+
+    def fail_worker_tasks(self, worker_id: bytes, failure: gcs_pb2.WorkerTableData) -> int:
+        """Ray's ``MarkTasksFailedOnWorkerDead``: the unfinished attempts that ran on
+        ``worker_id`` fail at the worker's end time.  Returns how many were marked."""
+        error = common_pb2.RayErrorInfo(
+            error_type=common_pb2.WORKER_DIED,
+            error_message=(
+                f"Worker running the task ({worker_id.hex()}) died with exit_type: "
+                f"{failure.exit_type} with error_message: {failure.exit_detail}"
+            ),
+        )
+        keys = self._by_worker.get(worker_id, ())
+        return self._fail(list(keys), failure.end_time_ms * 1_000_000, error)
+
+    def fail_job_tasks(self, job_id: bytes, finish_time_ms: int) -> int:
+        """Ray's ``MarkTasksFailedOnJobEnds``: the job's unfinished attempts fail at its end
+        time.  Returns how many were marked."""
+        error = common_pb2.RayErrorInfo(
+            error_type=common_pb2.WORKER_DIED,
+            error_message=(
+                f"Job finishes ({job_id.hex()}) as driver exits. "
+                "Marking all non-terminal tasks as failed."
+            ),
+        )
+        keys = self._by_job.get(job_id, ())
+        return self._fail(list(keys), finish_time_ms * 1_000_000, error)
+
+    def _fail(self, keys: list[TaskKey], failed_ts_ns: int, error: common_pb2.RayErrorInfo) -> int:
+        marked = 0
+        for key in keys:
+            events = self._events[key]
+            stamps = events.state_updates.state_ts_ns
+            if any(state in stamps for state in _TERMINAL):
+                continue  # Ray's IsTaskTerminated: a finished or failed attempt stays so
+            # never before the attempt's last state (a worker without an end time, skew)
+            stamps[common_pb2.FAILED] = max(failed_ts_ns, *stamps.values(), 0)
+            events.state_updates.error_info.CopyFrom(error)
+            self._reindex(key, events)
+            marked += 1
+        return marked
 
     def _evict_one(self) -> None:
         for index in self._by_priority:
@@ -179,6 +234,14 @@ class TaskEventStore:
         reply.num_status_task_events_dropped = min(sum(d.status for d in drops), _INT32_MAX)
         reply.num_profile_task_events_dropped = min(sum(d.profile for d in drops), _INT32_MAX)
         return reply
+
+
+def _unindex(index: dict[bytes, set[TaskKey]], owner: bytes, key: TaskKey) -> None:
+    keys = index.get(owner)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[owner]
 
 
 def _matches(

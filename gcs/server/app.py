@@ -10,8 +10,10 @@ import asyncio
 import dataclasses
 import errno
 import gc
+import os
 import pathlib
 import random
+import shlex
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -45,6 +47,7 @@ from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.managers.runtime_env import RuntimeEnvPins
 from gcs.managers.startup_spread import spread, spread_window_s
 from gcs.managers.syncer import SyncHub
+from gcs.managers.task_failures import TaskFailureMarker
 from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.managers.workers import WorkerManager
@@ -69,7 +72,9 @@ from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS, HandlerTable
+from gcs.server import head_processes
 from gcs.server.gc_policy import SurvivorFreezer
+from gcs.server.head_processes import SupervisedChild
 from gcs.server.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
 from gcs.server.metrics import (
     GcsMetrics,
@@ -155,6 +160,8 @@ class GcsServer:
         self._stopped = asyncio.Event()
         self._stopping = False
         self.gc_freezer: SurvivorFreezer | None = None
+        self.children: list[SupervisedChild] = []
+        """Ray processes run beside a ``--head`` GCS (``gcs.server.head_processes``)."""
 
     @property
     def address(self) -> str:
@@ -325,6 +332,15 @@ class GcsServer:
             max_tasks=cfg.task_events_max_num_task_in_gcs,
             max_profile_events_per_task=cfg.task_events_max_num_profile_events_per_task,
         )
+        task_failures = TaskFailureMarker(
+            tasks,
+            self.clock,
+            worker_events=worker_events,
+            job_events=job_events,
+            worker_dead_delay_ms=cfg.mark_task_failed_on_worker_dead_delay_ms,
+            job_done_delay_ms=cfg.mark_task_failed_on_job_done_delay_ms,
+        )
+        self._closers.append(task_failures.close)
         runtime_envs = RuntimeEnvPins(jobs.jobs.values, self.clock, job_events=job_events)
         actor_gateway = self._actor_gateway
         if actor_gateway is None:
@@ -433,6 +449,7 @@ class GcsServer:
             alive_nodes=len(nodes.alive),
             new_cluster=self.meta.created,
         )
+        await self._start_children()
 
     def _tune_gc(self) -> None:
         """Bound cyclic-GC pauses (see config and ``gc_policy``): freeze what start-up
@@ -612,6 +629,64 @@ class GcsServer:
             start_time_ms=now_ms(self.clock),
         )
 
+    async def _start_children(self) -> None:
+        """``--dashboard`` / ``--head-raylet``: started once we serve (they call us)."""
+        cfg = self.config
+        if not cfg.head or not (cfg.dashboard or cfg.head_raylet):
+            return
+        assert self.meta is not None
+        python = head_processes.default_python(cfg.ray_python)
+        env = head_processes.child_env(python, os.environ)
+        session = head_processes.session_dir(cfg.temp_dir, self.meta.session_name)
+        logs = session / "logs"
+        await asyncio.to_thread(logs.mkdir, parents=True, exist_ok=True)
+        specs = []
+        if cfg.dashboard:
+            argv = head_processes.dashboard_argv(
+                python,
+                host=cfg.dashboard_host or cfg.host,
+                port=cfg.dashboard_port,
+                gcs_address=self.address,
+                cluster_id_hex=self.meta.cluster_id_hex,
+                node_ip=cfg.host,
+                temp_dir=cfg.temp_dir,
+                session_dir=session,
+            )
+            specs.append(
+                head_processes.ChildSpec("dashboard", argv, str(logs / "dashboard.out"), env)
+            )
+            log.info(
+                "dashboard.starting",
+                url=f"http://{cfg.dashboard_host or cfg.host}:{cfg.dashboard_port}",
+                log=str(logs / head_processes.DASHBOARD_LOG),
+            )
+            if not cfg.head_raylet:
+                log.warning(
+                    "dashboard.no_head_raylet",
+                    hint="`ray job submit` waits for a head node's agent: add --head-raylet",
+                )
+        if cfg.head_raylet:
+            argv = head_processes.head_raylet_argv(
+                python,
+                gcs_address=self.address,
+                node_ip=cfg.host,
+                temp_dir=cfg.temp_dir,
+                extra_args=shlex.split(cfg.head_raylet_args),
+            )
+            specs.append(
+                head_processes.ChildSpec(
+                    "head-raylet",
+                    argv,
+                    str(logs / "gcs_head_raylet.out"),
+                    env,
+                    pidfile=str(logs / "gcs_head_raylet.pid"),
+                )
+            )
+        for spec in specs:
+            child = head_processes.SupervisedChild(spec)
+            child.start()
+            self.children.append(child)
+
     async def _notify_restart(self, notify_at: dict[bytes, float]) -> None:
         """Tell raylets known from the store that the GCS restarted (Ray does the same).
 
@@ -782,6 +857,8 @@ class GcsServer:
         if self._stopping:
             return
         self._stopping = True
+        # the head raylet unregisters and the dashboard exits while we still answer them
+        await asyncio.gather(*(child.stop() for child in reversed(self.children)))
         if self._front is not None:
             self._front.goaway()  # no new streams: answered polls are not re-held
         if self.managers is not None:

@@ -9,6 +9,7 @@ import gcs
 from gcs import validate
 from gcs.config import RequestLimits
 from gcs.ids import require_node_id
+from gcs.managers.head import promote_head_raylet
 from gcs.managers.nodes import ALIVE, NodeManager, address_and_liveness
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 from gcs.rpc.errors import InvalidArgument
@@ -65,6 +66,8 @@ class NodeInfoServicer:
         info = gcs_pb2.GcsNodeInfo()
         info.CopyFrom(request.node_info)
         validate_node_info(info, self._limits)
+        if self._head is not None:  # `gcs serve --head`: its head raylet becomes the head
+            promote_head_raylet(info)
         await self._nodes.register(info)
         return Req.RegisterNodeReply(status=ok_status())
 

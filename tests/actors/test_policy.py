@@ -118,3 +118,36 @@ class TestChooseNode:
         assert choose_node(demand(strategy=strategy), nodes).node_id == nid(1)
         unplaced = choose_node(demand(strategy=strategy), [node(3)])
         assert unplaced.node_id is None and "is not placed" in unplaced.reason
+
+
+def _selector(key: str, op: int, *values: str) -> common_pb2.LabelSelector:
+    return common_pb2.LabelSelector(
+        label_constraints=[
+            common_pb2.LabelSelectorConstraint(label_key=key, operator=op, label_values=values)
+        ]
+    )
+
+
+class TestLabelSelector:
+    """Ray's job supervisor pins itself to the head with ``ray.io/node-id``."""
+
+    def test_an_in_selector_picks_the_labelled_node_over_the_owners(self) -> None:
+        nodes = [node(1, labels={"ray.io/node-id": "aa"}), node(2, labels={"ray.io/node-id": "bb"})]
+        pick = choose_node(
+            demand(
+                owner_node_id=nid(1),
+                label_selector=_selector("ray.io/node-id", common_pb2.LABEL_OPERATOR_IN, "bb"),
+            ),
+            nodes,
+        )
+        assert pick.node_id == nid(2)
+
+    def test_not_in_also_matches_nodes_without_the_label(self) -> None:
+        nodes = [node(1, labels={"zone": "a"}), node(2)]
+        selector = _selector("zone", common_pb2.LABEL_OPERATOR_NOT_IN, "a")
+        assert choose_node(demand(label_selector=selector), nodes).node_id == nid(2)
+
+    def test_no_matching_node_waits(self) -> None:
+        selector = _selector("ray.io/node-id", common_pb2.LABEL_OPERATOR_IN, "gone")
+        pick = choose_node(demand(label_selector=selector), [node(1), node(2)])
+        assert pick.node_id is None and not pick.fatal and "label selector" in pick.reason

@@ -1,7 +1,8 @@
 """Fixtures giving tests the real Ray 2.60 / ant-ray 2.44 wheels in cached virtualenvs.
 
-``ray_venv`` / ``ant_ray_venv``: a :class:`~tests.interop.venvs.Venv` (built on first use,
-then cached under ``$GCS_INTEROP_CACHE``).  ``ray_venv_with_gcs``: the Ray venv plus our
+``ray_venv`` / ``ray_default_venv`` (``ray[default]``: the dashboard) / ``ant_ray_venv``: a
+:class:`~tests.interop.venvs.Venv` (built on first use, then cached under
+``$GCS_INTEROP_CACHE``).  ``ray_venv_with_gcs``: the Ray venv plus our
 runtime dependencies, with the environment (``PYTHONPATH``) that makes ``import gcs`` load
 this checkout.  When a venv cannot be built (no network), the tests skip with the reason;
 set ``GCS_INTEROP_REQUIRED=1`` (CI) to turn that skip into a failure.
@@ -34,6 +35,12 @@ def _obtain(build: Callable[[], T], what: str) -> T:
 @pytest.fixture(scope="session")
 def ray_venv() -> venvs.Venv:
     return _obtain(lambda: venvs.ensure_venv(venvs.RAY), "ray==2.60.0")
+
+
+@pytest.fixture(scope="session")
+def ray_default_venv() -> venvs.Venv:
+    """``ray[default]==2.60.0``: the dashboard, ``ray list``, ``ray job``."""
+    return _obtain(lambda: venvs.ensure_venv(venvs.RAY_DEFAULT), "ray[default]==2.60.0")
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,8 @@ class RealCluster:
     gcs_starts: int = 0
     killed: set[int] = field(default_factory=set)
     """Indexes of workers stopped on purpose (:meth:`kill_worker`)."""
+    dashboard: str = ""
+    """``http://host:port`` of the dashboard ``gcs serve --dashboard`` runs, when it does."""
 
     @property
     def address(self) -> str:
@@ -129,7 +131,9 @@ class RealCluster:
                 [
                     str(self.ray_bin), "start", "--address", self.address, "--block",
                     f"--node-ip-address={worker.host}", f"--num-cpus={worker.num_cpus}",
-                    f"--temp-dir={temp_dir}", *resources, *worker.args,
+                    f"--temp-dir={temp_dir}", *resources,
+                    # agents bind their HTTP port on 127.0.0.1 too: one free port per node
+                    f"--dashboard-agent-listen-port={free_port()}", *worker.args,
                 ],
                 stdout=log, stderr=subprocess.STDOUT, env={**self.env, **worker.env},
                 start_new_session=True,

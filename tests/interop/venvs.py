@@ -91,7 +91,23 @@ ANT_RAY = VenvSpec(
         "import aiohttp_cors",
     ),
 )
-SPECS: Mapping[str, VenvSpec] = {"ray": RAY, "ant-ray": ANT_RAY}
+RAY_DEFAULT = VenvSpec(
+    name="ray-2.60.0-default",
+    dist="ray",
+    version="2.60.0",
+    wheel_glob="ray-2.60.0-*.whl",
+    local_wheel_dir=pathlib.Path("/tmp/wheels/ray260"),
+    wheel_extras=("default",),
+    checks=(
+        *RAY.checks,
+        "import ray.dashboard.dashboard",  # the dashboard head: aiohttp, opencensus, ...
+        "import ray.dashboard.modules.job.job_head",
+        "import aiohttp_cors",
+    ),
+)
+"""``ray[default]``: the dashboard, ``ray list`` and ``ray job`` (a venv of its own, so the
+plain ``ray`` venv other tests share is not rebuilt)."""
+SPECS: Mapping[str, VenvSpec] = {"ray": RAY, "ray-default": RAY_DEFAULT, "ant-ray": ANT_RAY}
 
 
 class VenvError(RuntimeError):
