@@ -13,7 +13,7 @@ set +e
 # Parallel by default (4 workers on this 2-core machine: the tests wait on conditions, not
 # time, and must pass oversubscribed); any arguments replace the default.
 if [ "$#" -eq 0 ]; then
-  set -- -n 4
+  set -- -n 4 --dist loadgroup
 fi
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 rc=$?
