@@ -39,6 +39,7 @@ from gcs.pubsub.subscriber import GcsSubscriber, SubscribeError
 from gcs.raylet import wire
 from gcs.raylet.resources import LocalResources
 from gcs.raylet.servicer import NodeIdentity, NodeManagerServicer
+from gcs.raylet.syncer import SyncerLink
 from gcs.raylet.vc_view import VirtualClusterView
 from gcs.rpc import ServiceStub, service_handler
 from gcs.rpc.security import Security
@@ -93,6 +94,9 @@ class RayletConfig:
     """How long ``start()`` keeps retrying the first registration."""
     rejoin_new_cluster: bool = False
     reregister_when_dead: bool = False
+    syncer: bool = True
+    """Open Ray's syncer stream (``RaySyncer/StartSync``) and send the resource view on
+    change, as a 2.60 raylet does (:mod:`gcs.raylet.syncer`)."""
     subscribe_virtual_clusters: bool = True
     """Keep a view of indivisible virtual clusters from pubsub channel 11 (fleets turn it
     off: 2,000 long polls from one process cost more than the fleet itself)."""
@@ -140,6 +144,7 @@ class RayletAgent:
         self._link: asyncio.Task[None] | None = None
         self.virtual_clusters = VirtualClusterView()
         self._vc_subscriber: GcsSubscriber | None = None
+        self.syncer: SyncerLink | None = None
 
     # -- public --------------------------------------------------------------------------
 
@@ -160,6 +165,8 @@ class RayletAgent:
             await self.stop()
             raise
         self._link = asyncio.get_running_loop().create_task(self._run_link())
+        if self.config.syncer:
+            self._start_syncer()
         if self.config.subscribe_virtual_clusters:
             task = asyncio.get_running_loop().create_task(self._subscribe_virtual_clusters())
             self._tasks.add(task)
@@ -257,6 +264,25 @@ class RayletAgent:
 
     def on_gcs_restarted(self) -> None:
         self._wake.set()
+
+    def on_view_changed(self) -> None:
+        if self.syncer is not None:
+            self.syncer.changed()
+
+    # -- syncer --------------------------------------------------------------------------
+
+    def _start_syncer(self) -> None:
+        assert self._channel is not None and self.servicer is not None
+        assert self.cluster_id is not None
+        self.syncer = SyncerLink(
+            self.node_id,
+            self._channel,
+            self.servicer.resource_view,
+            metadata=((CLUSTER_ID_METADATA_KEY, self.cluster_id.hex()),),
+            backoff_initial_s=self.config.reconnect_backoff_initial_ms / 1000,
+            backoff_max_s=self.config.reconnect_backoff_max_ms / 1000,
+        )
+        self._spawn(self.syncer.run())
 
     # -- virtual clusters (pubsub channel 11) --------------------------------------------
 

@@ -62,6 +62,7 @@ from gcs.rpc.front import (
     hot_methods,
     native_methods,
 )
+from gcs.rpc.front.sync import SyncDispatcher
 from gcs.rpc.raylets.actors import ActorGateway, GrpcActorGateway
 from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
@@ -570,6 +571,7 @@ class GcsServer:
             *(HEALTH_PREFIX + method.name for method in HEALTH_SERVICE.methods),
         ]
         forwarder = Forwarder(internal, cfg.grpc_max_message_bytes)
+        assert self.managers is not None
         router = GrpcRouter(
             hot_methods(pubsub_servicers, cfg.limits.max_request_bytes),
             native_methods(table.handlers, paths),
@@ -577,6 +579,12 @@ class GcsServer:
             forwarder,
             on_call=self.metrics.on_call,
             max_message_bytes=cfg.grpc_max_message_bytes,
+            syncer=SyncDispatcher(
+                self.managers.syncer,
+                cfg.limits,
+                cfg.grpc_max_message_bytes,
+                on_call=self.metrics.on_call,
+            ),
         )
         limits = H2Limits(
             max_concurrent_streams=cfg.front_max_concurrent_streams,
