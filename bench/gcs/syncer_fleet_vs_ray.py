@@ -292,7 +292,23 @@ def measure(
                 break
             if time.monotonic() > deadline or gcs.proc.poll() is not None:
                 raise TimeoutError(f"{gcs.name}: fleet not up: {stats}")
-        time.sleep(10)  # first health checks (5 s after registration), join relays settle
+        # the join relays every view to every raylet (nodes² messages): wait until the relay
+        # rate is down to what the churn alone causes, then for the first health checks
+        expected = nodes * (nodes - 1) / change_interval_s if change_interval_s > 0 else 0.0
+        settle_deadline = time.monotonic() + 600
+        received = stats["received"]
+        while time.monotonic() < settle_deadline:
+            time.sleep(3)
+            now_received = fleet.stats()["received"]
+            rate, received = (now_received - received) / 3, now_received
+            if rate <= 1.5 * expected + nodes:
+                break
+        time.sleep(8)  # Ray's first health checks start 5 s after registration
+        checks0 = (
+            scrape(gcs.metrics_port).get("gcs_health_checks_total", 0.0)
+            if gcs.metrics_port
+            else 0.0
+        )
         before, cpu0, t0 = fleet.stats(), cpu_seconds(gcs.proc.pid), time.monotonic()
         oldest: list[float] = []
         while time.monotonic() - t0 < window_s:
@@ -312,9 +328,11 @@ def measure(
             "oldest_poll_mean_s": sum(oldest) / len(oldest),
         }
         if gcs.metrics_port is not None:
-            result["gcs_oldest_report_s"] = scrape(gcs.metrics_port).get(
-                "gcs_load_poll_max_staleness_seconds", -1.0
-            )
+            metrics = scrape(gcs.metrics_port)
+            result["gcs_oldest_report_s"] = metrics.get("gcs_load_poll_max_staleness_seconds", -1.0)
+            result["health_checks_per_s"] = (
+                metrics.get("gcs_health_checks_total", 0.0) - checks0
+            ) / elapsed
         return result
     finally:
         fleet.stop()
@@ -322,7 +340,8 @@ def measure(
 
 def report(name: str, nodes: int, r: dict[str, float]) -> None:
     extra = (
-        f"; GCS's oldest report {r['gcs_oldest_report_s']:.2f} s"
+        f"; GCS's oldest report {r['gcs_oldest_report_s']:.2f} s, health checks "
+        f"{r['health_checks_per_s']:.0f}/s"
         if "gcs_oldest_report_s" in r
         else ""
     )

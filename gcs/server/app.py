@@ -683,7 +683,13 @@ class GcsServer:
             ),
             counter("gcs_load_poll_ok", "Successful GetResourceLoad calls", stats.polls_ok),
             counter("gcs_load_poll_failures", "Failed GetResourceLoad calls", stats.polls_failed),
+            counter(
+                "gcs_load_poll_skipped_synced",
+                "Polls left out: unchanged syncer view, no pending demand (adaptive polling)",
+                stats.skipped_synced,
+            ),
             counter("gcs_health_check_failures", "Failed raylet health checks", m.health.failures),
+            counter("gcs_health_checks", "Raylet health-check RPCs made", m.health.checks),
             gauge("gcs_syncer_streams", "Raylets connected to the syncer", len(m.syncer.peers)),
             counters(
                 "gcs_syncer_messages",

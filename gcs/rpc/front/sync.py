@@ -6,9 +6,10 @@ field).
 Why: relayed through grpc.aio over the private socket, every view the hub sends to a raylet
 crossed two HTTP/2 stacks and a grpc.aio stream write — about 2x the GCS CPU of grpc.aio
 alone and 4x Ray's per relayed message (``bench/gcs/syncer_fleet_vs_ray.py``, churn).  Here
-a peer costs no task: the hub calls the peer's flush (scheduled once per loop turn) when its
-outbox stops being empty, and the flush writes the queued entries, already encoded, as one
-gRPC message.  A peer that does not read (its stream's window is spent, data queued) gets
+a peer costs no task: the hub calls the peer's notify when its outbox stops being empty;
+once per loop turn every such peer gets its queued entries, already encoded, as one gRPC
+message, and the DATA frames for all streams of one connection (a fleet's raylets share one)
+go out in one write.  A peer that does not read (its stream's window is spent, data queued) gets
 nothing more written: its outbox keeps coalescing to the newest view per node, checked again
 after ``_BLOCKED_RETRY_S``.
 """
@@ -78,6 +79,7 @@ class SyncDispatcher:
         self._limits = limits
         self._max_message = max_message_bytes
         self._on_call = on_call
+        self._pending: list[SyncCall] = []
 
     def open(self, conn: H2ServerConnection, stream: Stream, encoding: bytes | None) -> SyncCall:
         call = SyncCall(conn, stream, encoding)
@@ -123,7 +125,24 @@ class SyncDispatcher:
     def _schedule(self, call: SyncCall) -> None:
         if not call.scheduled and not call.ended:
             call.scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush, call)
+            self._pending.append(call)
+            if len(self._pending) == 1:
+                asyncio.get_running_loop().call_soon(self._flush_pending)
+
+    def _flush_pending(self) -> None:
+        """Every peer with something queued, once per loop turn, one write per connection."""
+        pending, self._pending = self._pending, []
+        corked: set[H2ServerConnection] = set()
+        try:
+            for call in pending:
+                conn = call.conn
+                if conn not in corked:
+                    conn.cork()
+                    corked.add(conn)
+                self._flush(call)
+        finally:
+            for conn in corked:
+                conn.uncork()
 
     def _flush(self, call: SyncCall) -> None:
         call.scheduled = False
@@ -139,13 +158,17 @@ class SyncDispatcher:
             return
         if stream.out:  # the raylet is not reading: let its outbox coalesce meanwhile
             call.scheduled = True
-            asyncio.get_running_loop().call_later(_BLOCKED_RETRY_S, self._flush, call)
+            asyncio.get_running_loop().call_later(_BLOCKED_RETRY_S, self._retry, call)
             return
         entries = peer.drain(MAX_BATCH_MESSAGES)
         if entries:
             conn.send_data(stream, message_frame(b"".join(entries)))
         if len(peer):
             self._schedule(call)
+
+    def _retry(self, call: SyncCall) -> None:
+        call.scheduled = False
+        self._schedule(call)
 
     def _finish(
         self, call: SyncCall, code: grpc.StatusCode, message: str, *, send: bool = True
