@@ -20,9 +20,11 @@ default) is an idle cluster, where only the polls and health checks remain.
 After every raylet has registered and opened its stream and a warm-up (Ray's first health
 checks start 5 s after registration), over ``--window`` seconds it prints, per GCS:
 GCS CPU per raylet per second (utime+stime from /proc, load-independent), GCS cores, RSS,
-GetResourceLoad calls/s answered by the fleet, syncer messages relayed to the fleet per
-second, and the staleness of the GCS's load view — the age of the oldest GetResourceLoad
-answered by any raylet (measured at the raylets, so the same for both GCSs; resources, idle
+GetResourceLoad calls and health checks per second answered by the fleet (and the GCS CPU
+per such RPC: on a loaded machine the fleet may answer fewer polls than a GCS wants, which
+lowers that GCS's CPU per raylet), syncer messages relayed to the fleet per second, and
+the staleness of the GCS's load view — the age of the oldest GetResourceLoad answered by
+any raylet (measured at the raylets, so the same for both GCSs; resources, idle
 and draining travel on the syncer and are fresh for both).  Then the ratio Ray / ours.
 The machine is shared: the load average is printed; compare CPU time, not wall time.
 """
@@ -31,13 +33,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
-import json
 import multiprocessing as mp
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,7 +49,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench.gcs.poll_fleet import cpu_seconds, scrape  # noqa: E402
-from bench.pubsub.vs_ray import ray_gcs_server_binary  # noqa: E402
+from bench.pubsub.vs_ray import Server, ray_gcs_server_binary  # noqa: E402
+from bench.pubsub.vs_ray import start_ray as start_ray_server  # noqa: E402
 from gcs.testing.servers import free_port  # noqa: E402
 
 
@@ -140,10 +140,11 @@ def _draw(rng: random.Random, mean: float) -> int:
 def _stats(fleet: object) -> dict[str, float]:
     now = time.monotonic()
     agents = fleet.agents  # type: ignore[attr-defined]
-    polls = received = sent = connected = 0
+    polls = received = sent = connected = checks = 0
     oldest = 0.0
     for agent in agents:
         servicer, link = agent.servicer, agent.syncer
+        checks += agent.health_checks
         if servicer is not None:
             polls += servicer.polls
             if servicer.last_polled_s is not None:
@@ -155,6 +156,7 @@ def _stats(fleet: object) -> dict[str, float]:
     return {
         "agents": len(agents),
         "polls": polls,
+        "health_checks": checks,
         "received": received,
         "sent": sent,
         "connected": connected,
@@ -215,24 +217,13 @@ def start_fleet(address: str, nodes: int, processes: int, change_interval_s: flo
 
 @dataclass
 class Gcs:
-    name: str
-    proc: subprocess.Popen[bytes]
+    server: Server
     port: int
     metrics_port: int | None
-    workdir: tempfile.TemporaryDirectory[str]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.workdir.cleanup()
 
 
 def start_ours() -> Gcs:
+    """``gcs serve`` as deployed (front server, memory store), its defaults."""
     port, metrics = free_port(), free_port()
     work = tempfile.TemporaryDirectory(prefix="gcs-bench-ours-")
     cmd = [
@@ -243,27 +234,13 @@ def start_ours() -> Gcs:
     proc = subprocess.Popen(
         cmd, cwd=work.name, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    return Gcs("ours", proc, port, metrics, work)
+    return Gcs(Server("ours", proc, f"127.0.0.1:{port}", work), port, metrics)
 
 
 def start_ray(binary: Path) -> Gcs:
+    """Ray's ``gcs_server`` with its defaults (empty system config)."""
     port = free_port()
-    work = tempfile.TemporaryDirectory(prefix="gcs-bench-ray-")
-    cmd = [
-        str(binary),
-        f"--log_dir={work.name}",
-        "--config_list=" + base64.b64encode(json.dumps({}).encode()).decode(),
-        f"--gcs_server_port={port}",
-        "--metrics-agent-port=0",
-        "--node-ip-address=127.0.0.1",
-        "--session-name=syncer-bench",
-        f"--session-dir={work.name}",
-        "--node-id=" + os.urandom(28).hex(),
-    ]
-    proc = subprocess.Popen(
-        cmd, cwd=work.name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    return Gcs("ray", proc, port, None, work)
+    return Gcs(start_ray_server(port, binary, config={}), port, None)
 
 
 def wait_port(port: int, timeout_s: float = 30) -> None:
@@ -290,8 +267,8 @@ def measure(
             stats = fleet.stats()
             if stats.get("agents", 0) >= nodes and stats.get("connected", 0) >= nodes:
                 break
-            if time.monotonic() > deadline or gcs.proc.poll() is not None:
-                raise TimeoutError(f"{gcs.name}: fleet not up: {stats}")
+            if time.monotonic() > deadline or gcs.server.proc.poll() is not None:
+                raise TimeoutError(f"{gcs.server.name}: fleet not up: {stats}")
         # the join relays every view to every raylet (nodes² messages): wait until the relay
         # rate is down to what the churn alone causes, then for the first health checks
         expected = nodes * (nodes - 1) / change_interval_s if change_interval_s > 0 else 0.0
@@ -304,35 +281,31 @@ def measure(
             if rate <= 1.5 * expected + nodes:
                 break
         time.sleep(8)  # Ray's first health checks start 5 s after registration
-        checks0 = (
-            scrape(gcs.metrics_port).get("gcs_health_checks_total", 0.0)
-            if gcs.metrics_port
-            else 0.0
-        )
-        before, cpu0, t0 = fleet.stats(), cpu_seconds(gcs.proc.pid), time.monotonic()
+        before, cpu0, t0 = fleet.stats(), cpu_seconds(gcs.server.pid), time.monotonic()
         oldest: list[float] = []
         while time.monotonic() - t0 < window_s:
             time.sleep(1)
             oldest.append(fleet.stats()["oldest_poll_s"])
-        after, cpu1, t1 = fleet.stats(), cpu_seconds(gcs.proc.pid), time.monotonic()
+        after, cpu1, t1 = fleet.stats(), cpu_seconds(gcs.server.pid), time.monotonic()
         elapsed = t1 - t0
         cores = (cpu1 - cpu0) / elapsed
         result = {
             "cores": cores,
             "us_per_raylet_s": 1e6 * cores / nodes,
-            "rss_mb": rss_mb(gcs.proc.pid),
+            "rss_mb": rss_mb(gcs.server.pid),
             "polls_per_s": (after["polls"] - before["polls"]) / elapsed,
+            "checks_per_s": (after["health_checks"] - before["health_checks"]) / elapsed,
             "relayed_per_s": (after["received"] - before["received"]) / elapsed,
             "views_per_s": (after["sent"] - before["sent"]) / elapsed,
             "oldest_poll_max_s": max(oldest),
             "oldest_poll_mean_s": sum(oldest) / len(oldest),
         }
+        rpcs = result["polls_per_s"] + result["checks_per_s"]
+        result["us_per_rpc"] = 1e6 * cores / max(rpcs, 1.0)
         if gcs.metrics_port is not None:
-            metrics = scrape(gcs.metrics_port)
-            result["gcs_oldest_report_s"] = metrics.get("gcs_load_poll_max_staleness_seconds", -1.0)
-            result["health_checks_per_s"] = (
-                metrics.get("gcs_health_checks_total", 0.0) - checks0
-            ) / elapsed
+            result["gcs_oldest_report_s"] = scrape(gcs.metrics_port).get(
+                "gcs_load_poll_max_staleness_seconds", -1.0
+            )
         return result
     finally:
         fleet.stop()
@@ -340,15 +313,16 @@ def measure(
 
 def report(name: str, nodes: int, r: dict[str, float]) -> None:
     extra = (
-        f"; GCS's oldest report {r['gcs_oldest_report_s']:.2f} s, health checks "
-        f"{r['health_checks_per_s']:.0f}/s"
+        f"; GCS's oldest report {r['gcs_oldest_report_s']:.2f} s"
         if "gcs_oldest_report_s" in r
         else ""
     )
     print(
         f"  {name:4} nodes={nodes}: {r['us_per_raylet_s']:.1f} us CPU per raylet per s "
         f"({r['cores']:.3f} cores), RSS {r['rss_mb']:.0f} MB, GetResourceLoad "
-        f"{r['polls_per_s']:.0f}/s, views sent {r['views_per_s']:.1f}/s, relayed to raylets "
+        f"{r['polls_per_s']:.0f}/s + health checks {r['checks_per_s']:.0f}/s "
+        f"({r['us_per_rpc']:.0f} us CPU per raylet RPC), views sent {r['views_per_s']:.1f}/s, "
+        f"relayed to raylets "
         f"{r['relayed_per_s']:.0f}/s, oldest load report {r['oldest_poll_mean_s']:.2f} s mean "
         f"/ {r['oldest_poll_max_s']:.2f} s max{extra}  [load {load()}]",
         flush=True,
@@ -384,7 +358,7 @@ def main() -> None:
                         gcs, nodes, args.processes, args.window, args.change_interval
                     )
                 finally:
-                    gcs.stop()
+                    gcs.server.stop()
                 report(name, nodes, results[name])
             if "ours" in results and "ray" in results:
                 ratio = results["ray"]["us_per_raylet_s"] / max(
