@@ -9,6 +9,7 @@ from gcs.proto import ray_syncer_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.syncer import view_fingerprint
 from gcs.server.app import GcsServer
+from tests.conftest import fast_config
 from tests.raylet.conftest import FAST, eventually
 
 
@@ -94,6 +95,25 @@ class TestAgentSyncer:
             assert gcs_server.managers.syncer.live_version(agent.node_id) is None  # type: ignore[union-attr]
         finally:
             await agent.stop()
+
+
+async def test_the_grpc_aio_path_serves_the_agent_too() -> None:
+    """``front_server: false``: StartSync on grpc.aio (the servicer), same behaviour."""
+    server = GcsServer(fast_config(front_server=False))
+    await server.start()
+    try:
+        a = await _agent(server)
+        b = await _agent(server)
+        try:
+            await eventually(lambda: a.syncer.views.get(b.node_id) == 1)  # type: ignore[union-attr]
+            lease_id = b.servicer.hold({"CPU": 2.0})  # type: ignore[union-attr]
+            assert lease_id is not None
+            await eventually(lambda: a.syncer.views.get(b.node_id) == 2)  # type: ignore[union-attr]
+        finally:
+            await a.stop()
+            await b.stop()
+    finally:
+        await server.stop()
 
 
 def test_idle_duration_alone_is_no_change() -> None:
