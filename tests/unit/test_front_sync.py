@@ -132,3 +132,10 @@ async def test_a_reset_or_a_dead_node_disconnects_the_peer() -> None:
     await _turn()
     assert conn.trailers == [(1, OK_TRAILERS)]
     assert A not in h.hub.peers
+
+
+async def test_shutdown_ends_every_stream() -> None:
+    h, dispatcher, conn, _, _ = await _setup()
+    dispatcher.end_all()
+    assert sorted(conn.trailers) == [(1, OK_TRAILERS), (3, OK_TRAILERS)]
+    assert h.hub.peers == {}

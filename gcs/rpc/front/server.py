@@ -134,6 +134,11 @@ class GrpcRouter:
         elif isinstance(call, Forwarded):
             self._forwarder.on_reset(call)
 
+    def goaway(self) -> None:
+        """Shutting down: end the syncer streams (they never end on their own)."""
+        if self._syncer is not None:
+            self._syncer.end_all()
+
     async def close(self) -> None:
         """Cancel the native calls still running (their connections are closed)."""
         await self._natives.close()
@@ -197,6 +202,7 @@ class FrontServer:
             self._keepalive.cancel()
         if self._server is not None:
             self._server.close()
+        self._router.goaway()
         for conn in list(self.connections):
             conn.goaway()
 

@@ -80,6 +80,7 @@ class SyncDispatcher:
         self._max_message = max_message_bytes
         self._on_call = on_call
         self._pending: list[SyncCall] = []
+        self._open: set[SyncCall] = set()
 
     def open(self, conn: H2ServerConnection, stream: Stream, encoding: bytes | None) -> SyncCall:
         call = SyncCall(conn, stream, encoding)
@@ -90,7 +91,14 @@ class SyncDispatcher:
             return call
         conn.send_headers(stream, _HEADERS)
         call.peer = self._hub.connect(node_id, lambda: self._schedule(call))
+        self._open.add(call)
         return call
+
+    def end_all(self) -> None:
+        """Shutting down: every stream ends (OK) now rather than holding the grace period
+        (raylets reconnect to the next GCS after their back-off)."""
+        for call in list(self._open):
+            self._finish(call, grpc.StatusCode.OK, "")
 
     def on_data(
         self, conn: H2ServerConnection, stream: Stream, call: SyncCall, data: bytes
@@ -176,6 +184,7 @@ class SyncDispatcher:
         if call.ended:
             return
         call.ended = True
+        self._open.discard(call)
         peer = call.peer
         if peer is not None:
             self._hub.disconnect(peer)
