@@ -55,11 +55,15 @@ class LoadPollConfig:
     spread: float = 0.5
     """Fraction of the period over which a round's slices are started (0: back to back);
     each node is still polled once per period, but replies no longer arrive in one burst."""
-    syncer_max_staleness_ms: int = 0
+    syncer_max_staleness_ms: int = 3000
     """Adaptive polling: a raylet streaming syncer views whose view has not changed since its
-    last poll is polled only this often (its resources are known from the syncer; only its
-    pending demand may be this stale).  0 = every period, as Ray does.  Raylets without a
-    syncer stream are always polled every period."""
+    last poll, and whose last poll showed no pending demand, is polled only this often (its
+    resources, idle time and draining come from the syncer; only new demand on a node whose
+    view did not move can be this late, plus a round).  Nodes with pending demand, without a
+    syncer stream, or whose view changed are polled every period.  At or below the
+    health-check period a poll reply doubles as the heartbeat, so backed-off nodes cost no
+    extra health checks (the default is that period).  0 = every node every period, as Ray
+    does."""
     transport: str = "h2"
     """``h2``: the lean HTTP/2 client of ``gcs.rpc.raylets.h2_unary`` (~3x less GCS CPU per poll;
     a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""

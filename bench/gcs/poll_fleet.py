@@ -44,6 +44,7 @@ def scrape(port: int) -> dict[str, float]:
         "gcs_load_poll_failures",
         "gcs_load_poll_ok_total",
         "gcs_health_check_failures",
+        "gcs_health_checks_total",
     ):
         match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
         if match:

@@ -180,12 +180,15 @@ def start_script(name: str, script: str, port: int) -> Server:
     return Server(name, proc, f"127.0.0.1:{port}", work)
 
 
-def start_ray(port: int, binary: Path) -> Server:
+def start_ray(port: int, binary: Path, config: dict[str, object] | None = None) -> Server:
+    """Ray's ``gcs_server``; ``config`` (system config) defaults to health checks and load
+    polls pushed an hour out (only the fan-out is measured here)."""
     work = tempfile.TemporaryDirectory(prefix="gcs-bench-ray-")
-    config = {
-        "health_check_initial_delay_ms": _HOUR_MS,
-        "gcs_pull_resource_loads_period_milliseconds": _HOUR_MS,
-    }
+    if config is None:
+        config = {
+            "health_check_initial_delay_ms": _HOUR_MS,
+            "gcs_pull_resource_loads_period_milliseconds": _HOUR_MS,
+        }
     cmd = [
         str(binary),
         f"--log_dir={work.name}",

@@ -387,11 +387,13 @@ class LoadPoller:
                     self.stats.skipped_in_flight += 1
                     continue
                 version = self._view_version(node_id) if self._view_version else None
-                if version is not None and self._synced_s > 0:
-                    polled = self._polled_view.get(node_id)
-                    if polled and polled[0] == version and now - polled[1] < self._synced_s:
-                        self.stats.skipped_synced += 1
-                        continue
+                if (
+                    version is not None
+                    and self._synced_s > 0
+                    and self._may_skip(node_id, version, now)
+                ):
+                    self.stats.skipped_synced += 1
+                    continue
                 if not_before:
                     due = not_before.get(node_id)
                     if due is not None:
@@ -418,6 +420,26 @@ class LoadPoller:
                 for dead in [n for n in table if n not in alive]:
                     del table[dead]
         return tasks
+
+    def _may_skip(self, node_id: bytes, version: int, now: float) -> bool:
+        """Adaptive polling: skip a node whose syncer view is the one of its last poll, whose
+        last poll showed no pending demand, and whose last poll is younger than the bound.
+
+        The syncer carries resources, idle and draining but not the load: a queued task that
+        changes no resource (infeasible, or waiting on a full node) shows only in a poll.  So
+        a node with pending demand is polled every round (its queue moves without its view
+        moving), and a quiet one at least every ``syncer_max_staleness_ms``: new demand on a
+        node whose view did not change reaches the autoscaler at most that late.  Polls are
+        due at round boundaries, so the age is compared with half a period of slack (a reply
+        lands a little after its round started).
+        """
+        polled = self._polled_view.get(node_id)
+        if polled is None or polled[0] != version:
+            return False
+        if now - polled[1] >= self._synced_s - self._period_s / 2:
+            return False
+        entry = self._cache.nodes.get(node_id)
+        return entry is not None and not entry.demand
 
     async def _finish_round(self, started: float, tasks: list[asyncio.Task[None]]) -> None:
         try:

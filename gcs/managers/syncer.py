@@ -11,7 +11,10 @@ receives the newest message of every other node.
 Per peer, the outbox holds at most one message per (node, type): a newer version replaces
 the queued one, so a queue is bounded by twice the number of nodes and a slow raylet only
 ever receives the newest views; fan-out is a dict insert per peer, so a slow or stuck
-stream never delays the others (its writer is its own task).
+stream never delays the others (its writer is its own task, or a flush callback on the
+front server).  Each accepted message is encoded once, as its ``RaySyncMessageBatch``
+entry: a peer's batch is the concatenation of its queued entries (no protobuf work per
+peer).
 
 RESOURCE_VIEW messages also feed the GCS: the resource cache (available/total, idle,
 draining), the node's ``state_snapshot`` (``node_activity``, IDLE/ACTIVE/DRAINING) and the
@@ -31,6 +34,7 @@ from gcs.managers.events import NodeEvents
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2, ray_syncer_pb2
+from gcs.wire_encoding import len_field
 
 log = structlog.get_logger("gcs.syncer")
 
@@ -60,32 +64,53 @@ class SyncStats:
 
 
 class Peer:
-    """One connected raylet: its coalescing outbox."""
+    """One connected raylet: its coalescing outbox of encoded batch entries.
 
-    def __init__(self, node_id: bytes, stats: SyncStats) -> None:
+    ``notify`` (the front server's flush) is called when the outbox stops being empty and
+    when the peer closes; the grpc.aio writer waits in :meth:`take` instead."""
+
+    def __init__(
+        self, node_id: bytes, stats: SyncStats, notify: Callable[[], None] | None = None
+    ) -> None:
         self.node_id = node_id
         self._stats = stats
-        self._outbox: dict[Key, ray_syncer_pb2.RaySyncMessage] = {}
+        self._notify = notify
+        self._outbox: dict[Key, bytes] = {}
         self._ready = asyncio.Event()
         self.closed = False
 
     def __len__(self) -> int:
         return len(self._outbox)
 
-    def offer(self, message: ray_syncer_pb2.RaySyncMessage) -> None:
-        key = (message.node_id, message.message_type)
-        if self._outbox.pop(key, None) is not None:
+    def offer(self, key: Key, entry: bytes) -> None:
+        outbox = self._outbox
+        if outbox.pop(key, None) is not None:
             self._stats.coalesced += 1
-        self._outbox[key] = message
+        elif not outbox and self._notify is not None:
+            self._notify()
+        outbox[key] = entry
         self._stats.relayed += 1
         self._ready.set()
 
     def close(self) -> None:
         self.closed = True
         self._ready.set()
+        if self._notify is not None:
+            self._notify()
 
-    async def take(self, max_messages: int) -> list[ray_syncer_pb2.RaySyncMessage] | None:
-        """The next batch (oldest first, at most ``max_messages``); None once closed."""
+    def drain(self, max_messages: int) -> list[bytes]:
+        """Up to ``max_messages`` queued entries, oldest first (removed)."""
+        outbox = self._outbox
+        if len(outbox) <= max_messages:
+            batch = list(outbox.values())
+            outbox.clear()
+            return batch
+        keys = list(outbox)[:max_messages]
+        return [outbox.pop(key) for key in keys]
+
+    async def take(self, max_messages: int) -> list[bytes] | None:
+        """The next batch of entries (oldest first, at most ``max_messages``); None once
+        closed.  ``b"".join(batch)`` is a serialized ``RaySyncMessageBatch``."""
         while not self._outbox:
             if self.closed:
                 return None
@@ -93,10 +118,7 @@ class Peer:
             await self._ready.wait()
         if self.closed:
             return None
-        batch: list[ray_syncer_pb2.RaySyncMessage] = []
-        for key in list(self._outbox)[:max_messages]:
-            batch.append(self._outbox.pop(key))
-        return batch
+        return self.drain(max_messages)
 
 
 class SyncHub:
@@ -112,6 +134,8 @@ class SyncHub:
         self._resources = resources
         self._on_heartbeat = on_heartbeat
         self._views: dict[Key, ray_syncer_pb2.RaySyncMessage] = {}
+        self._entries: dict[Key, bytes] = {}
+        """The held messages, encoded as batch entries (what peers are sent)."""
         self._peers: dict[bytes, Peer] = {}
         self.stats = SyncStats()
         node_events.subscribe(self)
@@ -125,6 +149,7 @@ class SyncHub:
         stream is closed."""
         for kind in MESSAGE_TYPES:
             self._views.pop((node.node_id, kind), None)
+            self._entries.pop((node.node_id, kind), None)
         peer = self._peers.pop(node.node_id, None)
         if peer is not None:
             peer.close()
@@ -146,16 +171,16 @@ class SyncHub:
         return self.version(node_id)
 
     # -- streams -------------------------------------------------------------------------
-    def connect(self, node_id: bytes) -> Peer:
+    def connect(self, node_id: bytes, notify: Callable[[], None] | None = None) -> Peer:
         """A raylet opened its stream: it gets the newest message of every other node.  A
         second stream of one node replaces the first (which is closed)."""
         old = self._peers.pop(node_id, None)
         if old is not None:
             old.close()
-        peer = Peer(node_id, self.stats)
-        for (origin, _), message in self._views.items():
-            if origin != node_id:
-                peer.offer(message)
+        peer = Peer(node_id, self.stats, notify)
+        for key, entry in self._entries.items():
+            if key[0] != node_id:
+                peer.offer(key, entry)
         self._peers[node_id] = peer
         log.debug("syncer.connected", node_id=node_id.hex(), queued=len(peer))
         return peer
@@ -189,10 +214,11 @@ class SyncHub:
             self._nodes.apply_snapshot(node_id, _snapshot(view))
         self._on_heartbeat(node_id)
         self._views[key] = message
+        entry = self._entries[key] = len_field(1, message.SerializeToString())
         stats.accepted += 1
         for peer in self._peers.values():
             if peer is not sender and peer.node_id != node_id:
-                peer.offer(message)
+                peer.offer(key, entry)
         return True
 
 

@@ -209,6 +209,12 @@ def raylet_command(
 @click.option("--name-prefix", default="fleet", show_default=True)
 @click.option("--first-index", type=NON_NEGATIVE_INT, default=0, hidden=True)
 @click.option("--liveness-check-interval-ms", type=POSITIVE_INT, default=60_000, show_default=True)
+@click.option(
+    "--syncer/--no-syncer",
+    default=True,
+    show_default=True,
+    help="Keep Ray's syncer stream per agent (resource view on change), as real raylets do.",
+)
 @_log_level_option
 def raylet_fleet_command(
     *,
@@ -222,6 +228,7 @@ def raylet_fleet_command(
     name_prefix: str,
     first_index: int,
     liveness_check_interval_ms: int,
+    syncer: bool,
     log_level: str,
 ) -> None:
     """Run COUNT raylet agents, in this process or spread over --processes children."""
@@ -240,6 +247,8 @@ def raylet_fleet_command(
         ]  # fmt: skip
         if distinct_ips:
             argv.append("--distinct-ips")
+        if not syncer:
+            argv.append("--no-syncer")
         sys.exit(asyncio.run(run_fleet_processes(argv, count, processes)))
     config = FleetConfig(
         gcs_address=gcs_address,
@@ -251,6 +260,7 @@ def raylet_fleet_command(
         first_index=first_index,
         distinct_ips=distinct_ips,
         liveness_check_interval_ms=liveness_check_interval_ms,
+        syncer=syncer,
     )
 
     async def run() -> None:

@@ -53,6 +53,8 @@ class FleetConfig:
     distinct_ips: bool = False
     liveness_check_interval_ms: int = 60_000
     register_concurrency: int = 64
+    syncer: bool = True
+    """Every agent keeps Ray's syncer stream (resource view on change), as real raylets do."""
 
 
 def loopback_ip(index: int) -> str:
@@ -90,6 +92,7 @@ class RayletFleet:
             instance_id=f"{cfg.name_prefix}-{index}",
             liveness_check_interval_ms=cfg.liveness_check_interval_ms,
             subscribe_virtual_clusters=False,
+            syncer=cfg.syncer,
         )
 
     async def start(self) -> None:

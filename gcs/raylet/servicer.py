@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gcs.clock import Clock
-from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, node_manager_pb2
+from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, node_manager_pb2, ray_syncer_pb2
 from gcs.raylet import wire
 from gcs.raylet.resources import LeaseRequest, LocalResources, Placement
 from gcs.rpc.errors import InvalidArgument
@@ -37,6 +37,8 @@ class AgentControl(Protocol):
     def on_idle_drain_accepted(self, reason_message: str) -> None: ...
     def on_shutdown_requested(self, graceful: bool) -> None: ...
     def on_gcs_restarted(self) -> None: ...
+    def on_view_changed(self) -> None:
+        """Resources, idle/busy or draining may have changed (the syncer sends a view)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,10 @@ class NodeManagerServicer:
         self._by_port: dict[int, bytes] = {}
         self._ports = itertools.count(10_000)
         self._timers: set[asyncio.Task[None]] = set()
+        self.polls = 0
+        """GetResourceLoad calls answered."""
+        self.last_polled_s: float | None = None
+        """Monotonic time of the last GetResourceLoad (how stale the GCS's load view is)."""
 
     # -- state ---------------------------------------------------------------------------
 
@@ -90,6 +96,28 @@ class NodeManagerServicer:
             self._idle_since = None
         elif self._idle_since is None:
             self._idle_since = self._clock.monotonic_s()
+        self._control.on_view_changed()
+
+    def resource_view(self) -> ray_syncer_pb2.ResourceViewSyncMessage:
+        """The syncer's RESOURCE_VIEW, as a 2.60 raylet fills it: availability clamped at 0,
+        the idle duration at creation (at least 1 ms when idle), draining, and one
+        ``node_activity`` line per resource in use."""
+        resources = self.resources
+        idle_ms = max(1, self.idle_duration_ms()) if self._idle_since is not None else 0
+        view = ray_syncer_pb2.ResourceViewSyncMessage(
+            resources_available={k: max(0.0, v) for k, v in resources.available.items()},
+            resources_total=resources.total,
+            idle_duration_ms=idle_ms,
+            is_draining=self.draining,
+            draining_deadline_timestamp_ms=self.draining_deadline_ms,
+        )
+        if not idle_ms:
+            view.node_activity.extend(
+                f"Resource: {name} currently in use."
+                for name, total in sorted(resources.total.items())
+                if resources.available.get(name, 0.0) < total
+            )
+        return view
 
     def resources_data(self) -> gcs_pb2.ResourcesData:
         summed, rows = self.resources.load()
@@ -120,6 +148,8 @@ class NodeManagerServicer:
     # -- GCS-facing RPCs -----------------------------------------------------------------
 
     async def GetResourceLoad(self, request: Any, context: Any) -> Any:
+        self.polls += 1
+        self.last_polled_s = self._clock.monotonic_s()
         return node_manager_pb2.GetResourceLoadReply(resources=self.resources_data())
 
     async def DrainRaylet(self, request: Any, context: Any) -> Any:
@@ -138,6 +168,7 @@ class NodeManagerServicer:
     def _mark_draining(self, deadline_ms: int) -> None:
         self.draining = True
         self.draining_deadline_ms = deadline_ms
+        self._control.on_view_changed()
 
     async def ResizeLocalResourceInstances(self, request: Any, context: Any) -> Any:
         granted = self.resources.resize(dict(request.resources))
@@ -240,6 +271,19 @@ class NodeManagerServicer:
                     _Reply(canceled=True, failure_type=_Reply.SCHEDULING_CANCELLED_INTENDED)
                 )
         return node_manager_pb2.CancelWorkerLeaseReply()
+
+    # -- local work (benchmarks and tests: a lease taken without an RPC) ----------------
+
+    def hold(self, shape: dict[str, float]) -> bytes | None:
+        """Take a lease of ``shape`` now if it fits (its id), else None."""
+        lease = LeaseRequest(lease_id=os.urandom(28), shape=shape)
+        if not self.resources.try_grant_now(lease):
+            return None
+        self._grant(lease, None)
+        return lease.lease_id
+
+    def free(self, lease_id: bytes) -> None:
+        self._release(lease_id)
 
     # -- internals -----------------------------------------------------------------------
 

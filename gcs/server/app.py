@@ -65,6 +65,7 @@ from gcs.rpc.front import (
     hot_methods,
     native_methods,
 )
+from gcs.rpc.front.sync import SyncDispatcher
 from gcs.rpc.raylets.actors import ActorGateway, GrpcActorGateway
 from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
@@ -590,6 +591,7 @@ class GcsServer:
             *(HEALTH_PREFIX + method.name for method in HEALTH_SERVICE.methods),
         ]
         forwarder = Forwarder(internal, cfg.grpc_max_message_bytes)
+        assert self.managers is not None
         router = GrpcRouter(
             hot_methods(pubsub_servicers, cfg.limits.max_request_bytes),
             native_methods(table.handlers, paths),
@@ -597,6 +599,12 @@ class GcsServer:
             forwarder,
             on_call=self.metrics.on_call,
             max_message_bytes=cfg.grpc_max_message_bytes,
+            syncer=SyncDispatcher(
+                self.managers.syncer,
+                cfg.limits,
+                cfg.grpc_max_message_bytes,
+                on_call=self.metrics.on_call,
+            ),
         )
         limits = H2Limits(
             max_concurrent_streams=cfg.front_max_concurrent_streams,
@@ -755,7 +763,13 @@ class GcsServer:
             ),
             counter("gcs_load_poll_ok", "Successful GetResourceLoad calls", stats.polls_ok),
             counter("gcs_load_poll_failures", "Failed GetResourceLoad calls", stats.polls_failed),
+            counter(
+                "gcs_load_poll_skipped_synced",
+                "Polls left out: unchanged syncer view, no pending demand (adaptive polling)",
+                stats.skipped_synced,
+            ),
             counter("gcs_health_check_failures", "Failed raylet health checks", m.health.failures),
+            counter("gcs_health_checks", "Raylet health-check RPCs made", m.health.checks),
             gauge("gcs_syncer_streams", "Raylets connected to the syncer", len(m.syncer.peers)),
             counters(
                 "gcs_syncer_messages",

@@ -120,7 +120,7 @@ class RaySyncerServicer:
                 batch = await peer.take(MAX_BATCH_MESSAGES)
                 if batch is None:
                     break
-                yield ray_syncer_pb2.RaySyncMessageBatch(messages=batch).SerializeToString()
+                yield b"".join(batch)  # entries: a serialized RaySyncMessageBatch
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise

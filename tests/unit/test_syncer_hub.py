@@ -53,7 +53,8 @@ class Hub:
 
 
 async def _take(peer, n: int = 100) -> list[ray_syncer_pb2.RaySyncMessage]:
-    return await asyncio.wait_for(peer.take(n), timeout=5)
+    entries = await asyncio.wait_for(peer.take(n), timeout=5)
+    return list(ray_syncer_pb2.RaySyncMessageBatch.FromString(b"".join(entries)).messages)
 
 
 async def test_a_view_is_relayed_to_the_other_raylets_not_back_to_its_sender() -> None:

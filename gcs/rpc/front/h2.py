@@ -172,6 +172,7 @@ class H2ServerConnection(asyncio.Protocol):
         self._blocked: dict[int, Stream] = {}
         self._queued_out = 0
         self._paused = False
+        self._cork: list[bytes] | None = None
         self._peer_goaway = False
         self._heard = True
         self._ping_sent_at: float | None = None
@@ -656,9 +657,23 @@ class H2ServerConnection(asyncio.Protocol):
             log.warning("front.output_bound", bytes=waiting)
             self.abort(ENHANCE_YOUR_CALM, "peer does not read its replies")
 
+    def cork(self) -> None:
+        """Collect writes until :meth:`uncork`, which sends them in one ``write`` (a
+        fan-out to many streams of one connection costs one syscall, not one per stream)."""
+        if self._cork is None:
+            self._cork = []
+
+    def uncork(self) -> None:
+        cork, self._cork = self._cork, None
+        if cork:
+            self._write(b"".join(cork))
+
     def _write(self, data: bytes) -> None:
         transport = self.transport
         if transport is None or self.closed:
+            return
+        if self._cork is not None:
+            self._cork.append(data)
             return
         transport.write(data)
         if self._paused:

@@ -1,7 +1,7 @@
 """The front server: owns the GCS port, answers the hot pubsub methods itself
 (:mod:`.hot`) and every other unary method through grpc.aio's own handler table
-(:mod:`.native`); it relays streaming methods and unknown paths to the grpc.aio server
-(:mod:`.forward`).
+(:mod:`.native`), and Ray's syncer stream (:mod:`.sync`); it relays the other streaming
+methods and unknown paths to the grpc.aio server (:mod:`.forward`).
 
 Why: at 2,000 long-poll subscribers grpc.aio's per-call machinery alone costs more CPU per
 publish than Ray's C++ ``gcs_server`` (``bench/pubsub/floor_server.py``); a held poll here
@@ -24,8 +24,10 @@ from gcs.rpc.front.grpc_wire import GrpcWireError, parse_timeout, request_metada
 from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream
 from gcs.rpc.front.hot import HotCall, HotDispatcher, HotMethod
 from gcs.rpc.front.native import NativeCall, NativeDispatcher, NativeMethod
+from gcs.rpc.front.sync import SyncCall, SyncDispatcher
 from gcs.rpc.h2wire import PROTOCOL_ERROR
 from gcs.rpc.server import CallHook
+from gcs.services.syncer import START_SYNC_PATH
 
 if TYPE_CHECKING:  # gcs.server imports this package
     from gcs.server.interceptors import CallGuard
@@ -45,8 +47,10 @@ class GrpcRouter:
         *,
         on_call: CallHook | None,
         max_message_bytes: int,
+        syncer: SyncDispatcher | None = None,
     ) -> None:
         self._hot = hot
+        self._syncer = syncer
         self._native = native
         self._guard = guard
         self._forwarder = forwarder
@@ -74,7 +78,8 @@ class GrpcRouter:
             seconds = parse_timeout(timeout) if timeout is not None else None
             hot = self._hot.get(method)
             native = self._native.get(method) if hot is None else None
-            if hot is None and native is None:
+            syncing = self._syncer is not None and method == START_SYNC_PATH
+            if hot is None and native is None and not syncing:
                 metadata = request_metadata(stream.headers)
                 stream.app = self._forwarder.open(conn, stream, method, metadata, seconds, encoding)
                 return
@@ -89,6 +94,9 @@ class GrpcRouter:
             return
         if hot is not None:
             stream.app = HotCall(hot, seconds, encoding)
+        elif native is None:
+            assert self._syncer is not None
+            stream.app = self._syncer.open(conn, stream, encoding)
         else:
             assert native is not None
             stream.app = NativeCall(native, seconds, encoding)
@@ -99,6 +107,8 @@ class GrpcRouter:
             self._dispatcher.on_data(conn, stream, call, data)
         elif type(call) is NativeCall:
             self._natives.on_data(conn, stream, call, data)
+        elif type(call) is SyncCall:
+            self._syncer.on_data(conn, stream, call, data)  # type: ignore[union-attr]
         elif call is not None:
             self._forwarder.on_data(conn, stream, call, data)
 
@@ -108,6 +118,8 @@ class GrpcRouter:
             self._dispatcher.on_end(conn, stream, call)
         elif type(call) is NativeCall:
             self._natives.on_end(conn, stream, call)
+        elif type(call) is SyncCall:
+            self._syncer.on_end(conn, stream, call)  # type: ignore[union-attr]
         elif call is not None:
             self._forwarder.on_end(conn, stream, call)
 
@@ -117,8 +129,15 @@ class GrpcRouter:
             self._dispatcher.on_reset(call)
         elif type(call) is NativeCall:
             self._natives.on_reset(call)
+        elif type(call) is SyncCall:
+            self._syncer.on_reset(call)  # type: ignore[union-attr]
         elif isinstance(call, Forwarded):
             self._forwarder.on_reset(call)
+
+    def goaway(self) -> None:
+        """Shutting down: end the syncer streams (they never end on their own)."""
+        if self._syncer is not None:
+            self._syncer.end_all()
 
     async def close(self) -> None:
         """Cancel the native calls still running (their connections are closed)."""
@@ -183,6 +202,7 @@ class FrontServer:
             self._keepalive.cancel()
         if self._server is not None:
             self._server.close()
+        self._router.goaway()
         for conn in list(self.connections):
             conn.goaway()
 
