@@ -74,6 +74,7 @@ from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS, HandlerTable
 from gcs.server import head_processes
+from gcs.server.addresses import advertised_host
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.head_processes import SupervisedChild
 from gcs.server.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
@@ -161,12 +162,19 @@ class GcsServer:
         self._stopped = asyncio.Event()
         self._stopping = False
         self.gc_freezer: SurvivorFreezer | None = None
+        self.advertised_host = advertised_host(config.host)
         self.children: list[SupervisedChild] = []
         """Ray processes run beside a ``--head`` GCS (``gcs.server.head_processes``)."""
 
     @property
     def address(self) -> str:
         return f"{self.config.host}:{self.port}"
+
+    @property
+    def advertised_address(self) -> str:
+        """``host:port`` for others to dial: the bind address, or with ``--host 0.0.0.0``
+        this host's own address (``gcs.server.addresses``)."""
+        return f"{self.advertised_host}:{self.port}"
 
     @property
     def store(self) -> Store:
@@ -631,7 +639,7 @@ class GcsServer:
         assert self.meta is not None
         return virtual_head(
             self.meta.cluster_id,
-            address=self.config.host,
+            address=self.advertised_host,
             temp_dir=self.config.temp_dir,
             session_name=self.meta.session_name,
             start_time_ms=now_ms(self.clock),
@@ -654,18 +662,19 @@ class GcsServer:
                 python,
                 host=cfg.dashboard_host or cfg.host,
                 port=cfg.dashboard_port,
-                gcs_address=self.address,
+                gcs_address=self.advertised_address,
                 cluster_id_hex=self.meta.cluster_id_hex,
-                node_ip=cfg.host,
+                node_ip=self.advertised_host,
                 temp_dir=cfg.temp_dir,
                 session_dir=session,
             )
             specs.append(
                 head_processes.ChildSpec("dashboard", argv, str(logs / "dashboard.out"), env)
             )
+            dashboard_at = advertised_host(cfg.dashboard_host or cfg.host)
             log.info(
                 "dashboard.starting",
-                url=f"http://{cfg.dashboard_host or cfg.host}:{cfg.dashboard_port}",
+                url=f"http://{dashboard_at}:{cfg.dashboard_port}",
                 log=str(logs / head_processes.DASHBOARD_LOG),
             )
             if not cfg.head_raylet:
@@ -676,8 +685,8 @@ class GcsServer:
         if cfg.head_raylet:
             argv = head_processes.head_raylet_argv(
                 python,
-                gcs_address=self.address,
-                node_ip=cfg.host,
+                gcs_address=self.advertised_address,
+                node_ip=self.advertised_host,
                 temp_dir=cfg.temp_dir,
                 extra_args=shlex.split(cfg.head_raylet_args),
             )
