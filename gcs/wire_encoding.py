@@ -77,15 +77,10 @@ def _double_entry_prefix(field_number: int, key: str) -> bytes:
     return tag(field_number, LEN) + varint(len(key_field) + 8) + key_field
 
 
-def double_map_field(field_number: int, values: Mapping[str, float]) -> bytes:
-    """A ``map<string, double>`` field, entries in key order (what deterministic output does)."""
-    pack = _DOUBLE.pack
-    return b"".join(_double_entry_prefix(field_number, k) + pack(values[k]) for k in sorted(values))
-
-
 class DoubleMapEncoder:
-    """:func:`double_map_field` with each key's entry prefix remembered: resource names are
-    few and repeat on every report, so an entry costs one concatenation.  At most
+    """A ``map<string, double>`` field, entries in key order (what deterministic output
+    does), with each key's entry prefix remembered: resource names are few and repeat on
+    every report, so an entry costs one concatenation.  At most
     ``max_keys`` prefixes are kept (a client inventing names cannot grow it further; past the
     bound prefixes are computed each time)."""
 

@@ -75,18 +75,18 @@ class TestDoubleMap:
     @given(st.dictionaries(st.text(max_size=20), st.floats(allow_nan=False), max_size=8))
     def test_hand_encoded_map_parses_like_protobufs(self, values) -> None:
         """Our map<string,double> bytes parse to exactly the map protobuf would hold."""
-        from gcs.wire_encoding import double_map_field
+        from gcs.wire_encoding import DoubleMapEncoder
 
-        parsed = autoscaler_pb2.NodeState.FromString(double_map_field(4, values))
+        parsed = autoscaler_pb2.NodeState.FromString(DoubleMapEncoder().encode(4, values))
         assert dict(parsed.available_resources) == values
 
     @given(st.lists(st.dictionaries(st.text(max_size=20), st.floats(allow_nan=False), max_size=8)))
     def test_encoder_with_remembered_prefixes_matches(self, maps) -> None:
         """The encoder's remembered prefixes give the same bytes as encoding afresh, also once
         its bound is reached."""
-        from gcs.wire_encoding import DoubleMapEncoder, double_map_field
+        from gcs.wire_encoding import DoubleMapEncoder
 
         encoder = DoubleMapEncoder(max_keys=4)
         for values in maps + maps:
-            assert encoder.encode(5, values) == double_map_field(5, values)
+            assert encoder.encode(5, values) == DoubleMapEncoder().encode(5, values)
         assert len(encoder) <= 4
