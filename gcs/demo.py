@@ -100,6 +100,10 @@ class DemoCluster:
         for outcome in await asyncio.gather(*runs, return_exceptions=True):
             if isinstance(outcome, BaseException):  # the demo must never take the server down
                 log.warning("demo.submit_failed", error=repr(outcome))
+            elif outcome.unreachable:  # a raylet gone and not yet found dead
+                log.warning(
+                    "demo.raylets_unreachable", tasks=outcome.unreachable, error=outcome.last_error
+                )
         self.cycles += 1
 
     async def _keep_load(self) -> None:

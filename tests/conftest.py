@@ -31,6 +31,7 @@ def fast_config(**overrides: object) -> GcsConfig:
     base = {
         "host": "127.0.0.1",
         "port": 0,
+        "storage": "memory://",  # not the default SQLite under the checkout's .gcs-data
         "metrics_port": -1,
         "health": HealthCheckConfig(
             initial_delay_ms=100, period_ms=100, timeout_ms=5_000, failure_threshold=3

@@ -302,7 +302,8 @@ def submit_command(
     """Place COUNT synthetic tasks, each holding RESOURCES for SECONDS.
 
     Prints a JSON summary on stdout.  Exit 0 when every task ran (or, with --detach, was
-    handed to a raylet); 3 when --timeout struck first (the summary says how many waited).
+    handed to a raylet); 3 when --timeout struck first (the summary says how many waited);
+    1 when some tasks' raylets were gone.
     """
     try:
         selector = parse_selector(label_selector)
@@ -322,6 +323,7 @@ def submit_command(
         "returned": result.returned,
         "timed_out": result.timed_out,
         "moved": result.moved,
+        "unreachable": result.unreachable,
         "ran_on": dict(result.ran_on),
     }
     if fmt == "json":
@@ -338,6 +340,13 @@ def submit_command(
             err=True,
         )
         sys.exit(EXIT_TIMED_OUT)
+    if result.unreachable:
+        click.echo(
+            f"Error: {result.unreachable} of {count} tasks found their raylet gone "
+            f"({result.last_error})",
+            err=True,
+        )
+        sys.exit(1)
 
 
 @click.group(cls=GcsGroup)

@@ -70,6 +70,10 @@ class SubmitResult:
     """Attached: grants per raylet address (after any move)."""
     moved: int = 0
     """Attached: queued leases moved to a node with room."""
+    unreachable: int = 0
+    """Tasks whose raylet could not be reached (gone since the node list was read)."""
+    last_error: str = ""
+    """The last such raylet error, for the one line that reports them."""
 
 
 def plan(task: TaskSpec, count: int, nodes: Sequence[NodeTarget]) -> list[tuple[NodeTarget, bool]]:
@@ -212,15 +216,23 @@ async def submit(
             _run_one(stub_for, node.address, task, detach, result, finder, respill_s)
             for node, _ in placements
         ]
-        if timeout_s is None:
-            await asyncio.gather(*runs)
-        else:
-            pending = [asyncio.ensure_future(r) for r in runs]
-            _, late = await asyncio.wait(pending, timeout=timeout_s)
-            result.timed_out = len(late)
+        pending = [asyncio.ensure_future(r) for r in runs]
+        try:
+            done, late = await asyncio.wait(pending, timeout=timeout_s)
+        finally:  # cancelled, or timed out: nothing left running or unawaited
+            late = {fut for fut in pending if not fut.done()}
             for fut in late:
                 fut.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        result.timed_out = len(late)
+        for fut in done:
+            # every outcome read: a raylet gone since the node list was read is counted, not
+            # left as an unretrieved task exception (one traceback per task in the log)
+            if isinstance(err := fut.exception(), grpc.aio.AioRpcError):
+                result.unreachable += 1
+                result.last_error = f"{err.code().name}: {err.details()}"
+            elif err is not None:
+                raise err
     finally:
         for channel in channels.values():
             await channel.close()

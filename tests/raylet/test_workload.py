@@ -9,12 +9,14 @@ import threading
 import pytest
 from click.testing import CliRunner
 
+from gcs.proto import gcs_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.cli import cli
 from gcs.raylet.resources import LABEL_IN
 from gcs.raylet.testing import FakeGcs
 from gcs.raylet.wire import parse_selector
 from gcs.raylet.workload import NodeTarget, TaskSpec, plan, submit
+from gcs.testing.servers import free_port
 from tests.conftest import advance_until
 from tests.raylet.conftest import eventually
 
@@ -97,6 +99,28 @@ class TestSubmit:
         result = await submit(fake_gcs.address, TaskSpec({"GPU": 1.0}, 1), 2, timeout_s=0.2)
         assert result.granted == 0
         await eventually(lambda: not agent.resources.load()[1])
+
+    async def test_a_gone_raylet_is_counted_not_left_as_a_task_exception(
+        self, fake_gcs, make_agent
+    ) -> None:
+        """A node still listed alive whose raylet is gone: its tasks come back as
+        ``unreachable`` (before: an unretrieved exception per task with ``timeout_s``, which
+        the demo logged as thousands of tracebacks; without it, the first error escaped)."""
+        await make_agent(resources={"CPU": 1.0})
+        gone = gcs_pb2.GcsNodeInfo(
+            node_id=b"\x07" * 28,
+            node_manager_address="127.0.0.1",
+            node_manager_port=free_port(),  # nothing listens there
+            resources_total={"CPU": 8.0},
+            state=gcs_pb2.GcsNodeInfo.ALIVE,
+        )
+        fake_gcs.servicer.nodes[gone.node_id] = gone
+        for timeout_s in (None, 30.0):
+            result = await submit(
+                fake_gcs.address, TaskSpec({"CPU": 8.0}, 0.01), 2, timeout_s=timeout_s
+            )
+            assert result.unreachable == 2 and result.timed_out == 0
+            assert "UNAVAILABLE" in result.last_error
 
 
 class TestCli:
