@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import structlog
 
+from gcs.clock import Clock, SystemClock
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.workload import TaskSpec, submit
 from gcs.rpc.security import Security
@@ -26,6 +27,8 @@ from gcs.rpc.security import Security
 log = structlog.get_logger("gcs.demo")
 
 CYCLE_S = 120.0
+_IDLE_RETRY_S = 1.0
+"""Pause after a cycle that placed nothing before trying again."""
 
 LOAD: tuple[tuple[dict[str, float], int, float], ...] = (
     # (resources, count, fraction of a cycle each task runs): running work, a backlog
@@ -46,8 +49,10 @@ class DemoCluster:
         load: Sequence[tuple[dict[str, float], int, float]] = LOAD,
         host: str = "127.0.0.1",
         security: Security | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        """``security``: the GCS's token/TLS (``gcs serve --auth-mode token --demo N``)."""
+        """``security``: the GCS's token/TLS (``gcs serve --auth-mode token --demo N``);
+        ``clock`` times the pause after a cycle that placed nothing."""
         if nodes < 1:
             raise ValueError("a demo cluster needs at least one node")
         if cycle_s <= 0:
@@ -60,6 +65,9 @@ class DemoCluster:
         self._host = host
         self.agents: list[RayletAgent] = []
         self.cycles = 0
+        self.idle_cycles = 0
+        """Cycles that placed nothing (no alive node yet, e.g. right after a restart)."""
+        self._clock = clock or SystemClock()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, *, load: bool = True, agents: bool = True) -> None:
@@ -85,8 +93,9 @@ class DemoCluster:
             self._task = loop.create_task(self._keep_load(), name="demo-load")
         log.info("demo.started", nodes=self._count, cycle_s=self._cycle_s)
 
-    async def run_cycle(self) -> None:
-        """One cycle: submit the load attached; at the cycle's end withdraw what is left."""
+    async def run_cycle(self) -> bool:
+        """One cycle: submit the load attached; at the cycle's end withdraw what is left.
+        False when nothing could be placed (every submit failed at once)."""
         runs = [
             submit(
                 self._address,
@@ -97,18 +106,26 @@ class DemoCluster:
             )
             for resources, count, fraction in self._load
         ]
+        placed = False
         for outcome in await asyncio.gather(*runs, return_exceptions=True):
             if isinstance(outcome, BaseException):  # the demo must never take the server down
                 log.warning("demo.submit_failed", error=repr(outcome))
-            elif outcome.unreachable:  # a raylet gone and not yet found dead
+                continue
+            placed = True
+            if outcome.unreachable:  # a raylet gone and not yet found dead
                 log.warning(
                     "demo.raylets_unreachable", tasks=outcome.unreachable, error=outcome.last_error
                 )
         self.cycles += 1
+        return placed
 
     async def _keep_load(self) -> None:
         while True:
-            await self.run_cycle()
+            if not await self.run_cycle():
+                # nothing placed: no alive node yet (a restart before the raylets register);
+                # without a pause the loop spun and logged hundreds of failures a second
+                self.idle_cycles += 1
+                await self._clock.sleep(_IDLE_RETRY_S)
 
     async def stop(self) -> None:
         if self._task is not None:

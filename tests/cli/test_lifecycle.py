@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gcs.clock import FakeClock
 from gcs.demo import DemoCluster
 from gcs.proto import gcs_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
@@ -49,6 +50,26 @@ class TestDemoLoad:
             assert demo.cycles == 2
         finally:
             await demo.stop()
+            await server.stop()
+
+    async def test_with_no_alive_node_the_load_waits_on_the_clock(self) -> None:
+        """Before any raylet registers (a restart), a cycle places nothing: the load pauses on
+        the clock instead of spinning (the old loop logged ~600 failures a second)."""
+        clock = FakeClock()
+        server = GcsServer(fast_config(), store=MemoryStore())
+        await server.start()
+        demo = DemoCluster(server.address, nodes=1, cycle_s=0.5, load=SHORT_LOAD, clock=clock)
+        task = asyncio.create_task(demo._keep_load())
+        try:
+            await eventually(lambda: demo.idle_cycles == 1)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert demo.idle_cycles == 1 and demo.cycles == 1  # asleep, not spinning
+            clock.advance(1.0)
+            await eventually(lambda: demo.idle_cycles == 2)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
             await server.stop()
 
 
