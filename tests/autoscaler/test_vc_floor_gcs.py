@@ -11,6 +11,7 @@ import pytest
 
 from gcs.errors import Unavailable
 from gcs.proto import virtual_cluster_pb2
+from gcs.rpc import ServiceStub
 from gcs.store.memory import MemoryStore
 from tests.autoscaler.test_vc_scaling_gcs import World, load
 from tests.virtual_clusters.service_env import VcEnv
@@ -45,13 +46,14 @@ async def idle_member(world: World, declared: dict[str, int]) -> str:
     return node
 
 
-async def allow_none(world: World) -> None:
-    """vc1's autoscaling config: type-1 between 0 and 1 (the floor drops to 0)."""
-    reply = await world.env.vc.UpdateAutoscalingConfig(
+async def allow_none(vc: ServiceStub, cluster_id: str = "vc1", node_type: str = "type-1") -> None:
+    """The cluster's autoscaling config: ``node_type`` between 0 and 1 (its floor drops
+    to 0)."""
+    reply = await vc.UpdateAutoscalingConfig(
         V.UpdateAutoscalingConfigRequest(
-            virtual_cluster_id="vc1",
-            min_replica_sets={"type-1": 0},
-            max_replica_sets={"type-1": 1},
+            virtual_cluster_id=cluster_id,
+            min_replica_sets={node_type: 0},
+            max_replica_sets={node_type: 1},
             max_nodes=1,
         )
     )
@@ -81,7 +83,7 @@ async def test_a_release_the_config_allows_gives_a_new_revision(floor_world: Wor
     (the old code kept the revision and accepted it); the declared replica sets stay."""
     world = floor_world
     await idle_member(world, {"type-1": 1})
-    await allow_none(world)
+    await allow_none(world.env.vc)
     (before,) = (await world.env.clusters("vc1")).values()
     await world.round()
     assert await world.members() == set()
@@ -103,7 +105,7 @@ async def test_a_cluster_changed_since_the_round_read_it_is_not_released(
     next round, reading afresh, releases."""
     world = floor_world
     node = await idle_member(world, {"type-1": 1})
-    await allow_none(world)
+    await allow_none(world.env.vc)
     await world.gcs.get_cluster_resource_state()  # the adapter reads vc1's revision
     (snap,) = (await world.env.clusters("vc1")).values()
     reply = await world.env.create("vc1", {"type-1": 1}, revision=snap.revision)
