@@ -308,17 +308,18 @@ def remove_nodes(
     ]
     if failed:
         raise VcUnsafeToRemove(msg.REMOVE_NODES_FAILED, nodes_with_failure=failed)
-    before = draft.replica_sets(cluster)
-    after = dict(before)
-    after.update((t, before[t] - n) for t, n in Counter(draft.template(n) for n in wanted).items())
     if autoscaler:
-        short = _short_of_floor(cluster, before, after)
+        # the floor is a reservation of usable nodes: alive ones are counted
+        alive = Counter(draft.template(n) for n in cluster.members if not draft.is_dead(n))
+        leaving = Counter(draft.template(n) for n in wanted if not draft.is_dead(n))
+        short = _short_of_floor(cluster, alive, alive - leaving)
         if short:
             below = [n for n in wanted if draft.template(n) in short]
             raise VcUnsafeToRemove(msg.below_floor(cluster_id, short), nodes_with_failure=below)
         declared = cluster.declared
     else:
-        declared = _declared({t: min(n, after.get(t, 0)) for t, n in cluster.declared.items()})
+        left = Counter(draft.replica_sets(cluster)) - Counter(draft.template(n) for n in wanted)
+        declared = _declared({t: min(n, left[t]) for t, n in cluster.declared.items()})
     draft.put(
         cluster.moved(
             remove=wanted,

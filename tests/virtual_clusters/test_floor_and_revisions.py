@@ -100,6 +100,19 @@ class TestAutoscalerRelease:
         with pytest.raises(VcError):
             h.registry.remove_nodes("v", [last], autoscaler=True)
 
+    def test_dead_members_do_not_hold_the_floor(self, h: Harness) -> None:
+        """Declared {"0": 1}, grown to 2, then one dies: the alive one is the reservation."""
+        h.create("v", {"0": 1}, divisible=False)
+        rev = h.registry.get("v").revision
+        h.run(h.registry.create_or_update("v", False, {"0": 2}, rev, autoscaler=True))
+        dead, alive = nodes_of(h, "v", "0")
+        h.kill(dead)
+        with pytest.raises(VcError) as info:
+            h.registry.remove_nodes("v", [alive], autoscaler=True)
+        assert info.value.nodes_with_failure == [alive]
+        h.run(h.registry.remove_nodes("v", [dead], autoscaler=True))
+        assert nodes_of(h, "v", "0") == [alive]
+
     def test_min_replica_sets_may_allow_less(self, h: Harness) -> None:
         h.create("v", {"0": 1}, divisible=False)
         h.run(h.registry.update_autoscaling_config("v", {"0": 0}, {"0": 2}, 2))
