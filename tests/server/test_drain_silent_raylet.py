@@ -38,6 +38,7 @@ class SilentRaylet:
 
     def __init__(self) -> None:
         self.connections: list[asyncio.StreamWriter] = []
+        self.accepted = asyncio.Event()
         self._server: asyncio.Server | None = None
 
     async def start(self) -> SilentRaylet:
@@ -51,6 +52,7 @@ class SilentRaylet:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections.append(writer)
+        self.accepted.set()
 
     async def stop(self) -> None:
         for writer in self.connections:
@@ -79,6 +81,8 @@ class World:
         return asyncio.ensure_future(call())
 
     async def in_flight(self, count: int) -> None:
+        """Until ``count`` DrainNode calls wait on the raylet (they cross the gRPC server
+        first; nothing else tells when)."""
         manager = self.server.managers.autoscaler  # type: ignore[union-attr]
         await eventually(lambda: manager.drains_waiting(NODE_ID) == count)
 
@@ -178,7 +182,7 @@ async def test_forgotten_node_cuts_its_calls_with_a_domain_error() -> None:
                 CLIENT_DEADLINE_S,
             )
         )
-        await eventually(lambda: len(raylet.connections) == 1)
+        await asyncio.wait_for(raylet.accepted.wait(), HANG_S)
         pool.drop(NODE_ID)
         with pytest.raises(RayletUnreachable, match="connection closed"):
             await asyncio.wait_for(call, HANG_S)
