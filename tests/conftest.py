@@ -9,8 +9,10 @@ succeed."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import structlog
@@ -19,6 +21,7 @@ from gcs.clock import FakeClock
 from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
+from gcs.testing.hermetic import decoy_token, isolated_env
 from gcs.testing.servers import RedisServer
 
 
@@ -40,6 +43,27 @@ def fast_config(**overrides: object) -> GcsConfig:
     }
     base.update(overrides)
     return GcsConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """No test reads the user's home or settings: for the whole session HOME is a private
+    directory that holds a decoy ``.ray/auth_token`` (the suite must pass on a machine where
+    one exists: Ray 2.60 turns token auth on from it unless RAY_AUTH_MODE is explicit),
+    RAY_AUTH_MODE is ``disabled``, and the user's auth, TLS, address and Kubernetes settings
+    are gone (:mod:`gcs.testing.hermetic`).  Every process a test starts inherits this; Ray
+    processes also get a HOME and temp dir of their own (``tests/interop``).  The session's
+    home is yielded; the environment is restored at the end."""
+    saved = dict(os.environ)
+    env = isolated_env(tmp_path_factory.mktemp("hermetic"), saved, temp_dir=False)
+    decoy_token(Path(env["HOME"]))
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield Path(env["HOME"])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture(scope="session", autouse=True)

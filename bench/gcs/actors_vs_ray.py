@@ -104,7 +104,7 @@ async def run_one(server: str, actors: int, ray_python: Path, log_dir: Path) -> 
             await spawn(
                 "head", str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
                 f"--port={port}", "--num-cpus=4", "--include-dashboard=false",
-                f"--temp-dir={ray_tmp}", env=ray_env(),
+                f"--temp-dir={ray_tmp}", env=ray_env(None),
             )  # fmt: skip
             await wait_port(port)
             gcs_pid = find_pid(f"gcs_server_port={port}")
@@ -124,13 +124,13 @@ async def run_one(server: str, actors: int, ray_python: Path, log_dir: Path) -> 
             await spawn(
                 "worker", str(ray_bin), "start", f"--address={address}", "--block",
                 f"--node-ip-address={HOST}", "--num-cpus=4", f"--temp-dir={ray_tmp}",
-                env=ray_env(),
+                env=ray_env(None),
             )  # fmt: skip
         await asyncio.sleep(5)  # the node settles (first registration, syncer retries)
         before = cpu_s(gcs_pid)
         driver = await asyncio.create_subprocess_exec(
             str(ray_python), "-c", DRIVER, address, str(actors),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ray_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ray_env(None),
         )  # fmt: skip
         out, err = await asyncio.wait_for(driver.communicate(), timeout=1800)
         if driver.returncode != 0:

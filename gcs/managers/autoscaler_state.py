@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import structlog
 
 from gcs.clock import Clock
-from gcs.errors import InvalidArgument, RayStatusCode, RayStatusError
+from gcs.errors import InvalidArgument, RayletUnreachable, RayStatusCode, RayStatusError
 from gcs.managers.counters import DurableCounter
 from gcs.managers.events import NodeEvents
 from gcs.managers.kv import KvManager
@@ -31,7 +31,7 @@ from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import DrainRecord, NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import NodeResources, ResourceCache
-from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, node_manager_pb2
+from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META
@@ -357,33 +357,51 @@ class AutoscalerStateManager:
     async def _drain_raylet(
         self, node_id: bytes, address: str, request: node_manager_pb2.DrainRayletRequest
     ) -> node_manager_pb2.DrainRayletReply:
-        """DrainRaylet, or its acceptance seen another way: a raylet that accepts an idle
-        drain unregisters itself (death reason AUTOSCALER_DRAIN_IDLE) and exits, and its
-        reply can be lost with the process.  Only an accepted idle drain ends a node that
-        way, so its death answers the call (the caller is not left to time out and retry a
-        node that is already gone)."""
-        if request.reason != autoscaler_pb2.DRAIN_NODE_REASON_IDLE_TERMINATION:
-            return await self._raylets.drain(node_id, address, request, self._raylet_timeout_s)
+        """DrainRaylet, answered by whichever comes first:
+
+        * the raylet's reply;
+        * the node's death, for any reason (accepted, as Ray answers a drain of a node that
+          is not alive): a raylet that accepts an idle drain unregisters itself and exits,
+          and its reply can be lost with the process; a node that unregistered or died
+          otherwise needs no drain, and its connections are being closed under the call;
+        * the raylet timeout on this manager's clock (``RayletUnreachable``).
+
+        So a drain never outlives its raylet timeout, and never waits for a node that is
+        gone (three drains of a silent raylet waited for the caller's own deadline when the
+        node unregistered meanwhile)."""
         gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._drained_away.setdefault(node_id, []).append(gone)
         call = asyncio.ensure_future(
             self._raylets.drain(node_id, address, request, self._raylet_timeout_s)
         )
+        timer = asyncio.ensure_future(self._clock.sleep(self._raylet_timeout_s))
         try:
-            await asyncio.wait((call, gone), return_when=asyncio.FIRST_COMPLETED)
-            if call.done():
+            await asyncio.wait((call, gone, timer), return_when=asyncio.FIRST_COMPLETED)
+            if call.done() and not call.cancelled() and call.exception() is None:
                 return call.result()
-            call.cancel()
-            log.info("autoscaler_state.drained_away", node_id=node_id.hex())
-            return node_manager_pb2.DrainRayletReply(is_accepted=True)
+            if gone.done() or node_id not in self._nodes.alive:
+                log.info("autoscaler_state.drained_away", node_id=node_id.hex())
+                return node_manager_pb2.DrainRayletReply(is_accepted=True)
+            if call.done():
+                return call.result()  # raises the call's error
+            raise RayletUnreachable(
+                node_id,
+                f"raylet {node_id.hex()} DrainRaylet: no answer within "
+                f"{self._raylet_timeout_s:g} s",
+            )
         finally:
-            if not call.done():
-                call.cancel()
+            for pending in (call, timer):
+                if not pending.done():
+                    pending.cancel()
             waiters = self._drained_away.get(node_id, [])
             if gone in waiters:
                 waiters.remove(gone)
             if not waiters:
                 self._drained_away.pop(node_id, None)
+
+    def drains_waiting(self, node_id: bytes) -> int:
+        """DrainNode calls for ``node_id`` waiting on its raylet now."""
+        return len(self._drained_away.get(node_id, ()))
 
     # -- NodeListener ------------------------------------------------------------------------
 
@@ -391,8 +409,6 @@ class AutoscalerStateManager:
         pass
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
-        if node.death_info.reason != common_pb2.NodeDeathInfo.AUTOSCALER_DRAIN_IDLE:
-            return
         for gone in self._drained_away.get(node.node_id, []):
             if not gone.done():
                 gone.set_result(None)

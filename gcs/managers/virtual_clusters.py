@@ -8,10 +8,12 @@ high-water mark in GCS_META) -> ``registry.commit`` -> publish ``plan.publishes`
 ambiguous one is resolved by the lane (now, or before the next mutation).
 
 Node events come from :class:`~gcs.managers.events.NodeEvents` after the node row is
-persisted.  They carry nothing to persist, so they commit synchronously; while a mutation
-holds the lane (or its write is still unresolved) they are queued and applied after it (its
-plan was built before them and commits first).  Events before :meth:`load` are ignored: the
-replay reads the loaded node table itself.
+persisted.  The node's own change (joined the primary, marked dead) has nothing to persist,
+so it commits synchronously; while a mutation holds the lane (or its write is still
+unresolved) it is queued and applied after it (its plan was built before them and commits
+first).  A death inside a logical or job cluster then takes the lane like any mutation: the
+clusters holding the node get a new revision, stored and published.  Events before
+:meth:`load` are ignored: the replay reads the loaded node table itself.
 
 Workload (``UsageView``) is read from the live GCS: a node is idle when the resource view
 says so; a cluster has workload while a running job or a detached, not removed placement
@@ -250,12 +252,19 @@ class VirtualClusterManager:
             self._apply_node_event(event)
 
     def _apply_node_event(self, event: _NodeEvent) -> None:
+        node_id = event.node.node_id.hex()
         if event.dead:
-            plan = self.registry.mark_node_dead(event.node.node_id.hex())
+            plan = self.registry.mark_node_dead(node_id)
         else:
             plan = self.registry.add_node(node_view_from_gcs_node_info(event.node))
-        if not plan.empty:
-            self.registry.commit(plan)
+        if plan.empty:
+            return
+        self.registry.commit(plan)
+        if event.dead and self.registry.held_outside_primary(node_id):
+            self._spawn(
+                lambda: self._run(lambda: self.registry.note_node_death(node_id)),
+                f"vc-node-death-{node_id}",
+            )
 
     # -- jobs and placement groups (JobListener, PlacementGroupListener) -----------------
     def check_job(self, job: gcs_pb2.JobTableData) -> None:
@@ -323,11 +332,20 @@ class VirtualClusterManager:
 
     # -- RPC operations ------------------------------------------------------------------
     async def create_or_update(
-        self, cluster_id: str, divisible: bool, replica_sets: dict[str, int], revision: int
+        self,
+        cluster_id: str,
+        divisible: bool,
+        replica_sets: dict[str, int],
+        revision: int,
+        *,
+        autoscaler: bool = False,
     ) -> CreateOrUpdateResult:
+        """The tenant's request (it declares the cluster's replica sets), or with
+        ``autoscaler`` a move by the autoscaler (same lane and revision rule; the declared
+        replica sets stay the floor)."""
         return await self._run(
             lambda: self.registry.create_or_update(
-                cluster_id, divisible, replica_sets, revision, self.usage()
+                cluster_id, divisible, replica_sets, revision, self.usage(), autoscaler
             )
         )
 
@@ -341,8 +359,25 @@ class VirtualClusterManager:
     async def remove(self, cluster_id: str) -> None:
         await self._run(lambda: self.registry.remove(cluster_id, self.usage()))
 
-    async def remove_nodes(self, cluster_id: str, node_ids: list[str]) -> None:
-        await self._run(lambda: self.registry.remove_nodes(cluster_id, node_ids, self.usage()))
+    async def remove_nodes(
+        self,
+        cluster_id: str,
+        node_ids: list[str],
+        *,
+        revision: int = 0,
+        autoscaler: bool = False,
+    ) -> None:
+        """An operator's removal, or with ``autoscaler`` a release (kept at the floor);
+        ``revision`` non-zero must be the cluster's current one."""
+        await self._run(
+            lambda: self.registry.remove_nodes(
+                cluster_id,
+                node_ids,
+                self.usage(),
+                revision=revision,
+                autoscaler=autoscaler,
+            )
+        )
 
     async def update_autoscaling_config(
         self,

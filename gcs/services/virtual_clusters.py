@@ -68,6 +68,7 @@ class VirtualClusterInfoServicer:
                 request.divisible,
                 dict(request.replica_sets),
                 request.revision,
+                autoscaler=request.autoscaler_move,
             )
         except VcError as err:
             reply = V.CreateOrUpdateVirtualClusterReply(status=status_proto(err))
@@ -87,7 +88,12 @@ class VirtualClusterInfoServicer:
             self._check(
                 request.virtual_cluster_id, names={"nodes_to_remove": request.nodes_to_remove}
             )
-            await self._m.remove_nodes(request.virtual_cluster_id, list(request.nodes_to_remove))
+            await self._m.remove_nodes(
+                request.virtual_cluster_id,
+                list(request.nodes_to_remove),
+                revision=request.revision,
+                autoscaler=request.autoscaler_move,
+            )
         except VcError as err:
             return V.RemoveNodesFromVirtualClusterReply(
                 status=status_proto(err), nodes_with_failure=err.nodes_with_failure

@@ -6,7 +6,9 @@ node id; shrinking takes dead nodes first, then by ascending node id.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from gcs.virtual_clusters import messages as msg
 from gcs.virtual_clusters.errors import (
@@ -23,7 +25,7 @@ from gcs.virtual_clusters.ids import (
     is_job_cluster_id,
     parent_id,
 )
-from gcs.virtual_clusters.model import Cluster, Draft, Kind
+from gcs.virtual_clusters.model import Cluster, Draft, Kind, floor
 from gcs.virtual_clusters.plan import PlanBuilder
 from gcs.virtual_clusters.revision import RevisionSource
 from gcs.virtual_clusters.usage import UsageView
@@ -89,6 +91,21 @@ def _flatten(chosen: Mapping[str, list[str]]) -> list[str]:
     return [n for nodes in chosen.values() for n in nodes]
 
 
+def _short_of_floor(
+    cluster: Cluster, before: Mapping[str, int], after: Mapping[str, int]
+) -> dict[str, int]:
+    """Templates an autoscaler move would shrink below the cluster's floor (floor values)."""
+    return {
+        t: n
+        for t, n in floor(cluster).items()
+        if after.get(t, 0) < n and after.get(t, 0) < before.get(t, 0)
+    }
+
+
+def _declared(replica_sets: Mapping[str, int]) -> dict[str, int]:
+    return {t: n for t, n in sorted(replica_sets.items()) if n > 0}
+
+
 def create_or_update(
     builder: PlanBuilder,
     revisions: RevisionSource,
@@ -98,7 +115,11 @@ def create_or_update(
     divisible: bool,
     replica_sets: Mapping[str, int],
     revision: int,
+    autoscaler: bool = False,
 ) -> Cluster:
+    """``autoscaler``: a move by the autoscaler (it must not take a template below the
+    floor, and keeps the declared replica sets); otherwise the tenant's request, which
+    becomes the declared replica sets."""
     draft = builder.draft
     _validate_id(cluster_id, msg.PRIMARY_CREATE)
     if is_job_cluster_id(cluster_id):
@@ -111,6 +132,10 @@ def create_or_update(
         if divisible != existing.divisible:
             raise VcInvalidArgument(msg.incompatible(cluster_id, existing.divisible, divisible))
     current = draft.replica_sets(existing) if existing else {}
+    if existing is not None and autoscaler:
+        short = _short_of_floor(existing, current, replica_sets)
+        if short:
+            raise VcUnsafeToRemove(msg.below_floor(cluster_id, short))
     to_remove = {
         t: c - replica_sets.get(t, 0) for t, c in current.items() if c > replica_sets.get(t, 0)
     }
@@ -138,6 +163,7 @@ def create_or_update(
         remove=removing,
         revision=revisions.next(),
         template=draft.template,
+        declared=None if existing is not None and autoscaler else _declared(replica_sets),
     )
     draft.put(cluster)
     draft.put(
@@ -255,16 +281,25 @@ def remove_nodes(
     usage: UsageView,
     cluster_id: str,
     node_ids: Iterable[str],
+    *,
+    revision: int = 0,
+    autoscaler: bool = False,
 ) -> None:
-    """All-or-nothing; the target's revision is unchanged (ant-ray), the primary's bumps.
+    """All-or-nothing; the target gets a new revision (ant-ray keeps it, so an update at
+    the old revision passed after nodes left), the primary's bumps.
 
-    Nodes lent to a job cluster are not removable (ant-ray moves them and corrupts the job).
+    ``revision`` (non-zero): the caller's; it must still be the cluster's.  ``autoscaler``:
+    a release, which keeps the declared replica sets and may not go below the floor; an
+    operator's removal instead lowers the declared replica sets to what is left.  Nodes lent
+    to a job cluster are not removable (ant-ray moves them and corrupts the job).
     """
     draft = builder.draft
     _validate_id(cluster_id, msg.PRIMARY_REMOVE_NODES)
     cluster = draft.get(cluster_id)
     if cluster is None or cluster.kind not in (Kind.DIVISIBLE, Kind.INDIVISIBLE):
         raise VcNotFound(msg.logical_missing(cluster_id))
+    if revision and revision != cluster.revision:
+        raise VcInvalidArgument(msg.revision_expired(revision, cluster_id, cluster.revision))
     wanted = list(dict.fromkeys(node_ids))
     failed = [
         n
@@ -273,7 +308,26 @@ def remove_nodes(
     ]
     if failed:
         raise VcUnsafeToRemove(msg.REMOVE_NODES_FAILED, nodes_with_failure=failed)
-    draft.put(cluster.moved(remove=wanted, template=draft.template))
+    if autoscaler:
+        # the floor is a reservation of usable nodes: alive ones are counted
+        alive = Counter(draft.template(n) for n in cluster.members if not draft.is_dead(n))
+        leaving = Counter(draft.template(n) for n in wanted if not draft.is_dead(n))
+        short = _short_of_floor(cluster, alive, alive - leaving)
+        if short:
+            below = [n for n in wanted if draft.template(n) in short]
+            raise VcUnsafeToRemove(msg.below_floor(cluster_id, short), nodes_with_failure=below)
+        declared = cluster.declared
+    else:
+        left = Counter(draft.replica_sets(cluster)) - Counter(draft.template(n) for n in wanted)
+        declared = _declared({t: min(n, left[t]) for t, n in cluster.declared.items()})
+    draft.put(
+        cluster.moved(
+            remove=wanted,
+            revision=revisions.next() if wanted else None,
+            template=draft.template,
+            declared=declared,
+        )
+    )
     primary = draft.primary()
     draft.put(
         primary.moved(
@@ -303,11 +357,8 @@ def update_autoscaling_config(
     if cluster is None or cluster.kind not in (Kind.DIVISIBLE, Kind.INDIVISIBLE):
         raise VcNotFound(msg.vc_does_not_exist(cluster_id))
     draft.put(
-        Cluster(
-            id=cluster.id,
-            kind=cluster.kind,
-            revision=cluster.revision,
-            members=cluster.members,
+        replace(
+            cluster,
             min_replica_sets=dict(min_replica_sets),
             max_replica_sets=dict(max_replica_sets),
             max_nodes=max_nodes,

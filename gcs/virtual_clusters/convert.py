@@ -12,7 +12,7 @@ from gcs.proto import (
     virtual_cluster_pb2,
 )
 from gcs.virtual_clusters.errors import VcError
-from gcs.virtual_clusters.model import Cluster, Kind, NodeInstance
+from gcs.virtual_clusters.model import Cluster, Kind, NodeInstance, floor
 
 NodeLookup = Callable[[str], NodeInstance | None]
 ResourceLookup = Callable[[str], tuple[Mapping[str, float], Mapping[str, float]]]
@@ -41,6 +41,7 @@ def to_table_data(
             entry.template_id = instance.template_id
     data.min_replica_sets.update(cluster.min_replica_sets)
     data.max_replica_sets.update(cluster.max_replica_sets)
+    data.declared_replica_sets.update(cluster.declared)
     return data
 
 
@@ -100,6 +101,10 @@ def autoscaler_state(cluster: Cluster, node: NodeLookup) -> autoscaler_pb2.Virtu
 
     ``nodes``: undivided nodes of a divisible cluster (the primary included), all nodes of an
     indivisible one; dead nodes are left out (the autoscaler can neither use nor release them).
+    ``min_replica_sets`` is the cluster's :func:`~gcs.virtual_clusters.model.floor`: the
+    configured min where the config names a template, else the declared count, so an
+    autoscaler (ours or ant-ray's, which keep ``min_replica_sets``) never releases the
+    reservation a tenant declared.
     """
     members = cluster.undivided() if cluster.divisible else sorted(cluster.members)
     state = autoscaler_pb2.VirtualClusterState(
@@ -109,6 +114,6 @@ def autoscaler_state(cluster: Cluster, node: NodeLookup) -> autoscaler_pb2.Virtu
         nodes=[n for n in members if (found := node(n)) is not None and not found.is_dead],
         max_nodes=cluster.max_nodes,
     )
-    state.min_replica_sets.update(cluster.min_replica_sets)
+    state.min_replica_sets.update(floor(cluster))
     state.max_replica_sets.update(cluster.max_replica_sets)
     return state

@@ -114,3 +114,13 @@ def vc_does_not_exist(cluster_id: str) -> str:
 
 def invalid_job_cluster(cluster_id: str) -> str:
     return f"Invalid virtual cluster, virtual cluster id: {cluster_id}"
+
+
+def below_floor(cluster_id: str, short: dict[str, int]) -> str:
+    """Ours: an autoscaler move that would take a cluster below its floor."""
+    floors = ", ".join(f"{template}: {count}" for template, count in sorted(short.items()))
+    return (
+        f"The autoscaler can not take virtual cluster {cluster_id} below its floor ({floors}): "
+        "the replica sets the tenant declared, or min_replica_sets where the autoscaling "
+        "config names the template."
+    )

@@ -61,6 +61,9 @@ class Cluster:
     max_nodes: int = 0
     job_dead: bool = False
     """Job clusters only: the job finished; remove once not in use (lazy destruction)."""
+    declared: Mapping[str, int] = field(default_factory=dict)
+    """Logical clusters: the replica sets the tenant last asked for (CreateOrUpdate, not the
+    autoscaler's moves); with ``min_replica_sets`` they make the cluster's :func:`floor`."""
 
     @property
     def divisible(self) -> bool:
@@ -102,16 +105,21 @@ class Cluster:
         remove: Iterable[str] = (),
         revision: int | None = None,
         template: TemplateOf | None = None,
+        declared: Mapping[str, int] | None = None,
     ) -> Cluster:
-        """A new version with ``remove`` taken out, then ``add`` put in. O(change) plus an
-        amortised O(sqrt(size)) (``Members``); pass ``template`` (node id -> template) to
-        keep the undivided index instead of having the next pick rebuild it."""
+        """A new version with ``remove`` taken out, then ``add`` put in (and ``revision`` /
+        ``declared`` when given). O(change) plus an amortised O(sqrt(size)) (``Members``);
+        pass ``template`` (node id -> template) to keep the undivided index instead of having
+        the next pick rebuild it."""
         add = add or {}
         removed = list(remove)
         changed = bool(add or removed)
         members = Members.of(self.members).moved(add, removed) if changed else self.members
         cluster = replace(
-            self, members=members, revision=self.revision if revision is None else revision
+            self,
+            members=members,
+            revision=self.revision if revision is None else revision,
+            declared=self.declared if declared is None else dict(declared),
         )
         index = self._undivided
         if changed and index is not None:
@@ -122,6 +130,22 @@ class Cluster:
             )
         object.__setattr__(cluster, "_undivided", index)
         return cluster
+
+
+def floor(cluster: Cluster) -> dict[str, int]:
+    """Per template, the nodes the autoscaler keeps in ``cluster`` (it neither releases below
+    this nor leaves the cluster short of it): ``min_replica_sets`` where the autoscaling
+    config names the template (it may allow less than declared, or ask for more), else the
+    declared count.  Templates with a floor of 0 are left out."""
+    merged = dict(cluster.declared)
+    merged.update(cluster.min_replica_sets)
+    return {t: n for t, n in sorted(merged.items()) if n > 0}
+
+
+def same_membership(a: Cluster, b: Cluster) -> bool:
+    """The same member nodes in the same buckets (an identity check first: ``moved``
+    without a change keeps the members object)."""
+    return a.members is b.members or dict(a.members) == dict(b.members)
 
 
 class Draft:
@@ -138,6 +162,10 @@ class Draft:
         self.node_changes: dict[str, NodeInstance | None] = {}
 
     # -- reads
+    def committed(self, cluster_id: str) -> Cluster | None:
+        """The cluster as committed, before this draft's changes."""
+        return self._base_clusters.get(cluster_id)
+
     def get(self, cluster_id: str) -> Cluster | None:
         if cluster_id in self.cluster_changes:
             return self.cluster_changes[cluster_id]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.virtual_clusters.convert import to_table_data
-from gcs.virtual_clusters.model import Cluster, Draft, Kind, NodeInstance
+from gcs.virtual_clusters.model import Cluster, Draft, Kind, NodeInstance, same_membership
 from gcs.virtual_clusters.revision import RevisionSource
 
 
@@ -75,7 +75,25 @@ class PlanBuilder:
     def flush_removed(self, cluster: Cluster) -> None:
         self._removed[cluster.id] = cluster
 
+    def _revise_changed(self) -> None:
+        """Every cluster whose nodes or declared replica sets this operation changed gets a
+        new revision (unless the operation gave it one) and is flushed: a client's update at
+        the old revision must fail, whatever moved the nodes (release, replenishment, ...).
+        The primary is left out: never stored, never updated by clients."""
+        draft = self.draft
+        for cluster_id, cluster in list(draft.cluster_changes.items()):
+            if cluster is None or cluster.kind is Kind.PRIMARY:
+                continue
+            base = draft.committed(cluster_id)
+            if base is None or base.revision != cluster.revision:
+                continue  # new, or revised by the operation itself
+            if same_membership(base, cluster) and base.declared == cluster.declared:
+                continue
+            draft.put(cluster.moved(revision=self.revisions.next()))
+            self.flush(cluster_id)
+
     def build(self) -> Plan:
+        self._revise_changed()
         draft = self.draft
         puts: dict[str, VirtualClusterTableData] = {}
         publishes: list[VirtualClusterTableData] = []

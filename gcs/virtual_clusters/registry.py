@@ -123,6 +123,13 @@ class VirtualClusterRegistry:
     def get_autoscaling_config(self, cluster_id: str) -> Cluster:
         return allocation.get_autoscaling_config(self.draft(), cluster_id)
 
+    def held_outside_primary(self, node_id: str) -> bool:
+        """True when a logical cluster holds ``node_id`` (the primary's job clusters count)."""
+        primary = self.primary
+        if node_id in primary.members:
+            return primary.members[node_id] != UNDIVIDED
+        return self._nodes.get(node_id) is not None
+
     def nodes_in(self, cluster_id: str | None) -> frozenset[str] | None:
         return queries.nodes_in(self.draft(), cluster_id)
 
@@ -156,7 +163,8 @@ class VirtualClusterRegistry:
         return self._plan(step)
 
     def mark_node_dead(self, node_id: str) -> Plan:
-        """The node stays where it is, dead, until replenishment. Nothing to persist."""
+        """The node stays where it is, dead, until replenishment. Nothing to persist: the
+        clusters holding it get their new revision from :meth:`note_node_death`."""
 
         def step(b: PlanBuilder) -> None:
             node = b.draft.node(node_id)
@@ -167,6 +175,18 @@ class VirtualClusterRegistry:
 
         return self._plan(step)
 
+    def note_node_death(self, node_id: str) -> Plan:
+        """A node of a logical or job cluster died (``mark_node_dead`` done): each cluster
+        holding it gets a new revision, stored and published (the primary is left out)."""
+
+        def step(b: PlanBuilder) -> None:
+            for cluster in b.draft.clusters():
+                if cluster.kind is not Kind.PRIMARY and node_id in cluster.members:
+                    b.draft.put(cluster.moved(revision=self.revisions.next()))
+                    b.flush(cluster.id)
+
+        return self._plan(step)
+
     def create_or_update(
         self,
         cluster_id: str,
@@ -174,6 +194,7 @@ class VirtualClusterRegistry:
         replica_sets: Mapping[str, int],
         revision: int = 0,
         usage: UsageView = IDLE,
+        autoscaler: bool = False,
     ) -> CreateOrUpdateResult:
         builder = self._builder()
         cluster = allocation.create_or_update(
@@ -184,6 +205,7 @@ class VirtualClusterRegistry:
             divisible=divisible,
             replica_sets=replica_sets,
             revision=revision,
+            autoscaler=autoscaler,
         )
         draft = builder.draft
         nodes = {n: draft.node(n) for n in sorted(cluster.members)}
@@ -207,10 +229,24 @@ class VirtualClusterRegistry:
         return self._plan(lambda b: allocation.remove_cluster(b, self.revisions, usage, cluster_id))
 
     def remove_nodes(
-        self, cluster_id: str, node_ids: Iterable[str], usage: UsageView = IDLE
+        self,
+        cluster_id: str,
+        node_ids: Iterable[str],
+        usage: UsageView = IDLE,
+        *,
+        revision: int = 0,
+        autoscaler: bool = False,
     ) -> Plan:
         return self._plan(
-            lambda b: allocation.remove_nodes(b, self.revisions, usage, cluster_id, node_ids)
+            lambda b: allocation.remove_nodes(
+                b,
+                self.revisions,
+                usage,
+                cluster_id,
+                node_ids,
+                revision=revision,
+                autoscaler=autoscaler,
+            )
         )
 
     def update_autoscaling_config(

@@ -110,6 +110,7 @@ class _Replayer:
             min_replica_sets=dict(record.min_replica_sets),
             max_replica_sets=dict(record.max_replica_sets),
             max_nodes=record.max_nodes,
+            declared=dict(record.declared_replica_sets),
         )
 
     def _parent_of(self, record: VirtualClusterTableData) -> Cluster | None:

@@ -4,6 +4,9 @@
 host's address), unmodified ``ray start --address`` worker nodes from Ray's wheel in its own
 venv, and driver / CLI subprocesses.  Every process runs in its own process group and is
 killed by group at the end (``ray stop`` would not find raylets under private temp dirs).
+Every process (ours too) runs with the cluster's own HOME and TMPDIR and an explicit
+RAY_AUTH_MODE (:func:`~tests.interop.ray_processes.ray_env`), whatever the machine's
+``~/.ray`` holds.
 The GCS can be killed (SIGKILL) and restarted on the same port and store mid-test.
 
     with real_cluster(ray_venv, workers=[Worker("127.0.0.2"), Worker("127.0.0.3")]) as c:
@@ -32,7 +35,7 @@ import grpc
 from gcs.proto import gcs_pb2, gcs_service_pb2
 from gcs.testing.servers import free_port
 from tests.interop import venvs
-from tests.interop.ray_processes import ray_env
+from tests.interop.ray_processes import our_env, ray_env
 
 GCS_HOST = "127.0.0.2"
 _RUNNING = "Ray runtime started"
@@ -71,7 +74,8 @@ class RealCluster:
     storage: str
     gcs_args: tuple[str, ...] = ()
     gcs_host: str = GCS_HOST
-    env: dict[str, str] = field(default_factory=ray_env)
+    env: dict[str, str] = field(default_factory=dict)
+    """Ray processes' environment (:func:`ray_env` under ``tmp`` unless given)."""
     gcs: subprocess.Popen[bytes] | None = None
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     others: list[subprocess.Popen[Any]] = field(default_factory=list)
@@ -81,6 +85,10 @@ class RealCluster:
     """Indexes of workers stopped on purpose (:meth:`kill_worker`)."""
     dashboard: str = ""
     """``http://host:port`` of the dashboard ``gcs serve --dashboard`` runs, when it does."""
+
+    def __post_init__(self) -> None:
+        if not self.env:
+            self.env = ray_env(self.tmp / "env")
 
     @property
     def address(self) -> str:
@@ -107,7 +115,7 @@ class RealCluster:
                 "--port", str(self.port), "--storage", self.storage, "--metrics-port", "-1",
                 "--temp-dir", str(self.tmp / "head"), "--log-format", "json", *self.gcs_args,
             ],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, env=our_env(self.env), start_new_session=True,
         )  # fmt: skip
         log.close()
         self.wait(self._gcs_serving, 60, "our GCS serving")

@@ -67,11 +67,12 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
     port = free_port()
     address = f"{HOST}:{port}"
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    env = ray_env(ray_tmp / "env")  # own HOME and TMPDIR, RAY_AUTH_MODE explicit
     head_log = (tmp_path / "head.log").open("wb")
     head = await asyncio.create_subprocess_exec(
         str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
         f"--port={port}", "--num-cpus=3", "--include-dashboard=false", f"--temp-dir={ray_tmp}",
-        stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=ray_env(),
+        stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=env,
         start_new_session=True,
     )  # fmt: skip
     pool = RayletClientPool(4)
@@ -105,7 +106,7 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
         actors, nodes = stubs
         driver = await asyncio.create_subprocess_exec(
             str(ray_venv.python), "-c", DRIVER, address,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ray_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         )  # fmt: skip
         out, err = await asyncio.wait_for(driver.communicate(), timeout=600)
         assert driver.returncode == 0 and b"ok" in out, err.decode()[-3000:]

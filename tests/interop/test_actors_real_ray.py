@@ -30,7 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gcs.testing.servers import free_port
 from tests.conftest import eventually
-from tests.interop.ray_processes import ray_env, set_full_python_version, stop_group
+from tests.interop.ray_processes import our_env, ray_env, set_full_python_version, stop_group
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -129,6 +129,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
     port = free_port()
     address = f"{HOST}:{port}"
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    env = ray_env(ray_tmp / "env")  # own HOME and TMPDIR, RAY_AUTH_MODE explicit
     procs: list[asyncio.subprocess.Process] = []
     logs = []
 
@@ -150,7 +151,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
     async def driver(script: str, *args: str) -> dict[str, object]:
         proc = await asyncio.create_subprocess_exec(
             str(ray_venv.python), "-c", script, address, *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ray_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         )  # fmt: skip
         out, err = await asyncio.wait_for(proc.communicate(), timeout=900)
         assert proc.returncode == 0, err.decode()[-3000:]
@@ -158,7 +159,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
         return result
 
     try:
-        await spawn("gcs", *serve)
+        await spawn("gcs", *serve, env=our_env(env))
         await eventually(lambda: _serves(channel, ""), timeout_s=60, interval_s=0.2)
         if not head:
             await spawn(
@@ -169,7 +170,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
         await spawn(
             "worker", str(ray_bin), "start", f"--address={address}", "--block",
             f"--node-ip-address={HOST}", "--num-cpus=2", f"--temp-dir={ray_tmp}",
-            env=ray_env(),
+            env=env,
         )  # fmt: skip
         restart = await _serves(channel, "ray.rpc.WorkerInfoGcsService")
         before = await driver(DRIVER_BEFORE, "1" if restart else "0")
@@ -185,7 +186,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
         gcs = procs[0]  # kill -9 our GCS; the same store and port bring it back
         gcs.kill()
         await gcs.wait()
-        await spawn("gcs-restarted", *serve)
+        await spawn("gcs-restarted", *serve, env=our_env(env))
         await eventually(lambda: _serves(channel, ""), timeout_s=60, interval_s=0.2)
         after = await driver(DRIVER_AFTER)
         # the detached actor kept its state: 2 calls (or 1 after its restart) then this one

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import textwrap
 
 import pytest
 
 from tests.interop import venvs
+from tests.interop.ray_processes import ray_env
 
 pytestmark = pytest.mark.interop
 
@@ -33,7 +33,7 @@ GET_SCRIPT = textwrap.dedent(
 
 
 async def ray_cli(venv: venvs.Venv, *args: str) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = ray_env(None)
     # Ray's CLI rewrites 127.0.0.1 to the host's primary IP unless told not to
     # (gcs-server.md §7.3); our test server listens on loopback only.
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"

@@ -22,7 +22,7 @@ from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.rpc.security import Security
 from gcs.testing.servers import free_port
 from tests.conftest import eventually
-from tests.interop.ray_processes import ray_env, stop_group
+from tests.interop.ray_processes import env_prefix, ray_env, stop_group
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -48,6 +48,7 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
     address = f"{HOST}:{port}"
     # Ray's AF_UNIX socket paths must stay under 107 bytes: a short temp dir of its own.
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    env = ray_env(ray_tmp / "env")  # own HOME and TMPDIR, RAY_AUTH_MODE explicit
     head_log = (tmp_path / "head.log").open("wb")
     head = await asyncio.create_subprocess_exec(
         str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
@@ -55,7 +56,7 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
         # not Ray's fixed 10001: another head on this machine would take it, and --block
         # stops the whole head when its client server dies
         f"--ray-client-server-port={free_port()}",
-        stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=ray_env(),
+        stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=env,
         start_new_session=True,
     )  # fmt: skip
     cluster = parse_cluster_config(
@@ -72,7 +73,8 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
                     "max_workers": 2,
                     "idle_timeout_s": 5,
                     "node_config": {
-                        "start_command": f"{ray_bin} start --address {{gcs_address}} --block "
+                        "start_command": f"{env_prefix(env)} "
+                        f"{ray_bin} start --address {{gcs_address}} --block "
                         f"--node-ip-address={HOST} --num-cpus=2 "
                         f"--temp-dir={ray_tmp}",
                     },
@@ -92,7 +94,7 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
         await runtime.start()
         driver = await asyncio.create_subprocess_exec(
             str(ray_venv.python), "-c", DRIVER, address,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ray_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         )  # fmt: skip
         _, err = await asyncio.wait_for(driver.communicate(), timeout=600)
         assert driver.returncode == 0, err.decode()[-3000:]

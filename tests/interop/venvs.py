@@ -1,7 +1,8 @@
 """Cached virtualenvs holding the real Ray 2.60 / ant-ray 2.44 wheels, for interop tests.
 
 Both wheels install the ``ray`` package, so each gets its own virtualenv.  Layout under
-``${GCS_INTEROP_CACHE:-~/.cache/gcs-interop}``::
+``${GCS_INTEROP_CACHE:-~/.cache/gcs-interop}`` (``~`` is the account's home from the password
+database: tests run with a private HOME, and this cache is meant to outlive them)::
 
     wheels/                     raw wheels (``pip download`` first; other tests read them)
     ray-2.60.0/                 the venv; ``.complete`` (JSON stamp) is written last
@@ -29,6 +30,8 @@ import time
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+
+from gcs.testing.hermetic import user_home
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 HARNESS_VERSION = 1
@@ -125,8 +128,16 @@ class Venv:
 
 
 def cache_root() -> pathlib.Path:
-    raw = os.environ.get("GCS_INTEROP_CACHE") or "~/.cache/gcs-interop"
-    return pathlib.Path(raw).expanduser()
+    raw = os.environ.get("GCS_INTEROP_CACHE")
+    if raw:
+        return pathlib.Path(raw)
+    return user_home() / ".cache" / "gcs-interop"
+
+
+def _builder_env() -> dict[str, str]:
+    """Building the cache (pip) runs as the account, with its own pip settings; the venv's
+    contents do not depend on the tests' private HOME."""
+    return {**os.environ, "HOME": str(user_home())}
 
 
 @contextlib.contextmanager
@@ -143,7 +154,9 @@ def _locked(name: str) -> Iterator[None]:
 
 def _run(cmd: list[str], *, timeout: float = _INSTALL_TIMEOUT_S) -> None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, check=False, env=_builder_env()
+        )
     except subprocess.TimeoutExpired as exc:
         raise VenvError(f"timed out after {timeout:.0f}s: {' '.join(cmd)}") from exc
     if proc.returncode != 0:
@@ -259,6 +272,7 @@ def run_in_venv(
     Raises :class:`VenvError` carrying stderr when it exits non-zero or prints no JSON.
     """
     full_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    full_env.setdefault("RAY_AUTH_MODE", "disabled")  # never decided from a token in HOME
     full_env.update(env or {})
     started = time.monotonic()
     try:

@@ -14,7 +14,8 @@ def first(h: Harness, cluster_id: str, bucket: str | None = None) -> str:
 
 class TestReplenish:
     def test_s1_indivisible_gets_a_primary_spare_and_publishes(self) -> None:
-        """S1: the dead node moves to P, a spare of its type joins; flushed and published."""
+        """S1: the dead node moves to P, a spare of its type joins; flushed and published,
+        with a new revision (ant-ray keeps it: an update at the old one would pass)."""
         h = Harness(6, 2)
         rev = h.create("v", {"0": 1, "1": 1}, divisible=False).revision
         dead = first(h, "v")
@@ -24,7 +25,8 @@ class TestReplenish:
         assert h.registry.primary.members[dead] == UNDIVIDED
         assert h.counts("v") == {"0": 1, "1": 1} and len(h.alive("v")) == 2
         assert set(plan.puts) == {"v"} and [m.id for m in plan.publishes] == ["v"]
-        assert h.registry.get("v").revision == rev
+        assert h.registry.get("v").revision > rev
+        assert plan.puts["v"].revision == plan.publishes[0].revision == h.registry.get("v").revision
         h.sound()
 
     def test_s2_job_cluster_falls_back_to_the_parents_spare(self) -> None:

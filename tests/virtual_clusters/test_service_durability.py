@@ -48,6 +48,7 @@ class TestRestart:
             ind = await env.create("ind", {"4c8g": 1, "8c16g": 1})
             dead = next(n for n in ind.node_instances if n in small)
             await env.kill(dead)
+            await env.manager.settle()  # the death's new revision of "ind" is stored
             before = await env.clusters()
             old = env.manager.registry
             high = max(old.revisions.last, *(c.revision for c in old.clusters()))

@@ -35,6 +35,19 @@ SERVICE_MESSAGES = (
     "CreateJobClusterReply",
 )
 NEWER_METHODS = {"RemoveNodesFromVirtualCluster", "UpdateAutoscalingConfig", "GetAutoscalingConfig"}
+EXTENSION_FLOOR = 100
+"""Our own fields (gcs extensions) are numbered from here; ant-ray's readers skip them."""
+GCS_EXTENSIONS = {
+    "CreateOrUpdateVirtualClusterRequest": {100: "autoscaler_move"},
+    "RemoveNodesFromVirtualClusterRequest": {100: "revision", 101: "autoscaler_move"},
+    "VirtualClusterTableData": {100: "declared_replica_sets"},
+}
+
+
+def without_extensions(facts: dict) -> dict:
+    """``message_facts`` minus the gcs extension fields (numbers >= ``EXTENSION_FLOOR``)."""
+    fields = {n: f for n, f in facts["fields"].items() if n < EXTENSION_FLOOR}
+    return {**facts, "fields": fields}
 
 
 def wheel_descriptor(wheel: pathlib.Path, module: str) -> d.FileDescriptorProto:
@@ -109,9 +122,9 @@ class TestTableDataWire:
             assert mine["nested"][name] == nested
 
     def test_table_data_newer_fields_are_additive_autoscaling_config(self) -> None:
-        """Fields 6-8 are ant-ray's later min/max replica sets and max_nodes."""
+        """Fields 6-8 are ant-ray's later min/max replica sets and max_nodes; 100 is ours."""
         fields = virtual_cluster_data_pb2.VirtualClusterTableData.DESCRIPTOR.fields_by_number
-        assert sorted(fields) == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert sorted(fields) == [1, 2, 3, 4, 5, 6, 7, 8, 100]
         assert [fields[n].name for n in (6, 7, 8)] == [
             "min_replica_sets",
             "max_replica_sets",
@@ -123,10 +136,20 @@ class TestTableDataWire:
 class TestServiceWire:
     @pytest.mark.parametrize("name", SERVICE_MESSAGES)
     def test_request_and_reply_match_ant_ray(self, wheel: pathlib.Path, name: str) -> None:
-        """Every field of each VC request/reply equals the wheel's, modulo ray->gcs."""
+        """Every field of each VC request/reply equals the wheel's, modulo ray->gcs, besides
+        our extensions (numbered from 100, so an ant-ray peer skips them)."""
         theirs = by_name(wheel_descriptor(wheel, "gcs_service"))[name]
         mine = by_name(ours(virtual_cluster_pb2))[name]
-        assert message_facts(mine) == message_facts(theirs)
+        assert without_extensions(message_facts(mine)) == message_facts(theirs)
+        assert max(message_facts(theirs)["fields"]) < EXTENSION_FLOOR
+
+    @pytest.mark.parametrize("name", sorted(GCS_EXTENSIONS))
+    def test_extensions_are_the_documented_ones(self, name: str) -> None:
+        """The only fields numbered from 100, by message."""
+        modules = (virtual_cluster_pb2, virtual_cluster_data_pb2)
+        (message,) = [by_name(ours(m))[name] for m in modules if name in by_name(ours(m))]
+        extensions = {f.number: f.name for f in message.field if f.number >= EXTENSION_FLOOR}
+        assert extensions == GCS_EXTENSIONS[name]
 
     def test_service_methods_match_ant_ray_plus_newer_ones(self, wheel: pathlib.Path) -> None:
         """The wheel's 5 methods exist with the same types; ours adds exactly the 3 newer."""

@@ -66,7 +66,8 @@ class AutoscalerGcs(Protocol):
         ...
 
     async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
-        """Give a virtual cluster's nodes back to the primary cluster."""
+        """Give a virtual cluster's nodes back to the primary cluster (never below its
+        floor, and only while the cluster is as last read)."""
         ...
 
     async def read_virtual_cluster(self, cluster_id: str) -> VcSnapshot | None:
@@ -76,16 +77,25 @@ class AutoscalerGcs(Protocol):
     async def update_virtual_cluster(
         self, cluster_id: str, *, divisible: bool, replica_sets: Mapping[str, int], revision: int
     ) -> VcUpdate:
-        """CreateOrUpdateVirtualCluster with ``revision``; a stale one is ``expired``."""
+        """CreateOrUpdateVirtualCluster with ``revision``, as an autoscaler move (the
+        tenant's declared replica sets are kept); a stale revision is ``expired``."""
         ...
 
 
 class GrpcAutoscalerGcs:
-    """:class:`AutoscalerGcs` over one channel; learns the cluster id on first use."""
+    """:class:`AutoscalerGcs` over one channel; learns the cluster id on first use.
+
+    Virtual-cluster moves go through the GCS's lane and revision rule: a release carries the
+    revision of that cluster this adapter last saw (in GetClusterResourceState,
+    GetVirtualClusters or its own update's reply), so a cluster changed since the autoscaler
+    planned on it is not shrunk (the release fails as expired; the next round re-plans).
+    Both moves are flagged ``autoscaler_move`` (a GCS of ours keeps the declared replica sets
+    and the floor; ant-ray's skips the field)."""
 
     def __init__(self, channel: grpc.aio.Channel, *, timeout_s: float = 10.0) -> None:
         self._channel = channel
         self._timeout_s = timeout_s
+        self._vc_revisions: dict[str, int] = {}
         self._node_info = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)
         self._autoscaler: ServiceStub | None = None
         self._kv: ServiceStub | None = None
@@ -127,7 +137,9 @@ class GrpcAutoscalerGcs:
         reply = await self._call(
             "GetClusterResourceState", autoscaler_pb2.GetClusterResourceStateRequest()
         )
-        return reply.cluster_resource_state  # type: ignore[attr-defined,no-any-return]
+        state: autoscaler_pb2.ClusterResourceState = reply.cluster_resource_state  # type: ignore[attr-defined]
+        self._vc_revisions = {cid: vc.revision for cid, vc in state.virtual_cluster_states.items()}
+        return state
 
     async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> None:
         await self._call(
@@ -226,7 +238,10 @@ class GrpcAutoscalerGcs:
         reply = await self._vc_call(
             "RemoveNodesFromVirtualCluster",
             virtual_cluster_pb2.RemoveNodesFromVirtualClusterRequest(
-                virtual_cluster_id=cluster_id, nodes_to_remove=node_ids_hex
+                virtual_cluster_id=cluster_id,
+                nodes_to_remove=node_ids_hex,
+                revision=self._vc_revisions.get(cluster_id, 0),
+                autoscaler_move=True,
             ),
         )
         status = reply.status  # type: ignore[attr-defined]
@@ -240,6 +255,7 @@ class GrpcAutoscalerGcs:
         )
         for data in reply.virtual_cluster_data_list:  # type: ignore[attr-defined]
             if data.id == cluster_id:
+                self._vc_revisions[cluster_id] = data.revision
                 return VcSnapshot(
                     revision=data.revision,
                     divisible=data.divisible,
@@ -258,9 +274,11 @@ class GrpcAutoscalerGcs:
                 divisible=divisible,
                 replica_sets=dict(replica_sets),
                 revision=revision,
+                autoscaler_move=True,
             ),
         )
         status = reply.status  # type: ignore[attr-defined]
         if status.code == 0:
+            self._vc_revisions[cluster_id] = reply.revision  # type: ignore[attr-defined]
             return VcUpdate(True, nodes=frozenset(reply.node_instances))  # type: ignore[attr-defined]
         return VcUpdate(False, expired="is expired" in status.message, message=status.message)

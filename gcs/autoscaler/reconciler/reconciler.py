@@ -203,7 +203,7 @@ class Reconciler:
             vc_scaling.primary_demand(state, plan.planned), ray_nodes, frozenset(held)
         )
         reply, release = steps.hold_back_vc_nodes(reply, holders, plan.planned)
-        for cluster_id, node_ids in release.items():
+        for cluster_id, node_ids in vc_scaling.within_floor(state, release, ray_nodes).items():
             await self._release(cluster_id, node_ids)
         if scaling:
             await self._step("scale", steps.scale(self._im.instances, reply, self._new_instance_id))

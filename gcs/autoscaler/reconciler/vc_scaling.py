@@ -14,8 +14,11 @@ max_num_nodes).  What the scheduler asks to launch is served, in this order, by:
    primary, the next round moves them in (step 2 again).
 
 Idle members the scheduler would terminate are released to the primary instead
-(``releases``); the scheduler keeps ``min_replica_sets`` so a release never shrinks a cluster
-below its min.  Divisible clusters and job clusters are not scaled (as in ant-ray #579).
+(``releases``), never below the cluster's floor: the GCS reports it as ``min_replica_sets``
+(the autoscaling config's min where it names a type, else the replica sets the tenant
+declared), so a reservation is kept while idle.  Divisible clusters and job clusters are not
+scaled (as in ant-ray #579); their idle nodes are released only above the floor too
+(:func:`within_floor`).
 """
 
 from __future__ import annotations
@@ -291,28 +294,57 @@ def plan_virtual_clusters(
     )
 
 
+def _above_floor(
+    vc: autoscaler_pb2.VirtualClusterState, left: Counter[str], candidates: Sequence[RayNode]
+) -> tuple[str, ...]:
+    """``candidates`` in order, as long as each type keeps the cluster's floor
+    (``min_replica_sets``) of the ``left`` nodes it counts (updated)."""
+    out = []
+    for node in candidates:
+        if left[node.node_type] - 1 < vc.min_replica_sets.get(node.node_type, 0):
+            continue
+        left[node.node_type] -= 1
+        out.append(node.node_id)
+    return tuple(out)
+
+
 def _releasable(
     vc: autoscaler_pb2.VirtualClusterState,
     members: Sequence[RayNode],
     reply: SchedulingReply,
     nodes: Mapping[str, RayNode],
 ) -> tuple[str, ...]:
-    """Members the scheduler would terminate that are idle, in its order, as long as each
-    type keeps its ``min_replica_sets`` (the scheduler's max enforcement ignores mins)."""
-    left = Counter(m.node_type for m in members)
+    """Members the scheduler would terminate that are idle, in its order, above the floor
+    (the scheduler's max enforcement ignores mins)."""
     member_ids = {m.node_id for m in members}
-    out = []
-    for t in reply.terminations:
-        if t.ray_node_id not in member_ids:
+    idle = [
+        nodes[t.ray_node_id]
+        for t in reply.terminations
+        if t.ray_node_id in member_ids
+        and (t.cause is TerminationCause.IDLE or nodes[t.ray_node_id].status is RayNodeStatus.IDLE)
+    ]
+    return _above_floor(vc, Counter(m.node_type for m in members), idle)
+
+
+def within_floor(
+    state: autoscaler_pb2.ClusterResourceState,
+    releases: Mapping[str, Sequence[str]],
+    ray_nodes: Sequence[RayNode],
+) -> dict[str, list[str]]:
+    """``releases`` (cluster id -> nodes) trimmed so that no cluster goes below its floor,
+    counting the nodes the GCS lists for it (undivided ones for a divisible cluster, which
+    errs toward keeping)."""
+    nodes = {n.node_id: n for n in ray_nodes}
+    out: dict[str, list[str]] = {}
+    for cluster_id, node_ids in releases.items():
+        vc = state.virtual_cluster_states.get(cluster_id)
+        if vc is None:
             continue
-        node = nodes[t.ray_node_id]
-        if t.cause is not TerminationCause.IDLE and node.status is not RayNodeStatus.IDLE:
-            continue
-        if left[node.node_type] - 1 < vc.min_replica_sets.get(node.node_type, 0):
-            continue
-        left[node.node_type] -= 1
-        out.append(t.ray_node_id)
-    return tuple(out)
+        left = Counter(nodes[n].node_type for n in vc.nodes if n in nodes)
+        kept = _above_floor(vc, left, [nodes[n] for n in node_ids if n in nodes])
+        if kept:
+            out[cluster_id] = list(kept)
+    return out
 
 
 def _cluster_room(cluster: ClusterConfig, instances: Mapping[str, Instance]) -> dict[str, int]:

@@ -31,7 +31,14 @@ from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.raylets.budget import RayletIoBudget
 from gcs.rpc.raylets.errors import raylet_error
 from gcs.rpc.raylets.h2_unary import H2CallError
-from gcs.rpc.raylets.pool import HEALTH_CHECK, METHODS, RayletClient, RayletClientPool
+from gcs.rpc.raylets.pool import (
+    HEALTH_CHECK,
+    METHODS,
+    RayletClient,
+    RayletClientPool,
+    direct_call,
+    grpc_unary,
+)
 from gcs.rpc.raylets.rate import LagGovernor, RateLimiter
 from gcs.rpc.security import NO_SECURITY, Security
 
@@ -105,31 +112,21 @@ class GrpcRayletGateway:
         request: node_manager_pb2.DrainRayletRequest,
         timeout_s: float,
     ) -> node_manager_pb2.DrainRayletReply:
-        client = self.pool.lease(node_id, address)
-        try:
-            reply: node_manager_pb2.DrainRayletReply = await client.grpc_call("DrainRaylet")(
-                request, timeout=timeout_s
-            )
-        except grpc.aio.AioRpcError as err:
-            raise raylet_error(node_id, "DrainRaylet", err) from err
-        finally:
-            self.pool.release(client)
-        return reply
+        reply = await direct_call(self.pool, node_id, address, "DrainRaylet", request, timeout_s)
+        return reply  # type: ignore[return-value]
 
     async def resize(
         self, node_id: bytes, address: str, resources: Mapping[str, float], timeout_s: float
     ) -> dict[str, float]:
-        client = self.pool.lease(node_id, address)
-        try:
-            reply = await client.grpc_call("ResizeLocalResourceInstances")(
-                node_manager_pb2.ResizeLocalResourceInstancesRequest(resources=resources),
-                timeout=timeout_s,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise raylet_error(node_id, "ResizeLocalResourceInstances", err) from err
-        finally:
-            self.pool.release(client)
-        return dict(reply.total_resources)
+        reply = await direct_call(
+            self.pool,
+            node_id,
+            address,
+            "ResizeLocalResourceInstances",
+            node_manager_pb2.ResizeLocalResourceInstancesRequest(resources=resources),
+            timeout_s,
+        )
+        return dict(reply.total_resources)  # type: ignore[attr-defined]
 
     async def prepare_bundles(
         self, node_id: bytes, address: str, bundles: Sequence[common_pb2.Bundle], timeout_s: float
@@ -254,13 +251,10 @@ class GrpcRayletGateway:
                     return reply_cls.FromString(raw)
                 except DecodeError:
                     raise H2CallError(grpc.StatusCode.INTERNAL, "undecodable reply") from None
-            reply: Message = await client.grpc_call(method)(request, timeout=timeout_s)
-            return reply
+            return await grpc_unary(client, node_id, method, request, timeout_s)
         except H2CallError as err:
             if err.code() in fall_back_on:
                 self._fall_back(node_id, err)
-            raise raylet_error(node_id, method, err) from None
-        except grpc.aio.AioRpcError as err:
             raise raylet_error(node_id, method, err) from None
 
     async def _enter(self) -> None:

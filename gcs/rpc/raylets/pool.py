@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2
 
+from gcs.errors import RayletUnreachable
 from gcs.rpc.raylets.errors import raylet_error
 from gcs.rpc.raylets.h2_unary import H2UnaryClient
 from gcs.rpc.security import NO_SECURITY, Security
@@ -64,12 +65,15 @@ class RayletClient:
     """One raylet's connections; multicallables are made per method on first use (a full
     stub of NodeManagerService costs ~0.5 ms, which matters when 50,000 raylets churn)."""
 
-    __slots__ = ("_calls", "_channel", "_h2_load", "_security", "address", "leases")
+    __slots__ = ("_calls", "_channel", "_h2_load", "_security", "address", "closed", "leases")
 
     def __init__(self, address: str, security: Security = NO_SECURITY) -> None:
         self.address = address
         self._security = security
         self.leases = 0
+        self.closed = False
+        """Set when the pool let go of this client (evicted, replaced, its node forgotten):
+        calls still in flight on it are being cut."""
         self._channel: grpc.aio.Channel | None = None
         self._calls: dict[str, Any] = {}
         self._h2_load: H2UnaryClient | None = None
@@ -112,6 +116,7 @@ class RayletClient:
             self._h2_load = None
 
     async def close(self) -> None:
+        self.closed = True
         self.close_h2()
         channel, self._channel = self._channel, None
         self._calls = {}
@@ -169,6 +174,7 @@ class RayletClientPool:
                 return
 
     def _close_soon(self, client: RayletClient) -> None:
+        client.closed = True
         client.close_h2()  # frees its socket now, not when a task runs
         if not client.has_channel:
             return
@@ -185,6 +191,38 @@ class RayletClientPool:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
 
+async def grpc_unary(
+    client: RayletClient,
+    node_id: bytes,
+    method: str,
+    request: Message,
+    timeout_s: float | None,
+) -> Message:
+    """One grpc.aio call of ``method`` on ``client``; every failure leaves as a domain error
+    (:func:`~gcs.rpc.raylets.errors.raylet_error`).
+
+    Closing a channel cancels the calls in flight on it: grpc.aio raises ``CancelledError``
+    in the caller although nobody cancelled the caller.  Let through, that looks like a
+    cancelled RPC handler, which then never answers its own client (DrainNode waited for
+    the caller's 90 s deadline when the node unregistered mid-drain).  So a call cut by the
+    pool letting go of its client (node forgotten, client replaced) is ``RayletUnreachable``;
+    a real cancellation of the caller still propagates."""
+    try:
+        reply: Message = await client.grpc_call(method)(request, timeout=timeout_s)
+    except grpc.aio.AioRpcError as err:
+        raise raylet_error(node_id, method, err) from err
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if client.closed and (task is None or not task.cancelling()):
+            raise RayletUnreachable(
+                node_id,
+                f"raylet {node_id.hex()} {method}: connection closed while the call was in "
+                "flight (the node was forgotten)",
+            ) from None
+        raise
+    return reply
+
+
 async def direct_call(
     pool: RayletClientPool,
     node_id: bytes,
@@ -194,12 +232,9 @@ async def direct_call(
     timeout_s: float | None,
 ) -> Message:
     """One grpc call of a NodeManagerService method on a pooled client, outside any queue;
-    transport failures leave as domain errors (:func:`~gcs.rpc.raylets.errors.raylet_error`)."""
+    transport failures leave as domain errors (:func:`grpc_unary`)."""
     client = pool.lease(node_id, address)
     try:
-        reply: Message = await client.grpc_call(method)(request, timeout=timeout_s)
-    except grpc.aio.AioRpcError as err:
-        raise raylet_error(node_id, method, err) from err
+        return await grpc_unary(client, node_id, method, request, timeout_s)
     finally:
         pool.release(client)
-    return reply
