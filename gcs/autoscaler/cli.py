@@ -55,6 +55,12 @@ def autoscaler() -> None:
     help="JSON {pod name: ray.io/ippr-status fields + current-cpu/current-memory}.",
 )
 @click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Also the raw scores (Ray's score tuple) behind each launch choice.",
+)
+@click.option(
     "--lost-bundle-replacement",
     is_flag=True,
     help="Place a rescheduling group's lost bundles relative to its survivors (ray#40212).",
@@ -66,6 +72,7 @@ def plan_cmd(
     now_s: float,
     fmt: str,
     ippr_path: str | None,
+    verbose: bool,
     lost_bundle_replacement: bool,
 ) -> None:
     """Print launches, terminations and infeasible demand, each with its reason.
@@ -113,7 +120,7 @@ def plan_cmd(
         doc["warnings"] = warnings
         for warning in warnings:
             click.echo(f"Warning: {warning}", err=True)
-    click.echo(dumps(doc, indent=2) if fmt == "json" else render_table(doc))
+    click.echo(dumps(doc, indent=2) if fmt == "json" else render_table(doc, verbose=verbose))
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 A task no alive node can hold is not necessarily hopeless: an autoscaler may add a node
 type that fits it (that is the usual way a GPU task starts on a cluster with no GPU node up).
 So, as Ray does with an infeasible task, ``gcs submit`` keeps it waiting and warns on stderr
-at once.  What makes it final is the autoscaler's own verdict: once the autoscaler reports
-the task's shape among its infeasible requests (no node type it may launch fits it; ``ray
-status`` lists these too), waiting is pointless and ``gcs submit`` withdraws the tasks and
-exits 1.  With no autoscaler reporting, it keeps waiting (``--timeout`` bounds it).
+at once.  What ends the wait is the autoscaler's own verdict: once the autoscaler reports
+the task's shape among its infeasible requests (it cannot launch a node that fits: no node
+type has the resources, or its limits are reached), ``gcs submit`` withdraws the tasks and
+exits 1, as Ray's ``RAY_enable_infeasible_task_early_exit`` fails such tasks.  With no
+autoscaler reporting, it keeps waiting (``--timeout`` bounds it).
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ def autoscaler_verdict(
 
 def final_message(abandoned: int, count: int, resources: Mapping[str, float]) -> str:
     return (
-        f"{abandoned} of {count} tasks of {shape_text(resources)} can never start: the "
-        "autoscaler has no node type that fits them (it lists them as infeasible); "
+        f"{abandoned} of {count} tasks of {shape_text(resources)} cannot start: the autoscaler "
+        "lists them as infeasible (no node type it may launch fits them, within its limits); "
         "they were withdrawn"
     )
 

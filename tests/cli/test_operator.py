@@ -150,8 +150,9 @@ class TestSubmitInfeasible:
         warning, error = result.stderr.strip().splitlines()
         assert warning.startswith('Warning: 2 of 2 tasks of {"FOO": 1.0} fit no alive node')
         assert error == (
-            'Error: 2 of 2 tasks of {"FOO": 1.0} can never start: the autoscaler has no node '
-            "type that fits them (it lists them as infeasible); they were withdrawn"
+            'Error: 2 of 2 tasks of {"FOO": 1.0} cannot start: the autoscaler lists them as '
+            "infeasible (no node type it may launch fits them, within its limits); they were "
+            "withdrawn"
         )
         assert "abandoned 2" in result.stdout
         _, rows = agent.resources.load()
