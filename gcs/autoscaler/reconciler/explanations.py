@@ -10,6 +10,7 @@ once per change rather than every round.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from gcs.autoscaler.capacity import UnavailableCapacity, failure_event, released_event
@@ -28,6 +29,8 @@ class CapacityWatch:
         self.cache = cache
         self._events = events
         self._held: set[str] = set()
+        self.failed_instances: Counter[str] = Counter()
+        """Instances whose launch failed, by cause (capacity, quota, error), since start."""
 
     def observe(
         self, errors: Sequence[LaunchNodeError], allocated: Iterable[str], now_s: float
@@ -38,6 +41,7 @@ class CapacityWatch:
                 self._events.add("capacity", released_event(node_type, allocated=True))
                 self._held.discard(node_type)
         for error in errors:
+            self.failed_instances[error.kind.value] += error.count
             held = self.cache.record_failure(error, now_s)
             self._events.add("launch-failed", failure_event(error, held))
         now_held = set(self.cache.held_back(now_s))
