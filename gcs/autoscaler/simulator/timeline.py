@@ -138,8 +138,8 @@ def _failures_panel(ax: Any, result: SimResult, colors: Mapping[str, Any]) -> No
     other = [f for f in result.failures if f[3] not in _HELD_BACK]
     handles = []
     for failures, marker, label in (
-        (held, "x", "no capacity / quota (held back)"),
-        (other, "o", "other launch error (retried)"),
+        (held, "x", "no capacity / quota"),
+        (other, "o", "other launch error"),
     ):
         if failures:
             ax.scatter(
