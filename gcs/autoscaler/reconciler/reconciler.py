@@ -211,9 +211,7 @@ class Reconciler:
         for cluster_id, idle in plan.releases.items():
             await self._release(cluster_id, list(idle))
         self._note_vc_decisions(plan)
-        await self._step(
-            "capacity-cancel", self.capacity.cancel_queued(self._im.instances, now_ns / 1e9)
-        )
+        await self._cancel_held_back(now_ns / 1e9)
         reply = await self._schedule(
             vc_scaling.primary_demand(state, plan.planned), ray_nodes, frozenset(held)
         )
@@ -235,6 +233,7 @@ class Reconciler:
             await self._resizer.resize(reply.resizes, ray_nodes)
         await self._step("terminate", steps.terminate_finished(self._im.instances))
         if not read_only:
+            await self._cancel_held_back(now_ns / 1e9)  # e.g. a virtual cluster's launch
             await self._step(
                 "launch", steps.launches(self._im.instances, self.config, self._new_request_id)
             )
@@ -369,6 +368,10 @@ class Reconciler:
                 reason=decision.reason,
             )
         return reply
+
+    async def _cancel_held_back(self, now_s: float) -> None:
+        """Queued launches of a node type the cloud just refused are not requested."""
+        await self._step("capacity-cancel", self.capacity.cancel_queued(self._im.instances, now_s))
 
     async def _step(self, name: str, updates: Sequence[InstanceUpdate]) -> None:
         if not updates:
