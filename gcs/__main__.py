@@ -2,4 +2,4 @@
 
 from gcs.cli import main
 
-main()
+main(prog_name="gcs")

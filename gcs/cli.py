@@ -15,7 +15,9 @@ from gcs.cli_support import (
     DEBUG_KEY,
     GcsGroup,
     address_option,
+    bad_file,
     dumps,
+    fail,
     format_option,
     resolve_address,
 )
@@ -46,7 +48,11 @@ __all__ = ["main", "resolve_address"]
 def main(ctx: click.Context, debug: bool) -> None:
     """A Ray-wire-compatible control plane (GCS) with virtual clusters and an autoscaler.
 
-    Exit codes: 0 ok, 1 the operation failed (unreachable, refused, timed out), 2 bad input.
+    Every command that talks to a GCS takes --address (else GCS_ADDRESS, then RAY_ADDRESS);
+    every command that prints data takes --format text|json (default text).
+
+    Exit codes: 0 ok, 1 the operation failed (unreachable, refused, timed out), 2 bad input
+    (flags, files, environment), 3 `gcs submit --timeout` struck with tasks still waiting.
     """
     ctx.meta[DEBUG_KEY] = debug
 
@@ -84,8 +90,18 @@ def _check_storage(ctx: click.Context, param: click.Parameter, value: str | None
     default=None,
     help="YAML config file (flags and GCS_*/RAY_* env vars override it).",
 )
-@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
-@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default=None)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default=None,
+    help="Log lines as JSON or key=value (default auto: console on a terminal, else json).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="Least severe log level printed (default info).",
+)
 @click.option(
     "--metrics-port",
     type=METRICS_PORT,
@@ -182,6 +198,8 @@ def serve(
             token_path_what="--auth-token-path" if flags.get("auth_token_path") else "",
         )
     except AuthConfigError as err:
+        if flags.get("auth_token_path"):  # a file given as a flag: bad input
+            raise bad_file("--auth-token-path", err) from None
         raise click.ClickException(str(err)) from None
     cluster = None
     if autoscaler_config:
@@ -191,7 +209,7 @@ def serve(
         try:
             cluster = load_cluster_config(autoscaler_config)
         except ClusterConfigError as err:
-            raise click.ClickException(str(err)) from None
+            raise bad_file("--autoscaler-config", err) from None
     _check_port_free(config.host, config.port, "--port")
     _check_port_free(config.host, config.metrics_port, "--metrics-port")
     configure_logging(config.log_format, config.log_level)
@@ -274,7 +292,13 @@ def _check_port_free(host: str, port: int, flag: str) -> None:
     "-v", "--verbose", is_flag=True, help="Also every node (like `ray status -v`) and VCs."
 )
 @click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
-@click.option("--interval", type=FiniteFloat(0.1), default=2.0, show_default=True)
+@click.option(
+    "--interval",
+    type=FiniteFloat(0.1),
+    default=2.0,
+    show_default=True,
+    help="Seconds between redraws with --watch (>= 0.1).",
+)
 def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: float) -> None:
     """Cluster status in the spirit of `ray status` (-v: per node, virtual clusters)."""
     import time
@@ -394,7 +418,14 @@ def request_resources_cmd(
     default="",
     help='A served service name (e.g. ray.rpc.NodeInfoGcsService); "" = the whole server.',
 )
-@click.option("--timeout", "timeout_s", type=FiniteFloat(0.0, open_min=True), default=5.0)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=FiniteFloat(0.0, open_min=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the answer (> 0).",
+)
 @format_option()
 def health(address: str | None, service: str, timeout_s: float, fmt: str) -> None:
     """gRPC health check (grpc.health.v1): prints SERVING and exits 0, else exits 1.
@@ -404,10 +435,20 @@ def health(address: str | None, service: str, timeout_s: float, fmt: str) -> Non
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(resolve_address(address)) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
-        )
+    resolved = resolve_address(address)
+    with grpc.insecure_channel(resolved) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
+            )
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+            fail(
+                f"health: the GCS at {resolved} does not serve {service!r} (NOT_FOUND); "
+                "name a served service (e.g. ray.rpc.NodeInfoGcsService) or leave --service "
+                "out to check the whole server"
+            )
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     if reply.status != health_pb2.HealthCheckResponse.SERVING:
         raise click.ClickException(f"health: {status}")

@@ -1,17 +1,29 @@
-"""What every ``gcs`` command shares: one error policy, the address flag, output helpers.
+"""What every ``gcs`` command shares: one error policy, the address and format flags.
 
 Error policy: a user error or an unreachable peer is ONE line on stderr and a non-zero exit,
 never a traceback.  :class:`GcsGroup` applies it to every command it dispatches, so commands
 raise our exceptions (or grpc's) and do not catch them one by one.  ``gcs --debug ...`` (or
 ``GCS_DEBUG=1``) re-raises instead, traceback included.
 
-Exit codes: 0 ok, 1 the operation failed (peer unreachable, refused, timed out), 2 bad
-usage or input (click's own code).
+Exit codes: 0 ok, 1 the operation failed (peer unreachable, refused, timed out), 2 bad usage
+or input (click's own code; every missing or malformed file given as a flag too), 3
+``gcs submit --timeout`` struck with tasks still waiting.  Output closed early (``gcs status
+--watch | head``) ends the command quietly with 0, as Unix tools end on SIGPIPE.
+
+The GCS address is ``--address``, else ``GCS_ADDRESS``, else ``RAY_ADDRESS``; a malformed
+one is blamed on where it came from (``GCS_ADDRESS=garbage: ...``), and every command that
+cannot reach it says so the same way: ``cannot reach the GCS at ADDR (CODE: details)``.
+
+``--format text|json`` means the same everywhere, default ``text``: commands are typed by
+people (``ray status``, ``kubectl get`` and ``ray list`` default to tables for the same
+reason) and a program asks for ``json`` once, explicitly, getting a stable document.
+``table`` is accepted as another name for ``text`` (older spellings and ant-ray's).
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import json
 import math
 import os
@@ -23,6 +35,14 @@ import click
 
 DEBUG_KEY = "gcs.debug"
 DEBUG_ENV = "GCS_DEBUG"
+ADDRESS_KEY = "gcs.address"
+"""Where the resolved GCS address is kept (the root context's meta) for error messages."""
+ADDRESS_ENV_VARS = ("GCS_ADDRESS", "RAY_ADDRESS")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_TIMED_OUT = 3
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,25 +52,53 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split()) or "unknown error"
 
 
-def describe(exc: BaseException) -> str:
+def _current_address() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    value = ctx.find_root().meta.get(ADDRESS_KEY)
+    return value if isinstance(value, str) else None
+
+
+def unreachable(address: str | None, code: str, details: str) -> str:
+    """THE sentence for a GCS that does not answer (every command words it this way)."""
+    where = f"the GCS at {address}" if address else "the GCS"
+    text = f"{code}: {details}" if details else code
+    return f"cannot reach {where} ({text})"
+
+
+def _grpc_code_and_details(exc: Any) -> tuple[Any, str]:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else ""
+    return code, details or ""
+
+
+def describe(exc: BaseException, address: str | None = None) -> str:
     """A short, human sentence for an exception raised by a command (no traceback)."""
     import grpc
 
     from gcs.sdk import GcsSdkError, RpcError
 
+    address = address or _current_address()
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return describe(exc.exceptions[0])
-    if isinstance(exc, RpcError) and exc.status == grpc.StatusCode.UNAVAILABLE:
-        return f"cannot reach the GCS ({exc.status.name}): {exc.details}"
+        return describe(exc.exceptions[0], address)
+    unreached = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    if isinstance(exc, RpcError):
+        if exc.status in unreached:
+            return unreachable(address, exc.status.name, exc.details)
+        return _answered(address, exc.status.name, exc.details)
     if isinstance(exc, GcsSdkError):
         return str(exc)
+    from gcs.errors import RayletUnreachable, Unavailable
+
+    if isinstance(exc, Unavailable) and not isinstance(exc, RayletUnreachable):  # gcs_port.py
+        return unreachable(address, "UNAVAILABLE", str(exc).removeprefix("GCS unreachable: "))
     if isinstance(exc, grpc.RpcError):
-        code = exc.code() if hasattr(exc, "code") else None
-        details = exc.details() if hasattr(exc, "details") else ""
+        code, details = _grpc_code_and_details(exc)
         name = code.name if code is not None else "UNKNOWN"
-        if code == grpc.StatusCode.UNAVAILABLE:
-            return f"GCS or raylet unreachable ({name}): {details}"
-        return f"{name}: {details}"
+        if code in unreached:
+            return unreachable(address, name, details)
+        return _answered(address, name, details)
     if isinstance(exc, TimeoutError):
         return f"timed out{': ' + str(exc) if str(exc) else ''}"
     if isinstance(exc, OSError):
@@ -69,6 +117,11 @@ def describe(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)"
 
 
+def _answered(address: str | None, code: str, details: str) -> str:
+    who = f"the GCS at {address}" if address else "the GCS"
+    return f"{who} answered {code}" + (f": {details}" if details else "")
+
+
 def _debug_requested(ctx: click.Context) -> bool:
     if ctx.find_root().meta.get(DEBUG_KEY):
         return True
@@ -77,6 +130,20 @@ def _debug_requested(ctx: click.Context) -> bool:
 
 _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 """click >= 8.2 raises this (a UsageError) for a group called without a command."""
+
+
+def _quiet_broken_pipe() -> click.exceptions.Exit:
+    """Output was closed early (``| head``): exit 0 without a word, as Unix tools do.
+
+    stdout is pointed at /dev/null first so the interpreter's final flush cannot fail again
+    ("Exception ignored ... BrokenPipeError").  Returned as click's Exit: click's own main
+    would turn the broken pipe into exit 1."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # no real stdout (tests)
+        pass
+    return click.exceptions.Exit(EXIT_OK)
 
 
 class GcsGroup(click.Group):
@@ -97,6 +164,8 @@ class GcsGroup(click.Group):
         except _NO_ARGS_IS_HELP as err:  # bare `gcs` / `gcs vcluster`: the help, as click does
             err.show()
             sys.exit(err.exit_code)
+        except BrokenPipeError:
+            sys.exit(_quiet_broken_pipe().exit_code)
         except click.UsageError as err:
             hint = f" (see '{err.ctx.command_path} -h')" if err.ctx is not None else ""
             click.echo(f"Error: {one_line(err.format_message())}{hint}", err=True)
@@ -106,45 +175,66 @@ class GcsGroup(click.Group):
             sys.exit(err.exit_code)
         except click.Abort:
             click.echo("Aborted!", err=True)
-            sys.exit(1)
-        sys.exit(code if isinstance(code, int) else 0)
+            sys.exit(EXIT_FAILED)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except BrokenPipeError:
+            raise _quiet_broken_pipe() from None
         except Exception as exc:
             if _debug_requested(ctx):
                 raise
             raise click.ClickException(one_line(describe(exc))) from None
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = EXIT_FAILED) -> None:
     """Print ``message`` as one line on stderr and exit with ``code``."""
     click.echo(f"Error: {one_line(message)}", err=True)
     raise SystemExit(code)
+
+
+def bad_file(flag: str, err: Exception) -> click.BadParameter:
+    """A file given as a flag is missing or malformed: bad input (exit 2), naming the flag."""
+    return click.BadParameter(one_line(str(err)), param_hint=flag)
 
 
 # -- the address flag ---------------------------------------------------------------------------
 
 
 def resolve_address(address: str | None) -> str:
-    """Explicit flag, else ``GCS_ADDRESS``, else ``RAY_ADDRESS``; checked to be host:port."""
-    from gcs.cli_validation import check_address
-    from gcs.sdk import AddressNotFound
-    from gcs.sdk import resolve_address as sdk_resolve
+    """Explicit flag, else ``GCS_ADDRESS``, else ``RAY_ADDRESS``; checked to be host:port.
 
+    A malformed value is blamed on the source actually used; the result is remembered for
+    the one unreachable message."""
+    from gcs.cli_validation import check_address
+
+    source, value = "--address", address
+    if not address:
+        source, value = "", None
+        for name in ADDRESS_ENV_VARS:
+            raw = os.environ.get(name, "").strip()
+            if raw and raw != "auto":
+                source, value = name, raw
+                break
+    if not value:
+        raise click.UsageError("no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS")
     try:
-        value = sdk_resolve(address)
-    except AddressNotFound:
-        raise click.UsageError(
-            "no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS"
-        ) from None
-    try:
-        return check_address(value)
+        checked = check_address(value)
     except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--address") from None
+        if source == "--address":
+            raise click.BadParameter(f"{value!r}: {err}", param_hint="--address") from None
+        raise click.UsageError(f"{source}={value}: {err}") from None
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.find_root().meta[ADDRESS_KEY] = checked
+    return checked
+
+
+ADDRESS_HELP = "GCS host:port (else GCS_ADDRESS, then RAY_ADDRESS)."
 
 
 def address_option(*legacy: str) -> Callable[[F], F]:
@@ -163,9 +253,7 @@ def address_option(*legacy: str) -> Callable[[F], F]:
         out: Any = wrapper
         for name in legacy:
             out = click.option(name, _dest(name), default=None, hidden=True)(out)
-        out = click.option(
-            "--address", default=None, help="GCS host:port (else GCS_ADDRESS, then RAY_ADDRESS)."
-        )(out)
+        out = click.option("--address", default=None, help=ADDRESS_HELP)(out)
         return out  # type: ignore[no-any-return]
 
     return decorate
@@ -175,15 +263,32 @@ def _dest(flag: str) -> str:
     return "legacy_" + flag.lstrip("-").replace("-", "_")
 
 
-def format_option(default: str = "text", *, extra: tuple[str, ...] = ()) -> Callable[[F], F]:
-    """``--format text|json`` (``extra`` adds old spellings such as ``table`` = text)."""
+class FormatChoice(click.Choice):
+    """``text`` | ``json``; ``table`` is accepted as another name for ``text``."""
+
+    ALIASES = {"table": "text"}
+
+    def __init__(self) -> None:
+        super().__init__(["text", "json"], case_sensitive=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.lower() in self.ALIASES:
+            return self.ALIASES[value.lower()]
+        return super().convert(value, param, ctx)
+
+
+DEFAULT_FORMAT = "text"
+
+
+def format_option() -> Callable[[F], F]:
+    """``--format text|json``, default text everywhere (see the module doc for why)."""
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(["text", "json", *extra]),
-        default=default,
+        type=FormatChoice(),
+        default=DEFAULT_FORMAT,
         show_default=True,
-        help="text for people, json for programs (always valid JSON).",
+        help="text for people; json for programs (one valid JSON document). 'table' = text.",
     )
 
 

@@ -102,12 +102,13 @@ def node_id(text: str) -> bytes:
 
 
 def check_address(text: str) -> str:
-    """``host:port`` with a port in 1..65535 (a ``[v6]:port`` host is fine)."""
+    """``host:port`` with a port in 1..65535 (a ``[v6]:port`` host is fine).  The error says
+    only what is wrong; the caller names the value and where it came from."""
     host, sep, port = text.strip().rpartition(":")
     if not sep or not host:
-        raise ValueError(f"GCS address {text!r} is not host:port")
+        raise ValueError("not host:port (e.g. 127.0.0.1:6379)")
     if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"GCS address {text!r}: port must be in 1..65535")
+        raise ValueError("the port must be in 1..65535")
     return text.strip()
 
 

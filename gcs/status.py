@@ -1,4 +1,10 @@
-"""A ``ray status``-like text view of ``GetClusterStatus`` (pure: proto in, text out)."""
+"""A ``ray status``-like text view of ``GetClusterStatus`` (pure: proto in, text out).
+
+Sections and wording follow Ray 2.60's ``ray status`` (``format_info_string``): memory in
+Ray's units (``0B/15.15GiB memory``), a pending node as ``IP: type, what it waits for``,
+launch failures per node type as ``type: LaunchFailed (latest_attempt: HH:MM:SS)`` followed,
+beyond Ray, by the reason (Ray shows it only with ``-v``).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,20 @@ import time
 from collections import Counter, defaultdict
 
 from gcs.proto import autoscaler_pb2, common_pb2
+from gcs.units import format_shape, usage_line
 
 NodeStatus = autoscaler_pb2.NodeStatus
 _RULE = "-" * 64
-
-
-def _fmt_amount(value: float) -> str:
-    return f"{value:g}" if value != int(value) else f"{int(value)}.0"
+MAX_FAILURES_SHOWN = 20
+"""Ray's AUTOSCALER_MAX_FAILURES_DISPLAYED."""
 
 
 def _fmt_shape(shape: dict[str, float]) -> str:
-    inner = ", ".join(f"{k}: {v:g}" for k, v in sorted(shape.items()))
-    return "{" + inner + "}"
+    return format_shape(shape)
+
+
+def _clock(ts_s: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts_s))
 
 
 def _fmt_selectors(selectors: list[common_pb2.LabelSelector]) -> str:
@@ -57,32 +65,17 @@ def render(reply: autoscaler_pb2.GetClusterStatusReply, *, now_s: float | None =
         for node_type, count in sorted(counts.items()) if counts else ():
             lines.append(f" {count} {node_type}")
     lines.append("Pending:")
-    pending = (
-        reply.autoscaling_state.pending_instances if reply.HasField("autoscaling_state") else []
-    )
-    if not pending and not reply.autoscaling_state.pending_instance_requests:
-        lines.append(" (no pending nodes)")
-    for request in reply.autoscaling_state.pending_instance_requests:
-        lines.append(f" {request.ray_node_type_name}, {request.count} launching")
-    for instance in pending:
-        lines.append(
-            f" {instance.ip_address or '?'}: {instance.ray_node_type_name}, {instance.details}"
-        )
+    lines += _pending_lines(reply.autoscaling_state) or [" (no pending nodes)"]
     lines.append("Recent failures:")
-    if not dead:
-        lines.append(" (no failures)")
-    for node in dead[-10:]:
-        lines.append(
-            f" {node.ray_node_type_name or 'node'}: NodeTerminated "
-            f"(ip: {node.node_ip_address}, id: {node.node_id.hex()[:12]})"
-        )
+    failures = _failure_lines(dead, reply.autoscaling_state)
+    lines += failures[-MAX_FAILURES_SHOWN:] or [" (no failures)"]
     lines += ["", "Resources", _RULE, "Usage:"]
     if not total:
         lines.append(" (no resources)")
     for name in sorted(total):
         if name.startswith("node:"):
             continue
-        lines.append(f" {_fmt_amount(used[name])}/{_fmt_amount(total[name])} {name}")
+        lines.append(f" {usage_line(name, used[name], total[name])}")
     lines.append("Constraints:")
     constraints = [c for c in state.cluster_resource_constraints if c.resource_requests]
     if not constraints:
@@ -108,7 +101,67 @@ def render(reply: autoscaler_pb2.GetClusterStatusReply, *, now_s: float | None =
         strategy = gang.details.split(":", 1)[-1].split("|", 1)[0] if gang.details else "?"
         body = ", ".join(f"{s} * {n}" for s, n in shapes.items())
         lines.append(f" {body} ({strategy}): 1+ pending placement groups")
+    lines += _infeasible_lines(reply.autoscaling_state)
     return "\n".join(lines) + "\n"
+
+
+def _pending_lines(scaling: autoscaler_pb2.AutoscalingState) -> list[str]:
+    """Launches not yet answered by the cloud, then instances waiting for Ray."""
+    lines = [
+        f" {request.ray_node_type_name}, {request.count} launching"
+        for request in scaling.pending_instance_requests
+    ]
+    for instance in scaling.pending_instances:
+        what = instance.details or "starting"
+        if instance.ip_address:  # Ray's form
+            lines.append(f" {instance.ip_address}: {instance.ray_node_type_name}, {what}")
+        else:
+            lines.append(f" {instance.ray_node_type_name} (no IP yet): {what}")
+    return lines
+
+
+def _failure_lines(
+    dead: list[autoscaler_pb2.NodeState], scaling: autoscaler_pb2.AutoscalingState
+) -> list[str]:
+    """Dead nodes (Ray's NodeTerminated), then failed launches: one line per node type,
+    its latest attempt, how many failed, and why."""
+    lines = [
+        f" {node.ray_node_type_name or 'node'}: NodeTerminated "
+        f"(ip: {node.node_ip_address}, id: {node.node_id.hex()[:12]})"
+        for node in dead[-MAX_FAILURES_SHOWN:]
+    ]
+    latest: dict[str, autoscaler_pb2.FailedInstanceRequest] = {}
+    counts: Counter[str] = Counter()
+    for failed in scaling.failed_instance_requests:
+        name = failed.ray_node_type_name or failed.instance_type_name
+        counts[name] += failed.count or 1
+        if name not in latest or failed.failed_ts >= latest[name].failed_ts:
+            latest[name] = failed
+    for name, failed in sorted(latest.items(), key=lambda kv: kv[1].failed_ts):
+        times = f", {counts[name]} failed" if counts[name] > 1 else ""
+        why = f" - {failed.reason}" if failed.reason else ""
+        lines.append(
+            f" {name}: LaunchFailed (latest_attempt: {_clock(failed.failed_ts)}{times}){why}"
+        )
+    return lines
+
+
+def _infeasible_lines(scaling: autoscaler_pb2.AutoscalingState) -> list[str]:
+    """What no node type can ever hold (the autoscaler's verdict), grouped by shape."""
+    shapes: Counter[str] = Counter()
+    for request in scaling.infeasible_resource_requests:
+        shapes[_fmt_shape(dict(request.resources_bundle))] += 1
+    gangs = len(scaling.infeasible_gang_resource_requests)
+    constraints = len(scaling.infeasible_cluster_resource_constraints)
+    if not shapes and not gangs and not constraints:
+        return []
+    lines = ["Infeasible (no node type fits; they wait until the cluster config changes):"]
+    lines += [f" {shape}: {n} pending tasks/actors" for shape, n in shapes.items()]
+    if gangs:
+        lines.append(f" {gangs} placement groups")
+    if constraints:
+        lines.append(f" {constraints} request_resources() constraints")
+    return lines
 
 
 def render_nodes(reply: autoscaler_pb2.GetClusterStatusReply) -> str:
@@ -132,7 +185,7 @@ def render_nodes(reply: autoscaler_pb2.GetClusterStatusReply) -> str:
                 continue
             total = node.total_resources[name]
             used = total - node.available_resources.get(name, 0.0)
-            lines.append(f"  {_fmt_amount(used)}/{_fmt_amount(total)} {name}")
+            lines.append(f"  {usage_line(name, used, total)}")
         labels = {k: v for k, v in node.labels.items() if not k.startswith("ray.io/")}
         if labels:
             lines.append("  labels: " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
@@ -157,6 +210,6 @@ def render_events(events: list[dict[str, object]], *, limit: int = 20) -> str:
         return ""
     lines = ["Recent autoscaler events:"]
     for event in events[-limit:]:
-        when = time.strftime("%H:%M:%S", time.localtime(float(event.get("t", 0.0))))  # type: ignore[arg-type]
+        when = _clock(float(event.get("t", 0.0)))  # type: ignore[arg-type]
         lines.append(f" {when} {event.get('message', '')}")
     return "\n".join(lines) + "\n"

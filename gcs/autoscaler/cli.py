@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import click
-import grpc
 
 from gcs.auth import AuthConfigError
 from gcs.autoscaler.config import ConfigError, load_cluster_config
@@ -25,9 +24,9 @@ from gcs.autoscaler.scheduler import Options
 from gcs.cli_support import (
     GcsGroup,
     address_option,
+    bad_file,
     dumps,
     format_option,
-    one_line,
     resolve_address,
 )
 from gcs.cli_validation import FiniteFloat
@@ -39,16 +38,27 @@ def autoscaler() -> None:
 
 
 @autoscaler.command("plan")
-@click.option("--state", "state_path", type=click.Path(), help="ClusterResourceState JSON file.")
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(),
+    help="ClusterResourceState JSON file (else the live GCS at --address).",
+)
 @address_option("--from-gcs")
 @click.option("--config", "config_path", type=click.Path(), required=True, help="Cluster YAML.")
 @click.option("--now", "now_s", type=FiniteFloat(0.0), default=0.0, help="Round time in seconds.")
-@format_option("json", extra=("table",))
+@format_option()
 @click.option(
     "--ippr-status",
     "ippr_path",
     type=click.Path(),
     help="JSON {pod name: ray.io/ippr-status fields + current-cpu/current-memory}.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Also the raw scores (Ray's score tuple) behind each launch choice.",
 )
 @click.option(
     "--lost-bundle-replacement",
@@ -62,6 +72,7 @@ def plan_cmd(
     now_s: float,
     fmt: str,
     ippr_path: str | None,
+    verbose: bool,
     lost_bundle_replacement: bool,
 ) -> None:
     """Print launches, terminations and infeasible demand, each with its reason.
@@ -73,34 +84,43 @@ def plan_cmd(
     if state_path is not None and address is not None:
         raise click.UsageError("give either --state or --address, not both")
     gcs_address = resolve_address(address) if state_path is None else None
+    options = Options(lost_bundle_replacement=lost_bundle_replacement)
     try:
-        options = Options(lost_bundle_replacement=lost_bundle_replacement)
         cluster = load_cluster_config(config_path, options)
-        statuses = None
-        if ippr_path is not None:
-            try:
-                statuses = parse_ippr_statuses(json.loads(Path(ippr_path).read_text()), ippr_path)
-            except (OSError, ValueError) as exc:
-                if isinstance(exc, PlanInputError):
-                    raise
-                raise PlanInputError(f"{ippr_path}: cannot read IPPR statuses ({exc})") from exc
-        if state_path is not None:
+    except ConfigError as exc:
+        raise bad_file("--config", exc) from None
+    statuses = None
+    if ippr_path is not None:
+        try:
+            statuses = parse_ippr_statuses(json.loads(Path(ippr_path).read_text()), ippr_path)
+        except PlanInputError as exc:
+            raise bad_file("--ippr-status", exc) from None
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise bad_file(
+                "--ippr-status", ValueError(f"{ippr_path}: cannot read ({why})")
+            ) from None
+    if state_path is not None:
+        try:
             state = load_state_json(state_path)
-        else:
+        except PlanInputError as exc:
+            raise bad_file("--state", exc) from None
+    else:
+        try:
             state = asyncio.run(fetch_state(gcs_address))  # type: ignore[arg-type]
+        except AuthConfigError as exc:  # Ray's auth/TLS environment is misconfigured
+            raise click.ClickException(str(exc)) from None
+    try:
         state, warnings = drop_unknown_node_types(state, cluster)
         doc = reply_to_json(plan(state, cluster, now_s, statuses))
-    except (ConfigError, PlanInputError, AuthConfigError) as exc:
-        raise click.ClickException(one_line(str(exc))) from None
-    except grpc.RpcError as exc:
-        raise click.ClickException(
-            one_line(f"GCS at {gcs_address}: {exc.code().name}: {exc.details()}")
-        ) from None
+    except PlanInputError as exc:
+        where = "--state" if state_path is not None else "--address"
+        raise bad_file(where, exc) from None
     if warnings:
         doc["warnings"] = warnings
         for warning in warnings:
             click.echo(f"Warning: {warning}", err=True)
-    click.echo(dumps(doc, indent=2) if fmt == "json" else render_table(doc))
+    click.echo(dumps(doc, indent=2) if fmt == "json" else render_table(doc, verbose=verbose))
 
 
 if __name__ == "__main__":

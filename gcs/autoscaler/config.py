@@ -13,6 +13,14 @@ cluster YAML; here a node type takes the same group entry under ``ippr``::
 
 ``max-cpu`` / ``max-memory`` accept numbers or Kubernetes quantities; the type's CPU and
 memory resources are the pod template size (the IPPR minimum).
+
+Beyond Ray's schema, how scale-down may disrupt nodes and how long a node type the cloud
+refused is held back (both optional)::
+
+    disruption:
+      budget: 2                      # at most 2 nodes (or "20%" of the workers) per round
+      do_not_disrupt_label: ray.io/do-not-disrupt   # nodes labelled "true" are never removed
+    capacity_backoff: {initial_s: 60, max_s: 600}
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from gcs.autoscaler.capacity import CapacityBackoff
 from gcs.autoscaler.scheduler.types import IpprSpec, NodeTypeConfig, Options, SchedulerConfig
 
 
@@ -61,6 +70,8 @@ class ClusterConfig:
     upscaling_speed: float = 0.0
     provider: ProviderConfig = field(default_factory=ProviderConfig)
     cluster_name: str = "default"
+    capacity_backoff: CapacityBackoff = field(default_factory=CapacityBackoff)
+    """How long a node type the cloud refused (capacity, quota) is held back."""
 
 
 def _number(value: Any, where: str, *, minimum: float | None = 0) -> float:
@@ -133,7 +144,7 @@ _TOP_KEYS = frozenset(
         "cluster_synced_files", "file_mounts_sync_continuously", "rsync_exclude",
         "rsync_filter", "initialization_commands", "setup_commands", "head_setup_commands",
         "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands",
-        "no_restart", "min_workers",
+        "no_restart", "min_workers", "disruption", "capacity_backoff",
     }
 )  # fmt: skip
 _NODE_TYPE_KEYS = frozenset(
@@ -226,6 +237,58 @@ def _node_type(name: str, raw: Any, is_head: bool) -> NodeTypeConfig:
     )
 
 
+def _budget(value: Any, where: str) -> dict[str, Any]:
+    """``2`` nodes or ``"20%"`` of the workers (Karpenter's ``budgets[].nodes`` form)."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            percent = float(value.strip()[:-1])
+        except ValueError:
+            raise ConfigError(f"{where}: expected a count or a percentage, got {value!r}") from None
+        if not 0 < percent <= 100 or math.isnan(percent):
+            raise ConfigError(f"{where}: a percentage must be in (0, 100], got {value!r}")
+        return {"disruption_budget_percent": percent}
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: expected a count >= 1 or a percentage like '20%'")
+    return {"disruption_budget_nodes": value}
+
+
+def _disruption(raw: Any) -> dict[str, Any]:
+    """``disruption:`` -> the scheduler options it sets."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("disruption: expected a mapping")
+    _no_unknown(raw, frozenset({"budget", "do_not_disrupt_label"}), "disruption")
+    out: dict[str, Any] = {}
+    if raw.get("budget") is not None:
+        out.update(_budget(raw["budget"], "disruption.budget"))
+    label = raw.get("do_not_disrupt_label")
+    if label is not None:
+        if not isinstance(label, str) or not label.strip():
+            raise ConfigError("disruption.do_not_disrupt_label: expected a label name")
+        out["do_not_disrupt_label"] = label.strip()
+    return out
+
+
+def _capacity_backoff(raw: Any) -> CapacityBackoff:
+    if raw is None:
+        return CapacityBackoff()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("capacity_backoff: expected a mapping")
+    _no_unknown(raw, frozenset({"initial_s", "max_s", "factor"}), "capacity_backoff")
+    default = CapacityBackoff()
+    initial = _number(raw.get("initial_s", default.initial_s), "capacity_backoff.initial_s")
+    most = _number(raw.get("max_s", max(default.max_s, initial)), "capacity_backoff.max_s")
+    factor = _number(raw.get("factor", default.factor), "capacity_backoff.factor", minimum=1)
+    if most < initial:
+        raise ConfigError(f"capacity_backoff: max_s {most:g} < initial_s {initial:g}")
+    if math.isinf(most):
+        raise ConfigError("capacity_backoff.max_s: must be finite")
+    return CapacityBackoff(initial, most, factor)
+
+
 def parse_cluster_config(raw: Any, options: Options | None = None) -> ClusterConfig:
     if not isinstance(raw, Mapping):
         raise ConfigError("cluster config: expected a mapping at the top level")
@@ -245,9 +308,8 @@ def parse_cluster_config(raw: Any, options: Options | None = None) -> ClusterCon
     idle_min = raw.get("idle_timeout_minutes")
     idle = None if idle_min is None else _number(idle_min, "idle_timeout_minutes") * 60
     speed = _number(raw.get("upscaling_speed", 0.0), "upscaling_speed")
-    sched = SchedulerConfig(
-        node_types=types, max_num_nodes=cap, idle_timeout_s=idle, options=options or Options()
-    )
+    opts = replace(options or Options(), **_disruption(raw.get("disruption")))
+    sched = SchedulerConfig(node_types=types, max_num_nodes=cap, idle_timeout_s=idle, options=opts)
     name = raw.get("cluster_name", "default")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"cluster_name: expected a non-empty string, got {name!r}")
@@ -257,6 +319,7 @@ def parse_cluster_config(raw: Any, options: Options | None = None) -> ClusterCon
         upscaling_speed=speed,
         provider=_provider(raw.get("provider"), types_raw),
         cluster_name=name,
+        capacity_backoff=_capacity_backoff(raw.get("capacity_backoff")),
     )
 
 

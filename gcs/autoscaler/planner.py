@@ -305,11 +305,13 @@ def reply_to_json(reply: SchedulingReply) -> dict[str, Any]:
             }
             for r in reply.resizes
         ],
-        "reasons": [
-            r.reason if r.reason.startswith(r.action) else f"{r.action} {r.subject}: {r.reason}"
-            for r in reply.reasons
-        ],
+        "reasons": [_reason_line(r) for r in reply.reasons],
+        "scores": {_reason_line(r): r.detail for r in reply.reasons if r.detail},
     }
+
+
+def _reason_line(r: Any) -> str:
+    return r.reason if r.reason.startswith(r.action) else f"{r.action} {r.subject}: {r.reason}"
 
 
 def _selectors_text(row: dict[str, Any]) -> str:
@@ -322,7 +324,8 @@ def _selectors_text(row: dict[str, Any]) -> str:
     return f" [{' | '.join(parts)}]" if parts else ""
 
 
-def render_table(doc: dict[str, Any]) -> str:
+def render_table(doc: dict[str, Any], *, verbose: bool = False) -> str:
+    """The plan for people; ``verbose`` adds the raw scores behind each launch."""
     lines = []
     if doc.get("warnings"):
         lines.append("WARNINGS")
@@ -350,7 +353,13 @@ def render_table(doc: dict[str, Any]) -> str:
     rows += ["  request_resources constraint" for _ in inf["constraints"]]
     lines += rows or ["  (none)"]
     lines.append("REASONS")
-    lines += [f"  - {r}" for r in doc["reasons"]] or ["  (none)"]
+    scores = doc.get("scores", {}) if verbose else {}
+    for r in doc["reasons"]:
+        lines.append(f"  - {r}")
+        if r in scores:
+            lines.append(f"      scores: {scores[r]}")
+    if not doc["reasons"]:
+        lines.append("  (none)")
     return "\n".join(lines)
 
 

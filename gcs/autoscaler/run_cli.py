@@ -12,6 +12,7 @@ import click
 from gcs.autoscaler.config import ClusterConfig, ConfigError, load_cluster_config
 from gcs.autoscaler.providers.kuberay.k8s import KubeApi
 from gcs.autoscaler.runtime import DEFAULT_INTERVAL_S, AutoscalerRuntime
+from gcs.cli_support import address_option, bad_file, dumps, format_option, resolve_address
 
 
 def _interval_default() -> float:
@@ -21,14 +22,14 @@ def _interval_default() -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise click.BadParameter(f"AUTOSCALER_UPDATE_INTERVAL_S={raw!r} is not a number") from None
+        raise click.UsageError(f"AUTOSCALER_UPDATE_INTERVAL_S={raw}: not a number") from None
     if not value > 0:
-        raise click.BadParameter(f"AUTOSCALER_UPDATE_INTERVAL_S must be > 0, got {raw}")
+        raise click.UsageError(f"AUTOSCALER_UPDATE_INTERVAL_S={raw}: must be > 0")
     return value
 
 
 @click.command("run")
-@click.option("--gcs-address", default=None, help="GCS host:port (else GCS_ADDRESS, RAY_ADDRESS).")
+@address_option("--gcs-address")
 @click.option("--config", "config_path", type=click.Path(), default=None, help="Cluster YAML.")
 @click.option(
     "--provider",
@@ -56,7 +57,7 @@ def _interval_default() -> float:
     help="Where local/command providers remember their processes.",
 )
 def run_command(
-    gcs_address: str | None,
+    address: str | None,
     config_path: str | None,
     provider: str,
     cluster_name: str | None,
@@ -66,9 +67,7 @@ def run_command(
 ) -> None:
     """Reconcile the cluster against CONFIG (or a KubeRay RayCluster) until interrupted
     (instances keep running)."""
-    address = gcs_address or os.environ.get("GCS_ADDRESS") or os.environ.get("RAY_ADDRESS")
-    if not address:
-        raise click.UsageError("no GCS address: pass --gcs-address or set GCS_ADDRESS")
+    address = resolve_address(address)
     kube_api = None
     if provider == "kuberay":
         if config_path is not None:
@@ -83,7 +82,7 @@ def run_command(
         try:
             cluster = load_cluster_config(config_path)
         except ConfigError as err:
-            raise click.ClickException(str(err)) from None
+            raise bad_file("--config", err) from None
     interval = interval_s if interval_s is not None else _interval_default()
     from gcs.auth import AuthConfigError
     from gcs.rpc.security import Security
@@ -151,9 +150,19 @@ def _first_read(api: KubeApi) -> ClusterConfig:
 @click.option(
     "--workload", "workload_path", type=click.Path(), required=True, help="Workload YAML."
 )
-@click.option("--out", "out_dir", type=click.Path(), default="report", show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(),
+    default="report",
+    show_default=True,
+    help="Directory for timeline.png, summary.json/.txt and events.txt.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def simulate_command(config_path: str, workload_path: str, out_dir: str, no_progress: bool) -> None:
+@format_option()
+def simulate_command(
+    config_path: str, workload_path: str, out_dir: str, no_progress: bool, fmt: str
+) -> None:
     """Run the real reconciler and scheduler against a simulated cloud on a virtual clock;
     write a PNG timeline and a summary to OUT."""
     import logging
@@ -171,9 +180,12 @@ def simulate_command(config_path: str, workload_path: str, out_dir: str, no_prog
 
     try:
         cluster = load_cluster_config(config_path)
+    except ConfigError as err:
+        raise bad_file("--config", err) from None
+    try:
         workload = load_workload(workload_path)
-    except (ConfigError, WorkloadError) as err:
-        raise click.ClickException(str(err)) from None
+    except WorkloadError as err:
+        raise bad_file("--workload", err) from None
     # Per-round log lines would drown the progress bar: warnings and up only.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     result = asyncio.run(simulate(cluster, workload, progress=not no_progress))
@@ -181,5 +193,9 @@ def simulate_command(config_path: str, workload_path: str, out_dir: str, no_prog
         files = write_report(result, out_dir)
     except OSError as err:
         raise click.ClickException(f"--out {out_dir}: {err.strerror or err}") from None
+    if fmt == "json":
+        doc = {"summary": summary(result), "files": {k: str(v) for k, v in files.items()}}
+        click.echo(dumps(doc, indent=2))
+        return
     click.echo(summary_text(summary(result)))
     click.echo(f"timeline: {files['timeline']}\nsummary:  {files['summary']}")

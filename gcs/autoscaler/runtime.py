@@ -258,6 +258,18 @@ class AutoscalerRuntime:
                 "Instance updates the lifecycle table rejected",
                 float(self.instances.invalid_updates),
             ),
+            counters(
+                "gcs_autoscaler_failed_launches",
+                "Instances whose launch failed, by cause (capacity, quota, error)",
+                {(k,): float(n) for k, n in rec.capacity.failed_instances.items()},
+                labels=("cause",),
+            ),
+            gauge(
+                "gcs_autoscaler_held_back_node_types",
+                "Node types held back after the cloud refused them (1 while held)",
+                {(t,): 1.0 for t in rec.capacity.cache.held_back(self.clock.now_s())},
+                labels=("node_type",),
+            ),
         ]
 
     async def wait(self) -> None:

@@ -15,7 +15,15 @@ from typing import Any
 
 import click
 
-from gcs.cli_support import GcsGroup, address_option, format_option
+from gcs.cli_support import (
+    EXIT_FAILED,
+    EXIT_TIMED_OUT,
+    GcsGroup,
+    address_option,
+    dumps,
+    format_option,
+    unreachable,
+)
 from gcs.cli_validation import (
     LABELS,
     NODE_ID,
@@ -28,12 +36,15 @@ from gcs.cli_validation import (
 )
 from gcs.raylet.agent import ExitReason, RayletAgent, RayletConfig
 from gcs.raylet.fleet import FleetConfig, RayletFleet, run_fleet_processes
+from gcs.raylet.infeasible import final_message, infeasible_warning, watch_for_verdict
 from gcs.raylet.wire import parse_selector
-from gcs.raylet.workload import TaskSpec, submit
+from gcs.raylet.workload import SubmitResult, TaskSpec, submit
 
 FATAL_EXITS = frozenset({ExitReason.DECLARED_DEAD, ExitReason.CLUSTER_CHANGED})
-EXIT_TIMED_OUT = 3
-"""``gcs submit --timeout``: some tasks were still waiting when the timeout struck."""
+WAITING_NOTICE_AFTER_S = 2.0
+"""A registration still waiting after this long says so on stderr (never a silent wait)."""
+VERDICT_POLL_S = 2.0
+"""How often ``gcs submit`` asks the autoscaler whether infeasible tasks can ever fit."""
 
 
 def _gcs_address(value: str | None) -> str:
@@ -51,7 +62,7 @@ def _client_logging(level: str = "warning") -> None:
 
 _log_level_option = click.option(
     "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    type=click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False),
     default="warning",
     show_default=True,
     help="Agent logs (on stderr).",
@@ -101,12 +112,29 @@ async def _until_signal(waiter: Any, signalled: asyncio.Event, leave: Any) -> An
 def _start_error(err: BaseException, address: str, timeout_s: float) -> click.ClickException:
     if isinstance(err, TimeoutError):
         return click.ClickException(
-            f"could not register with the GCS at {address} within {timeout_s:g} s "
-            "(is it running and reachable?)"
+            unreachable(address, "UNAVAILABLE", f"no registration within {timeout_s:g} s")
         )
     if isinstance(err, RuntimeError) and "bind" in str(err).lower():
         return click.ClickException(f"cannot bind the raylet port: {err}".split(";")[0])
     raise err
+
+
+async def _register(start: Any, address: str, timeout_s: float) -> None:
+    """Run ``start()`` (registration, retried until ``timeout_s``); past
+    :data:`WAITING_NOTICE_AFTER_S` say once on stderr what it waits for."""
+    task = asyncio.ensure_future(start())
+    if timeout_s > WAITING_NOTICE_AFTER_S:  # a short wait needs no notice
+        done, _ = await asyncio.wait({task}, timeout=WAITING_NOTICE_AFTER_S)
+        if not done:
+            click.echo(
+                f"Waiting for the GCS at {address} to accept the registration "
+                f"(up to {timeout_s:g} s, --register-timeout)...",
+                err=True,
+            )
+    try:
+        await task
+    except (TimeoutError, RuntimeError) as err:
+        raise _start_error(err, address, timeout_s) from None
 
 
 _gcs_option = address_option("--gcs-address")
@@ -127,23 +155,34 @@ _register_timeout_option = click.option(
 )
 
 
+_liveness_option = click.option(
+    "--liveness-check-interval-ms",
+    type=POSITIVE_INT,
+    default=60_000,
+    show_default=True,
+    help="How often the agent checks that the GCS still knows it (ms).",
+)
+
+
 @click.command("raylet")
 @_gcs_option
 @_resources_option
 @click.option("--node-type", default="", help="GcsNodeInfo.node_type_name.")
 @click.option("--labels", type=LABELS, default=None, help="JSON map of node labels (strings).")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=PORT_OR_ANY, default=0, help="0 = a free port.")
-@click.option("--node-name", default="")
-@click.option("--instance-id", default="")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the agent serves on.")
+@click.option("--port", type=PORT_OR_ANY, default=0, help="NodeManagerService port; 0 = free.")
+@click.option("--node-name", default="", help="GcsNodeInfo.node_name (default: none).")
+@click.option("--instance-id", default="", help="Cloud instance id the autoscaler knows it by.")
 @click.option("--node-id", type=NODE_ID, default=None, help="56 hex chars; random when omitted.")
 @click.option("--head", is_flag=True, help="Register as the head node.")
-@click.option("--liveness-check-interval-ms", type=POSITIVE_INT, default=60_000, show_default=True)
+@_liveness_option
 @click.option("--rejoin-new-cluster", is_flag=True, help="Re-register if the cluster id changes.")
 @_register_timeout_option
 @_log_level_option
+@format_option()
 def raylet_command(
     *,
+    fmt: str,
     address: str | None,
     resources: dict[str, float],
     node_type: str,
@@ -161,8 +200,9 @@ def raylet_command(
 ) -> None:
     """Run one lightweight raylet agent until it is drained, shut down or signalled.
 
-    Prints {"node_id", "address"} as JSON on stdout once registered; logs go to stderr.
-    SIGINT/SIGTERM unregister the node (EXPECTED_TERMINATION) before exiting.
+    Prints its node id and address on stdout once registered (--format json: a
+    {"node_id", "address"} document); logs go to stderr.  SIGINT/SIGTERM unregister the
+    node (EXPECTED_TERMINATION) before exiting.
     """
     _check_security()
     gcs_address = _gcs_address(address)
@@ -186,38 +226,55 @@ def raylet_command(
     async def run() -> ExitReason:
         signalled = _signal_event()
         agent = RayletAgent(config)
-        try:
-            await agent.start()
-        except (TimeoutError, RuntimeError) as err:
-            raise _start_error(err, gcs_address, register_timeout_s) from None
-        click.echo(json.dumps({"node_id": agent.node_id.hex(), "address": agent.address}))
+        await _register(agent.start, gcs_address, register_timeout_s)
+        if fmt == "json":
+            click.echo(dumps({"node_id": agent.node_id.hex(), "address": agent.address}))
+        else:
+            click.echo(
+                f"raylet {agent.node_id.hex()} serving at {agent.address}, "
+                f"registered with the GCS at {gcs_address}"
+            )
         return await _until_signal(agent.wait(), signalled, agent.leave)
 
     reason = asyncio.run(run())
     if reason in FATAL_EXITS:
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
 
 
 @click.command("raylet-fleet")
 @_gcs_option
-@click.option("--count", type=POSITIVE_INT, required=True)
+@click.option("--count", type=POSITIVE_INT, required=True, help="How many raylet agents.")
 @_resources_option
-@click.option("--node-type", default="")
+@click.option("--node-type", default="", help="GcsNodeInfo.node_type_name of every agent.")
 @click.option("--labels", type=LABELS, default=None, help="JSON map of node labels (strings).")
-@click.option("--processes", type=POSITIVE_INT, default=1, show_default=True)
+@click.option(
+    "--processes",
+    type=POSITIVE_INT,
+    default=1,
+    show_default=True,
+    help="Spread the agents over this many child processes.",
+)
 @click.option("--distinct-ips", is_flag=True, help="Bind agent i to its own 127.x.y.z.")
-@click.option("--name-prefix", default="fleet", show_default=True)
+@click.option(
+    "--name-prefix",
+    default="fleet",
+    show_default=True,
+    help="Node names and instance ids are PREFIX-<index>.",
+)
 @click.option("--first-index", type=NON_NEGATIVE_INT, default=0, hidden=True)
-@click.option("--liveness-check-interval-ms", type=POSITIVE_INT, default=60_000, show_default=True)
+@_liveness_option
 @click.option(
     "--syncer/--no-syncer",
     default=True,
     show_default=True,
     help="Keep Ray's syncer stream per agent (resource view on change), as real raylets do.",
 )
+@_register_timeout_option
 @_log_level_option
+@format_option()
 def raylet_fleet_command(
     *,
+    fmt: str,
     address: str | None,
     count: int,
     resources: dict[str, float],
@@ -229,6 +286,7 @@ def raylet_fleet_command(
     first_index: int,
     liveness_check_interval_ms: int,
     syncer: bool,
+    register_timeout_s: float,
     log_level: str,
 ) -> None:
     """Run COUNT raylet agents, in this process or spread over --processes children."""
@@ -244,6 +302,8 @@ def raylet_fleet_command(
             "--labels", json.dumps(labels),
             "--name-prefix", name_prefix,
             "--liveness-check-interval-ms", str(liveness_check_interval_ms),
+            "--register-timeout", repr(register_timeout_s),
+            "--log-level", log_level, "--format", fmt,
         ]  # fmt: skip
         if distinct_ips:
             argv.append("--distinct-ips")
@@ -261,13 +321,17 @@ def raylet_fleet_command(
         distinct_ips=distinct_ips,
         liveness_check_interval_ms=liveness_check_interval_ms,
         syncer=syncer,
+        register_timeout_s=register_timeout_s,
     )
 
     async def run() -> None:
         signalled = _signal_event()
         fleet = RayletFleet(config)
-        await fleet.start()
-        click.echo(json.dumps({"started": len(fleet.agents)}))
+        await _register(fleet.start, gcs_address, register_timeout_s)
+        if fmt == "json":
+            click.echo(dumps({"started": len(fleet.agents)}))
+        else:
+            click.echo(f"{len(fleet.agents)} raylets registered with the GCS at {gcs_address}")
         await _until_signal(fleet.wait(), signalled, fleet.leave)
 
     asyncio.run(run())
@@ -276,8 +340,14 @@ def raylet_fleet_command(
 @click.command("submit")
 @address_option("--gcs-address")
 @_resources_option
-@click.option("--count", type=POSITIVE_INT, default=1, show_default=True)
-@click.option("--seconds", type=FiniteFloat(0.0), default=10.0, show_default=True)
+@click.option("--count", type=POSITIVE_INT, default=1, show_default=True, help="How many tasks.")
+@click.option(
+    "--seconds",
+    type=FiniteFloat(0.0),
+    default=10.0,
+    show_default=True,
+    help="How long each task holds its resources once granted.",
+)
 @click.option("--label-selector", callback=_selector, default=None, help='e.g. {"zone":"in(a,b)"}')
 @click.option("--detach", is_flag=True, help="Leave the leases to the raylets and exit at once.")
 @click.option(
@@ -287,7 +357,7 @@ def raylet_fleet_command(
     default=None,
     help="Give up waiting after this many seconds (exit code 3 if tasks were still waiting).",
 )
-@format_option("json")
+@format_option()
 def submit_command(
     *,
     fmt: str,
@@ -301,9 +371,11 @@ def submit_command(
 ) -> None:
     """Place COUNT synthetic tasks, each holding RESOURCES for SECONDS.
 
-    Prints a JSON summary on stdout.  Exit 0 when every task ran (or, with --detach, was
-    handed to a raylet); 3 when --timeout struck first (the summary says how many waited);
-    1 when some tasks' raylets were gone.
+    Prints a summary on stdout.  Tasks that fit no alive node are said so at once on stderr
+    and wait for the autoscaler to add a node; once the autoscaler reports their shape as
+    infeasible (no node type fits) they are withdrawn.  Exit 0 when every task ran (or,
+    with --detach, was handed to a raylet); 1 when some can never start or their raylets
+    were gone; 3 when --timeout struck first (the summary says how many waited).
     """
     try:
         selector = parse_selector(label_selector)
@@ -312,7 +384,7 @@ def submit_command(
     task = TaskSpec(resources=resources, seconds=seconds, label_selector=selector)
     gcs_address = _gcs_address(address)
     _client_logging()
-    result = asyncio.run(submit(gcs_address, task, count, detach=detach, timeout_s=timeout_s))
+    result = asyncio.run(_submit_watching(gcs_address, task, count, detach, timeout_s))
     summary = {
         "placed": dict(result.placed),
         "granted": result.granted,
@@ -322,17 +394,21 @@ def submit_command(
         "canceled": result.canceled,
         "returned": result.returned,
         "timed_out": result.timed_out,
+        "abandoned": result.abandoned,
         "moved": result.moved,
         "unreachable": result.unreachable,
         "ran_on": dict(result.ran_on),
     }
     if fmt == "json":
-        click.echo(json.dumps(summary))
+        click.echo(dumps(summary))
     else:
         click.echo(
             f"{count} tasks of {json.dumps(resources)} on {len(result.placed)} raylets: "
-            + ", ".join(f"{k} {v}" for k, v in summary.items() if k != "placed")
+            + ", ".join(f"{k} {v}" for k, v in summary.items() if k not in ("placed", "ran_on"))
         )
+    if result.abandoned:
+        click.echo(f"Error: {final_message(result.abandoned, count, resources)}", err=True)
+        sys.exit(EXIT_FAILED)
     if result.timed_out:
         click.echo(
             f"Error: {result.timed_out} of {count} tasks timed out after {timeout_s:g} s "
@@ -346,7 +422,37 @@ def submit_command(
             f"({result.last_error})",
             err=True,
         )
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
+
+
+async def _submit_watching(
+    address: str, task: TaskSpec, count: int, detach: bool, timeout_s: float | None
+) -> SubmitResult:
+    """submit(), warning at once about tasks no alive node fits and withdrawing them once
+    the autoscaler declares their shape infeasible (see :mod:`gcs.raylet.infeasible`)."""
+    stop = asyncio.Event()
+    watchers: list[asyncio.Task[None]] = []
+
+    def placed(result: SubmitResult) -> None:
+        if not result.infeasible:
+            return
+        click.echo(f"Warning: {infeasible_warning(result.infeasible, count, task.resources)}",
+                   err=True)  # fmt: skip
+        if not detach:
+            watchers.append(
+                asyncio.ensure_future(
+                    watch_for_verdict(address, task.resources, stop, poll_s=VERDICT_POLL_S)
+                )
+            )
+
+    try:
+        return await submit(
+            address, task, count, detach=detach, timeout_s=timeout_s, on_placed=placed, stop=stop
+        )
+    finally:
+        for watcher in watchers:
+            watcher.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
 
 
 @click.group(cls=GcsGroup)

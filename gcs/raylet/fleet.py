@@ -55,6 +55,8 @@ class FleetConfig:
     register_concurrency: int = 64
     syncer: bool = True
     """Every agent keeps Ray's syncer stream (resource view on change), as real raylets do."""
+    register_timeout_s: float = 30.0
+    """Each agent gives up registering after this long (the GCS is unreachable)."""
 
 
 def loopback_ip(index: int) -> str:
@@ -91,6 +93,7 @@ class RayletFleet:
             node_name=f"{cfg.name_prefix}-{index}",
             instance_id=f"{cfg.name_prefix}-{index}",
             liveness_check_interval_ms=cfg.liveness_check_interval_ms,
+            register_timeout_s=cfg.register_timeout_s,
             subscribe_virtual_clusters=False,
             syncer=cfg.syncer,
         )

@@ -74,6 +74,9 @@ class SubmitResult:
     """Tasks whose raylet could not be reached (gone since the node list was read)."""
     last_error: str = ""
     """The last such raylet error, for the one line that reports them."""
+    abandoned: int = 0
+    """Tasks still waiting when the caller's ``stop`` event ended the wait (e.g. the
+    autoscaler declared their shape infeasible)."""
 
 
 def plan(task: TaskSpec, count: int, nodes: Sequence[NodeTarget]) -> list[tuple[NodeTarget, bool]]:
@@ -190,10 +193,14 @@ async def submit(
     timeout_s: float | None = None,
     security: Security | None = None,
     respill_s: float = 1.0,
+    on_placed: Callable[[SubmitResult], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> SubmitResult:
-    """Place ``count`` tasks; attached mode returns once all finished (or ``timeout_s``).
-    ``security`` (token, TLS) defaults to Ray's environment; ``respill_s`` <= 0 never moves a
-    queued lease."""
+    """Place ``count`` tasks; attached mode returns once all finished (or ``timeout_s``, or
+    ``stop`` is set: what still waits is withdrawn and counted as ``abandoned``).
+    ``on_placed`` sees the result once every task is sent and before any wait (so a caller
+    can say at once that some fit no alive node).  ``security`` (token, TLS) defaults to
+    Ray's environment; ``respill_s`` <= 0 never moves a queued lease."""
     security = security if security is not None else Security.from_env()
     nodes = await alive_nodes(gcs_address, security=security)
     placements = plan(task, count, nodes)
@@ -216,15 +223,20 @@ async def submit(
             _run_one(stub_for, node.address, task, detach, result, finder, respill_s)
             for node, _ in placements
         ]
-        pending = [asyncio.ensure_future(r) for r in runs]
+        pending: list[asyncio.Future[None]] = [asyncio.ensure_future(r) for r in runs]
+        if on_placed is not None:
+            on_placed(result)
         try:
-            done, late = await asyncio.wait(pending, timeout=timeout_s)
-        finally:  # cancelled, or timed out: nothing left running or unawaited
+            done = await _wait_for(pending, timeout_s, stop)
+        finally:  # cancelled, timed out or stopped: nothing left running or unawaited
             late = {fut for fut in pending if not fut.done()}
             for fut in late:
                 fut.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        result.timed_out = len(late)
+        if stop is not None and stop.is_set():
+            result.abandoned = len(late)
+        else:
+            result.timed_out = len(late)
         for fut in done:
             # every outcome read: a raylet gone since the node list was read is counted, not
             # left as an unretrieved task exception (one traceback per task in the log)
@@ -237,6 +249,24 @@ async def submit(
         for channel in channels.values():
             await channel.close()
     return result
+
+
+async def _wait_for(
+    pending: Sequence[asyncio.Future[None]], timeout_s: float | None, stop: asyncio.Event | None
+) -> set[asyncio.Future[None]]:
+    """Until every task is done, ``timeout_s`` passed or ``stop`` is set; the done ones."""
+    if stop is None:
+        done, _ = await asyncio.wait(pending, timeout=timeout_s)
+        return done
+    stopper = asyncio.ensure_future(stop.wait())
+    everything = asyncio.ensure_future(asyncio.wait(pending, timeout=timeout_s))
+    try:
+        await asyncio.wait({stopper, everything}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in (stopper, everything):
+            waiter.cancel()
+        await asyncio.gather(stopper, everything, return_exceptions=True)
+    return {fut for fut in pending if fut.done()}
 
 
 async def _run_one(

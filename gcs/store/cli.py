@@ -6,7 +6,7 @@ import asyncio
 
 import click
 
-from gcs.cli_support import GcsGroup, one_line
+from gcs.cli_support import GcsGroup, dumps, format_option, one_line
 from gcs.store.errors import StoreError
 
 __all__ = ["db"]
@@ -23,9 +23,10 @@ def db() -> None:
     "url",
     required=True,
     envvar="GCS_STORAGE_URL",
-    help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB",
+    help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB (else GCS_STORAGE_URL).",
 )
-def upgrade_command(url: str) -> None:
+@format_option()
+def upgrade_command(url: str, fmt: str) -> None:
     """Apply pending migrations (idempotent; safe while servers run)."""
     from gcs.store.migrate import upgrade
 
@@ -36,4 +37,7 @@ def upgrade_command(url: str) -> None:
         revision = asyncio.run(upgrade(url))
     except (StoreError, ValueError) as err:
         raise click.ClickException(one_line(str(err))) from None
-    click.echo(f"schema at revision {revision}")
+    if fmt == "json":
+        click.echo(dumps({"revision": revision}))
+    else:
+        click.echo(f"schema at revision {revision}")

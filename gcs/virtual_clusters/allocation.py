@@ -22,6 +22,7 @@ from gcs.virtual_clusters.ids import (
     PRIMARY_CLUSTER_ID,
     UNDIVIDED,
     build_job_cluster_id,
+    id_problem,
     is_job_cluster_id,
     parent_id,
 )
@@ -126,6 +127,8 @@ def create_or_update(
         raise VcInvalidArgument(msg.id_has_separator(cluster_id))
     _validate_replica_sets(cluster_id, replica_sets)
     existing = draft.get(cluster_id)
+    if existing is None and (problem := id_problem(cluster_id)) is not None:
+        raise VcInvalidArgument(msg.invalid_id(problem))
     if existing is not None:
         if revision != existing.revision:
             raise VcInvalidArgument(msg.revision_expired(revision, cluster_id, existing.revision))

@@ -1,6 +1,8 @@
 """``gcs vcluster create|update|remove|list|show`` (the lead mounts ``vcluster``).
 
-Messages follow ant-ray's ``ray vcluster``; failures print to stderr and exit with 1.
+Messages follow ant-ray's ``ray vcluster``; a refusal is one ``Error:`` line on stderr and
+exit 1 (with the replica sets the GCS recommends, when it sends some); a bad id or JSON is
+exit 2 before anything is sent.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from typing import Any, TypeVar
 import click
 
 from gcs.auth import AuthConfigError
-from gcs.cli_support import GcsGroup, dumps, one_line
+from gcs.cli_support import GcsGroup, dumps, fail
 from gcs.cli_support import address_option as shared_address_option
 from gcs.cli_support import format_option as shared_format_option
 from gcs.cli_validation import NON_NEGATIVE_INT, POSITIVE_INT, strict_json
 from gcs.virtual_clusters.client import VirtualClusterCallError, VirtualClusterClient
+from gcs.virtual_clusters.ids import id_problem
+from gcs.virtual_clusters.messages import NO_ENOUGH_TO_ADD, NO_ENOUGH_TO_REMOVE
 
 T = TypeVar("T")
 
@@ -42,8 +46,26 @@ def _call(address: str | None, fn: Callable[[VirtualClusterClient], Awaitable[T]
 
 def _fail(text: str) -> None:
     """ant-ray's wording, one line on stderr, exit 1."""
-    click.echo(one_line(text), err=True)
-    raise SystemExit(1)
+    fail(text)
+
+
+def _refused(what: str, err: VirtualClusterCallError) -> None:
+    """The GCS refused: its message, plus the replica sets it recommends when the message
+    promises them ("...shown below"), on the one line."""
+    text = f"{what}: {err.message}"
+    if err.replica_sets_to_recommend:
+        sets = json.dumps(err.replica_sets_to_recommend, sort_keys=True)
+        text += f" Recommended replica sets: {sets}"
+    elif err.message in (NO_ENOUGH_TO_ADD, NO_ENOUGH_TO_REMOVE):
+        text += " Recommended replica sets: none (no node of these templates is free)"
+    _fail(text)
+
+
+def _checked_new_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    problem = id_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem)
+    return value
 
 
 def _replica_sets(raw: str) -> dict[str, int]:
@@ -81,8 +103,9 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 
 address_option = shared_address_option("--gcs-address")
-format_option = shared_format_option("text", extra=("table",))
-"""``table`` is the old spelling of ``text``."""
+format_option = shared_format_option()
+_REPLICA_SETS_HELP = 'JSON map of node template -> count, e.g. {"4c8g": 2}.'
+_DIVISIBLE_HELP = "Divisible: job clusters can be carved out of it (ant-ray)."
 
 
 @click.group("vcluster", cls=GcsGroup)
@@ -91,9 +114,15 @@ def vcluster() -> None:
 
 
 @vcluster.command("create")
-@click.option("--id", "cluster_id", required=True)
-@click.option("--divisible", is_flag=True, default=False)
-@click.option("--replica-sets", "replica_sets", default="{}", help='JSON, e.g. {"4c8g": 2}')
+@click.option(
+    "--id",
+    "cluster_id",
+    required=True,
+    callback=_checked_new_id,
+    help="The new cluster's id: letters, digits, '-', '_', '.'.",
+)
+@click.option("--divisible", is_flag=True, default=False, help=_DIVISIBLE_HELP)
+@click.option("--replica-sets", "replica_sets", default="{}", help=_REPLICA_SETS_HELP)
 @address_option
 @format_option
 def create(
@@ -112,15 +141,15 @@ def create(
     try:
         applied = _call(address, run)
     except VirtualClusterCallError as err:
-        _fail(f"Failed to create virtual cluster '{cluster_id}': {err.message}")
+        _refused(f"Failed to create virtual cluster '{cluster_id}'", err)
         return
     _report_applied(cluster_id, applied, "created", fmt)
 
 
 @vcluster.command("update")
-@click.option("--id", "cluster_id", required=True)
-@click.option("--divisible", is_flag=True, default=False)
-@click.option("--replica-sets", "replica_sets", default="{}", help='JSON, e.g. {"4c8g": 2}')
+@click.option("--id", "cluster_id", required=True, help="The cluster to update.")
+@click.option("--divisible", is_flag=True, default=False, help=_DIVISIBLE_HELP)
+@click.option("--replica-sets", "replica_sets", default="{}", help=_REPLICA_SETS_HELP)
 @click.option(
     "--revision", type=NON_NEGATIVE_INT, required=True, help="The cluster's current revision."
 )
@@ -144,11 +173,7 @@ def update(
             ),
         )
     except VirtualClusterCallError as err:
-        extra = f" (can do at most: {json.dumps(err.replica_sets_to_recommend, sort_keys=True)})"
-        _fail(
-            f"Failed to update virtual cluster '{cluster_id}': {err.message}"
-            + (extra if err.replica_sets_to_recommend else "")
-        )
+        _refused(f"Failed to update virtual cluster '{cluster_id}'", err)
         return
     _report_applied(cluster_id, applied, "updated", fmt)
 
@@ -179,13 +204,17 @@ def _report_applied(cluster_id: str, applied: Any, verb: str, fmt: str) -> None:
 @click.argument("cluster_id", required=False)
 @click.option("--id", "id_option", default=None, help="The cluster id (or give it positionally).")
 @address_option
-def remove(cluster_id: str | None, id_option: str | None, address: str | None) -> None:
+@format_option
+def remove(cluster_id: str | None, id_option: str | None, address: str | None, fmt: str) -> None:
     """Remove a virtual cluster."""
     cluster_id = _cluster_id(cluster_id, id_option)
     try:
         _call(address, lambda c: c.remove(cluster_id))
     except VirtualClusterCallError as err:
-        _fail(f"Failed to remove virtual cluster '{cluster_id}': {err.message}")
+        _refused(f"Failed to remove virtual cluster '{cluster_id}'", err)
+        return
+    if fmt == "json":
+        click.echo(dumps({"virtual_cluster_id": cluster_id, "removed": True}))
         return
     click.echo(f"Virtual cluster '{cluster_id}' removed successfully")
 
@@ -202,7 +231,7 @@ def _row(view: Any) -> dict[str, Any]:
 
 
 @vcluster.command("list")
-@click.option("--limit", type=POSITIVE_INT, default=None)
+@click.option("--limit", type=POSITIVE_INT, default=None, help="At most this many clusters.")
 @address_option
 @format_option
 def list_command(limit: int | None, address: str | None, fmt: str) -> None:

@@ -42,6 +42,11 @@ def id_has_separator(cluster_id: str) -> str:
     )
 
 
+def invalid_id(problem: str) -> str:
+    """Ours: a new cluster's id breaks the id rule (``ids.ID_RULE``)."""
+    return f"Invalid request, {problem}."
+
+
 def revision_expired(requested: int, cluster_id: str, current: int) -> str:
     return (
         f"The revision ({requested}) is expired, the latest revision of the virtual cluster "

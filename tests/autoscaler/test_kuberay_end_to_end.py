@@ -136,7 +136,7 @@ async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path
         submit = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gcs", "submit", "--address", server.address,
             "--resources", '{"CPU": 2}', "--count", "1", "--seconds", "4",
-            "--timeout", "120",
+            "--timeout", "120", "--format", "json",
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         # the pod grows in place (the kubelet applies it), then the raylet follows

@@ -69,7 +69,7 @@ async def test_scale_up_under_submit_and_back_down_to_min(tmp_path: Path) -> Non
         submit = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gcs", "submit", "--address", server.address,
             "--resources", '{"CPU": 2}', "--count", "16", "--seconds", "6",
-            "--timeout", "240",
+            "--timeout", "240", "--format", "json",
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         await eventually(lambda: len(_workers(rt, {S.RAY_RUNNING})) == 8, timeout_s=180)

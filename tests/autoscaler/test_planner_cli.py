@@ -59,7 +59,9 @@ class TestPlanFromFiles:
     def test_prints_launches_terminations_and_reasons_as_json(self, tmp_path: Path) -> None:
         """12 GPU requests -> 2 gpu8; idle w0 (320 s > 300 s) goes; w1 is kept for min_workers."""
         sp, cp = _write(tmp_path, _state())
-        res = CliRunner().invoke(autoscaler, ["plan", "--state", sp, "--config", cp])
+        res = CliRunner().invoke(
+            autoscaler, ["plan", "--state", sp, "--config", cp, "--format", "json"]
+        )
         assert res.exit_code == 0, res.output
         doc = json.loads(res.output)
         assert doc["launch"] == {"gpu8": 2}
@@ -86,7 +88,9 @@ class TestPlanFromFiles:
         rc.request.resources_bundle["TPU"] = 1
         sp, cp = _write(tmp_path, s)
         doc = json.loads(
-            CliRunner().invoke(autoscaler, ["plan", "--state", sp, "--config", cp]).output
+            CliRunner()
+            .invoke(autoscaler, ["plan", "--state", sp, "--config", cp, "--format", "json"])
+            .output
         )
         assert doc["infeasible"]["requests"] == [{"resources": {"TPU": 1.0}, "count": 3}]
 
@@ -115,7 +119,9 @@ class TestPlanBadInput:
         """Negative resources, min > max, malformed YAML, unknown head type."""
         sp, cp = _write(tmp_path, _state())
         Path(cp).write_text(yaml_text)
-        res = CliRunner().invoke(autoscaler, ["plan", "--state", sp, "--config", cp])
+        res = CliRunner().invoke(
+            autoscaler, ["plan", "--state", sp, "--config", cp, "--format", "json"]
+        )
         assert res.exit_code != 0
         assert needle in res.output
 
@@ -125,7 +131,9 @@ class TestPlanBadInput:
         s = _state()
         s.node_states[1].ray_node_type_name = "mystery"
         sp, cp = _write(tmp_path, s)
-        res = CliRunner().invoke(autoscaler, ["plan", "--state", sp, "--config", cp])
+        res = CliRunner().invoke(
+            autoscaler, ["plan", "--state", sp, "--config", cp, "--format", "json"]
+        )
         assert res.exit_code == 0, res.output
         doc = json.loads(res.stdout)
         (warning,) = doc["warnings"]
@@ -137,7 +145,9 @@ class TestPlanBadInput:
         """Not JSON at all -> clear error with the file name."""
         sp, cp = _write(tmp_path, _state())
         Path(sp).write_text("{not json")
-        res = CliRunner().invoke(autoscaler, ["plan", "--state", sp, "--config", cp])
+        res = CliRunner().invoke(
+            autoscaler, ["plan", "--state", sp, "--config", cp, "--format", "json"]
+        )
         assert res.exit_code != 0 and "state.json" in res.output
 
     def test_negative_resources_in_state_are_rejected(self, tmp_path: Path) -> None:
@@ -145,7 +155,9 @@ class TestPlanBadInput:
         s = _state()
         s.pending_resource_requests[0].request.resources_bundle["GPU"] = -1
         sp, cp = _write(tmp_path, s)
-        res = CliRunner().invoke(autoscaler, ["plan", "--state", sp, "--config", cp])
+        res = CliRunner().invoke(
+            autoscaler, ["plan", "--state", sp, "--config", cp, "--format", "json"]
+        )
         assert res.exit_code != 0 and "pending_resource_requests[0]" in res.output
 
 

@@ -39,7 +39,9 @@ def _plan(tmp: Path, state, yaml_text: str = CLUSTER_YAML, *extra: str):  # type
     sp, cp = tmp / "state.json", tmp / "cluster.yaml"
     sp.write_text(json_format.MessageToJson(state))
     cp.write_text(yaml_text)
-    return CliRunner().invoke(autoscaler, ["plan", "--state", str(sp), "--config", str(cp), *extra])
+    return CliRunner().invoke(
+        autoscaler, ["plan", "--state", str(sp), "--config", str(cp), "--format", "json", *extra]
+    )
 
 
 class TestPlanResizes:

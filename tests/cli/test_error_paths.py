@@ -20,9 +20,8 @@ import pytest
 from gcs.testing.servers import free_port
 
 NOTHING = "127.0.0.1:1"
-GCS = [str(Path(sys.executable).with_name("gcs"))]
-if not Path(GCS[0]).exists():  # pragma: no cover - installed without console scripts
-    GCS = [sys.executable, "-m", "gcs.cli"]
+GCS = [sys.executable, "-m", "gcs"]
+"""``python -m`` runs the checkout under test (a console script runs the installed copy)."""
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -229,7 +228,7 @@ class TestRayletSignal:
             # take longer than the default 30 s to bring `gcs serve` up
             raylet = subprocess.Popen(
                 [*GCS, "raylet", "--address", address, "--log-level", "info",
-                 "--register-timeout", "300"],
+                 "--register-timeout", "300", "--format", "json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
             )  # fmt: skip
             assert raylet.stdout is not None

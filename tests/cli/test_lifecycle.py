@@ -124,7 +124,7 @@ class TestSubmitTimeoutCli:
         try:
             await agent.start()
             args = ["submit", "--address", server.address, "--resources", '{"CPU": 8}']
-            args += ["--count", "2", "--timeout", "0.3"]
+            args += ["--count", "2", "--timeout", "0.3", "--format", "json"]
             result = await asyncio.to_thread(CliRunner().invoke, main, args)
         finally:
             await agent.stop()
@@ -132,4 +132,9 @@ class TestSubmitTimeoutCli:
         assert result.exit_code == 3, result.output
         summary = json.loads(result.stdout)
         assert (summary["granted"], summary["timed_out"]) == (0, 2)
-        assert result.stderr.strip() == "Error: 2 of 2 tasks timed out after 0.3 s (0 granted)"
+        *notes, last = result.stderr.strip().splitlines()
+        assert last == "Error: 2 of 2 tasks timed out after 0.3 s (0 granted)"
+        assert notes == [
+            'Warning: 2 of 2 tasks of {"CPU": 8.0} fit no alive node; they wait for the '
+            "autoscaler to add a node that fits (Ctrl-C to stop, --timeout to give up)"
+        ]

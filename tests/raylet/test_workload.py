@@ -153,6 +153,8 @@ class TestCli:
                     "--seconds",
                     "5",
                     "--detach",
+                    "--format",
+                    "json",
                 ],
             )
             assert result.exit_code == 0, result.output

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CloudInstance",
     "CloudProvider",
+    "LaunchErrorKind",
     "LaunchNodeError",
     "PodResizer",
     "ProviderError",
@@ -42,6 +44,19 @@ class CloudInstance:
     request_id: str = ""
 
 
+class LaunchErrorKind(enum.Enum):
+    """Why a launch failed, as far as the provider can tell (Karpenter sorts its launch
+    errors the same way).  CAPACITY and QUOTA make the autoscaler hold the node type back
+    for a while and use other types (:mod:`gcs.autoscaler.capacity`); ERROR is retried."""
+
+    CAPACITY = "capacity"
+    """The cloud has no capacity for this node type right now (insufficient capacity)."""
+    QUOTA = "quota"
+    """An account quota or limit of the cloud refused it."""
+    ERROR = "error"
+    """Anything else."""
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchNodeError:
     node_type: str
@@ -49,6 +64,7 @@ class LaunchNodeError:
     request_id: str
     timestamp_ns: int
     details: str = ""
+    kind: LaunchErrorKind = LaunchErrorKind.ERROR
 
 
 @dataclass(frozen=True, slots=True)

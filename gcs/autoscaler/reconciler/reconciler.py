@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
+from gcs.autoscaler.capacity import UnavailableCapacity
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.instances.manager import InstanceManager
 from gcs.autoscaler.instances.model import InstanceUpdate
@@ -30,6 +31,7 @@ from gcs.autoscaler.providers.base import (
 )
 from gcs.autoscaler.reconciler import steps, vc_scaling
 from gcs.autoscaler.reconciler.events import EventLog
+from gcs.autoscaler.reconciler.explanations import CapacityWatch, DecisionNotes
 from gcs.autoscaler.reconciler.gcs_port import AutoscalerGcs
 from gcs.autoscaler.reconciler.inputs import Memo, scheduling_input
 from gcs.autoscaler.reconciler.observed import (
@@ -54,6 +56,7 @@ log = structlog.get_logger("gcs.autoscaler")
 
 Scheduler = Callable[[SchedulingInput], SchedulingReply]
 _LIVE_RAY = (RayNodeStatus.RUNNING, RayNodeStatus.IDLE)
+S_ALLOCATED = InstanceStatus.ALLOCATED
 
 
 class RoundAborted(Exception):
@@ -92,10 +95,12 @@ class Reconciler:
         config_source: Callable[[], ClusterConfig | None] | None = None,
         resizer: PodResizer | None = None,
         vc_update_attempts: int = 3,
+        capacity: UnavailableCapacity | None = None,
     ) -> None:
         """``config_source``: the cluster config as the provider last read it (KubeRay's
         RayCluster), used from the round after it answers; ``resizer``: carries out the
-        scheduler's in-place resizes."""
+        scheduler's in-place resizes; ``capacity``: the unavailable-capacity cache (default:
+        one with the config's ``capacity_backoff``)."""
         self._im = instances
         self._provider = provider
         self._gcs = gcs
@@ -115,6 +120,10 @@ class Reconciler:
         self._carry_last_work: dict[str, float] = {}
         self._carry_pending: dict[str, tuple[float, ...]] = {}
         self.vc_update_attempts = vc_update_attempts
+        self.capacity = CapacityWatch(
+            capacity or UnavailableCapacity(cluster.capacity_backoff), events
+        )
+        self._decision_notes = DecisionNotes(events)
         self._vc_noted: dict[str, str] = {}
         self._ray_nodes = RayNodeReader()
         self._input_memo: Memo = {}
@@ -161,7 +170,10 @@ class Reconciler:
         read_only = bool(getattr(self._provider, "read_only", False))
 
         # sync: mirror what the cloud and Ray report
-        await self._step("allocate", steps.allocate(self._im.instances, cloud, launch_errors))
+        allocations = steps.allocate(self._im.instances, cloud, launch_errors)
+        await self._step("allocate", allocations)
+        allocated = (u.instance_type for u in allocations if u.new_status is S_ALLOCATED)
+        self.capacity.observe(launch_errors, allocated, self._clock.now_s())
         await self._step("cloud-terminated", steps.cloud_terminated(self._im.instances, cloud))
         await self._step(
             "termination-errors", steps.termination_errors(self._im.instances, term_errors)
@@ -199,6 +211,7 @@ class Reconciler:
         for cluster_id, idle in plan.releases.items():
             await self._release(cluster_id, list(idle))
         self._note_vc_decisions(plan)
+        await self._cancel_held_back(now_ns / 1e9)
         reply = await self._schedule(
             vc_scaling.primary_demand(state, plan.planned), ray_nodes, frozenset(held)
         )
@@ -220,6 +233,7 @@ class Reconciler:
             await self._resizer.resize(reply.resizes, ray_nodes)
         await self._step("terminate", steps.terminate_finished(self._im.instances))
         if not read_only:
+            await self._cancel_held_back(now_ns / 1e9)  # e.g. a virtual cluster's launch
             await self._step(
                 "launch", steps.launches(self._im.instances, self.config, self._new_request_id)
             )
@@ -333,13 +347,19 @@ class Reconciler:
             ippr=ippr,
         )
         inp = vc_scaling.hide_held_capacity(inp, held)
-        inp = replace(inp, last_work_s=self._carry_last_work, pending_since_s=self._carry_pending)
+        inp = replace(
+            inp,
+            last_work_s=self._carry_last_work,
+            pending_since_s=self._carry_pending,
+            unavailable_types=self.capacity.unavailable(inp.now_s),
+        )
         if self._in_thread:
             reply = await asyncio.to_thread(self._scheduler, inp)
         else:
             reply = self._scheduler(inp)
         self._carry_last_work = dict(reply.last_work_s)
         self._carry_pending = dict(reply.pending_since_s)
+        self._decision_notes.note(reply.reasons)
         for decision in reply.reasons:
             log.debug(
                 "autoscaler.decision",
@@ -348,6 +368,10 @@ class Reconciler:
                 reason=decision.reason,
             )
         return reply
+
+    async def _cancel_held_back(self, now_s: float) -> None:
+        """Queued launches of a node type the cloud just refused are not requested."""
+        await self._step("capacity-cancel", self.capacity.cancel_queued(self._im.instances, now_s))
 
     async def _step(self, name: str, updates: Sequence[InstanceUpdate]) -> None:
         if not updates:

@@ -68,7 +68,7 @@ def autoscaling_state(
                 instance_type_name=inst.instance_type,
                 ray_node_type_name=inst.instance_type,
                 instance_id=inst.instance_id,
-                details=inst.latest_details(),
+                details=_pending_details(inst),
             )
         elif inst.status is InstanceStatus.ALLOCATION_FAILED:
             out.failed_instance_requests.add(
@@ -89,6 +89,14 @@ def autoscaling_state(
     if reply is not None:
         _infeasible(out, reply, cluster_state)
     return out
+
+
+def _pending_details(inst: Instance) -> str:
+    """What a pending node waits for, as ``gcs status`` / ``ray status`` print it."""
+    where = f"cloud instance {inst.cloud_instance_id}" if inst.cloud_instance_id else "its host"
+    if inst.status is InstanceStatus.RAY_INSTALLING:
+        return f"installing Ray on {where}"
+    return f"waiting for Ray to start on {where}"
 
 
 def _infeasible(

@@ -11,10 +11,10 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+from gcs.autoscaler.scheduler.explain import explain_choice, explain_unplaced, score_text
 from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_instance, from_type
 from gcs.autoscaler.scheduler.packing import LaunchNote, PackContext, try_schedule
 from gcs.autoscaler.scheduler.resources import memory_text, shape_text
-from gcs.autoscaler.scheduler.scoring import describe
 from gcs.autoscaler.scheduler.termination import enforce_idle, mark, select_excess
 from gcs.autoscaler.scheduler.types import (
     SCHEDULABLE_STATUSES,
@@ -59,11 +59,16 @@ class _Round:
         self.opts = inp.config.options
         self.reasons: list[Decision] = []
         self.notes: list[LaunchNote] = []
-        blocked: set[str] = set()
-        if self.opts.unavailable_type_ttl_s is not None:
+        blocked: dict[str, str] = {}
+        ttl = self.opts.unavailable_type_ttl_s
+        if ttl is not None:
             for f in inp.launch_failures:
-                if inp.now_s - f.at_s < self.opts.unavailable_type_ttl_s:
-                    blocked.add(f.node_type)
+                if inp.now_s - f.at_s < ttl:
+                    why = f"is unavailable: a launch failed less than {ttl:g} s ago"
+                    blocked[f.node_type] = why
+        for node_type, why in inp.unavailable_types.items():
+            blocked[node_type] = f"is unavailable ({why})"
+        self.blocked_why = blocked
         self.blocked = frozenset(blocked)
         self.pack = PackContext(
             configs=self.cfg.node_types,
@@ -339,17 +344,33 @@ class _Round:
         self.nodes = res.nodes
         self.notes.extend(res.launches)
         out = []
+        excluded, full = self.excluded(), self.cluster_full()
         for d, n in res.leftover:
             out.append(ResourceDemand(d.resources, n, d.selectors, d.affinity, d.anti_affinity))
-            self.reasons.append(
-                Decision(
-                    "infeasible",
-                    shape_text(d.resources),
-                    f"{n} pending {shape_text(d.resources)} requests fit no node type "
-                    "within limits",
-                )
-            )
+            why = explain_unplaced(d.resources, n, self.cfg.node_types, excluded, full)
+            self.reasons.append(Decision("infeasible", shape_text(d.resources), why))
         return out
+
+    def excluded(self) -> dict[str, str]:
+        """Node types that cannot be launched now, with why (for the reasons)."""
+        count: dict[str, int] = defaultdict(int)
+        for n in self.nodes:
+            if n.status is not NodeStatus.TO_TERMINATE:
+                count[n.node_type] += 1
+        out = {
+            name: f"is at max_workers {cfg.max_workers}"
+            for name, cfg in self.cfg.node_types.items()
+            if count[name] >= cfg.max_workers
+        }
+        out.update(self.blocked_why)
+        return out
+
+    def cluster_full(self) -> str | None:
+        cap = self.cfg.max_num_nodes
+        alive = sum(1 for n in self.nodes if n.status is not NodeStatus.TO_TERMINATE)
+        if cap and alive >= cap:
+            return f"is at max_workers {cap - 1} (plus the head)"
+        return None
 
     def pending_idle(self) -> dict[str, tuple[float, ...]]:
         """Ray keeps per-type clocks for unneeded pending nodes; we carry them in the reply."""
@@ -404,6 +425,7 @@ class _Round:
         by_type: dict[str, list[LaunchNote]] = defaultdict(list)
         for note in self.notes:
             by_type[note.node_type].append(note)
+        excluded = self.excluded()
         for t, notes in by_type.items():
             if t not in launches:
                 continue
@@ -412,17 +434,21 @@ class _Round:
                 for d, k in note.placed:
                     placed[shape_text(d.resources)] += k
             what = ", ".join(f"{k} pending {s} requests" for s, k in placed.items())
-            text = f"launch {len(notes)} x {t}: {what}; best score {describe(notes[0].score)}"
-            ru = notes[0].runner_up
+            first = notes[0]
+            others = {k: v for k, v in excluded.items() if k != t}
+            why = explain_choice(t, first.placed, first.runner_up, self.cfg.node_types, others)
+            text = f"launch {len(notes)} x {t}: {what}; {why}"
+            detail = f"{t}: {score_text(first.score)}"
+            ru = first.runner_up
             if ru is not None:
-                text += f"; {ru[0]} scored lower ({describe(ru[1])})"
+                detail += f"; runner-up {ru[0]}: {score_text(ru[1])}"
             spec = self.cfg.node_types[t].ippr
             if spec is not None:
                 text += (
                     f"; counted at its IPPR max (CPU {spec.max_cpu:g}, memory "
                     f"{memory_text(spec.max_memory)}) since it can be resized in place once running"
                 )
-            self.reasons.append(Decision("launch", t, text))
+            self.reasons.append(Decision("launch", t, text, detail))
 
     def resizes(self) -> tuple[Resize, ...]:
         """Ray's ``to_ippr``: every pod with a resize queued and a raylet to sync with."""
@@ -491,16 +517,14 @@ class _Round:
         launch_now = (
             tuple(launches) if self.opts.cold_start_full_batch and not running_workers else ()
         )
-        if self.blocked:
-            for blocked_type in sorted(self.blocked):
-                self.reasons.append(
-                    Decision(
-                        "skip",
-                        blocked_type,
-                        f"not launching {blocked_type}: a launch failed less than "
-                        f"{self.opts.unavailable_type_ttl_s:g} s ago",
-                    )
+        for blocked_type in sorted(self.blocked):
+            self.reasons.append(
+                Decision(
+                    "skip",
+                    blocked_type,
+                    f"not launching {blocked_type}: it {self.blocked_why[blocked_type]}",
                 )
+            )
         return SchedulingReply(
             launches=launches,
             terminations=terms,

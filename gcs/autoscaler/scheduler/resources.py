@@ -111,8 +111,13 @@ def fits_shape(avail: Mapping[str, float], shape: tuple[tuple[str, float], ...])
 
 
 def shape_text(resources: Mapping[str, float]) -> str:
-    """``{CPU:1, GPU:2}``: a resource map as the reasons print it."""
-    return "{" + ", ".join(f"{k}:{v:g}" for k, v in sorted(resources.items())) + "}"
+    """``{CPU:1, GPU:2, memory:2.00GiB}``: a resource map as the reasons print it (memory in
+    Ray's units, :mod:`gcs.units`)."""
+    from gcs.units import format_quantity
+
+    return (
+        "{" + ", ".join(f"{k}:{format_quantity(k, v)}" for k, v in sorted(resources.items())) + "}"
+    )
 
 
 def memory_text(value: float) -> str:

@@ -50,17 +50,3 @@ def compute_score(
         min(terms) if terms else 0,
         float(sum(terms)) / len(terms) if terms else 0,
     )
-
-
-def describe(score: Score) -> str:
-    label, gpu_ok, matching, min_u, avg_u = score
-    parts = [
-        f"{matching} matching resource types",
-        f"min util {min_u:.3g}",
-        f"avg util {avg_u:.3g}",
-    ]
-    if label:
-        parts.insert(0, f"label score {label}")
-    if not gpu_ok:
-        parts.append("would leave GPU idle")
-    return ", ".join(parts)

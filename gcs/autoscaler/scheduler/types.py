@@ -288,6 +288,10 @@ class SchedulingInput:
     now_s: float = 0.0
     #: Recent launch failures (feed of the unavailable-type cache).
     launch_failures: tuple[LaunchFailure, ...] = ()
+    #: Node types the caller's unavailable-capacity cache holds back this round, with why
+    #: (e.g. "unavailable for 50 s more: capacity exhausted"); never launched, so demand
+    #: falls back to the next type that fits.
+    unavailable_types: Mapping[str, str] = field(default_factory=dict)
     #: own_idle_clock: when work last landed on each instance (from the previous reply).
     last_work_s: Mapping[str, float] = field(default_factory=dict)
     #: Pending-idle clocks per node type (from the previous reply; Ray keeps them in memory).
@@ -307,11 +311,13 @@ class Termination:
 
 @dataclass(frozen=True)
 class Decision:
-    """A human-readable reason; ``subject`` is a node type or instance id."""
+    """A human-readable reason; ``subject`` is a node type or instance id; ``detail`` the
+    raw numbers behind it (``gcs autoscaler plan -v``)."""
 
     action: str
     subject: str
     reason: str
+    detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from gcs.autoscaler.simulator.run import SimResult
+from gcs.autoscaler.simulator.timeline import plot_timeline
 
 
 def summary(result: SimResult) -> dict[str, Any]:
     dt_h = result.interval_s / 3600
     workers = [sum(s.nodes_by_type.values()) - 1 for s in result.samples]  # minus the head
     lat = sorted(result.batch_latency_s)
+    hours = len(result.samples) * dt_h
+    by_kind: Counter[str] = Counter()
+    for _t, _node_type, count, kind in result.failures:
+        by_kind[kind] += count
     return {
-        "simulated_hours": round(len(result.samples) * dt_h, 3),
+        "simulated_hours": round(hours, 3),
         "time_to_capacity_s": {
             "p50": round(statistics.median(lat), 1) if lat else None,
             "max": round(lat[-1], 1) if lat else None,
@@ -28,6 +34,8 @@ def summary(result: SimResult) -> dict[str, Any]:
         "peak_workers": max(workers, default=0),
         "launched": result.launched,
         "failed_launches": result.failed_launches,
+        "failed_launches_per_day": round(result.failed_launches * 24 / hours, 1) if hours else 0,
+        "failed_launches_by_cause": dict(sorted(by_kind.items())),
         "terminated": result.terminated,
         "failed_rounds": result.failed_rounds,
         "mean_utilisation": round(
@@ -49,8 +57,9 @@ def summary_text(doc: dict[str, Any]) -> str:
             f"pending task-seconds {doc['pending_task_seconds']}",
             f"tasks                {doc['tasks']['started']} of {doc['tasks']['total']} started",
             f"peak workers         {doc['peak_workers']}",
-            f"launches             {doc['launched']} ({doc['failed_launches']} failed), "
-            f"{doc['terminated']} terminated",
+            f"launches             {doc['launched']} ({doc['failed_launches']} failed: "
+            + (", ".join(f"{n} {k}" for k, n in doc["failed_launches_by_cause"].items()) or "none")
+            + f"; {doc['failed_launches_per_day']} per day), {doc['terminated']} terminated",
             f"mean utilisation     {doc['mean_utilisation'] * 100:.1f}% of CPU",
         ]
     )
@@ -66,37 +75,5 @@ def write_report(result: SimResult, out_dir: str | Path) -> dict[str, Path]:
         "".join(f"{t / 3600:8.3f} h  {kind:<16} {msg}\n" for t, kind, msg in result.events)
     )
     png = out / "timeline.png"
-    _plot(result, png)
+    plot_timeline(result, png)
     return {"summary": out / "summary.json", "timeline": png, "events": out / "events.txt"}
-
-
-def _plot(result: SimResult, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = [s.t_s / 3600 for s in result.samples]
-    types = sorted({k for s in result.samples for k in s.nodes_by_type})
-    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
-    stacks = [[s.nodes_by_type.get(k, 0) for s in result.samples] for k in types]
-    if stacks:
-        ax1.stackplot(t, stacks, labels=types, alpha=0.8)
-    ax1.plot(t, [s.pending_instances for s in result.samples], "k--", lw=1, label="pending")
-    ax1.plot(t, [s.stopping_instances for s in result.samples], "r:", lw=1, label="stopping")
-    ax1.set_ylabel("nodes")
-    ax1.legend(loc="upper left", fontsize=8, ncol=min(len(types) + 2, 6))
-    ax1.set_title("Ray nodes by type (stacked); instances pending / stopping")
-    ax2.fill_between(t, [s.pending_tasks for s in result.samples], color="tab:orange", alpha=0.6)
-    ax2.set_ylabel("pending tasks")
-    ax3.plot(
-        t,
-        [100 * s.cpu_used / s.cpu_total if s.cpu_total else 0 for s in result.samples],
-        color="tab:green",
-    )
-    ax3.set_ylim(0, 105)
-    ax3.set_ylabel("CPU used %")
-    ax3.set_xlabel("hours")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -14,6 +14,9 @@ drain, launch or timeout in flight) and idle clocks are Ray's (no ``own_idle_clo
 Freed capacity then changes a decision only once a node that went idle passes its idle
 timeout, which moves the wake time.
 
+A node type held back by the unavailable-capacity cache is the same kind of clock: when its
+hold ends the next round may launch it (``next_change_s`` of the cache).
+
 This is what makes a simulated day of a 500-node cluster take seconds.  Exactness rests
 on the reconciler spending nothing in a round that changes nothing (e.g. it draws a launch
 request id only when it requests a launch: ids order ties).
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from gcs.autoscaler.config import ClusterConfig
@@ -57,6 +60,11 @@ class Sample:
     cpu_used: float
     cpu_total: float
     idle_nodes: int
+    used: dict[str, float] = field(default_factory=dict)
+    """Per resource kind (CPU, GPU, memory, ...) over alive nodes."""
+    total: dict[str, float] = field(default_factory=dict)
+    demand: dict[str, float] = field(default_factory=dict)
+    """What waiting tasks ask for, per resource kind."""
 
 
 @dataclass
@@ -76,6 +84,16 @@ class SimResult:
     skipped_rounds: int = 0
     #: The part of ``skipped_rounds`` in which tasks finished (see module doc).
     skipped_finish_rounds: int = 0
+    #: (time, node type, instances, kind) of every failed launch.
+    failures: list[tuple[float, str, int, str]] = field(default_factory=list)
+    #: Node type -> the cloud's capacity for it (the workload's ``cloud.capacity``).
+    cloud_capacity: dict[str, int] = field(default_factory=dict)
+    #: Worker cap of the cluster (``max_workers``; None = none) and per type.
+    max_workers: int | None = None
+    type_max_workers: dict[str, int] = field(default_factory=dict)
+    #: Resources of one node of each type.
+    type_resources: dict[str, dict[str, float]] = field(default_factory=dict)
+    head_type: str = ""
 
 
 async def simulate(
@@ -155,13 +173,16 @@ async def simulate(
                 settled = quiet and not own_idle_clock and _all_settled(im)
                 if quiet:
                     instance_wake = min(
-                        _instance_wake(im, cluster, reconciler.config), cloud.next_appearance()
+                        _instance_wake(im, cluster, reconciler.config),
+                        cloud.next_appearance(),
+                        reconciler.capacity.cache.next_change_s(now),
                     )
                     wake_at = min(instance_wake, _idle_wake(ray, cluster))
                 else:
                     wake_at = 0.0
             if sampled_at != (ray.changes, im.version):  # else the same but for the time
-                last_sample, sampled_at = _sample(now, ray, im), (ray.changes, im.version)
+                last_sample = _sample(now, ray, im)
+                sampled_at = (ray.changes, im.version)
             result.samples.append(replace(last_sample, t_s=now))
             if bar is not None:
                 bar.update(1)
@@ -172,6 +193,15 @@ async def simulate(
     result.events = [(e.time_s, e.kind, e.message) for e in events.recent(100_000)]
     result.launched = cloud.launched
     result.failed_launches = cloud.failed
+    result.failures = [(t, node_type, n, kind.value) for t, node_type, n, kind in cloud.failures]
+    result.cloud_capacity = dict(workload.cloud.capacity)
+    sched = cluster.scheduler
+    result.max_workers = None if sched.max_num_nodes is None else sched.max_num_nodes - 1
+    result.head_type = cluster.head_node_type
+    result.type_max_workers = {
+        t: cfg.max_workers for t, cfg in sched.node_types.items() if t != cluster.head_node_type
+    }
+    result.type_resources = {t: dict(cfg.resources) for t, cfg in sched.node_types.items()}
     result.terminated = cloud.terminated
     result.tasks_started = ray.started
     result.pending_task_s = ray.wait_s_total + sum(
@@ -188,15 +218,18 @@ async def simulate(
 
 def _sample(now: float, ray: SimRay, im: InstanceManager) -> Sample:
     by_type: Counter[str] = Counter()
-    used = total = 0.0
+    used: defaultdict[str, float] = defaultdict(float)
+    total: defaultdict[str, float] = defaultdict(float)
     idle = 0
     for node in ray.nodes.values():
         if node.dead:
             continue
         by_type[node.node_type] += 1
-        cpu = node.total.get("CPU", 0.0)
-        total += cpu
-        used += cpu - node.available.get("CPU", 0.0)
+        for name, amount in node.total.items():
+            if name.startswith("node:"):
+                continue
+            total[name] += amount
+            used[name] += amount - node.available.get(name, 0.0)
         if node.running == 0 and not node.is_head:
             idle += 1
     statuses = Counter(i.status for i in im.instances.values())
@@ -207,9 +240,12 @@ def _sample(now: float, ray: SimRay, im: InstanceManager) -> Sample:
         running_instances=statuses[S.RAY_RUNNING],
         stopping_instances=sum(statuses[s] for s in STOPPING),
         pending_tasks=ray.pending_count(),
-        cpu_used=used,
-        cpu_total=total,
+        cpu_used=used["CPU"],
+        cpu_total=total["CPU"],
         idle_nodes=idle,
+        used=dict(used),
+        total=dict(total),
+        demand=ray.pending_demand(),
     )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.providers.base import (
     CloudInstance,
+    LaunchErrorKind,
     LaunchNodeError,
     ProviderError,
 )
@@ -81,6 +82,8 @@ class SimCloud:
         self.launched = 0
         self.failed = 0
         self.terminated = 0
+        self.failures: list[tuple[float, str, int, LaunchErrorKind]] = []
+        """(time, node type, instances, why) of every failed launch, for the timeline."""
 
     async def get_non_terminated(self) -> Mapping[str, CloudInstance]:
         now = self._clock.now_s()
@@ -103,22 +106,32 @@ class SimCloud:
             cap = self._b.capacity.get(node_type)
             have = sum(1 for i in self.instances.values() if i.node_type == node_type)
             allowed = count if cap is None else max(0, min(count, cap - have))
-            failed = count - allowed
+            broken = 0
             for _ in range(allowed):
                 if self._rng.random() < self._b.failure_rate:
-                    failed += 1
+                    broken += 1
                     continue
                 cid = f"sim-{next(self._ids)}"
                 self.instances[cid] = SimInstance(
                     cid, node_type, NodeKind.WORKER, request_id, now + self._b.launch_delay_s
                 )
                 self.launched += 1
-            if failed:
-                self.failed += failed
-                why = "capacity exhausted" if allowed < count else "launch failed (simulated)"
-                self._errors.append(
-                    LaunchNodeError(node_type, failed, request_id, int(now * 1e9), why)
-                )
+            if count > allowed:
+                why = f"capacity exhausted: all {cap} {node_type} instances of the cloud are in use"
+                self._fail(node_type, count - allowed, request_id, why, LaunchErrorKind.CAPACITY)
+            if broken:
+                why = "launch failed (simulated)"
+                self._fail(node_type, broken, request_id, why, LaunchErrorKind.ERROR)
+
+    def _fail(
+        self, node_type: str, count: int, request_id: str, why: str, kind: LaunchErrorKind
+    ) -> None:
+        now = self._clock.now_s()
+        self.failed += count
+        self.failures.append((now, node_type, count, kind))
+        self._errors.append(
+            LaunchNodeError(node_type, count, request_id, int(now * 1e9), why, kind)
+        )
 
     async def terminate(self, cloud_instance_ids: Sequence[str], request_id: str) -> None:
         for cid in cloud_instance_ids:
@@ -253,6 +266,14 @@ class SimRay:
 
     def pending_count(self) -> int:
         return sum(len(q) for q in self.pending.values())
+
+    def pending_demand(self) -> dict[str, float]:
+        """Resources the waiting tasks ask for, summed per resource kind."""
+        out: dict[str, float] = {}
+        for shape, queue in self.pending.items():
+            for name, amount in shape:
+                out[name] = out.get(name, 0.0) + amount * len(queue)
+        return out
 
     # -- AutoscalerGcs ----------------------------------------------------------------------
     async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:

@@ -7,6 +7,11 @@ the worker bounds; ``autoscalerOptions.upscalingMode`` (Conservative = 1, else 1
 ``idleTimeoutSeconds`` (default 60) as in Ray.  IPPR groups carry their ``ray.io/ippr``
 entry.  A group whose IPPR entry is misconfigured is frozen: its max is what runs now, so it
 neither scales out nor is capped down.
+
+Scale-down limits beyond Ray come from the RayCluster's annotations (the cluster YAML's
+``disruption:``): ``gcs.ray.io/disruption-budget`` ("2" nodes or "20%" of the workers per
+round) and ``gcs.ray.io/do-not-disrupt-label`` (Ray nodes with that label "true" are never
+removed).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from gcs.autoscaler.providers.kuberay.ippr import HEAD_GROUP, IpprConfig, group_
 from gcs.autoscaler.scheduler.types import Options
 
 DEFAULT_IDLE_TIMEOUT_S = 60.0
+DISRUPTION_BUDGET_ANNOTATION = "gcs.ray.io/disruption-budget"
+DO_NOT_DISRUPT_LABEL_ANNOTATION = "gcs.ray.io/do-not-disrupt-label"
 _UPSCALING_SPEED = {"Conservative": 1.0, "Default": 1000.0, "Aggressive": 1000.0}
 
 
@@ -106,7 +113,7 @@ def cluster_config(
                     "resize-timeout": entry.spec.resize_timeout_s,
                 }
         types[name] = node
-    raw = {
+    raw: dict[str, Any] = {
         "cluster_name": str(meta.get("name", "default")),
         "max_workers": total_max,
         "upscaling_speed": _UPSCALING_SPEED.get(mode, 1000.0),
@@ -115,7 +122,16 @@ def cluster_config(
         "head_node_type": HEAD_GROUP,
         "available_node_types": types,
     }
-    cfg = parse_cluster_config(raw, options)
+    disruption = _disruption_annotations(meta.get("annotations") or {})
+    if disruption:
+        raw["disruption"] = disruption
+    try:
+        cfg = parse_cluster_config(raw, options)
+    except ConfigError as err:  # name the annotation, not the YAML key it maps to
+        text = str(err).replace("disruption.budget", DISRUPTION_BUDGET_ANNOTATION)
+        raise ConfigError(
+            text.replace("disruption.do_not_disrupt_label", DO_NOT_DISRUPT_LABEL_ANNOTATION)
+        ) from None
     # the IPPR minimum is the pod template's size (limit else request), not the logical one
     node_types = dict(cfg.scheduler.node_types)
     for name, entry in ippr.groups.items():
@@ -123,3 +139,12 @@ def cluster_config(
         if t is not None and t.ippr is not None:
             node_types[name] = replace(t, ippr=entry.spec)
     return replace(cfg, scheduler=replace(cfg.scheduler, node_types=node_types))
+
+
+def _disruption_annotations(annotations: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if DISRUPTION_BUDGET_ANNOTATION in annotations:
+        out["budget"] = str(annotations[DISRUPTION_BUDGET_ANNOTATION])
+    if DO_NOT_DISRUPT_LABEL_ANNOTATION in annotations:
+        out["do_not_disrupt_label"] = str(annotations[DO_NOT_DISRUPT_LABEL_ANNOTATION])
+    return out
