@@ -22,8 +22,9 @@ from gcs.autoscaler.instances import (
 )
 from gcs.autoscaler.instances.model import decode_instance, encode_instance
 from gcs.autoscaler.instances.transitions import CLOUD_ALLOCATED_STATUSES, RAY_RUNNING_STATUSES
-from gcs.autoscaler.scheduler.types import SCHEDULABLE_STATUSES, NodeKind
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
+from gcs.autoscaler.model import InstanceStatus as S
+from gcs.autoscaler.model import NodeKind
+from gcs.autoscaler.scheduler.types import SCHEDULABLE_STATUSES
 from gcs.clock import FakeClock
 from gcs.store.memory import MemoryStore
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gcs.autoscaler.reconciler.gcs_port import GrpcAutoscalerGcs
+from gcs.autoscaler.grpc_gcs import GrpcAutoscalerGcs
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from gcs.testing.fake_k8s import FakeKubernetes

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from gcs.autoscaler.config import parse_cluster_config
+from gcs.autoscaler.model import InstanceStatus as S
+from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.runtime import AutoscalerRuntime
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
-from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import eventually, fast_config

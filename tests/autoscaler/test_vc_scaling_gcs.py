@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from gcs.autoscaler.gcs_api import VcUpdate
+from gcs.autoscaler.model import InstanceStatus as S
 from gcs.autoscaler.reconciler import GrpcAutoscalerGcs
-from gcs.autoscaler.reconciler.gcs_port import VcUpdate
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
 from gcs.proto import gcs_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.store.memory import MemoryStore
 from tests.autoscaler.test_reconciler import CLUSTER, Harness
