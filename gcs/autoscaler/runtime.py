@@ -304,9 +304,13 @@ def embedded_autoscaler(
     register_metrics: metrics.RegisterMetrics | None = None,
     clock: Clock | None = None,
     environ: Mapping[str, str] = os.environ,
+    gcs: RuntimeGcs | None = None,
+    providers: Registry = PROVIDERS,
 ) -> AutoscalerRuntime:
     """The autoscaler component of ``gcs serve``: instances in the GCS's own store,
-    provider state under ``<data_dir>/autoscaler``, every ``AUTOSCALER_UPDATE_INTERVAL_S``."""
+    provider state under ``<data_dir>/autoscaler``, a round every
+    ``AUTOSCALER_UPDATE_INTERVAL_S``.  ``gcs``: the GCS in process (default: a gRPC client
+    of ``gcs_address``)."""
     return AutoscalerRuntime(
         cluster,
         gcs_address,
@@ -315,6 +319,8 @@ def embedded_autoscaler(
         clock=clock,
         interval_s=interval_from_env(environ),
         security=security,
+        gcs=gcs,
+        providers=providers,
         register_metrics=register_metrics,
         embedded=True,
     )
