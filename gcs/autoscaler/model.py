@@ -1,23 +1,7 @@
 """The autoscaler's shared vocabulary: instance statuses, node kinds, Ray nodes as observed.
 
 Values only, no behaviour and no imports from the rest of the autoscaler, so every layer
-can use them.  The layers of ``gcs.autoscaler``, lowest first (a module imports only from
-its own layer or the ones before it):
-
-1. ``model`` (this module), ``providers.registry`` (provider names only);
-2. ``scheduler`` -- the pure policy;
-3. ``config`` (cluster YAML), ``cluster_state`` (ClusterResourceState -> scheduler input);
-4. ``instances`` -- the instance records, their lifecycle table and storage;
-5. ``gcs_api`` (what the autoscaler asks of a GCS), ``grpc_gcs`` (that, over gRPC);
-6. ``providers`` -- the cloud behind one contract (``providers.base``);
-7. ``reconciler`` -- one round: observe, decide (scheduler), act (instances, providers);
-8. ``runtime``, ``metrics``, ``simulator`` -- the reconciler in a loop: the component
-   embedded in ``gcs serve`` / the standalone autoscaler, and the simulated cloud;
-9. ``planner``, ``cli``, ``run_cli`` -- the command line.
-
-Outside the package the autoscaler uses ``gcs.clock``, ``gcs.errors``, ``gcs.proto``,
-``gcs.rpc`` (client side), ``gcs.store`` and ``gcs.virtual_clusters.ids``; never
-``gcs.server``, ``gcs.managers`` or ``gcs.services``.
+can use them (the layers are listed in :mod:`gcs.autoscaler`).
 """
 
 from __future__ import annotations

@@ -35,9 +35,9 @@ from gcs.autoscaler.grpc_gcs import GrpcAutoscalerGcs
 from gcs.autoscaler.instances import InstanceManager, InstanceStorage, StoreInstanceStorage
 from gcs.autoscaler.instances.storage import KvInstanceStorage
 from gcs.autoscaler.model import HEAD_RESOURCE, NodeKind
-from gcs.autoscaler.providers.base import CloudProvider, ProviderContext
+from gcs.autoscaler.providers.base import CloudProvider, ProviderContext, provider_factory
 from gcs.autoscaler.providers.kuberay.k8s import KubeApi
-from gcs.autoscaler.providers.registry import PROVIDERS, Registry, factory
+from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
     EventLog,
@@ -174,7 +174,7 @@ class AutoscalerRuntime:
             raise ConfigError(
                 f"provider.type: {kind!r} is not supported here (one of {', '.join(providers)})"
             )
-        return factory(kind, providers)(context)
+        return provider_factory(kind, providers)(context)
 
     # -- Component -------------------------------------------------------------------------
     async def load(self) -> None:

@@ -21,8 +21,9 @@ from gcs.autoscaler.providers.base import (
     LaunchNodeError,
     ProviderContext,
     TerminateNodeError,
+    provider_factory,
 )
-from gcs.autoscaler.providers.registry import PROVIDERS, factory
+from gcs.autoscaler.providers.registry import PROVIDERS
 from gcs.testing.cloud import FakeAutoscalerGcs
 from tests.autoscaler.clock import SteppedClock
 from tests.autoscaler.kuberay_harness import KubeRayHarness, raycluster, worker_group
@@ -84,7 +85,7 @@ class TestRegistry:
                 kube_api=k8s.api,
             )
             for name in TOY_PROVIDERS:
-                provider = factory(name, TOY_PROVIDERS)(context)
+                provider = provider_factory(name, TOY_PROVIDERS)(context)
                 assert isinstance(provider.capabilities, Capabilities), name
         finally:
             k8s.stop()

@@ -33,12 +33,14 @@ A provider is built by its factory (:data:`ProviderFactory`) from a
 
 from __future__ import annotations
 
+import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from gcs.autoscaler.model import NodeKind
+from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.scheduler.types import IpprStatus, Resize
 from gcs.errors import Unavailable
 
@@ -62,6 +64,7 @@ __all__ = [
     "ProviderFactory",
     "TerminateNodeError",
     "Upkeep",
+    "provider_factory",
 ]
 
 
@@ -177,3 +180,8 @@ class ProviderContext:
 
 
 ProviderFactory = Callable[[ProviderContext], CloudProvider]
+
+
+def provider_factory(name: str, registry: Registry = PROVIDERS) -> ProviderFactory:
+    """The factory registered as ``name`` (KeyError if there is none), imported now."""
+    return cast("ProviderFactory", pkgutil.resolve_name(registry[name]))
