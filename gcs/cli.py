@@ -231,8 +231,17 @@ def serve(
         try:
             if cluster is not None:
                 from gcs.autoscaler.runtime import embedded_autoscaler
+                from gcs.server.metrics import on_loop
 
-                embedded = await embedded_autoscaler(server, cluster)
+                embedded = embedded_autoscaler(
+                    cluster,
+                    gcs_address=server.address,
+                    store=server.store,
+                    security=security,
+                    data_dir=config.data_dir,
+                    register_metrics=lambda src: server.metrics.add_source(on_loop(loop, src)),
+                )
+                await embedded.start()
             if demo_nodes:
                 from gcs.demo import DemoCluster
 
@@ -255,7 +264,7 @@ def serve(
             if demo is not None:
                 await demo.stop()
             if embedded is not None:
-                await embedded.stop_embedded()
+                await embedded.close()
             await server.stop()
         if waiter.done() and waiter.exception() is not None:
             raise waiter.exception()  # type: ignore[misc]

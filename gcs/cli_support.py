@@ -91,7 +91,7 @@ def describe(exc: BaseException, address: str | None = None) -> str:
         return str(exc)
     from gcs.errors import RayletUnreachable, Unavailable
 
-    if isinstance(exc, Unavailable) and not isinstance(exc, RayletUnreachable):  # gcs_port.py
+    if isinstance(exc, Unavailable) and not isinstance(exc, RayletUnreachable):  # grpc_gcs.py
         return unreachable(address, "UNAVAILABLE", str(exc).removeprefix("GCS unreachable: "))
     if isinstance(exc, grpc.RpcError):
         code, details = _grpc_code_and_details(exc)

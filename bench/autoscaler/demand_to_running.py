@@ -20,9 +20,9 @@ import time
 import structlog
 
 from gcs.autoscaler.config import parse_cluster_config
+from gcs.autoscaler.model import InstanceStatus as S
+from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.runtime import AutoscalerRuntime
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
-from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.config import GcsConfig
 from gcs.sdk import request_resources
 from gcs.server import GcsServer

@@ -24,8 +24,8 @@ from gcs.autoscaler.instances import (
     MemoryInstanceStorage,
     StatusHistory,
 )
+from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.autoscaler.reconciler import CloudInstanceUpdater, EventLog, RayStopper, Reconciler
-from gcs.autoscaler.scheduler.types import InstanceStatus, NodeKind
 from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2
 from gcs.testing.cloud import FakeAutoscalerGcs, FakeCloudProvider

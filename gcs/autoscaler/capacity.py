@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gcs.autoscaler.providers.base import LaunchErrorKind, LaunchNodeError
+from gcs.autoscaler.model import LaunchErrorKind, LaunchNodeError
 
 HELD_BACK_KINDS = frozenset({LaunchErrorKind.CAPACITY, LaunchErrorKind.QUOTA})
 _KIND_WORDS = {

@@ -34,14 +34,12 @@ from typing import Any
 import yaml
 
 from gcs.autoscaler.capacity import CapacityBackoff
+from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.scheduler.types import IpprSpec, NodeTypeConfig, Options, SchedulerConfig
 
 
 class ConfigError(ValueError):
     """A cluster config that cannot be used; the message names the offending place."""
-
-
-PROVIDER_TYPES = ("local", "command", "read-only", "kuberay")
 
 
 @dataclass(frozen=True)
@@ -52,7 +50,8 @@ class NodeCommandsConfig:
 
 @dataclass(frozen=True)
 class ProviderConfig:
-    """``provider:`` of the cluster YAML.  ``type`` is one of :data:`PROVIDER_TYPES`."""
+    """``provider:`` of the cluster YAML.  ``type`` names a row of the provider registry
+    (:data:`~gcs.autoscaler.providers.registry.PROVIDERS`)."""
 
     type: str = "local"
     state_dir: str = ""
@@ -169,16 +168,16 @@ def _no_unknown(raw: Mapping[Any, Any], allowed: frozenset[str], where: str) -> 
         )
 
 
-def _provider(raw: Any, types_raw: Mapping[Any, Any]) -> ProviderConfig:
+def _provider(raw: Any, types_raw: Mapping[Any, Any], providers: Registry) -> ProviderConfig:
     if raw is None:
         return ProviderConfig()
     if not isinstance(raw, Mapping):
         raise ConfigError("provider: expected a mapping")
     _no_unknown(raw, _PROVIDER_KEYS, "provider")
     kind = raw.get("type", "local")
-    if kind not in PROVIDER_TYPES:
+    if kind not in providers:
         raise ConfigError(
-            f"provider.type: {kind!r} is not supported here (one of {', '.join(PROVIDER_TYPES)})"
+            f"provider.type: {kind!r} is not supported here (one of {', '.join(providers)})"
         )
     state_dir = raw.get("state_dir", "")
     if not isinstance(state_dir, str):
@@ -289,7 +288,10 @@ def _capacity_backoff(raw: Any) -> CapacityBackoff:
     return CapacityBackoff(initial, most, factor)
 
 
-def parse_cluster_config(raw: Any, options: Options | None = None) -> ClusterConfig:
+def parse_cluster_config(
+    raw: Any, options: Options | None = None, *, providers: Registry = PROVIDERS
+) -> ClusterConfig:
+    """``providers``: the provider types this build knows (the registry)."""
     if not isinstance(raw, Mapping):
         raise ConfigError("cluster config: expected a mapping at the top level")
     _no_unknown(raw, _TOP_KEYS, "")
@@ -317,13 +319,15 @@ def parse_cluster_config(raw: Any, options: Options | None = None) -> ClusterCon
         scheduler=sched,
         head_node_type=str(head),
         upscaling_speed=speed,
-        provider=_provider(raw.get("provider"), types_raw),
+        provider=_provider(raw.get("provider"), types_raw, providers),
         cluster_name=name,
         capacity_backoff=_capacity_backoff(raw.get("capacity_backoff")),
     )
 
 
-def load_cluster_config(path: str | Path, options: Options | None = None) -> ClusterConfig:
+def load_cluster_config(
+    path: str | Path, options: Options | None = None, *, providers: Registry = PROVIDERS
+) -> ClusterConfig:
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
@@ -333,7 +337,7 @@ def load_cluster_config(path: str | Path, options: Options | None = None) -> Clu
         at = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}:{at} malformed YAML") from exc
     try:
-        return parse_cluster_config(raw, options)
+        return parse_cluster_config(raw, options, providers=providers)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 

@@ -1,13 +1,17 @@
-"""The autoscaler as a running thing: provider + instance manager + reconciler + loop.
+"""The autoscaler as a component: provider + instance manager + reconciler in a loop.
 
 Used two ways, with the same code:
-- embedded in ``gcs serve --autoscaler-config``: instances persist in the GCS's own store;
+- embedded in ``gcs serve --autoscaler-config`` (:func:`embedded_autoscaler`): instances
+  persist in the GCS's own store; a component of the server (``load`` -> ``run`` ->
+  ``close``, :mod:`gcs.lifecycle`) built from narrow arguments, never the server itself;
 - standalone, ``gcs autoscaler run --gcs-address``: instances persist in the target GCS's
   InternalKV, so it works against Ray 2.60's GCS too.
 Both talk to the GCS over its gRPC AutoscalerStateService.
 
-At start, a local or command provider brings up the head node type if no head instance
-runs yet (as ``ray up`` would), so a cluster YAML and one command are all a user needs.
+The provider comes from the registry (``provider.type`` -> factory); what it can do beyond
+the contract is what its ``capabilities`` declare.  At start, a provider that declares
+``starts_head`` brings up the head node type if no head runs yet (as ``ray up`` would), so a
+cluster YAML and one command are all a user needs.  Every wait is on the injected clock.
 """
 
 from __future__ import annotations
@@ -19,41 +23,40 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+import grpc
 import structlog
+from prometheus_client.core import Metric
 
-from gcs.autoscaler.config import ClusterConfig
-from gcs.autoscaler.instances import (
-    InstanceManager,
-    InstanceStorage,
-    StoreInstanceStorage,
-)
+from gcs.autoscaler import metrics
+from gcs.autoscaler.config import ClusterConfig, ConfigError
+from gcs.autoscaler.gcs_api import RuntimeGcs
+from gcs.autoscaler.grpc_gcs import GrpcAutoscalerGcs
+from gcs.autoscaler.instances import InstanceManager, InstanceStorage, StoreInstanceStorage
 from gcs.autoscaler.instances.storage import KvInstanceStorage
-from gcs.autoscaler.providers.base import CloudProvider
-from gcs.autoscaler.providers.command import CommandProvider, NodeCommands
+from gcs.autoscaler.model import HEAD_RESOURCE, NodeKind
+from gcs.autoscaler.providers.base import CloudProvider, ProviderContext, provider_factory
 from gcs.autoscaler.providers.kuberay.k8s import KubeApi
-from gcs.autoscaler.providers.kuberay.provider import KubeRayProvider
-from gcs.autoscaler.providers.local import LocalProvider
-from gcs.autoscaler.providers.read_only import ReadOnlyProvider
+from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
     EventLog,
-    GrpcAutoscalerGcs,
     RayStopper,
     ReconcileConfig,
     Reconciler,
 )
-from gcs.autoscaler.reconciler.observed import HEAD_RESOURCE
-from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.clock import Clock, SystemClock
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.security import Security
-from gcs.server.metrics import on_loop
 from gcs.store import Store
 
-if TYPE_CHECKING:
-    from gcs.server import GcsServer
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "AutoscalerRuntime",
+    "child_env",
+    "embedded_autoscaler",
+    "interval_from_env",
+]
 
 log = structlog.get_logger("gcs.autoscaler")
 
@@ -72,45 +75,23 @@ def child_env(security: Security) -> dict[str, str]:
     return env
 
 
-def build_provider(
-    cluster: ClusterConfig,
-    gcs_address: str,
-    gcs: GrpcAutoscalerGcs,
-    state_dir: Path,
-    security: Security,
-    *,
-    kube_api: KubeApi | None = None,
-    clock: Clock | None = None,
-) -> CloudProvider:
-    kind = cluster.provider.type
-    if kind == "kuberay":
-        if kube_api is None:
-            raise ValueError("provider.type kuberay needs a Kubernetes API (--cluster-name)")
-        return KubeRayProvider(
-            kube_api, gcs, clock or SystemClock(), options=cluster.scheduler.options
-        )
-    if kind == "local":
-        host = gcs_address.rsplit(":", 1)[0] or "127.0.0.1"
-        return LocalProvider(
-            cluster, gcs_address, state_dir, host=host, extra_env=child_env(security)
-        )
-    if kind == "command":
-        commands: Mapping[str, NodeCommands] = {
-            t: NodeCommands(c.start, c.stop) for t, c in cluster.provider.commands.items()
-        }
-        return CommandProvider(
-            commands,
-            gcs_address,
-            state_dir,
-            head_node_type=cluster.head_node_type,
-            extra_env=child_env(security),
-        )
-    if kind == "read-only":
-        return ReadOnlyProvider(gcs)
-    raise ValueError(f"provider.type {kind!r} is not available in this build")
+def interval_from_env(environ: Mapping[str, str]) -> float:
+    """``AUTOSCALER_UPDATE_INTERVAL_S`` as ``gcs serve`` reads it (unset, not a number or
+    not > 0: 5 s, as Ray)."""
+    raw = environ.get("AUTOSCALER_UPDATE_INTERVAL_S")
+    try:
+        interval = DEFAULT_INTERVAL_S if raw is None else float(raw)
+    except ValueError:
+        log.warning("autoscaler.bad_interval", AUTOSCALER_UPDATE_INTERVAL_S=raw)
+        return DEFAULT_INTERVAL_S
+    return interval if interval > 0 else DEFAULT_INTERVAL_S
 
 
 class AutoscalerRuntime:
+    """A :class:`gcs.lifecycle.Component` named ``autoscaler``."""
+
+    name = "autoscaler"
+
     def __init__(
         self,
         cluster: ClusterConfig,
@@ -123,50 +104,88 @@ class AutoscalerRuntime:
         config: ReconcileConfig | None = None,
         security: Security | None = None,
         kube_api: KubeApi | None = None,
+        gcs: RuntimeGcs | None = None,
+        providers: Registry = PROVIDERS,
+        register_metrics: metrics.RegisterMetrics | None = None,
+        embedded: bool = False,
     ) -> None:
-        """``kube_api``: the RayCluster to manage when ``cluster.provider.type`` is
-        ``kuberay`` (``cluster`` is then its config as first read; every round re-reads it)."""
+        """``store``: keep instances there (embedded), else in the GCS's InternalKV.
+        ``gcs``: the GCS to talk to in process (default: a gRPC client of ``gcs_address``,
+        which is also the address the instances' raylets register with).  ``kube_api``:
+        the RayCluster to manage when ``cluster.provider.type`` is ``kuberay`` (``cluster``
+        is then its config as first read; every round re-reads it).  ``embedded``: inside
+        ``gcs serve``; closing terminates the instances of a provider that
+        ``ends_with_server``."""
         self.cluster = cluster
         self.gcs_address = gcs_address
         self.clock = clock or SystemClock()
         self.interval_s = interval_s
         self.security = security if security is not None else Security.from_env()
-        self._channel = self.security.aio_channel(gcs_address)
-        self.gcs = GrpcAutoscalerGcs(self._channel)
-        root = Path(cluster.provider.state_dir or state_dir)
-        self.provider = build_provider(
-            cluster, gcs_address, self.gcs, root, self.security, kube_api=kube_api, clock=self.clock
+        self._channel: grpc.aio.Channel | None = None
+        if gcs is None:
+            self._channel = self.security.aio_channel(gcs_address)
+            gcs = GrpcAutoscalerGcs(self._channel)
+        self.gcs: RuntimeGcs = gcs
+        self.provider = self._build_provider(
+            providers,
+            ProviderContext(
+                cluster=cluster,
+                gcs_address=gcs_address,
+                gcs=gcs,
+                clock=self.clock,
+                state_dir=Path(cluster.provider.state_dir or state_dir),
+                child_env=child_env(self.security),
+                kube_api=kube_api,
+            ),
         )
-        kuberay = self.provider if isinstance(self.provider, KubeRayProvider) else None
+        self.capabilities = self.provider.capabilities
         storage: InstanceStorage = (
-            StoreInstanceStorage(store) if store is not None else KvInstanceStorage(self.gcs)
+            StoreInstanceStorage(store) if store is not None else KvInstanceStorage(gcs)
         )
         self.events = EventLog(self.clock)
         self.updater = CloudInstanceUpdater(self.provider, self.clock, self.events)
-        self.stopper = RayStopper(self.gcs, self.events)
+        self.stopper = RayStopper(gcs, self.events)
         self.instances = InstanceManager(
             storage, self.clock, subscribers=[self.updater, self.stopper]
         )
         self.reconciler = Reconciler(
             instances=self.instances,
             provider=self.provider,
-            gcs=self.gcs,
+            gcs=gcs,
             cluster=cluster,
             clock=self.clock,
             events=self.events,
             updater=self.updater,
             stopper=self.stopper,
             config=config,
-            config_source=kuberay.current_config if kuberay is not None else None,
-            resizer=kuberay,
         )
+        self._register_metrics = register_metrics
+        self._embedded = embedded
         self._published_events = -1
+        self._round_done = asyncio.Event()
+        self.completed_rounds = 0
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
-    async def start(self) -> None:
+    @staticmethod
+    def _build_provider(providers: Registry, context: ProviderContext) -> CloudProvider:
+        kind = context.cluster.provider.type
+        if kind not in providers:
+            raise ConfigError(
+                f"provider.type: {kind!r} is not supported here (one of {', '.join(providers)})"
+            )
+        return provider_factory(kind, providers)(context)
+
+    # -- Component -------------------------------------------------------------------------
+    async def load(self) -> None:
+        """Read the instances from storage and offer the metrics; nothing is launched."""
         await self.instances.load()
+        if self._register_metrics is not None:
+            self._register_metrics(self.metric_families)
+
+    async def run(self) -> None:
+        """Bring up the head if the provider does that, then reconcile every interval."""
         await self.ensure_head()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="autoscaler")
         log.info(
             "autoscaler.started",
             provider=self.cluster.provider.type,
@@ -174,17 +193,59 @@ class AutoscalerRuntime:
             interval_s=self.interval_s,
             instances=len(self.instances.instances),
         )
+        while True:
+            await self.reconciler.reconcile_safely()
+            await self._publish_events()
+            self.completed_rounds += 1
+            done, self._round_done = self._round_done, asyncio.Event()
+            done.set()
+            await self.clock.sleep(self.interval_s)
 
+    async def close(self) -> None:
+        """Stop reconciling (idempotent).  Launched instances keep running -- a restart
+        adopts them -- unless embedded with a provider that ``ends_with_server``."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.updater.close()
+        await self.stopper.close()
+        if self._embedded and self.capabilities.ends_with_server:
+            try:
+                await self.shutdown_cluster()
+            except Exception as err:  # what is left is adopted by the next start
+                log.warning("autoscaler.shutdown_failed", error=repr(err))
+        if self._channel is not None:
+            await self._channel.close()
+
+    # -- running it by hand (standalone command, tests) -------------------------------------
+    async def start(self) -> None:
+        """``load()``, then ``run()`` in a task of its own (:meth:`wait`, :meth:`close`)."""
+        await self.load()
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="autoscaler")
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            await self._task
+
+    async def stop(self) -> None:
+        await self.close()
+
+    def round_completed(self) -> asyncio.Event:
+        """Set when the round now running (or the next one to run) has completed."""
+        return self._round_done
+
+    # -- parts of a run --------------------------------------------------------------------
     async def ensure_head(self) -> None:
         """Launch the head node type unless a head already runs: as a provider instance, or
-        as a live Ray head the GCS lists (started by hand).  Local and command providers only;
-        a command provider only when the head type has a start command."""
-        kind = self.cluster.provider.type
+        as a live Ray head the GCS lists (started by hand).  Only for a provider that
+        declares ``starts_head``."""
+        if not self.capabilities.starts_head or self.capabilities.read_only:
+            return
         head = self.cluster.head_node_type
-        if self.provider.read_only or kind not in ("local", "command"):
-            return
-        if kind == "command" and head not in self.cluster.provider.commands:
-            return
         running = await self.provider.get_non_terminated()
         if any(ci.node_kind is NodeKind.HEAD for ci in running.values()):
             return
@@ -202,12 +263,6 @@ class AutoscalerRuntime:
         await self.provider.launch({head: 1}, f"head-{uuid.uuid4().hex}")
         self.events.add("launch", f"Adding 1 x {head} (head node)")
 
-    async def _loop(self) -> None:
-        while True:
-            await self.reconciler.reconcile_safely()
-            await self._publish_events()
-            await asyncio.sleep(self.interval_s)
-
     async def _publish_events(self) -> None:
         if self.events.version == self._published_events:
             return
@@ -217,80 +272,24 @@ class AutoscalerRuntime:
         except Exception as err:  # the next round tries again
             log.warning("autoscaler.events_not_published", error=str(err))
 
-    def metric_families(self) -> list[Any]:
-        """``gcs_autoscaler_*`` figures, read at scrape time (gcs.server.metrics sources)."""
-        from gcs.server.metrics import counters, gauge
+    def figures(self) -> metrics.AutoscalerFigures:
+        return metrics.AutoscalerFigures(
+            instances_by_status=Counter(i.status.name for i in self.instances.instances.values()),
+            rounds=self.reconciler.rounds,
+            failed_rounds=self.reconciler.failed_rounds,
+            launched_nodes=self.updater.launched,
+            terminated_nodes=self.updater.terminated,
+            events_by_kind=dict(self.events.counts),
+            invalid_updates=self.instances.invalid_updates,
+            failed_launches_by_cause=dict(self.reconciler.capacity.failed_instances),
+            held_back_node_types=tuple(
+                self.reconciler.capacity.cache.held_back(self.clock.now_s())
+            ),
+        )
 
-        by_status = Counter(i.status.name for i in self.instances.instances.values())
-        kinds = self.events.counts
-        rec = self.reconciler
-        return [
-            gauge(
-                "gcs_autoscaler_instances",
-                "Autoscaler instances by status",
-                {(name,): float(n) for name, n in by_status.items()},
-                labels=("status",),
-            ),
-            counters("gcs_autoscaler_rounds", "Reconcile rounds run", float(rec.rounds)),
-            counters(
-                "gcs_autoscaler_failed_rounds",
-                "Reconcile rounds aborted (provider, GCS or storage failure)",
-                float(rec.failed_rounds),
-            ),
-            counters(
-                "gcs_autoscaler_launched_nodes",
-                "Nodes the provider accepted to launch",
-                float(self.updater.launched),
-            ),
-            counters(
-                "gcs_autoscaler_terminated_nodes",
-                "Nodes the provider terminated",
-                float(self.updater.terminated),
-            ),
-            counters(
-                "gcs_autoscaler_events",
-                "Autoscaler events by kind (launch, drain, drain-rejected, release, ...)",
-                {(kind,): float(n) for kind, n in kinds.items()},
-                labels=("kind",),
-            ),
-            counters(
-                "gcs_autoscaler_invalid_updates",
-                "Instance updates the lifecycle table rejected",
-                float(self.instances.invalid_updates),
-            ),
-            counters(
-                "gcs_autoscaler_failed_launches",
-                "Instances whose launch failed, by cause (capacity, quota, error)",
-                {(k,): float(n) for k, n in rec.capacity.failed_instances.items()},
-                labels=("cause",),
-            ),
-            gauge(
-                "gcs_autoscaler_held_back_node_types",
-                "Node types held back after the cloud refused them (1 while held)",
-                {(t,): 1.0 for t in rec.capacity.cache.held_back(self.clock.now_s())},
-                labels=("node_type",),
-            ),
-        ]
-
-    async def wait(self) -> None:
-        if self._task is not None:
-            await self._task
-
-    async def stop(self) -> None:
-        """Stop reconciling.  Launched instances keep running (a restart adopts them)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self.updater.close()
-        await self.stopper.close()
-        await self._channel.close()
-
-    async def stop_embedded(self) -> None:
-        """``gcs serve`` exiting: a local cluster lives and dies with its server."""
-        await self.stop()
-        if self.cluster.provider.type == "local":
-            await self.shutdown_cluster()
+    def metric_families(self) -> list[Metric]:
+        """``gcs_autoscaler_*`` figures; reads loop-owned state (call it on the loop)."""
+        return metrics.families(self.figures())
 
     async def shutdown_cluster(self) -> None:
         """Terminate every instance the provider runs (for demos and tests)."""
@@ -299,18 +298,33 @@ class AutoscalerRuntime:
             await self.provider.terminate(sorted(running), f"shutdown-{uuid.uuid4().hex}")
 
 
-async def embedded_autoscaler(server: GcsServer, cluster: ClusterConfig) -> AutoscalerRuntime:
-    """Start the autoscaler inside ``gcs serve``: instances in the GCS's own store."""
-    interval = float(os.environ.get("AUTOSCALER_UPDATE_INTERVAL_S", DEFAULT_INTERVAL_S))
-    runtime = AutoscalerRuntime(
+def embedded_autoscaler(
+    cluster: ClusterConfig,
+    *,
+    gcs_address: str,
+    store: Store,
+    security: Security,
+    data_dir: str | Path,
+    register_metrics: metrics.RegisterMetrics | None = None,
+    clock: Clock | None = None,
+    environ: Mapping[str, str] = os.environ,
+    gcs: RuntimeGcs | None = None,
+    providers: Registry = PROVIDERS,
+) -> AutoscalerRuntime:
+    """The autoscaler component of ``gcs serve``: instances in the GCS's own store,
+    provider state under ``<data_dir>/autoscaler``, a round every
+    ``AUTOSCALER_UPDATE_INTERVAL_S``.  ``gcs``: the GCS in process (default: a gRPC client
+    of ``gcs_address``)."""
+    return AutoscalerRuntime(
         cluster,
-        server.address,
-        state_dir=Path(server.config.data_dir) / "autoscaler",
-        store=server.store,
-        interval_s=interval if interval > 0 else DEFAULT_INTERVAL_S,
-        security=server.security,
+        gcs_address,
+        state_dir=Path(data_dir) / "autoscaler",
+        store=store,
+        clock=clock,
+        interval_s=interval_from_env(environ),
+        security=security,
+        gcs=gcs,
+        providers=providers,
+        register_metrics=register_metrics,
+        embedded=True,
     )
-    await runtime.start()
-    # read on the loop that owns the state (the scrape runs on the HTTP server's thread)
-    server.metrics.add_source(on_loop(asyncio.get_running_loop(), runtime.metric_families))
-    return runtime

@@ -11,18 +11,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gcs.autoscaler.gcs_api import DrainResult, VcSnapshot, VcUpdate
+from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
+    Capabilities,
     CloudInstance,
     LaunchNodeError,
     ProviderError,
     TerminateNodeError,
 )
-from gcs.autoscaler.reconciler.gcs_port import DrainResult, VcSnapshot, VcUpdate
-from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.clock import Clock
+from gcs.errors import Unavailable
 from gcs.proto import autoscaler_pb2
 
 
@@ -33,10 +35,19 @@ class _Pending:
 
 
 class FakeCloudProvider:
-    read_only = False
+    capabilities = Capabilities()
 
-    def __init__(self, clock: Clock, *, launch_delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        launch_delay_s: float = 0.0,
+        node_types: Collection[str] | None = None,
+    ) -> None:
+        """``node_types``: the types it can launch (a launch of another one is a
+        LaunchNodeError); None launches any."""
         self._clock = clock
+        self.node_types = None if node_types is None else frozenset(node_types)
         self._ids = itertools.count(1)
         self.launch_delay_s = launch_delay_s
         self.instances: dict[str, CloudInstance] = {}
@@ -76,6 +87,13 @@ class FakeCloudProvider:
         self._seen_launch.add(request_id)
         now = self._clock.now_s()
         for node_type, count in shape.items():
+            if self.node_types is not None and node_type not in self.node_types:
+                self._errors.append(
+                    LaunchNodeError(
+                        node_type, count, request_id, int(now * 1e9), "unknown node type"
+                    )
+                )
+                continue
             if self.next_launch_error is not None:
                 msg, self.next_launch_error = self.next_launch_error, None
                 self._errors.append(
@@ -118,7 +136,8 @@ class FakeCloudProvider:
 
 @dataclass
 class FakeAutoscalerGcs:
-    """Returns ``state``; records reports and drains; ``busy`` nodes reject idle drains."""
+    """Returns ``state``; records reports and drains; ``busy`` nodes reject idle drains;
+    keeps InternalKV in ``kv``.  ``unavailable`` makes every read raise Unavailable."""
 
     state: autoscaler_pb2.ClusterResourceState = field(
         default_factory=autoscaler_pb2.ClusterResourceState
@@ -131,9 +150,27 @@ class FakeAutoscalerGcs:
     updates: list[tuple[str, dict[str, int], int]] = field(default_factory=list)
     #: The next this-many CreateOrUpdate calls find a newer revision (a concurrent writer).
     expire_next: int = 0
+    kv: dict[tuple[bytes, bytes], bytes] = field(default_factory=dict)
+    unavailable: bool = False
 
     async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState:
+        if self.unavailable:
+            raise Unavailable("GetClusterResourceState failed: UNAVAILABLE (fake)")
         return self.state
+
+    async def get(self, namespace: bytes, key: bytes) -> bytes | None:
+        return self.kv.get((namespace, key))
+
+    async def put(self, namespace: bytes, key: bytes, value: bytes) -> None:
+        self.kv[(namespace, key)] = value
+
+    async def resize_raylet(
+        self, node_id_hex: str, resources: Mapping[str, float]
+    ) -> Mapping[str, float]:
+        raise Unavailable("ResizeRayletResourceInstances: not served by this fake")
+
+    async def live_drivers(self) -> int:
+        return 0
 
     async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> None:
         self.reports.append(state)

@@ -9,8 +9,9 @@ It serves what the provider uses, as strictly as the real server does:
 - pods list (``labelSelector`` ``k=v,k2=v2``) / get / patch (metadata only) and the
   ``resize`` subresource (only ``spec.containers[*].resources`` cpu/memory may change).
 
-It plays the operator (after every RayCluster change, pods follow ``replicas`` and
-``scaleStrategy.workersToDelete``; a head pod always runs) and the kubelet (each resize
+It plays the operator (after every RayCluster change, pods follow ``replicas`` kept within
+``minReplicas``/``maxReplicas``, and ``scaleStrategy.workersToDelete``; a head pod always
+runs) and the kubelet (each resize
 completes, stays ``PodResizePending`` or fails, as a test scripts it with
 :meth:`FakeKubernetes.script_resize`; completion updates ``status.containerStatuses[].
 resources``).  ``on_pod_created`` / ``on_pod_deleted`` let a test stand real processes in for
@@ -229,7 +230,7 @@ class FakeKubernetes:
                 and p["metadata"]["labels"].get("ray.io/group") == gname
                 and not p["metadata"].get("deletionTimestamp")
             ]
-            want = int(group.get("replicas", 0)) * int(group.get("numOfHosts", 1))
+            want = desired_replicas(group) * int(group.get("numOfHosts", 1))
             for _ in range(max(0, want - len(live))):
                 created.append(self._create_pod(cluster, gname, "worker", group))
         return created
@@ -404,6 +405,17 @@ class FakeKubernetes:
             _start_resize(new, outcome)
         self.pods[key] = new
         return 200, copy.deepcopy(new)
+
+
+def desired_replicas(group: Mapping[str, Any]) -> int:
+    """The operator's count for a group: ``replicas`` kept within [minReplicas, maxReplicas]
+    (KubeRay's ``GetWorkerGroupDesiredReplicas``; a min above the max gives the max)."""
+    if group.get("suspend"):
+        return 0
+    low = int(group.get("minReplicas") or 0)
+    high = group.get("maxReplicas")
+    want = max(int(group.get("replicas") or 0), low)
+    return want if high is None else min(want, int(high))
 
 
 def _check_rv(old: dict[str, Any], new: dict[str, Any]) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.autoscaler.scheduler import (
-    InstanceStatus,
     NodeInstance,
-    NodeKind,
     NodeTypeConfig,
     Options,
     ResourceDemand,

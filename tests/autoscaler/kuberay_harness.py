@@ -227,8 +227,6 @@ class KubeRayHarness:
             updater=self.updater,
             stopper=self.stopper,
             schedule_in_thread=False,
-            config_source=self.provider.current_config,
-            resizer=self.provider,
         )
 
     async def round(self, advance_s: float = 1.0) -> None:

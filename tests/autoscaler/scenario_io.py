@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.autoscaler.scheduler import (
     ClusterConstraint,
     GangRequest,
-    InstanceStatus,
     IpprSpec,
     IpprStatus,
     LabelConstraint,
     LabelOp,
     NodeInstance,
-    NodeKind,
     NodeTypeConfig,
     Options,
     ResourceDemand,

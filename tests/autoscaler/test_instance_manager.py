@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 
@@ -22,8 +23,9 @@ from gcs.autoscaler.instances import (
 )
 from gcs.autoscaler.instances.model import decode_instance, encode_instance
 from gcs.autoscaler.instances.transitions import CLOUD_ALLOCATED_STATUSES, RAY_RUNNING_STATUSES
-from gcs.autoscaler.scheduler.types import SCHEDULABLE_STATUSES, NodeKind
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
+from gcs.autoscaler.model import InstanceStatus as S
+from gcs.autoscaler.model import NodeKind
+from gcs.autoscaler.scheduler.types import SCHEDULABLE_STATUSES
 from gcs.clock import FakeClock
 from gcs.store.memory import MemoryStore
 
@@ -92,6 +94,38 @@ class TestUpdates:
         assert result.status is UpdateStatus.STORAGE_ERROR
         assert rec.events == [] and im.get("i-0") is None and im.storage_failures == 1
         assert (await im.update([queued("i-0")])).ok
+
+    async def test_a_caller_cancelled_after_the_write_still_gets_it_applied_and_told(
+        self,
+    ) -> None:
+        """The lane finishes a batch whose write is under way (memory and subscribers follow
+        storage) before the caller's cancellation goes on; the next batch then waits."""
+
+        class SlowAck(MemoryInstanceStorage):
+            def __init__(self) -> None:
+                super().__init__()
+                self.written = asyncio.Event()
+                self.ack = asyncio.Event()
+
+            async def write(self, expected_version, upserts, deletes):  # type: ignore[no-untyped-def]
+                version = await super().write(expected_version, upserts, deletes)
+                self.written.set()
+                await self.ack.wait()  # the write landed; its reply is slow
+                return version
+
+        storage = SlowAck()
+        im, rec = manager(storage)
+        caller = asyncio.ensure_future(im.update([queued("i-0")]))
+        await storage.written.wait()
+        caller.cancel()
+        after = asyncio.ensure_future(im.update([queued("i-1")]))
+        storage.ack.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        storage.ack.set()
+        assert (await after).ok
+        assert [e.instance.instance_id for e in rec.events] == ["i-0", "i-1"]
+        assert set(im.instances) == {"i-0", "i-1"} and im.version == storage.version == 2
 
     async def test_get_and_updates(self) -> None:
         """§5.3 get_and_updates: invalid transition rejected, whole batch untouched."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gcs.autoscaler.model import InstanceStatus
 from gcs.autoscaler.scheduler import (
-    InstanceStatus,
     IpprSpec,
     IpprStatus,
     NodeInstance,

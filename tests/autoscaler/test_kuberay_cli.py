@@ -3,24 +3,27 @@ and a real run against the fake API server and a real GCS."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
-from gcs.autoscaler.reconciler.gcs_port import GrpcAutoscalerGcs
+from gcs.autoscaler.grpc_gcs import GrpcAutoscalerGcs
+from gcs.sdk import request_resources_async
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from gcs.testing.fake_k8s import FakeKubernetes
 from tests.autoscaler.kuberay_harness import raycluster, worker_group
 from tests.autoscaler.test_kuberay_end_to_end import PodRaylets
 from tests.cli.test_error_paths import _env, assert_one_line_error, run
-from tests.conftest import eventually, fast_config
+from tests.conftest import fast_config
 
 NAME = "raycluster-ippr"
 
@@ -72,26 +75,34 @@ def _spawn_autoscaler(address: str, env: dict[str, str], log_path: Path) -> subp
 
 
 @pytest.mark.slow
-async def test_run_scales_the_raycluster_to_min_replicas(fake, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The sidecar command against a real GCS: the head pod's raylet registers, the
-    autoscaler reads the RayCluster and raises replicas to minReplicas."""
+async def test_run_scales_the_raycluster_to_what_is_requested(fake, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The sidecar command against a real GCS: once the head pod's raylet runs, a
+    ``request_resources`` for two workers' worth makes it patch the RayCluster's replicas,
+    and the operator creates the pods (an event the test waits on)."""
     k8s, kubeconfig = fake
     server = GcsServer(fast_config(), store=MemoryStore())
     await server.start()
     raylets = PodRaylets(server.address, tmp_path)
-    k8s.on_pod_created = raylets.created
+    loop = asyncio.get_running_loop()
+    two_workers = asyncio.Event()
+
+    def created(pod: dict[str, Any]) -> None:  # the fake's HTTP thread
+        raylets.created(pod)
+        if len(k8s.pod_names("small-group")) >= 2:
+            loop.call_soon_threadsafe(two_workers.set)
+
+    k8s.on_pod_created = created
     k8s.on_pod_deleted = raylets.deleted
     proc = None
     try:
-        k8s.add_raycluster(raycluster(worker_group(replicas=0, min_replicas=2)))
+        k8s.add_raycluster(raycluster(worker_group(replicas=0, min_replicas=0)))
         env = _env(KUBECONFIG=kubeconfig, AUTOSCALER_UPDATE_INTERVAL_S="0.3")
         proc = _spawn_autoscaler(server.address, env, tmp_path / "autoscaler.log")
-
-        def replicas() -> int:
-            return int(k8s.raycluster(NAME)["spec"]["workerGroupSpecs"][0]["replicas"])
-
-        await eventually(lambda: replicas() == 2, timeout_s=90)
-        assert len(k8s.pod_names("small-group")) == 2
+        await request_resources_async(bundles=[{"CPU": 1}, {"CPU": 1}], address=server.address)
+        # bounds a hang only: the autoscaler process and the head's raylet must start
+        await asyncio.wait_for(two_workers.wait(), timeout=180)
+        spec = k8s.raycluster(NAME)["spec"]["workerGroupSpecs"][0]
+        assert spec["replicas"] == 2 and len(k8s.pod_names("small-group")) == 2
         assert proc.poll() is None, (tmp_path / "autoscaler.log").read_text()
         text = (tmp_path / "autoscaler.log").read_text()
         assert "provider kuberay" in text, text
@@ -99,10 +110,10 @@ async def test_run_scales_the_raycluster_to_min_replicas(fake, tmp_path: Path) -
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=20)
+                await asyncio.to_thread(proc.wait, 20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        raylets.stop_all()
+        await raylets.stop_all()
         await server.stop()
     assert json.loads(json.dumps(k8s.raycluster(NAME)))  # still readable after stop

@@ -4,8 +4,9 @@ provider on the real ``kubernetes`` client, and a real ``gcs raylet --instance-i
 
 Pending demand ({CPU: 2} on a 1-CPU worker) resizes the pod in place, the raylet's totals
 grow in GetClusterResourceState, the work runs there (no new pod); with ``downsize`` on the
-idle extra capacity is then given back.  Real processes, so real time: every wait is a
-bounded poll.
+idle extra capacity is then given back.  The autoscaler's rounds run on a clock the test
+moves; raylets registering are events the GCS publishes; one wait is on wall time, with its
+reason.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.autoscaler.providers.kuberay.k8s import KubernetesApi
 from gcs.autoscaler.providers.kuberay.provider import initial_config
 from gcs.autoscaler.runtime import AutoscalerRuntime
-from gcs.autoscaler.scheduler.types import InstanceStatus, NodeKind
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from gcs.testing.fake_k8s import FakeKubernetes
+from tests.autoscaler.clock import SteppedClock
+from tests.autoscaler.driving import NodeWatch, Rounds
 from tests.autoscaler.kuberay_harness import GI, raycluster, worker_group
 from tests.conftest import eventually, fast_config
 
@@ -86,9 +89,10 @@ class PodRaylets:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
-    def stop_all(self) -> None:
-        for name in list(self.procs):
-            self._stop(name)
+    async def stop_all(self) -> None:
+        """Off the event loop: a stopping raylet unregisters with the GCS, which must be
+        free to answer (a blocking wait here held every raylet for its RPC deadline)."""
+        await asyncio.gather(*(asyncio.to_thread(self._stop, name) for name in list(self.procs)))
 
 
 async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path: Path) -> None:
@@ -100,6 +104,7 @@ async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path
     k8s.on_pod_deleted = raylets.deleted
     rt = None
     submit = None
+    watch = await NodeWatch(server.address).start()
     try:
         k8s.add_raycluster(
             raycluster(
@@ -112,15 +117,18 @@ async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path
         cfg = client.Configuration()
         cfg.host = k8s.url
         api = KubernetesApi(client.ApiClient(cfg), "default", "raycluster-ippr")
+        clock = SteppedClock()
         rt = AutoscalerRuntime(
             await initial_config(api),
             server.address,
             state_dir=tmp_path / "provider",
             store=server.store,
-            interval_s=0.3,
+            clock=clock,
+            interval_s=1.0,
             kube_api=api,
         )
-        await rt.start()
+        rounds = Rounds(rt, clock)
+        await rounds.first()
 
         async def totals() -> dict[str, float]:
             state = await rt.gcs.get_cluster_resource_state()
@@ -132,15 +140,23 @@ async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path
         async def cpu_is(value: float) -> bool:
             return (await totals()).get("CPU") == value
 
-        await eventually(lambda: cpu_is(1), timeout_s=60)
+        await watch.until(lambda w: len(w.alive) == 2)  # the head's and the worker's raylets
+        assert await cpu_is(1)
         submit = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gcs", "submit", "--address", server.address,
             "--resources", '{"CPU": 2}', "--count", "1", "--seconds", "4",
             "--timeout", "120", "--format", "json",
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
+
+        async def demand_shown() -> bool:
+            state = await rt.gcs.get_cluster_resource_state()
+            return sum(r.count for r in state.pending_resource_requests) > 0
+
+        # wall clock: a real process (gcs submit) must start and queue its lease
+        await eventually(demand_shown, timeout_s=120)
         # the pod grows in place (the kubelet applies it), then the raylet follows
-        await eventually(lambda: cpu_is(4), timeout_s=90)
+        await rounds.until(lambda: cpu_is(4))
         size = k8s.pod(pod)["status"]["containerStatuses"][0]["resources"]["limits"]
         assert size == {"cpu": "4", "memory": str(4 * GI)}
         assert (await totals())["memory"] == 4 * GI
@@ -150,14 +166,14 @@ async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path
         # infeasible when submitted (no 2-CPU node), granted once the pod grew
         assert result["granted"] == 1 and result["queued"] == 0, result
         assert k8s.pod_names("small-group") == [pod]  # resized, never scaled out
-        # idle past the timeout: the extra capacity goes back, raylet first, then the pod
-        await eventually(lambda: cpu_is(1), timeout_s=90)
-        await eventually(
-            lambda: (
-                k8s.pod(pod)["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "1"
-            ),
-            timeout_s=30,
-        )
+
+        async def given_back() -> bool:
+            limits = k8s.pod(pod)["status"]["containerStatuses"][0]["resources"]["limits"]
+            return await cpu_is(1) and limits["cpu"] == "1"
+
+        # idle past the timeout (on the autoscaler's clock, from when the raylet's report
+        # shows it idle): the extra capacity goes back, raylet first, then the pod
+        await rounds.until(given_back, max_rounds=300)
         status = json.loads(k8s.pod(pod)["metadata"]["annotations"]["ray.io/ippr-status"])
         assert status["last-failed-at"] is None
         assert rt.reconciler.failed_rounds == 0, rt.reconciler.last_error
@@ -168,7 +184,8 @@ async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path
             submit.kill()
             await submit.wait()
         if rt is not None:
-            await rt.stop()
-        raylets.stop_all()
+            await rt.close()
+        await watch.close()
+        await raylets.stop_all()
         k8s.stop()
         await server.stop()

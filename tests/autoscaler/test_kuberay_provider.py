@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 import structlog
 
+from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import LaunchNodeError, TerminateNodeError
 from gcs.autoscaler.providers.kuberay.provider import CAPPED
-from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.testing.fake_k8s import FakeKubernetes
 from tests.autoscaler.kuberay_harness import IPPR_SMALL, KubeRayHarness, raycluster, worker_group
 
@@ -82,6 +82,8 @@ async def test_terminate_names_workers_to_delete_then_clears_them(h: KubeRayHarn
     assert h.workers() == [second]  # the operator deleted the named pod
     assert _group(h)["scaleStrategy"]["workersToDelete"] == [first]
     await h.provider.get_non_terminated()
+    assert _group(h)["scaleStrategy"]["workersToDelete"] == [first]  # listing only reads
+    await h.provider.upkeep()
     assert _group(h)["scaleStrategy"]["workersToDelete"] == []
 
 
@@ -202,9 +204,11 @@ async def test_workers_to_delete_kept_until_the_pods_are_gone(h: KubeRayHarness)
     (worker,) = h.workers()
     await h.provider.terminate([worker], "t-1")
     await h.provider.get_non_terminated()
+    await h.provider.upkeep()
     assert _group(h)["scaleStrategy"]["workersToDelete"] == [worker]
     h.k8s.finish_deletions()
     await h.provider.get_non_terminated()
+    await h.provider.upkeep()
     assert _group(h)["scaleStrategy"]["workersToDelete"] == []
 
 

@@ -2,8 +2,9 @@
 local provider (real ``gcs raylet`` processes) and ``gcs submit`` load.
 
 16 x {CPU: 2} on 4-CPU workers with min_workers 1 -> 8 workers run, the work finishes,
-idle workers drain and terminate back to 1.  Real processes, so real time: every wait is a
-bounded poll, never a sleep that assumes a speed.
+idle workers drain and terminate back to 1.  The autoscaler's rounds run on a clock the
+test moves; raylets registering and dying are events the GCS publishes.  Real processes
+keep two waits on wall time, each with its reason.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from pathlib import Path
 import pytest
 
 from gcs.autoscaler.config import parse_cluster_config
+from gcs.autoscaler.model import InstanceStatus as S
+from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.runtime import AutoscalerRuntime
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
-from gcs.autoscaler.scheduler.types import NodeKind
+from gcs.proto import autoscaler_pb2
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
+from tests.autoscaler.clock import SteppedClock
+from tests.autoscaler.driving import NodeWatch, Rounds
 from tests.conftest import eventually, fast_config
 
 pytestmark = pytest.mark.slow
@@ -54,64 +58,83 @@ def _workers(rt: AutoscalerRuntime, statuses: set[S]) -> list[str]:
 async def test_scale_up_under_submit_and_back_down_to_min(tmp_path: Path) -> None:
     server = GcsServer(fast_config(), store=MemoryStore())
     await server.start()
+    clock = SteppedClock()
     rt = AutoscalerRuntime(
         parse_cluster_config(CLUSTER),
         server.address,
         state_dir=tmp_path / "provider",
         store=server.store,
-        interval_s=0.3,
+        clock=clock,
+        interval_s=1.0,
     )
+    rounds = Rounds(rt, clock)
+    nodes = await NodeWatch(server.address).start()
     submit = None
+
+    def running() -> int:
+        return len(_workers(rt, {S.RAY_RUNNING}))
+
     try:
-        await rt.start()
-        # the provider brings up the head, then min_workers: 1
-        await eventually(lambda: len(_workers(rt, {S.RAY_RUNNING})) == 1, timeout_s=120)
+        await rounds.first()  # the provider brings up the head, then min_workers: 1
+        await rounds.until(lambda: running() == 1, nodes=nodes)
         submit = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gcs", "submit", "--address", server.address,
             "--resources", '{"CPU": 2}', "--count", "16", "--seconds", "6",
             "--timeout", "240", "--format", "json",
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        await eventually(lambda: len(_workers(rt, {S.RAY_RUNNING})) == 8, timeout_s=180)
+
+        async def demand_shown() -> bool:
+            state = await rt.gcs.get_cluster_resource_state()
+            return sum(r.count for r in state.pending_resource_requests) > 0
+
+        # wall clock: a real process (gcs submit) must start and queue its leases
+        await eventually(demand_shown, timeout_s=120)
+        await rounds.until(lambda: running() == 8, nodes=nodes)
         out, _ = await asyncio.wait_for(submit.communicate(), timeout=240)
         assert submit.returncode == 0
         result = json.loads(out.decode().strip().splitlines()[-1])
         assert result["granted"] == 16 and result["infeasible"] == 0
         # queued leases moved to the workers the autoscaler added: the work spread out
         assert result["moved"] > 0 and len(result["ran_on"]) > 1, result
-        # idle workers drain and terminate back to min_workers
-        await eventually(lambda: len(_workers(rt, {S.RAY_RUNNING})) == 1, timeout_s=180)
-        await eventually(lambda: len(server.managers.nodes.alive) == 2, timeout_s=60)
 
-        async def only_head_and_min_worker() -> bool:  # nothing leaked
-            return len(await rt.provider.get_non_terminated()) == 2
+        async def all_idle_past_the_timeout() -> bool:
+            state = await rt.gcs.get_cluster_resource_state()
+            workers = [ns for ns in state.node_states if ns.ray_node_type_name == "cpu4"]
+            return len(workers) == 8 and all(
+                ns.status == autoscaler_pb2.IDLE and ns.idle_duration_ms > 2000 for ns in workers
+            )
 
-        await eventually(only_head_and_min_worker, timeout_s=60)
+        # wall clock: the raylets measure their idle time on their own (real) clocks
+        await eventually(all_idle_past_the_timeout, timeout_s=120)
 
-        def drains() -> int:
-            return [e.kind for e in rt.events.recent(100)].count("drain")
+        async def back_to_min() -> bool:
+            return (
+                running() == 1
+                and len(nodes.alive) == 2
+                and len(await rt.provider.get_non_terminated()) == 2  # nothing leaked
+            )
 
-        # a drain is logged when DrainRaylet's reply is back: on a loaded machine the drained
-        # node can be dead and its process gone before the stopper's task resumes
-        await eventually(lambda: drains() >= 7, timeout_s=30)
+        # idle workers drain and terminate back to min_workers; their deaths are events
+        await rounds.until(back_to_min, nodes=nodes)
+        assert len(server.managers.nodes.alive) == 2  # type: ignore[union-attr]
         kinds = [e.kind for e in rt.events.recent(100)]
         assert kinds.count("drain") == 7 and "launch" in kinds
         assert rt.reconciler.failed_rounds == 0, rt.reconciler.last_error
+        await rounds.round()  # publishes what the last round's drains logged
         # the events reach `gcs status` through the GCS (InternalKV), as `ray status` shows
         from gcs.sdk import get_autoscaler_events
         from gcs.status import render_events
 
-        async def published() -> bool:
-            got = await asyncio.to_thread(get_autoscaler_events, server.address)
-            return sum(1 for e in got if str(e["message"]).startswith("Draining")) == 7
-
-        await eventually(published, timeout_s=30)
-        text = render_events(await asyncio.to_thread(get_autoscaler_events, server.address))
+        got = await asyncio.to_thread(get_autoscaler_events, server.address)
+        assert sum(1 for e in got if str(e["message"]).startswith("Draining")) == 7
+        text = render_events(got)
         assert text.startswith("Recent autoscaler events:") and "Adding" in text
     finally:
         if submit is not None and submit.returncode is None:
             submit.kill()
             await submit.wait()
+        await nodes.close()
         await rt.shutdown_cluster()
-        await rt.stop()
+        await rt.close()
         await server.stop()

@@ -9,9 +9,9 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gcs.autoscaler.model import InstanceStatus
 from gcs.autoscaler.scheduler import (
     GangRequest,
-    InstanceStatus,
     LabelConstraint,
     LabelOp,
     NodeInstance,

@@ -7,12 +7,11 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.autoscaler.scheduler import (
-    InstanceStatus,
     IpprSpec,
     IpprStatus,
     NodeInstance,
-    NodeKind,
     NodeTypeConfig,
     ResourceDemand,
     SchedulerConfig,

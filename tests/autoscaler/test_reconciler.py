@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 from collections.abc import Sequence
@@ -16,27 +17,21 @@ from gcs.autoscaler.instances import (
     MemoryInstanceStorage,
     StatusHistory,
 )
+from gcs.autoscaler.model import InstanceStatus as S
+from gcs.autoscaler.model import NodeKind, RayNode, RayNodeStatus
 from gcs.autoscaler.providers import LaunchNodeError, TerminateNodeError
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
     EventLog,
-    RayNode,
-    RayNodeStatus,
     RayStopper,
     ReconcileConfig,
     Reconciler,
     steps,
 )
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
-from gcs.autoscaler.scheduler.types import (
-    NodeKind,
-    SchedulingReply,
-    Termination,
-    TerminationCause,
-)
-from gcs.clock import FakeClock
+from gcs.autoscaler.scheduler.types import SchedulingReply, Termination, TerminationCause
 from gcs.proto import autoscaler_pb2
 from gcs.testing.cloud import FakeAutoscalerGcs, FakeCloudProvider
+from tests.autoscaler.clock import SteppedClock
 
 SEC = 1_000_000_000
 
@@ -299,7 +294,7 @@ class Harness:
         gcs: Any = None,
         cluster: ClusterConfig = CLUSTER,
     ) -> None:
-        self.clock = FakeClock()
+        self.clock = SteppedClock()
         self.storage = MemoryInstanceStorage()
         for i in instances:
             self.storage.rows[i.instance_id] = i
@@ -467,13 +462,19 @@ class TestRounds:
         assert [f.reason for f in report.failed_instance_requests] == ["quota exceeded"]
 
     async def test_hanging_provider_launch_becomes_a_launch_error(self) -> None:
+        """The call timeout runs on the injected clock: the launch hangs until the test
+        moves time past it."""
         h = with_running_head()
-        h.updater._timeout_s = 0.01
         h.gcs.state.pending_resource_requests.add(
             request=autoscaler_pb2.ResourceRequest(resources_bundle={"CPU": 4}), count=1
         )
         h.provider.hang_next_launch = True
-        await h.round()
+        await h.reconciler.reconcile_once()
+        settled = asyncio.ensure_future(h.updater.settle())
+        await h.clock.advance_when_sleeping(59.0)
+        assert not settled.done() and h.updater.poll_errors() == []  # not yet timed out
+        h.clock.advance(1.0)
+        await settled
         await h.round()
         failed = [i for i in h.im.instances.values() if i.status is S.ALLOCATION_FAILED]
         assert len(failed) == 1 and "did not answer" in failed[0].latest_details()

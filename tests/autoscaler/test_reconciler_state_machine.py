@@ -25,8 +25,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from gcs.autoscaler.config import parse_cluster_config
+from gcs.autoscaler.gcs_api import VcSnapshot, VcUpdate
 from gcs.autoscaler.instances import InstanceManager, MemoryInstanceStorage
 from gcs.autoscaler.instances.transitions import TERMINAL_STATUSES, VALID_TRANSITIONS
+from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
     EventLog,
@@ -34,8 +36,6 @@ from gcs.autoscaler.reconciler import (
     ReconcileConfig,
     Reconciler,
 )
-from gcs.autoscaler.reconciler.gcs_port import VcSnapshot, VcUpdate
-from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.autoscaler.simulator.workload import CloudBehaviour, TaskBatch
 from gcs.autoscaler.simulator.world import SimCloud, SimInstance, SimRay
 from gcs.clock import FakeClock

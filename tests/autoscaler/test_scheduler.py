@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gcs.autoscaler.model import InstanceStatus
 from gcs.autoscaler.scheduler import (
     GangRequest,
-    InstanceStatus,
     LaunchFailure,
     NodeInstance,
     Options,

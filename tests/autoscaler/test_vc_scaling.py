@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 from gcs.autoscaler.instances import StatusHistory
-from gcs.autoscaler.reconciler import RayNode, RayNodeStatus, vc_scaling
+from gcs.autoscaler.model import InstanceStatus as S
+from gcs.autoscaler.model import NodeKind, RayNode, RayNodeStatus
+from gcs.autoscaler.reconciler import vc_scaling
 from gcs.autoscaler.scheduler import schedule
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
-from gcs.autoscaler.scheduler.types import NodeKind, SchedulingInput, SchedulingReply
+from gcs.autoscaler.scheduler.types import SchedulingInput, SchedulingReply
 from gcs.proto import autoscaler_pb2
 from gcs.status import render_events
 from tests.autoscaler.test_reconciler import CLUSTER, Harness, inst, rows, with_running_head

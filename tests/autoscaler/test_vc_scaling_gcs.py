@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from gcs.autoscaler.gcs_api import VcUpdate
+from gcs.autoscaler.model import InstanceStatus as S
 from gcs.autoscaler.reconciler import GrpcAutoscalerGcs
-from gcs.autoscaler.reconciler.gcs_port import VcUpdate
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
 from gcs.proto import gcs_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.store.memory import MemoryStore
+from tests.autoscaler.driving import load_polled
 from tests.autoscaler.test_reconciler import CLUSTER, Harness
-from tests.conftest import eventually
 from tests.server.fake_raylet import FakeRaylet
 from tests.virtual_clusters.service_env import VcEnv
 
@@ -110,11 +110,14 @@ class World(Harness):
         return set(snap.nodes)
 
     async def state_shows(self, check: Any) -> None:
+        """Poll the fake raylets now until the GCS's state shows what they report."""
+
         async def ok() -> bool:
             state = await self.gcs.get_cluster_resource_state()
             return bool(check(state))
 
-        await eventually(ok, timeout_s=20)
+        assert self.env.server is not None
+        await load_polled(self.env.server, ok)
 
     def kinds(self) -> Counter[str]:
         return Counter(e.kind for e in self.events.recent(200))

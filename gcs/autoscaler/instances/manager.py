@@ -1,8 +1,13 @@
 """The instance manager: the autoscaler's record of every instance it launched or adopted.
 
-One serialized lane (the project's apply pattern): validate the whole batch against the
-lifecycle table -> write it once against the storage version -> apply in memory -> notify
-subscribers -> reply.  Reads (:attr:`instances`, :meth:`get`) never wait for a write.
+One serialized lane (the project's apply pattern, as ``gcs.managers.lane``): validate the
+whole batch against the lifecycle table -> write it once against the storage version ->
+apply in memory -> notify subscribers -> reply.  Reads (:attr:`instances`, :meth:`get`)
+never wait for a write.  A caller cancelled mid-batch does not cut it in half: the batch
+finishes (written, applied, subscribers told) before the lane takes the next one, then the
+cancellation goes on.  (``ApplyLane`` itself writes ``WriteBatch``es to a ``Store``; the
+instances may live in a GCS's InternalKV instead, and an unknown outcome is resolved here by
+re-reading the versioned table, so the lane is this manager's own.)
 
 Deviations from Ray 2.60, on purpose:
 - an invalid update is rejected with a log line and a counter (``invalid_updates``), never an
@@ -16,6 +21,7 @@ Deviations from Ray 2.60, on purpose:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +38,7 @@ from gcs.autoscaler.instances.model import (
 )
 from gcs.autoscaler.instances.storage import InstanceStorage, VersionConflict
 from gcs.autoscaler.instances.transitions import TERMINAL_STATUSES
-from gcs.autoscaler.scheduler.types import InstanceStatus
+from gcs.autoscaler.model import InstanceStatus
 from gcs.clock import Clock
 
 __all__ = [
@@ -75,7 +81,8 @@ class InstanceEvent:
 
 class InstanceSubscriber(Protocol):
     def notify(self, events: Sequence[InstanceEvent]) -> None:
-        """Called after a batch was stored; must not block (schedule work instead)."""
+        """Called after a batch was stored and applied, still inside the lane; must not
+        block or await (schedule work instead)."""
         ...
 
 
@@ -135,49 +142,62 @@ class InstanceManager:
     ) -> UpdateResult:
         """Apply ``updates`` as one batch.  ``expected_version`` None skips the check."""
         async with self._lane:
-            if not self._loaded:
-                await self._reload()
-            if expected_version is not None and expected_version != self._version:
-                self.version_mismatches += 1
-                return UpdateResult(
-                    UpdateStatus.VERSION_MISMATCH,
-                    self._version,
-                    f"expected version {expected_version}, current {self._version}",
-                )
-            if not updates:
-                return UpdateResult(UpdateStatus.OK, self._version)
-            now_ns = int(self._clock.now_s() * 1e9)
-            working: dict[str, Instance] = {}
-            events: list[InstanceEvent] = []
+            batch = asyncio.ensure_future(self._apply_batch(updates, expected_version))
             try:
-                for upd in updates:
-                    current = working.get(upd.instance_id) or self._instances.get(upd.instance_id)
-                    after = apply_update(current, upd, now_ns)
-                    working[upd.instance_id] = after
-                    events.append(InstanceEvent(upd, current.status if current else None, after))
-            except InvalidInstanceUpdate as err:
-                self.invalid_updates += 1
-                log.warning("instances.invalid_update", error=err.message)
-                return UpdateResult(UpdateStatus.INVALID_UPDATE, self._version, err.message)
-            deletes = self._prune_terminal(working)
-            try:
-                new_version = await self._storage.write(
-                    self._version, list(working.values()), deletes
-                )
-            except VersionConflict as err:
-                self.version_mismatches += 1
-                log.warning("instances.version_conflict", error=str(err))
-                await self._reload()
-                return UpdateResult(UpdateStatus.VERSION_MISMATCH, self._version, str(err))
-            except Exception as err:  # any storage failure: outcome unknown, re-read later
-                self.storage_failures += 1
-                self._loaded = False
-                log.warning("instances.storage_failed", error=repr(err))
-                return UpdateResult(UpdateStatus.STORAGE_ERROR, self._version, repr(err))
-            self._instances.update(working)
-            for iid in deletes:
-                self._instances.pop(iid, None)
-            self._version = new_version
+                return await asyncio.shield(batch)
+            except asyncio.CancelledError:
+                while not batch.done():  # finish it under the lane; then be cancelled
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait({batch})
+                if not batch.cancelled():
+                    batch.exception()  # retrieved: the caller is gone
+                raise
+
+    async def _apply_batch(
+        self, updates: Sequence[InstanceUpdate], expected_version: int | None
+    ) -> UpdateResult:
+        """validate -> write -> apply -> notify; called holding the lane."""
+        if not self._loaded:
+            await self._reload()
+        if expected_version is not None and expected_version != self._version:
+            self.version_mismatches += 1
+            return UpdateResult(
+                UpdateStatus.VERSION_MISMATCH,
+                self._version,
+                f"expected version {expected_version}, current {self._version}",
+            )
+        if not updates:
+            return UpdateResult(UpdateStatus.OK, self._version)
+        now_ns = int(self._clock.now_s() * 1e9)
+        working: dict[str, Instance] = {}
+        events: list[InstanceEvent] = []
+        try:
+            for upd in updates:
+                current = working.get(upd.instance_id) or self._instances.get(upd.instance_id)
+                after = apply_update(current, upd, now_ns)
+                working[upd.instance_id] = after
+                events.append(InstanceEvent(upd, current.status if current else None, after))
+        except InvalidInstanceUpdate as err:
+            self.invalid_updates += 1
+            log.warning("instances.invalid_update", error=err.message)
+            return UpdateResult(UpdateStatus.INVALID_UPDATE, self._version, err.message)
+        deletes = self._prune_terminal(working)
+        try:
+            new_version = await self._storage.write(self._version, list(working.values()), deletes)
+        except VersionConflict as err:
+            self.version_mismatches += 1
+            log.warning("instances.version_conflict", error=str(err))
+            await self._reload()
+            return UpdateResult(UpdateStatus.VERSION_MISMATCH, self._version, str(err))
+        except Exception as err:  # any storage failure: outcome unknown, re-read later
+            self.storage_failures += 1
+            self._loaded = False
+            log.warning("instances.storage_failed", error=repr(err))
+            return UpdateResult(UpdateStatus.STORAGE_ERROR, self._version, repr(err))
+        self._instances.update(working)
+        for iid in deletes:
+            self._instances.pop(iid, None)
+        self._version = new_version
         for sub in self._subscribers:
             try:
                 sub.notify(events)

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from gcs.autoscaler.instances.transitions import UPSERT_STATUSES, is_valid_transition
-from gcs.autoscaler.scheduler.types import InstanceStatus, NodeKind
+from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.errors import InvalidArgument
 
 __all__ = [

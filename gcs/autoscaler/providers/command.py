@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,9 +23,13 @@ from pathlib import Path
 
 import structlog
 
+from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
+    Capabilities,
     CloudInstance,
+    CloudUnavailable,
     LaunchNodeError,
+    ProviderContext,
     ProviderError,
     TerminateNodeError,
 )
@@ -34,10 +37,9 @@ from gcs.autoscaler.providers.processes import (
     ProcessRecord,
     ProcessRecords,
     kill_group,
-    pid_alive,
     spawn_logged,
 )
-from gcs.autoscaler.scheduler.types import NodeKind
+from gcs.clock import Clock, SystemClock
 
 log = structlog.get_logger("gcs.autoscaler.providers")
 
@@ -49,8 +51,6 @@ class NodeCommands:
 
 
 class CommandProvider:
-    read_only = False
-
     def __init__(
         self,
         commands: Mapping[str, NodeCommands],
@@ -60,7 +60,9 @@ class CommandProvider:
         head_node_type: str = "",
         command_timeout_s: float = 120.0,
         extra_env: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self._clock = clock or SystemClock()
         self._extra_env = dict(extra_env or {})
         self._commands = dict(commands)
         self._gcs_address = gcs_address
@@ -68,6 +70,8 @@ class CommandProvider:
         self._head = head_node_type
         self._timeout_s = command_timeout_s
         self._errors: list[ProviderError] = []
+        # the head is brought up at start only when its type has a start command
+        self.capabilities = Capabilities(starts_head=head_node_type in self._commands)
 
     def _env(self, cloud_id: str, node_type: str) -> dict[str, str]:
         return {
@@ -84,21 +88,16 @@ class CommandProvider:
         return shlex.split(text)
 
     async def get_non_terminated(self) -> Mapping[str, CloudInstance]:
-        out = {}
-        for cid, rec in self._records.load().items():
-            alive = pid_alive(rec.pid) or rec.pid == 0
-            if alive:
-                out[cid] = CloudInstance(
-                    cid, rec.node_type, NodeKind(rec.kind), True, rec.request_id
-                )
-            else:
-                self._records.forget(cid)
-        return out
+        try:
+            return self._records.non_terminated()
+        except OSError as err:
+            raise CloudUnavailable(f"command provider: cannot read its records: {err}") from err
 
     async def launch(self, shape: Mapping[str, int], request_id: str) -> None:
         if self._records.seen_request(request_id):
             return
         self._records.mark_request(request_id)
+        self._records.prune()
         for node_type, count in shape.items():
             cmds = self._commands.get(node_type)
             if cmds is None:
@@ -117,8 +116,9 @@ class CommandProvider:
             self._launch_error(node_type, 1, request_id, f"start command failed: {err}")
             return
         kind = NodeKind.HEAD if node_type == self._head else NodeKind.WORKER
+        started_s = self._clock.now_s()
         record = ProcessRecord(
-            cloud_id, node_type, kind.value, request_id, proc.pid, time.time(), str(log_path)
+            cloud_id, node_type, kind.value, request_id, proc.pid, started_s, str(log_path)
         )
         self._records.save(record)
         # A start command that exits at once either failed or daemonized.
@@ -168,11 +168,11 @@ class CommandProvider:
             )
             _, err = await asyncio.wait_for(proc.communicate(), self._timeout_s)
         except (OSError, ValueError, KeyError, TimeoutError) as exc:
-            self._errors.append(TerminateNodeError(cid, request_id, time.time_ns(), str(exc)))
+            self._errors.append(TerminateNodeError(cid, request_id, self._now_ns(), str(exc)))
             return False
         if proc.returncode != 0:
             why = f"stop command exited {proc.returncode}: {err.decode(errors='replace')[-300:]}"
-            self._errors.append(TerminateNodeError(cid, request_id, time.time_ns(), why))
+            self._errors.append(TerminateNodeError(cid, request_id, self._now_ns(), why))
             return False
         return True
 
@@ -181,5 +181,23 @@ class CommandProvider:
         return errors
 
     def _launch_error(self, node_type: str, count: int, request_id: str, why: str) -> None:
-        self._errors.append(LaunchNodeError(node_type, count, request_id, time.time_ns(), why))
+        self._errors.append(LaunchNodeError(node_type, count, request_id, self._now_ns(), why))
         log.warning("provider.launch_failed", node_type=node_type, error=why)
+
+    def _now_ns(self) -> int:
+        return int(self._clock.now_s() * 1e9)
+
+
+def build(context: ProviderContext) -> CommandProvider:
+    commands = {
+        node_type: NodeCommands(c.start, c.stop)
+        for node_type, c in context.cluster.provider.commands.items()
+    }
+    return CommandProvider(
+        commands,
+        context.gcs_address,
+        context.state_dir,
+        head_node_type=context.cluster.head_node_type,
+        extra_env=context.child_env,
+        clock=context.clock,
+    )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,20 +18,28 @@ from pathlib import Path
 import structlog
 
 from gcs.autoscaler.config import ClusterConfig
-from gcs.autoscaler.providers.base import CloudInstance, LaunchNodeError, ProviderError
+from gcs.autoscaler.model import NodeKind
+from gcs.autoscaler.providers.base import (
+    Capabilities,
+    CloudInstance,
+    CloudUnavailable,
+    LaunchNodeError,
+    ProviderContext,
+    ProviderError,
+)
 from gcs.autoscaler.providers.processes import (
     ProcessRecord,
     ProcessRecords,
     spawn_logged,
     terminate_records,
 )
-from gcs.autoscaler.scheduler.types import NodeKind
+from gcs.clock import Clock, SystemClock
 
 log = structlog.get_logger("gcs.autoscaler.providers")
 
 
 class LocalProvider:
-    read_only = False
+    capabilities = Capabilities(starts_head=True, ends_with_server=True)
 
     def __init__(
         self,
@@ -43,8 +50,11 @@ class LocalProvider:
         host: str = "127.0.0.1",
         python: str = sys.executable,
         extra_env: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        """``python``: the interpreter that runs ``-m gcs raylet`` (tests stand a stub in)."""
         self._cluster = cluster
+        self._clock = clock or SystemClock()
         self._gcs_address = gcs_address
         self._records = ProcessRecords(state_dir)
         self._host = host
@@ -53,12 +63,16 @@ class LocalProvider:
         self._errors: list[ProviderError] = []
 
     async def get_non_terminated(self) -> Mapping[str, CloudInstance]:
-        return self._records.non_terminated()
+        try:
+            return self._records.non_terminated()
+        except OSError as err:
+            raise CloudUnavailable(f"local provider: cannot read its records: {err}") from err
 
     async def launch(self, shape: Mapping[str, int], request_id: str) -> None:
         if self._records.seen_request(request_id):
             return
         self._records.mark_request(request_id)
+        self._records.prune()
         for node_type, count in shape.items():
             cfg = self._cluster.scheduler.node_types.get(node_type)
             if cfg is None:
@@ -95,7 +109,7 @@ class LocalProvider:
                 (NodeKind.HEAD if is_head else NodeKind.WORKER).value,
                 request_id,
                 proc.pid,
-                time.time(),
+                self._clock.now_s(),
                 str(log_path),
             )
         )
@@ -112,5 +126,19 @@ class LocalProvider:
         return errors
 
     def _fail(self, node_type: str, count: int, request_id: str, why: str) -> None:
-        self._errors.append(LaunchNodeError(node_type, count, request_id, time.time_ns(), why))
+        now_ns = int(self._clock.now_s() * 1e9)
+        self._errors.append(LaunchNodeError(node_type, count, request_id, now_ns, why))
         log.warning("provider.launch_failed", node_type=node_type, error=why)
+
+
+def build(context: ProviderContext) -> LocalProvider:
+    """Raylets bind the host the GCS is reached on (so they reach it back)."""
+    host = context.gcs_address.rsplit(":", 1)[0] or "127.0.0.1"
+    return LocalProvider(
+        context.cluster,
+        context.gcs_address,
+        context.state_dir,
+        host=host,
+        extra_env=context.child_env,
+        clock=context.clock,
+    )

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import structlog
 
+from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import CloudInstance
-from gcs.autoscaler.scheduler.types import NodeKind
 
 log = structlog.get_logger("gcs.autoscaler.providers")
 
@@ -82,7 +82,7 @@ class ProcessRecords:
 
     def load(self) -> dict[str, ProcessRecord]:
         out = {}
-        for path in self._instances.glob("*.json"):
+        for path in sorted(self._instances.glob("*.json")):
             try:
                 rec = ProcessRecord(**json.loads(path.read_text()))
             except (OSError, ValueError, TypeError) as err:
@@ -92,15 +92,25 @@ class ProcessRecords:
         return out
 
     def non_terminated(self) -> Mapping[str, CloudInstance]:
-        out = {}
+        """Instances whose process runs (a read: records of gone ones stay until
+        :meth:`prune`).  ``OSError`` if the records cannot be read."""
+        return {
+            cid: CloudInstance(cid, rec.node_type, NodeKind(rec.kind), True, rec.request_id)
+            for cid, rec in self.load().items()
+            if self.running(rec)
+        }
+
+    @staticmethod
+    def running(rec: ProcessRecord) -> bool:
+        """Its process runs; pid 0 is a daemonized start, tracked by its record alone."""
+        return rec.pid == 0 or pid_alive(rec.pid)
+
+    def prune(self) -> None:
+        """Forget records whose process is gone (written before new launches, never while
+        listing)."""
         for cid, rec in self.load().items():
-            if pid_alive(rec.pid):
-                out[cid] = CloudInstance(
-                    cid, rec.node_type, NodeKind(rec.kind), True, rec.request_id
-                )
-            else:
+            if not self.running(rec):
                 self.forget(cid)
-        return out
 
 
 async def spawn_logged(

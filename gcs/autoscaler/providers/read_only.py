@@ -9,23 +9,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gcs.autoscaler.providers.base import CloudInstance, ProviderError
-from gcs.autoscaler.reconciler.gcs_port import AutoscalerGcs
-from gcs.autoscaler.reconciler.observed import HEAD_RESOURCE
-from gcs.autoscaler.scheduler.types import NodeKind
+from gcs.autoscaler.gcs_api import ClusterStateSource
+from gcs.autoscaler.model import HEAD_RESOURCE, NodeKind
+from gcs.autoscaler.providers.base import (
+    Capabilities,
+    CloudInstance,
+    CloudUnavailable,
+    ProviderContext,
+    ProviderError,
+)
+from gcs.errors import Unavailable
 from gcs.proto import autoscaler_pb2
 
 _ALIVE = (autoscaler_pb2.RUNNING, autoscaler_pb2.IDLE, autoscaler_pb2.DRAINING)
 
 
 class ReadOnlyProvider:
-    read_only = True
+    capabilities = Capabilities(read_only=True)
 
-    def __init__(self, gcs: AutoscalerGcs) -> None:
+    def __init__(self, gcs: ClusterStateSource) -> None:
         self._gcs = gcs
 
     async def get_non_terminated(self) -> Mapping[str, CloudInstance]:
-        state = await self._gcs.get_cluster_resource_state()
+        try:
+            state = await self._gcs.get_cluster_resource_state()
+        except Unavailable as err:
+            raise CloudUnavailable(f"read-only provider: {err}") from err
         out = {}
         for ns in state.node_states:
             if ns.status not in _ALIVE:
@@ -43,3 +52,7 @@ class ReadOnlyProvider:
 
     def poll_errors(self) -> list[ProviderError]:
         return []
+
+
+def build(context: ProviderContext) -> ReadOnlyProvider:
+    return ReadOnlyProvider(context.gcs)

@@ -5,18 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gcs.autoscaler.cluster_state import state_to_input
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.instances.model import Instance
 from gcs.autoscaler.instances.transitions import is_ray_running_reachable
-from gcs.autoscaler.planner import state_to_input
-from gcs.autoscaler.reconciler.observed import RayNode, RayNodeStatus
-from gcs.autoscaler.scheduler.types import (
-    InstanceStatus,
-    IpprStatus,
-    NodeInstance,
-    NodeKind,
-    SchedulingInput,
-)
+from gcs.autoscaler.model import InstanceStatus, NodeKind, RayNode, RayNodeStatus
+from gcs.autoscaler.scheduler.types import IpprStatus, NodeInstance, SchedulingInput
 from gcs.proto import autoscaler_pb2
 
 _LIVE = (RayNodeStatus.RUNNING, RayNodeStatus.IDLE)

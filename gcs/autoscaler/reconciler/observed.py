@@ -2,38 +2,19 @@
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from gcs.autoscaler.model import HEAD_RESOURCE, RayNode, RayNodeStatus
 from gcs.proto import autoscaler_pb2
 
-HEAD_RESOURCE = "node:__internal_head__"
-
-
-class RayNodeStatus(enum.Enum):
-    UNSPECIFIED = 0
-    RUNNING = 1
-    DEAD = 2
-    IDLE = 3
-    DRAINING = 4
-
-
-@dataclass(frozen=True, slots=True)
-class RayNode:
-    node_id: str
-    """Hex Ray node id."""
-    status: RayNodeStatus
-    instance_id: str = ""
-    """The cloud instance id the raylet reports (its ``instance_id``); "" if unmanaged."""
-    node_type: str = ""
-    is_head: bool = False
-    total: Mapping[str, float] = field(default_factory=dict)
-    available: Mapping[str, float] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    idle_duration_ms: int = 0
-    ip_address: str = ""
-
+__all__ = [
+    "HEAD_RESOURCE",
+    "RayNode",
+    "RayNodeReader",
+    "RayNodeStatus",
+    "ReconcileConfig",
+    "ray_nodes_from_state",
+]
 
 _STATUS = {s.value: s for s in RayNodeStatus}
 

@@ -1,10 +1,13 @@
 """One reconcile round: observe, then act (Ray 2.60 §2.4), and report.
 
-``Reconciler.reconcile_once`` reads the GCS and the provider, runs the sync steps (mirror
-what they report), then the step phase (timeouts, the scheduler's decisions, terminations,
+``Reconciler.reconcile_once`` lists the cloud (a pure read), runs the provider's upkeep
+step if it declares one (KubeRay writes completed resizes to the raylets there, so the GCS
+read that follows already shows them), reads the GCS, runs the sync steps (mirror what they
+report), then the step phase (timeouts, the scheduler's decisions, terminations,
 launches), each step applied as its own instance-manager batch against the version it
 read.  Any failure aborts this round only (:class:`RoundAborted`); the loop
-(:meth:`Reconciler.run`) logs it, counts it and tries again next interval.
+(:meth:`~gcs.autoscaler.runtime.AutoscalerRuntime.run`, sleeping on the injected clock)
+logs it, counts it and tries again next interval.
 
 The scheduler runs in a worker thread so a large snapshot never holds the event loop.
 """
@@ -20,35 +23,26 @@ import structlog
 
 from gcs.autoscaler.capacity import UnavailableCapacity
 from gcs.autoscaler.config import ClusterConfig
+from gcs.autoscaler.deadline import within
+from gcs.autoscaler.gcs_api import AutoscalerGcs
 from gcs.autoscaler.instances.manager import InstanceManager
 from gcs.autoscaler.instances.model import InstanceUpdate
+from gcs.autoscaler.model import InstanceStatus, NodeKind, RayNode, RayNodeStatus
 from gcs.autoscaler.providers.base import (
     CloudInstance,
     CloudProvider,
     LaunchNodeError,
-    PodResizer,
     TerminateNodeError,
 )
 from gcs.autoscaler.reconciler import steps, vc_scaling
 from gcs.autoscaler.reconciler.events import EventLog
 from gcs.autoscaler.reconciler.explanations import CapacityWatch, DecisionNotes
-from gcs.autoscaler.reconciler.gcs_port import AutoscalerGcs
 from gcs.autoscaler.reconciler.inputs import Memo, scheduling_input
-from gcs.autoscaler.reconciler.observed import (
-    RayNode,
-    RayNodeReader,
-    RayNodeStatus,
-    ReconcileConfig,
-)
+from gcs.autoscaler.reconciler.observed import RayNodeReader, ReconcileConfig
 from gcs.autoscaler.reconciler.report import autoscaling_state
 from gcs.autoscaler.reconciler.subscribers import CloudInstanceUpdater, RayStopper
 from gcs.autoscaler.scheduler import schedule
-from gcs.autoscaler.scheduler.types import (
-    InstanceStatus,
-    NodeKind,
-    SchedulingInput,
-    SchedulingReply,
-)
+from gcs.autoscaler.scheduler.types import SchedulingInput, SchedulingReply
 from gcs.clock import Clock
 from gcs.proto import autoscaler_pb2
 
@@ -92,17 +86,16 @@ class Reconciler:
         new_request_id: Callable[[], str] = _new_id,
         provider_timeout_s: float = 30.0,
         schedule_in_thread: bool = True,
-        config_source: Callable[[], ClusterConfig | None] | None = None,
-        resizer: PodResizer | None = None,
         vc_update_attempts: int = 3,
         capacity: UnavailableCapacity | None = None,
     ) -> None:
-        """``config_source``: the cluster config as the provider last read it (KubeRay's
-        RayCluster), used from the round after it answers; ``resizer``: carries out the
-        scheduler's in-place resizes; ``capacity``: the unavailable-capacity cache (default:
-        one with the config's ``capacity_backoff``)."""
+        """What the provider does beyond the contract (read-only, in-place resize, upkeep,
+        a cluster config re-read every round) is what its ``capabilities`` declare.
+        ``capacity``: the unavailable-capacity cache (default: one with the config's
+        ``capacity_backoff``)."""
         self._im = instances
         self._provider = provider
+        self._capabilities = provider.capabilities
         self._gcs = gcs
         self.cluster = cluster
         self._clock = clock
@@ -115,8 +108,6 @@ class Reconciler:
         self._new_request_id = new_request_id
         self._provider_timeout_s = provider_timeout_s
         self._in_thread = schedule_in_thread
-        self._config_source = config_source
-        self._resizer = resizer
         self._carry_last_work: dict[str, float] = {}
         self._carry_pending: dict[str, tuple[float, ...]] = {}
         self.vc_update_attempts = vc_update_attempts
@@ -131,14 +122,9 @@ class Reconciler:
         self.failed_rounds = 0
         self.last_error = ""
 
-    # -- the loop -------------------------------------------------------------------------
-    async def run(self, interval_s: float) -> None:
-        """Reconcile every ``interval_s`` until cancelled; a failed round costs one round."""
-        while True:
-            await self.reconcile_safely()
-            await asyncio.sleep(interval_s)
-
+    # -- one round, as the loop runs it ---------------------------------------------------
     async def reconcile_safely(self) -> RoundResult | None:
+        """:meth:`reconcile_once`; a failure is logged and counted, and costs this round."""
         try:
             return await self.reconcile_once()
         except asyncio.CancelledError:
@@ -153,21 +139,19 @@ class Reconciler:
     async def reconcile_once(self) -> RoundResult:
         self.rounds += 1
         await self._im.ensure_loaded()
-        # A resizing provider syncs completed resizes to the raylets while listing: list
-        # first, so the GCS read below already shows the synced totals.
-        if self._resizer is not None:
-            cloud = await self._list_cloud()
+        caps = self._capabilities
+        cloud = await self._list_cloud()
+        if caps.upkeep is not None:
+            await caps.upkeep.upkeep()
         state = await self._gcs.get_cluster_resource_state()
         ray_nodes = self._ray_nodes.read(state)
-        if self._resizer is None:
-            cloud = await self._list_cloud()
-        if self._config_source is not None:
-            self.cluster = self._config_source() or self.cluster
+        if caps.config_source is not None:
+            self.cluster = caps.config_source() or self.cluster
         errors = [*self._provider.poll_errors(), *self._updater.poll_errors()]
         launch_errors = [e for e in errors if isinstance(e, LaunchNodeError)]
         term_errors = [e for e in errors if isinstance(e, TerminateNodeError)]
         stop_errors = self._stopper.poll_errors()
-        read_only = bool(getattr(self._provider, "read_only", False))
+        read_only = caps.read_only
 
         # sync: mirror what the cloud and Ray report
         allocations = steps.allocate(self._im.instances, cloud, launch_errors)
@@ -229,8 +213,8 @@ class Reconciler:
                     f"Queued {launch.count} x {launch.node_type} for virtual cluster "
                     f"{launch.cluster_id}: {launch.reason}",
                 )
-        if not read_only and self._resizer is not None:
-            await self._resizer.resize(reply.resizes, ray_nodes)
+        if not read_only and caps.resizer is not None:
+            await caps.resizer.resize(reply.resizes, ray_nodes)
         await self._step("terminate", steps.terminate_finished(self._im.instances))
         if not read_only:
             await self._cancel_held_back(now_ns / 1e9)  # e.g. a virtual cluster's launch
@@ -247,8 +231,8 @@ class Reconciler:
     async def _list_cloud(self) -> dict[str, CloudInstance]:
         try:
             return dict(
-                await asyncio.wait_for(
-                    self._provider.get_non_terminated(), self._provider_timeout_s
+                await within(
+                    self._clock, self._provider_timeout_s, self._provider.get_non_terminated()
                 )
             )
         except TimeoutError:
@@ -336,7 +320,8 @@ class Reconciler:
         ray_nodes: Sequence[RayNode],
         held: frozenset[str] = frozenset(),
     ) -> SchedulingReply:
-        ippr = self._resizer.ippr_statuses() if self._resizer is not None else None
+        resizer = self._capabilities.resizer
+        ippr = resizer.ippr_statuses() if resizer is not None else None
         inp = scheduling_input(
             state,
             self._im.instances,

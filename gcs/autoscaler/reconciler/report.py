@@ -6,10 +6,10 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from gcs.autoscaler.instances.model import Instance
+from gcs.autoscaler.model import InstanceStatus
 from gcs.autoscaler.scheduler.types import (
     ClusterConstraint,
     GangRequest,
-    InstanceStatus,
     LabelOp,
     ResourceDemand,
     SchedulingReply,

@@ -17,10 +17,11 @@ from gcs.autoscaler.instances.transitions import (
     VALID_TRANSITIONS,
     reachable_from,
 )
+from gcs.autoscaler.model import InstanceStatus as S
+from gcs.autoscaler.model import NodeKind, RayNode, RayNodeStatus
 from gcs.autoscaler.providers.base import CloudInstance, LaunchNodeError, TerminateNodeError
-from gcs.autoscaler.reconciler.observed import RayNode, RayNodeStatus, ReconcileConfig
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
-from gcs.autoscaler.scheduler.types import NodeKind, SchedulingReply
+from gcs.autoscaler.reconciler.observed import ReconcileConfig
+from gcs.autoscaler.scheduler.types import SchedulingReply
 from gcs.proto import autoscaler_pb2
 from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID
 

@@ -2,8 +2,8 @@
 
 - :class:`CloudInstanceUpdater`: REQUESTED events -> one ``provider.launch`` per launch
   request id; TERMINATING events -> one ``provider.terminate``.  A provider call that raises
-  or hangs past its timeout becomes a Launch/TerminateNodeError for the next round, never an
-  exception in the reconcile loop.
+  or hangs past its timeout (on the injected clock) becomes a Launch/TerminateNodeError for
+  the next round, never an exception in the reconcile loop.
 - :class:`RayStopper`: RAY_STOP_REQUESTED events -> drain the node through the GCS (idle:
   DrainNode IDLE_TERMINATION, which a busy raylet rejects; other causes: stop now).  A
   rejection or failure is reported to the next round, which puts the instance back to
@@ -23,7 +23,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
+from gcs.autoscaler.deadline import within
+from gcs.autoscaler.gcs_api import AutoscalerGcs
 from gcs.autoscaler.instances.manager import InstanceEvent
+from gcs.autoscaler.model import InstanceStatus
 from gcs.autoscaler.providers.base import (
     CloudProvider,
     LaunchNodeError,
@@ -31,8 +34,6 @@ from gcs.autoscaler.providers.base import (
     TerminateNodeError,
 )
 from gcs.autoscaler.reconciler.events import EventLog
-from gcs.autoscaler.reconciler.gcs_port import AutoscalerGcs
-from gcs.autoscaler.scheduler.types import InstanceStatus
 from gcs.clock import Clock
 
 log = structlog.get_logger("gcs.autoscaler")
@@ -98,7 +99,7 @@ class CloudInstanceUpdater:
     async def _launch(self, shape: dict[str, int], request_id: str) -> None:
         what = ", ".join(f"{n} x {t}" for t, n in shape.items())
         try:
-            await asyncio.wait_for(self._provider.launch(shape, request_id), self._timeout_s)
+            await within(self._clock, self._timeout_s, self._provider.launch(shape, request_id))
         except Exception as err:  # the provider's failure is data for the next round
             reason = _reason(err, self._timeout_s)
             now = int(self._clock.now_s() * 1e9)
@@ -114,7 +115,7 @@ class CloudInstanceUpdater:
 
     async def _terminate(self, ids: list[str], request_id: str) -> None:
         try:
-            await asyncio.wait_for(self._provider.terminate(ids, request_id), self._timeout_s)
+            await within(self._clock, self._timeout_s, self._provider.terminate(ids, request_id))
         except Exception as err:
             reason = _reason(err, self._timeout_s)
             now = int(self._clock.now_s() * 1e9)

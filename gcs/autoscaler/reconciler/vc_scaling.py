@@ -27,15 +27,14 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gcs.autoscaler.cluster_state import PlanInputError, state_to_input
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.instances.model import Instance, InstanceUpdate
-from gcs.autoscaler.planner import PlanInputError, state_to_input
+from gcs.autoscaler.model import InstanceStatus, RayNode, RayNodeStatus
 from gcs.autoscaler.reconciler.inputs import node_instance
-from gcs.autoscaler.reconciler.observed import RayNode, RayNodeStatus
 from gcs.autoscaler.scheduler.types import (
     SCHEDULABLE_STATUSES,
     Decision,
-    InstanceStatus,
     NodeInstance,
     SchedulerConfig,
     SchedulingInput,

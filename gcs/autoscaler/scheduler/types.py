@@ -10,27 +10,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gcs.autoscaler.model import InstanceStatus, NodeKind
+
 IMPLICIT_RESOURCE_PREFIX = "node:__internal_implicit_resource_"
-
-
-class InstanceStatus(enum.IntEnum):
-    """Instance manager status (numbers as Ray's Instance.InstanceStatus)."""
-
-    UNKNOWN = 0
-    QUEUED = 1
-    REQUESTED = 2
-    ALLOCATED = 3
-    RAY_INSTALLING = 4
-    RAY_RUNNING = 5
-    RAY_STOP_REQUESTED = 6
-    RAY_STOPPING = 7
-    RAY_STOPPED = 8
-    TERMINATING = 9
-    TERMINATED = 10
-    ALLOCATION_FAILED = 11
-    RAY_INSTALL_FAILED = 12
-    TERMINATION_FAILED = 13
-    ALLOCATION_TIMEOUT = 14
 
 
 #: Statuses from which RAY_RUNNING is still reachable: these nodes take part in scheduling.
@@ -48,11 +30,6 @@ SCHEDULABLE_STATUSES = frozenset(
 PENDING_TERMINABLE_STATUSES = frozenset(
     {InstanceStatus.QUEUED, InstanceStatus.ALLOCATED, InstanceStatus.RAY_INSTALLING}
 )
-
-
-class NodeKind(enum.Enum):
-    HEAD = "HEAD"
-    WORKER = "WORKER"
 
 
 class LabelOp(enum.Enum):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.instances import InstanceManager, MemoryInstanceStorage
+from gcs.autoscaler.model import InstanceStatus as S
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
     EventLog,
@@ -39,7 +40,6 @@ from gcs.autoscaler.reconciler import (
     ReconcileConfig,
     Reconciler,
 )
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
 from gcs.autoscaler.simulator.workload import Workload
 from gcs.autoscaler.simulator.world import SimCloud, SimRay
 from gcs.clock import FakeClock

@@ -17,15 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gcs.autoscaler.config import ClusterConfig
+from gcs.autoscaler.gcs_api import DrainResult, VcSnapshot, VcUpdate
+from gcs.autoscaler.model import HEAD_RESOURCE, NodeKind
 from gcs.autoscaler.providers.base import (
+    Capabilities,
     CloudInstance,
     LaunchErrorKind,
     LaunchNodeError,
     ProviderError,
 )
-from gcs.autoscaler.reconciler.gcs_port import DrainResult, VcSnapshot, VcUpdate
-from gcs.autoscaler.reconciler.observed import HEAD_RESOURCE
-from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.autoscaler.simulator.workload import CloudBehaviour, TaskBatch
 from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2
@@ -69,7 +69,7 @@ class _Finish:
 class SimCloud:
     """:class:`CloudProvider` with launch delays, random failures and capacity caps."""
 
-    read_only = False
+    capabilities = Capabilities()
 
     def __init__(self, clock: FakeClock, behaviour: CloudBehaviour) -> None:
         self._clock = clock

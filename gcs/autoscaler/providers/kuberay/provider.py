@@ -1,10 +1,12 @@
 """The KubeRay provider (Ray 2.60 §2.7, §3): the RayCluster is the cloud.
 
-Every listing re-reads the RayCluster (config, ``ray.io/ippr``), lists its pods, rebuilds
-each IPPR pod's resize state, syncs completed resizes to the raylets and clears finished
-``workersToDelete``.  Scaling patches the RayCluster (the operator creates and deletes
-pods); every patch carries a ``test`` op on ``metadata.resourceVersion`` and is retried on a
-fresh read when someone else changed it first.  Resizes go through ``pods/<name>/resize``.
+Every listing re-reads the RayCluster (config, ``ray.io/ippr``), lists its pods and rebuilds
+each IPPR pod's resize state -- reads only.  What follows from a listing is written in the
+:meth:`KubeRayProvider.upkeep` step the reconciler runs right after it: completed resizes
+synced to the raylets, finished ``workersToDelete`` cleared, an idle cluster suspended or
+deleted.  Scaling patches the RayCluster (the operator creates and deletes pods); every patch
+carries a ``test`` op on ``metadata.resourceVersion`` and is retried on a fresh read when
+someone else changed it first.  Resizes go through ``pods/<name>/resize``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ from typing import Any, Protocol
 
 import structlog
 
-from gcs.autoscaler.config import ClusterConfig
+from gcs.autoscaler.config import ClusterConfig, ConfigError
+from gcs.autoscaler.model import NodeKind, RayNode
 from gcs.autoscaler.providers.base import (
+    Capabilities,
     CloudInstance,
+    CloudUnavailable,
     LaunchNodeError,
+    ProviderContext,
     ProviderError,
     TerminateNodeError,
 )
@@ -36,8 +42,7 @@ from gcs.autoscaler.providers.kuberay.ippr import (
     status_annotation,
 )
 from gcs.autoscaler.providers.kuberay.k8s import KubeApi, KubeApiError
-from gcs.autoscaler.reconciler.observed import RayNode
-from gcs.autoscaler.scheduler.types import IpprStatus, NodeKind, Options, Resize
+from gcs.autoscaler.scheduler.types import IpprStatus, Options, Resize
 from gcs.clock import Clock
 
 log = structlog.get_logger("gcs.autoscaler.kuberay")
@@ -77,8 +82,6 @@ def _running(pod: Mapping[str, Any]) -> bool:
 
 
 class KubeRayProvider:
-    read_only = False
-
     def __init__(
         self,
         api: KubeApi,
@@ -102,6 +105,13 @@ class KubeRayProvider:
         self._idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
         self._no_driver_since: float | None = None
         self.idle_terminated = False
+        self._cr: Mapping[str, Any] | None = None
+        """The RayCluster as last listed (what :meth:`upkeep` acts on)."""
+        self._listed: set[str] = set()
+        """Every pod of the last listing, those being deleted included."""
+        self.capabilities = Capabilities(
+            resizer=self, upkeep=self, config_source=self.current_config
+        )
 
     # -- what the reconciler reads ----------------------------------------------------------
     def current_config(self) -> ClusterConfig | None:
@@ -112,17 +122,15 @@ class KubeRayProvider:
         """Pod name -> resize state, for pods of IPPR groups."""
         return dict(self._statuses)
 
-    async def refresh(self) -> ClusterConfig:
-        """Read the RayCluster and its pods; the config the scheduler should use now."""
-        await self.get_non_terminated()
-        assert self._cluster is not None
-        return self._cluster
-
     # -- CloudProvider ---------------------------------------------------------------------
     async def get_non_terminated(self) -> Mapping[str, CloudInstance]:
-        cr = await self._api.get_cluster()
+        """Read the RayCluster and its pods (nothing is written)."""
+        try:
+            cr = await self._api.get_cluster()
+            listed = await self._api.list_pods()
+        except KubeApiError as err:
+            raise CloudUnavailable(f"RayCluster {self._api.cluster_name}: {err}") from err
         self._set_ippr(parse_ippr(cr))
-        listed = await self._api.list_pods()
         pods = [p for p in listed if not p["metadata"].get("deletionTimestamp")]
         pods = [p for p in pods if _labels(p).get("ray.io/node-type") in ("head", "worker")]
         self._pods = {_name(p): p for p in pods}
@@ -140,9 +148,7 @@ class KubeRayProvider:
             if entry is not None:
                 self._statuses[_name(p)] = pod_status(p, entry.spec, now)
         self._unused.keep_only(set(self._statuses))
-        await self._sync_with_raylets()
-        await self._clear_finished_deletes(cr, {_name(p) for p in listed})
-        await self._idle_termination(cr)
+        self._cr, self._listed = cr, {_name(p) for p in listed}
         out = {}
         for p in pods:
             kind = NodeKind.HEAD if _labels(p)["ray.io/node-type"] == "head" else NodeKind.WORKER
@@ -150,6 +156,16 @@ class KubeRayProvider:
                 _name(p), _labels(p).get("ray.io/group", ""), kind, _running(p)
             )
         return out
+
+    async def upkeep(self) -> None:
+        """What the last listing calls for: completed resizes to the raylets, finished
+        deletions cleared, idle termination.  Each part logs its failure and is tried again
+        after the next listing."""
+        if self._cr is None:
+            return
+        await self._sync_with_raylets()
+        await self._clear_finished_deletes(self._cr, self._listed)
+        await self._idle_termination(self._cr)
 
     def _set_ippr(self, ippr: IpprConfig) -> None:
         for group, error in ippr.errors.items():
@@ -463,3 +479,11 @@ async def initial_config(api: KubeApi, options: Options | None = None) -> Cluste
         if _labels(p).get("ray.io/node-type") == "worker"
     )  # fmt: skip
     return cluster_config(cr, parse_ippr(cr), running, options)
+
+
+def build(context: ProviderContext) -> KubeRayProvider:
+    if context.kube_api is None:
+        raise ConfigError("provider.type kuberay needs a Kubernetes API (--cluster-name)")
+    return KubeRayProvider(
+        context.kube_api, context.gcs, context.clock, options=context.cluster.scheduler.options
+    )

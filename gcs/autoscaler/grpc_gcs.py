@@ -1,18 +1,18 @@
-"""What the reconciler needs from a GCS, as a small port, and its gRPC adapter.
+"""The autoscaler's GCS calls (:mod:`gcs.autoscaler.gcs_api`) over one gRPC channel.
 
 The same AutoscalerStateService serves the embedded autoscaler and a standalone one (ours or
-Ray 2.60's GCS), so the adapter speaks only Ray's wire protocol.
+Ray 2.60's GCS), so this client speaks only Ray's wire protocol.  Failures are raised as
+:class:`~gcs.errors.Unavailable`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
 
 import grpc
 
+from gcs.autoscaler.gcs_api import DrainResult, VcSnapshot, VcUpdate
 from gcs.errors import Unavailable
 from gcs.proto import autoscaler_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.rpc import ServiceStub
@@ -25,65 +25,9 @@ from gcs.rpc.services import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class DrainResult:
-    accepted: bool
-    rejection_reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class VcSnapshot:
-    """A virtual cluster as CreateOrUpdate needs it: revision and replica sets (dead
-    members included, as the GCS counts them)."""
-
-    revision: int
-    divisible: bool
-    replica_sets: Mapping[str, int]
-    nodes: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class VcUpdate:
-    ok: bool
-    #: The revision was stale (someone changed the cluster since it was read).
-    expired: bool = False
-    message: str = ""
-    #: Members after a successful update.
-    nodes: frozenset[str] = field(default_factory=frozenset)
-
-
-class AutoscalerGcs(Protocol):
-    async def get_cluster_resource_state(self) -> autoscaler_pb2.ClusterResourceState: ...
-
-    async def report_autoscaling_state(self, state: autoscaler_pb2.AutoscalingState) -> None: ...
-
-    async def drain_idle(self, node_id_hex: str, message: str) -> DrainResult:
-        """DrainNode(IDLE_TERMINATION, deadline 0): a busy raylet rejects it."""
-        ...
-
-    async def stop_node(self, node_id_hex: str) -> bool:
-        """Ray's ``drain_nodes``: stop the node now (legacy NodeInfo DrainNode)."""
-        ...
-
-    async def release_nodes(self, cluster_id: str, node_ids_hex: list[str]) -> None:
-        """Give a virtual cluster's nodes back to the primary cluster (never below its
-        floor, and only while the cluster is as last read)."""
-        ...
-
-    async def read_virtual_cluster(self, cluster_id: str) -> VcSnapshot | None:
-        """The cluster now, or None if it does not exist."""
-        ...
-
-    async def update_virtual_cluster(
-        self, cluster_id: str, *, divisible: bool, replica_sets: Mapping[str, int], revision: int
-    ) -> VcUpdate:
-        """CreateOrUpdateVirtualCluster with ``revision``, as an autoscaler move (the
-        tenant's declared replica sets are kept); a stale revision is ``expired``."""
-        ...
-
-
 class GrpcAutoscalerGcs:
-    """:class:`AutoscalerGcs` over one channel; learns the cluster id on first use.
+    """``AutoscalerGcs`` and ``ProviderGcs`` (:mod:`gcs.autoscaler.gcs_api`) over one
+    channel; learns the cluster id on first use.
 
     Virtual-cluster moves go through the GCS's lane and revision rule: a release carries the
     revision of that cluster this adapter last saw (in GetClusterResourceState,
