@@ -134,9 +134,11 @@ class _Exhausted(Exception):
     """Every attempt failed; ``maybe_sent``: at least one may have run."""
 
     def __init__(self, maybe_sent: bool, last: BaseException | None) -> None:
-        super().__init__(str(last))
+        super().__init__(_described(last))
         self.maybe_sent = maybe_sent
         self.last = last
+        self.reason = _described(last)
+        """The last failure, with the Redis error code redis-py strips (``TRYAGAIN ...``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,11 @@ class _Ran:
     @property
     def replicated(self) -> bool:
         return self.acked >= self.wanted
+
+
+def _described(err: BaseException | None) -> str:
+    code = getattr(err, "status_code", None)
+    return f"{code} {err}" if code else str(err)
 
 
 def _reply_code(err: redis_errors.RedisError) -> str:
@@ -386,17 +393,17 @@ class RedisStore(Store):
         except _Exhausted as failed:
             last = failed.last
             if not failed.maybe_sent:
-                raise StoreUnavailable(f"{self._safe_url}: write failed: {last}") from last
+                raise StoreUnavailable(f"{self._safe_url}: write failed: {failed.reason}") from last
             try:
                 landed = await self.landed(write_id)
             except StoreUnavailable as err:
                 raise StoreOutcomeUnknown(
-                    write_id, f"{self._safe_url}: write may have landed: {last}; {err}"
+                    write_id, f"{self._safe_url}: write may have landed: {failed.reason}; {err}"
                 ) from last
             if landed:
                 return
             raise StoreUnavailable(
-                f"{self._safe_url}: write failed and did not land: {last}"
+                f"{self._safe_url}: write failed and did not land: {failed.reason}"
             ) from last
         result = int(ran.result)
         if result == 1:
@@ -418,7 +425,7 @@ class RedisStore(Store):
             ran = await self._attempts(scripts.FENCE, keys, [self._options.fence_ttl_s])
         except _Exhausted as failed:
             raise StoreUnavailable(
-                f"{self._safe_url}: cannot tell whether write landed: {failed.last}"
+                f"{self._safe_url}: cannot tell whether write landed: {failed.reason}"
             ) from failed.last
         if not int(ran.result):
             return False
@@ -436,7 +443,7 @@ class RedisStore(Store):
             ran = await self._attempts(scripts.INCREMENT, keys, [by, self._options.op_marker_ttl_s])
         except _Exhausted as failed:
             raise StoreUnavailable(
-                f"{self._safe_url}: increment failed: {failed.last}"
+                f"{self._safe_url}: increment failed: {failed.reason}"
             ) from failed.last
         if not ran.replicated:
             raise StoreUnavailable(f"{self._safe_url}: increment {self._short_of_replicas(ran)}")
@@ -520,7 +527,8 @@ class RedisStore(Store):
                     await conn.disconnect()
                     await conn.connect()
                 await conn.check_health()
-                wanted = await self._wait_target(conn)
+                # an ASK target is not the slot's master (yet): nothing to confirm there
+                wanted = await self._wait_target(conn, confirm=not asking)
             except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
                 with contextlib.suppress(Exception):
                     await conn.disconnect()
@@ -604,25 +612,36 @@ class RedisStore(Store):
         script_reply = replies[1 if asking else 0]
         return script_reply, int(replies[-1]) if wanted else 0
 
-    async def _wait_target(self, conn: Any) -> int:
+    async def _wait_target(self, conn: Any, *, confirm: bool = True) -> int:
         """Replicas the next batch on ``conn`` must reach (``RedisOptions.wait_replicas``;
-        auto: one if the master had a connected replica when we last looked)."""
-        wanted = self._options.wait_replicas
-        if wanted != WAIT_AUTO:
-            return wanted
+        auto: one if the master had a connected replica when we last looked).
+
+        Every ``replica_check_interval_s`` per server, whenever the master changes and after
+        a WAIT fell short, the store also asks the deployment whether this server is still
+        its master: a demoted or partitioned old master accepts writes until it is told, so
+        a stale one raises _NotSent (nothing sent) and the next attempt finds the new one."""
         address = _address(conn)
         known = self._replicas.get(address)
         now = time.monotonic()
         if known is not None and now - known[1] < self._options.replica_check_interval_s:
             return known[0]
-        await conn.send_command("INFO", "replication", check_health=False)
-        try:
-            info = await conn.read_response()
-        except redis_errors.ResponseError:
-            info = b""  # INFO renamed away (managed Redis): cannot tell, do not wait
-        wanted = 1 if _connected_replicas(info) > 0 else 0
-        if known is None or known[0] != wanted:
-            log.info("redis_wait_replicas", master=str(address), wait_for=wanted)
+        topology = self._topology
+        if confirm and topology is not None and not await topology.is_master(address):
+            log.warning("redis_master_moved", stale=_shown(address))
+            self._replicas.pop(address, None)
+            await conn.disconnect()
+            await topology.lost()
+            raise _NotSent() from StoreUnavailable(f"{_shown(address)} is no longer the master")
+        wanted = self._options.wait_replicas
+        if wanted == WAIT_AUTO:
+            await conn.send_command("INFO", "replication", check_health=False)
+            try:
+                info = await conn.read_response()
+            except redis_errors.ResponseError:
+                info = b""  # INFO renamed away (managed Redis): cannot tell, do not wait
+            wanted = 1 if _connected_replicas(info) > 0 else 0
+            if known is None or known[0] != wanted:
+                log.info("redis_wait_replicas", master=_shown(address), wait_for=wanted)
         self._replicas[address] = (wanted, now)
         return wanted
 
@@ -645,6 +664,12 @@ def _address(conn: Any) -> object:
     """Which server a connection reaches (host and port, or a Unix socket path)."""
     path = getattr(conn, "path", None)
     return path if path else (getattr(conn, "host", None), getattr(conn, "port", None))
+
+
+def _shown(address: object) -> str:
+    if isinstance(address, tuple):
+        return f"{address[0]}:{address[1]}"
+    return str(address)
 
 
 def _connected_replicas(info: Any) -> int:

@@ -98,6 +98,12 @@ class Cluster(Topology):
     async def lost(self) -> None:
         await self._locate(exclude=self._master)
 
+    async def is_master(self, address: object) -> bool:
+        # the others first: a partitioned old master still names itself
+        if not await self._locate(exclude=self._master):
+            return True
+        return address == self._master
+
     async def _locate(self, *, exclude: Address | None) -> bool:
         """Ask known nodes (``exclude`` last) who serves our slot; True once found."""
         order = [a for a in self._known if a != exclude] + ([exclude] if exclude else [])

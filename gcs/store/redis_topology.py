@@ -33,8 +33,13 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection
-from redis.backoff import ExponentialBackoff
+from redis.asyncio.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+)
+from redis.backoff import ExponentialBackoff, NoBackoff
 
 from gcs.store.redis_options import RedisOptions
 
@@ -86,6 +91,12 @@ class Topology(abc.ABC):
         """The master stopped answering: look again where it is (best effort, no raise)."""
         return None
 
+    async def is_master(self, address: object) -> bool:
+        """Whether the server at ``address`` (host, port) is still the master as the
+        deployment sees it (a demoted or partitioned old master keeps accepting writes until
+        it is told; the store asks now and then).  True when nobody can say otherwise."""
+        return True
+
     @abc.abstractmethod
     async def aclose(self) -> None: ...
 
@@ -127,6 +138,44 @@ class _MasterSSLConnection(_MasterConnection, SSLConnection):
     pass
 
 
+class _MasterPool(SentinelConnectionPool):
+    """Drops a connection handed back while the sentinels name another master, so no
+    command goes to an old master once anyone here noticed the move."""
+
+    async def release(self, connection: Connection) -> None:  # type: ignore[override]
+        stale = self.master_address is not None and self.master_address != (
+            connection.host,
+            connection.port,
+        )
+        if stale:
+            await connection.disconnect()
+        await super().release(connection)
+
+
+class _Sentinel(Sentinel):
+    """``discover_master`` that moves on past any failing sentinel (a wrong password is a
+    failure too) and names each failure in one short line."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        failures: list[str] = []
+        for index, sentinel in enumerate(self.sentinels):
+            kwargs = sentinel.connection_pool.connection_kwargs
+            where = f"{kwargs.get('host')}:{kwargs.get('port')}"
+            try:
+                masters = await sentinel.sentinel_masters()
+            except (redis_errors.RedisError, OSError) as err:
+                failures.append(f"{where}: {type(err).__name__}: {err}")
+                continue
+            state = masters.get(service_name)
+            if state and self.check_master_state(state, service_name):
+                self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]
+                return str(state["ip"]), int(state["port"])
+            failures.append(f"{where}: no healthy master {service_name!r}")
+        raise MasterNotFoundError(
+            f"no sentinel names a master {service_name!r} ({'; '.join(failures)})"
+        )
+
+
 class Sentinels(Topology):
     """A master monitored by Redis Sentinel: every new connection asks the sentinels for its
     address (``redis.asyncio.sentinel``), so after a failover the next connection reaches the
@@ -146,9 +195,10 @@ class Sentinels(Topology):
     ) -> None:
         self.sentinels = sentinels
         self.service = service
-        self._sentinel = Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs)
+        self._sentinel = _Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs)
         self._client: Redis = self._sentinel.master_for(
             service,
+            connection_pool_class=_MasterPool,
             connection_class=_MasterSSLConnection if ssl else _MasterConnection,
             db=db,
             **master_kwargs,
@@ -157,6 +207,22 @@ class Sentinels(Topology):
     @property
     def client(self) -> Redis:
         return self._client
+
+    async def lost(self) -> None:
+        # Ask the sentinels now: when the master moved, the pool drops its idle connections
+        # to the old one (new connections ask on their own).
+        pool = self._client.connection_pool
+        assert isinstance(pool, SentinelConnectionPool)
+        with contextlib.suppress(redis_errors.RedisError, OSError):
+            await pool.get_master_address()
+
+    async def is_master(self, address: object) -> bool:
+        try:
+            host, port = await self._sentinel.discover_master(self.service)
+        except (redis_errors.RedisError, OSError) as err:
+            log.warning("redis_sentinels_silent", master_name=self.service, error=str(err))
+            return True  # no sentinel answers: none can have promoted another node either
+        return address == (host, port)
 
     async def aclose(self) -> None:
         with contextlib.suppress(redis_errors.RedisError, OSError):
@@ -353,6 +419,8 @@ def _sentinels(
     sentinel_kwargs = {
         "socket_timeout": options.socket_timeout_s,
         "socket_connect_timeout": options.connect_timeout_s,
+        # one try per sentinel per look-up: the list is the redundancy, the store retries
+        "retry": Retry(NoBackoff(), 0),
         **creds,
     }
     if ssl:

@@ -40,6 +40,7 @@ __all__ = [
     "free_port",
     "postgres_server",
     "redis_cluster",
+    "redis_info",
     "redis_sentinels",
     "redis_server",
 ]
@@ -214,8 +215,18 @@ class RedisServer:
             host=_HOST, port=self.port, password=self.password or None, socket_timeout=10
         )
 
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its sockets but answers nothing until :meth:`resume`."""
+        assert self._proc is not None, "not running"
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGCONT)
+
     def stop(self, *, kill: bool = False) -> None:
         """Stop the server (SIGTERM; ``kill=True``: SIGKILL).  Data stays for ``start()``."""
+        self.resume()  # a paused server would not act on SIGTERM
         _stop_process(self._proc, signal.SIGKILL if kill else signal.SIGTERM, 10.0)
         self._proc = None
 
@@ -262,7 +273,8 @@ class RedisSentinels:
     Sentinel timings are short so a failover takes about a second or two:
     ``down_after_ms`` until a sentinel suspects the master, then a vote, then promotion.
     ``start()`` returns once the replicas are in sync and every sentinel knows the others
-    (a failover needs a quorum of them).  Every process is stopped by :meth:`cleanup`.
+    (a failover needs a quorum of them).  ``sentinels=0``: a master and its replicas only.
+    Every process is stopped by :meth:`cleanup`.
     """
 
     replicas: int = 1
@@ -306,7 +318,9 @@ class RedisSentinels:
                 self.nodes.append(replica)
             for replica in self.nodes[1:]:
                 _wait_for(
-                    lambda r=replica: _info(r, "replication").get("master_link_status") == "up",
+                    lambda r=replica: (
+                        redis_info(r, "replication").get("master_link_status") == "up"
+                    ),
                     timeout_s=self.startup_timeout_s,
                     what="replica sync",
                 )
@@ -372,6 +386,14 @@ class RedisSentinels:
 
         return redis.Redis(host=_HOST, port=port, password=self.password or None, socket_timeout=5)
 
+    def sentinel_client(self, index: int) -> Any:
+        """A synchronous redis-py client of one sentinel."""
+        return self._sentinel_client(self.sentinel_ports[index])
+
+    def stop_sentinel(self, index: int) -> None:
+        """Stop one sentinel (its port stays in :attr:`url`: a dead entry of the list)."""
+        _stop_process(self._procs[index], signal.SIGKILL, 10.0)
+
     def _sentinel_answers(self, port: int) -> bool:
         with contextlib.suppress(Exception), self._sentinel_client(port) as client:
             return bool(client.ping())
@@ -408,7 +430,7 @@ class RedisSentinels:
             if port == old.port:
                 return False
             node = next(n for n in self.nodes if n.port == port)
-            return _info(node, "replication").get("role") == "master"
+            return redis_info(node, "replication").get("role") == "master"
 
         _wait_for(promoted, timeout_s=timeout_s, what="sentinel failover")
         return self.master()
@@ -484,7 +506,7 @@ class RedisCluster:
         for node in self.nodes:
             if not node.running:
                 continue
-            info = _info(node, "cluster", command="CLUSTER INFO")
+            info = redis_info(node, "cluster", command="CLUSTER INFO")
             if info.get("cluster_state") != "ok":
                 return False
         return True
@@ -508,6 +530,31 @@ class RedisCluster:
     def node_id(self, node: RedisServer) -> str:
         with node.client() as client:
             return str(client.execute_command("CLUSTER", "MYID").decode())
+
+    def start_migration(self, slot: int, target: RedisServer) -> RedisServer:
+        """Mark ``slot`` as moving from its master to ``target`` (IMPORTING / MIGRATING) and
+        move every key; the source still owns the slot (it answers ASK).  Returns it."""
+        source = self.master_of(slot)
+        source_id, target_id = self.node_id(source), self.node_id(target)
+        with target.client() as client:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        with source.client() as client:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            while keys := client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                client.execute_command("MIGRATE", _HOST, target.port, "", 0, 5000, "KEYS", *keys)
+        return source
+
+    def finish_migration(self, slot: int, target: RedisServer) -> None:
+        """Give ``slot`` to ``target`` on every master (the source now answers MOVED)."""
+        target_id = self.node_id(target)
+        masters = [
+            n
+            for n in self.nodes
+            if n.running and redis_info(n, "replication").get("role") == "master"
+        ]
+        for node in sorted(masters, key=lambda n: n is not target):  # the target first
+            with node.client() as client:
+                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
     def wait_for_new_master(
         self, slot: int, old: RedisServer, *, timeout_s: float = 60.0
@@ -539,8 +586,9 @@ def _decoded(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _info(node: RedisServer, section: str, *, command: str = "") -> dict[str, str]:
-    """``INFO <section>`` (or another command with the same ``key:value`` lines) as text."""
+def redis_info(node: RedisServer, section: str, *, command: str = "") -> dict[str, str]:
+    """``INFO <section>`` of a private server (or another command answering the same
+    ``key:value`` lines, such as ``CLUSTER INFO``) as a dict of strings."""
     with node.client() as client:
         raw = client.execute_command(*(command or f"INFO {section}").split())
     if isinstance(raw, dict):  # redis-py parses INFO itself
