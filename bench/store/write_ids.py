@@ -24,8 +24,7 @@ from collections.abc import Awaitable, Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from gcs.store import WriteBatch
-from gcs.store import redis as redis_module
+from gcs.store import WriteBatch, redis_scripts
 from gcs.store.redis import RedisStore
 from gcs.store.sql import SqlStore
 from gcs.testing.servers import redis_server
@@ -114,11 +113,11 @@ async def main(args: argparse.Namespace) -> None:
     with redis_server() as server:
         rstore = RedisStore(server.url, namespace="bench")
         await rstore.open()
-        assert rstore._client is not None
-        script = rstore._client.register_script(redis_module._BATCH_SCRIPT)
+        assert rstore.topology is not None
+        script = rstore.topology.client.register_script(redis_scripts.BATCH)
 
         async def redis_base(batch: WriteBatch) -> None:
-            args_: list[object] = [300, 0, len(batch.puts), 0]
+            args_: list[object] = [300, 0, 0, len(batch.puts), 0]
             for _table, key, value in batch.puts:
                 args_ += [2, key, value]
             await script(keys=[rstore._write_marker(batch.write_id), b"RAYbench@NODE"], args=args_)

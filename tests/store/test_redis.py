@@ -184,3 +184,26 @@ class TestErrorMessages:
             await store.open()
         assert "s3cret" not in str(info.value)
         assert f"redis://user:***@127.0.0.1:{port}/0" in str(info.value)
+
+
+class TestRefusedReplies:
+    """Replies of a command Redis did not run mean "nothing written", not a script bug."""
+
+    async def test_a_write_to_a_demoted_master_is_unavailable(self) -> None:
+        """The server became a replica (as an old master does after a failover): its
+        READONLY reply is StoreUnavailable (definite), with the code named; reads still work."""
+        master = RedisServer().start()
+        other = RedisServer().start()
+        try:
+            options = RedisOptions(retries=1, backoff_base_s=0.01)
+            async with RedisStore(other.url, namespace="ro", options=options) as store:
+                await store.put("KV", b"k", b"v")
+                with other.client() as raw:
+                    raw.execute_command("REPLICAOF", "127.0.0.1", master.port)
+                with pytest.raises(StoreUnavailable, match="READONLY"):
+                    await store.write(WriteBatch().put("KV", b"k2", b"v"))
+                with pytest.raises(StoreUnavailable, match="READONLY"):
+                    await store.increment("c")
+        finally:
+            master.cleanup()
+            other.cleanup()
