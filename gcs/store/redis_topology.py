@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 import structlog
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
-from redis.asyncio.connection import Connection, SSLConnection, parse_url
+from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection, parse_url
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (
     MasterNotFoundError,
@@ -373,11 +373,9 @@ async def connect(url: str, options: RedisOptions) -> Topology:
 def _probe_client(
     url_kwargs: dict[str, Any], creds: dict[str, Any], options: RedisOptions
 ) -> Redis:
-    """One connection to the URL's address on database 0 (a sentinel refuses SELECT)."""
+    """A client of the URL's address on database 0 (a sentinel refuses SELECT)."""
     kwargs = {k: v for k, v in url_kwargs.items() if k != "db"}
-    return Redis(
-        **{**connection_kwargs(options), **kwargs, **creds, "single_connection_client": True}
-    )
+    return Redis.from_pool(ConnectionPool(**{**connection_kwargs(options), **kwargs, **creds}))
 
 
 async def _redis_mode(client: Redis) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import socket
 import time
 import uuid
@@ -207,3 +208,20 @@ class TestRefusedReplies:
         finally:
             master.cleanup()
             other.cleanup()
+
+
+class TestUnixSocket:
+    async def test_a_unix_socket_url_is_probed_and_served(self, tmp_path: pathlib.Path) -> None:
+        """unix:///path?db=N: the probe (database 0) and the store (database N) both use
+        the socket."""
+        sock = tmp_path / "redis.sock"
+        server = RedisServer(extra_args=("--unixsocket", str(sock))).start()
+        try:
+            async with RedisStore(f"unix://{sock}?db=2", namespace="u") as store:
+                await store.put("KV", b"k", b"v")
+                assert await store.get("KV", b"k") == b"v"
+            with server.client() as raw:
+                raw.select(2)
+                assert raw.hget("RAYu@KV", b"k") == b"v"
+        finally:
+            server.cleanup()
