@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import sys
@@ -30,10 +31,11 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from gcs.managers.kv import KvManager, encode_key
-from gcs.store import StoreOutcomeUnknown, StoreUnavailable, WriteBatch
+from bench.store.load import Figures, write_load
+from gcs.managers.kv import KvManager
+from gcs.store import StoreUnavailable, WriteBatch
 from gcs.store.redis import RedisOptions, RedisStore
-from gcs.testing.linearizability import History, Workload, check
+from gcs.testing.linearizability import AckedWrites, History, Workload, check
 from gcs.testing.servers import RedisSentinels
 
 VALUE = b"x" * 200
@@ -44,28 +46,6 @@ def _batch(seq: int) -> WriteBatch:
     for j in range(10):
         batch.put("NODE", f"{uuid.uuid4().hex}-{seq}-{j}".encode(), VALUE)
     return batch
-
-
-async def _round(store: RedisStore, seconds: float) -> tuple[float, float, float]:
-    latencies: list[float] = []
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        started = time.perf_counter()
-        await store.write(_batch(len(latencies)))
-        latencies.append(time.perf_counter() - started)
-    done = 0
-    deadline = time.perf_counter() + seconds
-
-    async def writer() -> None:
-        nonlocal done
-        while time.perf_counter() < deadline:
-            await store.write(_batch(done))
-            done += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(writer() for _ in range(8)))
-    cuts = statistics.quantiles(latencies, n=100)
-    return cuts[49], cuts[98], done / (time.perf_counter() - started)
 
 
 async def wait_cost(args: argparse.Namespace) -> None:
@@ -79,16 +59,20 @@ async def wait_cost(args: argparse.Namespace) -> None:
         }
         for store in stores.values():
             await store.open()
-        figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in stores}
+        figures: dict[str, list[Figures]] = {name: [] for name in stores}
         for _ in range(args.rounds):
             for name, store in stores.items():
-                figures[name].append(await _round(store, args.seconds))
+                figures[name].append(await write_load(store.write, _batch, args.seconds))
         for store in stores.values():
             await store.close()
     finally:
         deployment.cleanup()
     medians = {
-        name: tuple(statistics.median(f[i] for f in rounds) for i in range(3))
+        name: (
+            statistics.median(f.p50_s for f in rounds),
+            statistics.median(f.p99_s for f in rounds),
+            statistics.median(f.rate_per_s for f in rounds),
+        )
         for name, rounds in figures.items()
     }
     for name, (p50, p99, rate) in medians.items():
@@ -134,8 +118,7 @@ async def failover_round(args: argparse.Namespace, round_: int) -> dict[str, flo
     await store.open()
     kv = KvManager(store)
     old = deployment.master()
-    acked: dict[bytes, bytes] = {}
-    answers = {"acknowledged": 0, "unavailable": 0, "unknown": 0}
+    writes = AckedWrites(kv, failed_if=lambda e: isinstance(e, StoreUnavailable))
     killed_at: float | None = None
     first_ack_after: float | None = None
     stop_at: float | None = None
@@ -147,23 +130,14 @@ async def failover_round(args: argparse.Namespace, round_: int) -> dict[str, flo
 
     async def writer(worker: int) -> None:
         nonlocal first_ack_after, stop_at
-        for i in range(10**9):
+        for i in itertools.count():
             if stop():
                 return
-            key, value = f"{worker}-{i}".encode(), b"v%d" % i
             started = time.monotonic()
-            try:
-                await kv.put(b"u", key, value, overwrite=False)
-            except StoreUnavailable:
-                answers["unavailable"] += 1 if killed_at else 0
+            if not await writes.write(worker * 10**9 + i):
                 continue
-            except StoreOutcomeUnknown:
-                answers["unknown"] += 1 if killed_at else 0
-                continue
-            acked[key] = value
-            if len(acked) >= 200:
+            if len(writes.acked) >= 200:
                 warmed_up.set()
-            answers["acknowledged"] += 1 if killed_at else 0
             if killed_at is not None and started > killed_at and first_ack_after is None:
                 first_ack_after = time.monotonic()
                 stop_at = first_ack_after + 1.0
@@ -190,8 +164,7 @@ async def failover_round(args: argparse.Namespace, round_: int) -> dict[str, flo
         watch.close()
         new = deployment.master()
         with new.client() as raw:
-            stored = raw.hgetall(store._hash("KV"))
-        lost = sum(1 for k, v in acked.items() if stored.get(encode_key(b"u", k)) != v)
+            lost = len(writes.lost(raw.hgetall(store._hash("KV"))))
     finally:
         await store.close()
         deployment.cleanup()
@@ -200,8 +173,8 @@ async def failover_round(args: argparse.Namespace, round_: int) -> dict[str, flo
     verdict = check(history.operations)
     print(
         f"  round {round_}: sentinel failover {failover:5.2f} s, writes resumed {resumed:5.2f} s "
-        f"(+{resumed - failover:4.2f} s), acked {len(acked)}, lost {lost}; after the kill "
-        f"{answers['unavailable']} nothing-written, {answers['unknown']} may-have-been-applied; "
+        f"(+{resumed - failover:4.2f} s), acked {len(writes.acked)}, lost {lost}; "
+        f"{writes.refused} nothing-written, {writes.unknown} may-have-been-applied; "
         f"KV history ({len(history.operations)} ops) "
         f"{'linearizable' if verdict.ok else 'NOT LINEARIZABLE'}"
     )

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 __all__ = [
+    "AckedWrites",
     "CheckResult",
     "History",
     "KeyViolation",
@@ -228,6 +229,44 @@ class Workload:
         for index in range(self.keys):
             key = f"k{index}".encode()
             await history.run(-1, key, Kind.GET, kv.get(self.namespace, key), failed_if=failed_if)
+
+
+@dataclass
+class AckedWrites:
+    """Keys only this writer creates (InternalKV put-if-absent, ``u<n>`` = ``v<n>``), and
+    which of them were acknowledged: after a failover every acknowledged one must be there."""
+
+    kv: KvClient
+    namespace: bytes = b"acked"
+    failed_if: Callable[[BaseException], bool] = lambda _: False
+    acked: dict[bytes, bytes] = field(default_factory=dict)
+    refused: int = 0
+    """Writes answered "nothing was written"."""
+    unknown: int = 0
+    """Writes answered "may have been applied" (or any other error)."""
+
+    async def write(self, n: int) -> bool:
+        """Create key ``u<n>``; True when acknowledged.  Errors are counted, not raised."""
+        key, value = b"u%d" % n, b"v%d" % n
+        try:
+            await self.kv.put(self.namespace, key, value, overwrite=False)
+        except Exception as err:
+            if self.failed_if(err):
+                self.refused += 1
+            else:
+                self.unknown += 1
+            return False
+        self.acked[key] = value
+        return True
+
+    def lost(self, stored: dict[bytes, bytes]) -> list[bytes]:
+        """Acknowledged keys missing from ``stored``: the KV table's raw fields (as a
+        Redis hash of the store holds them) -> values."""
+        from gcs.managers.kv import encode_key
+
+        return sorted(
+            k for k, v in self.acked.items() if stored.get(encode_key(self.namespace, k)) != v
+        )
 
 
 # -- checking ------------------------------------------------------------------------------------

@@ -30,7 +30,14 @@ from gcs.store.base import Store
 from gcs.store.memory import MemoryStore
 from gcs.store.redis import RedisOptions, RedisStore
 from gcs.store.sql import SqlOptions, SqlStore
-from gcs.testing.servers import PostgresServer, RedisCluster, RedisSentinels, RedisServer
+from gcs.testing.servers import (
+    PostgresServer,
+    RedisCluster,
+    RedisSentinels,
+    RedisServer,
+    redis_cluster,
+    redis_sentinels,
+)
 
 ALL_BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
 DURABLE_BACKENDS = ("sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
@@ -46,16 +53,14 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def sentinel_deployment() -> Iterator[RedisSentinels]:
-    deployment = RedisSentinels().start()
-    yield deployment
-    deployment.cleanup()
+    with redis_sentinels() as deployment:
+        yield deployment
 
 
 @pytest.fixture(scope="session")
 def cluster_deployment() -> Iterator[RedisCluster]:
-    deployment = RedisCluster().start()
-    yield deployment
-    deployment.cleanup()
+    with redis_cluster() as deployment:
+        yield deployment
 
 
 @dataclass

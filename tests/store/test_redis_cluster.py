@@ -4,6 +4,7 @@ contract suite runs on a cluster too: the ``redis_cluster`` backend in conftest.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 
@@ -11,13 +12,14 @@ import grpc
 import pytest
 from redis.crc import key_slot
 
-from gcs.managers.kv import KvManager, encode_key
+from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
-from gcs.store import StoreOutcomeUnknown, StoreUnavailable
+from gcs.store import StoreUnavailable
 from gcs.store.redis import RedisOptions, RedisStore
 from gcs.store.redis_cluster import Cluster, tagged_prefix
-from gcs.testing.servers import RedisCluster, RedisServer, redis_info
+from gcs.testing.linearizability import AckedWrites
+from gcs.testing.servers import RedisCluster, RedisServer, redis_cluster, redis_info
 from tests.conftest import Stubs, fast_config
 
 
@@ -98,11 +100,8 @@ def _is_master(node: RedisServer) -> bool:
 @pytest.fixture
 def own_cluster() -> Iterator[RedisCluster]:
     """A cluster of its own (the test kills a master)."""
-    deployment = RedisCluster().start()
-    try:
+    with redis_cluster() as deployment:
         yield deployment
-    finally:
-        deployment.cleanup()
 
 
 class TestFailover:
@@ -114,30 +113,22 @@ class TestFailover:
         acknowledged write is on the new master."""
         options = RedisOptions(socket_timeout_s=2.0, connect_timeout_s=1.0, wait_timeout_ms=5_000)
         async with RedisStore(own_cluster.url, namespace=_namespace(), options=options) as store:
-            kv = KvManager(store)
+            writes = AckedWrites(KvManager(store))
             slot = _cluster_of(store).slot
             old = own_cluster.master_of(slot)
-            acked: dict[bytes, bytes] = {}
-            unsure = after = 0
-            for i in range(1_000_000):
+            before = 0
+            for i in itertools.count():
                 if i == 100:
                     old.stop(kill=True)
-                if i > 100 and after >= 100:
+                    before = len(writes.acked)
+                if i > 100 and len(writes.acked) >= before + 100:
                     break
-                key, value = b"u%d" % i, b"v%d" % i
-                try:
-                    await kv.put(b"u", key, value, overwrite=False)
-                except (StoreUnavailable, StoreOutcomeUnknown):
-                    unsure += 1
-                    continue
-                acked[key] = value
-                after += i > 100
+                await writes.write(i)
             new = own_cluster.master_of(slot)
             assert new.port != old.port and _cluster_of(store).master == new.address
             with new.client() as raw:
-                stored = raw.hgetall(store._hash("KV"))
-        lost = [k for k, v in acked.items() if stored.get(encode_key(b"u", k)) != v]
-        assert not lost, f"{len(lost)} acknowledged writes lost ({unsure} not acknowledged)"
+                lost = writes.lost(raw.hgetall(store._hash("KV")))
+        assert not lost, f"{len(lost)} acknowledged writes lost ({writes.unknown} not acknowledged)"
 
 
 class TestServing:

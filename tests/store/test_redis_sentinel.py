@@ -6,19 +6,21 @@ linearizable."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections.abc import Iterator
 
 import grpc
 import pytest
 
-from gcs.managers.kv import KvManager, encode_key
+from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
-from gcs.store import StoreError, StoreOutcomeUnknown, StoreUnavailable
+from gcs.store import StoreError, StoreUnavailable
 from gcs.store.redis import RedisOptions, RedisStore
 from gcs.store.redis_topology import TopologyError, parse_sentinel_url
 from gcs.testing.linearizability import (
+    AckedWrites,
     History,
     Workload,
     check,
@@ -26,18 +28,15 @@ from gcs.testing.linearizability import (
     inject_second_winner,
     inject_stale_read,
 )
-from gcs.testing.servers import RedisSentinels
+from gcs.testing.servers import RedisSentinels, redis_sentinels
 from tests.conftest import Stubs, fast_config
 
 
 @pytest.fixture
 def sentinels() -> Iterator[RedisSentinels]:
     """A deployment of its own (tests here kill or demote its master)."""
-    deployment = RedisSentinels().start()
-    try:
+    with redis_sentinels() as deployment:
         yield deployment
-    finally:
-        deployment.cleanup()
 
 
 def _namespace() -> str:
@@ -169,19 +168,13 @@ class TestFailover:
                 killed_at = history.now()
             return killed_at is not None and _completed_after(history, killed_at) >= 300
 
-        acked: dict[bytes, bytes] = {}
-        errors: dict[str, int] = {}
+        writes = AckedWrites(kv, failed_if=lambda e: isinstance(e, StoreUnavailable))
 
         async def unique_writer() -> None:
-            for i in range(1_000_000):
+            for i in itertools.count():
                 if stop():
                     return
-                key, value = f"u{i}".encode(), f"v{i}".encode()
-                try:
-                    if await kv.put(b"unique", key, value, overwrite=False):
-                        acked[key] = value
-                except (StoreUnavailable, StoreOutcomeUnknown) as err:
-                    errors[type(err).__name__] = errors.get(type(err).__name__, 0) + 1
+                await writes.write(i)
 
         workload = Workload(clients=8, keys=6, delete_keys=2, seed=7)
         try:
@@ -195,10 +188,9 @@ class TestFailover:
             new = sentinels.master()
             assert new.port != old.port
             with new.client() as raw:
-                stored = raw.hgetall(store._hash("KV"))
-            lost = {k for k, v in acked.items() if stored.get(encode_key(b"unique", k)) != v}
-            assert not lost, f"{len(lost)} acknowledged writes lost: {sorted(lost)[:5]}"
-            assert len(acked) > 50
+                lost = writes.lost(raw.hgetall(store._hash("KV")))
+            assert not lost, f"{len(lost)} acknowledged writes lost: {lost[:5]}"
+            assert len(writes.acked) > 50
         finally:
             await store.close()
         ops = history.operations
@@ -217,32 +209,21 @@ class TestFailover:
         store asks the sentinels, finds the new master and carries on there."""
         options = RedisOptions(wait_timeout_ms=500)
         async with RedisStore(sentinels.url, namespace=_namespace(), options=options) as store:
-            kv = KvManager(store)
+            writes = AckedWrites(KvManager(store))
             old = sentinels.master()
-            acked: dict[bytes, bytes] = {}
-            switched_at: int | None = None
-            unsure = 0
-            for i in range(1_000_000):
-                if switched_at is None and len(acked) == 30:
+            for i in itertools.count():
+                if i == 30:  # a writer that has been running a while
                     with sentinels.sentinel_client(0) as client:
                         client.execute_command("SENTINEL FAILOVER", sentinels.master_name)
                     await asyncio.to_thread(sentinels.wait_for_new_master, old)
-                    switched_at = i
-                if switched_at is not None and len(acked) >= 60:
+                if len(writes.acked) >= 60:
                     break
-                key, value = b"u%d" % i, b"v%d" % i
-                try:
-                    await kv.put(b"u", key, value, overwrite=False)
-                except (StoreUnavailable, StoreOutcomeUnknown):
-                    unsure += 1
-                    continue
-                acked[key] = value
+                await writes.write(i)
             new = sentinels.master()
             assert new.port != old.port
             with new.client() as raw:
-                stored = raw.hgetall(store._hash("KV"))
-        lost = [k for k, v in acked.items() if stored.get(encode_key(b"u", k)) != v]
-        assert not lost, f"{len(lost)} acknowledged writes lost ({unsure} were not acknowledged)"
+                lost = writes.lost(raw.hgetall(store._hash("KV")))
+        assert not lost, f"{len(lost)} acknowledged writes lost ({writes.unknown} not acknowledged)"
 
 
 def _completed_after(history: History, tick: int) -> int:

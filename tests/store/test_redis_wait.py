@@ -11,7 +11,7 @@ import pytest
 
 from gcs.store import StoreOutcomeUnknown, StoreUnavailable, WriteBatch, write_definite
 from gcs.store.redis import RedisOptions, RedisStore
-from gcs.testing.servers import RedisSentinels, RedisServer, redis_info
+from gcs.testing.servers import RedisSentinels, RedisServer, redis_info, redis_sentinels
 from tests.conftest import eventually
 
 
@@ -25,11 +25,8 @@ def _waits(node: RedisServer) -> int:
 @pytest.fixture
 def replicated() -> Iterator[RedisSentinels]:
     """A master with one replica in sync (no sentinels)."""
-    deployment = RedisSentinels(sentinels=0).start()
-    try:
+    with redis_sentinels(sentinels=0) as deployment:
         yield deployment
-    finally:
-        deployment.cleanup()
 
 
 async def _store(url: str, **options: object) -> RedisStore:
