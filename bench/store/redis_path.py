@@ -28,6 +28,8 @@ VALUE = b"x" * 200
 
 
 async def _measure(seconds: float) -> dict[str, float]:
+    # Self-contained on purpose (not bench/store/load.py): it runs inside the other
+    # checkout too, which may not have that module.
     from gcs.store import WriteBatch
     from gcs.store.redis import RedisStore
     from gcs.testing.servers import redis_server

@@ -386,6 +386,11 @@ class RedisSentinels:
 
         return redis.Redis(host=_HOST, port=port, password=self.password or None, socket_timeout=5)
 
+    def pids(self) -> list[int]:
+        """Every process this deployment started and still runs."""
+        procs = [*self._procs, *(n._proc for n in self.nodes if n._proc is not None)]
+        return [p.pid for p in procs if p.poll() is None]
+
     def sentinel_client(self, index: int) -> Any:
         """A synchronous redis-py client of one sentinel."""
         return self._sentinel_client(self.sentinel_ports[index])
@@ -501,6 +506,10 @@ class RedisCluster:
             self.cleanup()
             raise
         return self
+
+    def pids(self) -> list[int]:
+        """Every process this deployment started and still runs."""
+        return [n._proc.pid for n in self.nodes if n._proc is not None and n.running]
 
     def _healthy(self) -> bool:
         for node in self.nodes:
