@@ -493,14 +493,17 @@ class RedisCluster:
                 )  # fmt: skip
                 self.nodes.append(node.start())
             cli = find_binary("redis-cli", package="redis-tools")
-            subprocess.run(
+            created = subprocess.run(
                 [cli, "--cluster", "create",
                  *[f"{_HOST}:{n.port}" for n in self.nodes],
                  "--cluster-replicas", str(self.replicas_per_master), "--cluster-yes"],
-                check=True,
+                check=False,
                 capture_output=True,
                 timeout=self.startup_timeout_s,
             )  # fmt: skip
+            if created.returncode != 0:
+                tail = (created.stdout + created.stderr).decode(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-cli --cluster create failed:\n{tail}")
             _wait_for(self._healthy, timeout_s=self.startup_timeout_s, what="cluster_state:ok")
         except BaseException:
             self.cleanup()

@@ -51,15 +51,19 @@ def postgres_server() -> Iterator[PostgresServer]:
     server.cleanup()
 
 
+# Shared deployments never fail over on purpose: detection times long enough that a loaded
+# machine (an fsync stalling Redis) does not make one happen by accident mid-test.
+
+
 @pytest.fixture(scope="session")
 def sentinel_deployment() -> Iterator[RedisSentinels]:
-    with redis_sentinels() as deployment:
+    with redis_sentinels(down_after_ms=10_000, failover_timeout_ms=20_000) as deployment:
         yield deployment
 
 
 @pytest.fixture(scope="session")
 def cluster_deployment() -> Iterator[RedisCluster]:
-    with redis_cluster() as deployment:
+    with redis_cluster(node_timeout_ms=10_000) as deployment:
         yield deployment
 
 
