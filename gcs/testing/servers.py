@@ -483,12 +483,15 @@ class RedisCluster:
         try:
             total = self.masters * (1 + self.replicas_per_master)
             for _ in range(total):
+                # the bus port is a free port of its own (by default it is port + 10000,
+                # which nobody checked was free)
                 node = RedisServer(
                     appendfsync=self.appendfsync,
                     extra_args=(
                         "--cluster-enabled", "yes",
                         "--cluster-config-file", "nodes.conf",
                         "--cluster-node-timeout", str(self.node_timeout_ms),
+                        "--cluster-port", str(free_port()),
                     ),
                 )  # fmt: skip
                 self.nodes.append(node.start())
