@@ -70,8 +70,7 @@ import secrets
 import select
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import structlog
@@ -141,8 +140,7 @@ class _Exhausted(Exception):
         """The last failure, with the Redis error code redis-py strips (``TRYAGAIN ...``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Ran:
+class _Ran(NamedTuple):
     """A script's reply and how many replicas acknowledged it (of ``wanted``)."""
 
     result: Any
@@ -185,7 +183,8 @@ class RedisStore(Store):
         self._prefix = f"RAY{namespace}@".encode()
         self._topology: Topology | None = None
         self._replicas: dict[object, tuple[int, float]] = {}
-        """Auto WAIT: per master address, (replicas to wait for, when we looked)."""
+        """Per master address: (replicas to wait for, when we last looked at it)."""
+        self._check_interval_s = options.replica_check_interval_s
 
     @property
     def topology(self) -> Topology | None:
@@ -527,20 +526,36 @@ class RedisStore(Store):
                     await conn.disconnect()
                     await conn.connect()
                 await conn.check_health()
-                # an ASK target is not the slot's master (yet): nothing to confirm there
-                wanted = await self._wait_target(conn, confirm=not asking)
+                known = self._replicas.get(_address(conn))
+                if known is not None and time.monotonic() - known[1] < self._check_interval_s:
+                    wanted = known[0]
+                else:  # an ASK target is not the slot's master (yet): nothing to confirm
+                    wanted = await self._wait_target(conn, confirm=not asking)
             except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
                 with contextlib.suppress(Exception):
                     await conn.disconnect()
                 raise _NotSent() from err
             if record_flag_at is not None:
                 args[record_flag_at] = 1 if wanted else 0
-            try:
-                result, acked = await self._eval(conn, script, keys, args, asking, wanted)
-            except redis_errors.NoScriptError:
-                result, acked = await self._eval(
-                    conn, script, keys, args, asking, wanted, load=True
+            if wanted or asking:
+                try:
+                    result, acked = await self._eval(conn, script, keys, args, asking, wanted)
+                except redis_errors.NoScriptError:
+                    result, acked = await self._eval(
+                        conn, script, keys, args, asking, wanted, load=True
+                    )
+            else:  # the ordinary path: one command, as cheap as it was before WAIT
+                acked = 0
+                await conn.send_command(
+                    "EVALSHA", scripts.sha1(script), len(keys), *keys, *args, check_health=False
                 )
+                try:
+                    result = await conn.read_response()
+                except redis_errors.NoScriptError:
+                    await conn.send_command(
+                        "EVAL", script, len(keys), *keys, *args, check_health=False
+                    )
+                    result = await conn.read_response()
         except redis_errors.ResponseError as err:
             code = _reply_code(err)
             if isinstance(err, redis_errors.AskError):  # MOVED too: not run here
@@ -623,8 +638,6 @@ class RedisStore(Store):
         address = _address(conn)
         known = self._replicas.get(address)
         now = time.monotonic()
-        if known is not None and now - known[1] < self._options.replica_check_interval_s:
-            return known[0]
         topology = self._topology
         if confirm and topology is not None and not await topology.is_master(address):
             log.warning("redis_master_moved", stale=_shown(address))
