@@ -6,12 +6,14 @@ linearizable."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import uuid
 from collections.abc import Iterator
 
 import grpc
 import pytest
+from structlog.testing import capture_logs
 
 from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2 as G
@@ -255,5 +257,45 @@ class TestServing:
                     G.InternalKVGetRequest(namespace=b"n", key=b"k")
                 )
             assert reply.value == b"v"
+        finally:
+            await server.stop()
+
+    async def test_the_gcs_process_rides_a_failover(self, sentinels: RedisSentinels) -> None:
+        """kill -9 of the master under a GCS taking InternalKV writes: calls in the gap fail
+        as UNAVAILABLE, then the same server writes to the new master; no background loop
+        fails and the data written before is still there."""
+        options = dataclasses.replace(
+            fast_config().redis, wait_timeout_ms=5_000
+        )  # only bounds a hang
+        server = GcsServer(
+            fast_config(storage=sentinels.url, namespace=_namespace(), redis=options)
+        )
+        await server.start()
+        try:
+            assert server.meta is not None
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                stubs = Stubs(channel, server.meta.cluster_id)
+                put = G.InternalKVPutRequest(namespace=b"n", key=b"before", value=b"1")
+                await stubs.kv.InternalKVPut(put)
+                old = sentinels.master()
+                with capture_logs() as logs:
+                    old.stop(kill=True)
+                    unavailable = 0
+                    for i in itertools.count():
+                        request = G.InternalKVPutRequest(
+                            namespace=b"n", key=b"k%d" % i, value=b"v", overwrite=True
+                        )
+                        try:
+                            await stubs.kv.InternalKVPut(request)
+                            break
+                        except grpc.aio.AioRpcError as err:
+                            assert err.code() == grpc.StatusCode.UNAVAILABLE, err
+                            unavailable += 1
+                    reply = await stubs.kv.InternalKVGet(
+                        G.InternalKVGetRequest(namespace=b"n", key=b"before")
+                    )
+                assert reply.value == b"1"
+                assert sentinels.master().port != old.port
+                assert not [e for e in logs if e["event"] == "gcs.loop_failed"]
         finally:
             await server.stop()
