@@ -1,14 +1,16 @@
 """The ordinary single-Redis path: this checkout against another one, in the same run.
 
     python bench/store/redis_path.py --base /path/to/other/checkout [--rounds 5] [--seconds 1]
+        [--appendfsync always|no]
 
 e.g. ``git worktree add /tmp/base 40d8284 && (cd /tmp/base && python setup.py --protos-only)``.
 Each round measures both checkouts, alternating which goes first, each in a fresh process
-importing its own ``gcs`` against its own private redis-server (appendonly, appendfsync
-always, no replica): serial ``write`` of 10 puts x 200 B (p50 / p99), x8 concurrent
-batches/s, serial ``get`` p50, and process CPU per write (counts the driver too; the figure
-that survives a loaded machine).  Prints per-round figures, medians and ratios this/base,
-and the load average.  Only the public API both checkouts share is used.
+importing its own ``gcs`` against its own private redis-server (appendonly, no replica;
+appendfsync ``always`` by default, ``no`` takes the disk out of a noisy comparison):
+serial ``write`` of 10 puts x 200 B (p50 / p99), x8 concurrent batches/s, serial ``get``
+p50, and process CPU per write (counts the driver too; the figure that survives a loaded
+machine).  Prints per-round figures, medians and ratios this/base, and the load average.
+Only the public API both checkouts share is used.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ HERE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 VALUE = b"x" * 200
 
 
-async def _measure(seconds: float) -> dict[str, float]:
+async def _measure(seconds: float, appendfsync: str) -> dict[str, float]:
     # Self-contained on purpose (not bench/store/load.py): it runs inside the other
     # checkout too, which may not have that module.
     from gcs.store import WriteBatch
@@ -40,7 +42,7 @@ async def _measure(seconds: float) -> dict[str, float]:
             out.put("NODE", f"{seq}-{j}".encode(), VALUE)
         return out
 
-    with redis_server(appendfsync="always") as server:
+    with redis_server(appendfsync=appendfsync) as server:
         store = RedisStore(server.url, namespace="bench")
         await store.open()
         try:
@@ -84,10 +86,11 @@ async def _measure(seconds: float) -> dict[str, float]:
     }
 
 
-def _run(tree: str, seconds: float) -> dict[str, float]:
+def _run(tree: str, args: argparse.Namespace) -> dict[str, float]:
     env = {**os.environ, _TREE_ENV: tree, "PYTHONPATH": tree}
+    command = [sys.executable, __file__, "--measure", "--seconds", str(args.seconds)]
     out = subprocess.run(
-        [sys.executable, __file__, "--measure", "--seconds", str(seconds)],
+        [*command, "--appendfsync", args.appendfsync],
         env=env,
         cwd=tree,
         check=True,
@@ -103,7 +106,7 @@ def main(args: argparse.Namespace) -> None:
     for round_ in range(args.rounds):
         order = ["base", "this"] if round_ % 2 == 0 else ["this", "base"]
         for name in order:
-            figures[name].append(_run(trees[name], args.seconds))
+            figures[name].append(_run(trees[name], args))
             f = figures[name][-1]
             print(
                 f"round {round_} {name:4s} write p50 {f['write_p50_ms']:6.3f} ms p99 "
@@ -124,11 +127,12 @@ if __name__ == "__main__":
     parser.add_argument("--base", help="the other checkout (its protos built)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--appendfsync", choices=["always", "no"], default="always")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     parsed = parser.parse_args()
     if parsed.measure:
         sys.path.insert(0, os.environ.get(_TREE_ENV, HERE))
-        print(json.dumps(asyncio.run(_measure(parsed.seconds))))
+        print(json.dumps(asyncio.run(_measure(parsed.seconds, parsed.appendfsync))))
     elif not parsed.base:
         parser.error("--base is required")
     else:
