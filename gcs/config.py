@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from gcs.auth import AuthConfigError, parse_mode
+from gcs.store.redis_options import RedisOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,31 @@ class RayletIoConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """Redis storage (``storage: redis://...``, ``redis+sentinel://...``, a sentinel's or a
+    Redis Cluster node's address; ``gcs.store.redis``)."""
+
+    username: str = ""
+    """Redis ACL user (Ray's ``--redis_username``); a user in the storage URL wins."""
+    password: str = ""
+    """Redis password (Ray's ``--redis_password``), sent to sentinels too as Ray does; a
+    password in the storage URL wins."""
+    wait_replicas: int = -1
+    """Replicas that must have a write before it is acknowledged (Redis ``WAIT``): -1 = one
+    whenever the master has a connected replica, 0 = never wait, N = always N."""
+    wait_timeout_ms: int = 1000
+    """How long one ``WAIT`` may block; falling short answers "may have been applied"."""
+
+    def options(self) -> RedisOptions:
+        return RedisOptions(
+            username=self.username,
+            password=self.password,
+            wait_replicas=self.wait_replicas,
+            wait_timeout_ms=self.wait_timeout_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class GcsConfig:
     host: str = "127.0.0.1"
     """Bind address of the gRPC server and the metrics endpoint."""
@@ -185,6 +211,7 @@ class GcsConfig:
     """Interpreter with ``ray[default]`` 2.60 installed that runs the dashboard and the head
     raylet; empty = the one running the GCS."""
     health: HealthCheckConfig = field(default_factory=HealthCheckConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)
     load_poll: LoadPollConfig = field(default_factory=LoadPollConfig)
     raylet_io: RayletIoConfig = field(default_factory=RayletIoConfig)
     max_dead_nodes_cached: int = 1000
@@ -305,6 +332,10 @@ ENV_VARS: dict[str, str] = {
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
     "GCS_FRONT_SERVER": "front_server",
+    "GCS_REDIS_USERNAME": "redis.username",
+    "GCS_REDIS_PASSWORD": "redis.password",
+    "GCS_REDIS_WAIT_REPLICAS": "redis.wait_replicas",
+    "GCS_REDIS_WAIT_TIMEOUT_MS": "redis.wait_timeout_ms",
     **{f"GCS_{f.name.upper()}": f"limits.{f.name}" for f in fields(RequestLimits)},
 }
 TOKEN_ENV_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -334,6 +365,7 @@ _POSITIVE = (
     "front_max_concurrent_streams",
     "front_max_buffered_bytes",
     "task_events_max_num_task_in_gcs",
+    "redis.wait_timeout_ms",
 )
 """Periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
 _NON_NEGATIVE = (
@@ -555,6 +587,13 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         shlex.split(config.head_raylet_args)
     except ValueError as err:
         raise ConfigError(f"{where}.{_names('head_raylet_args')}: {err}") from None
+    if config.redis.wait_replicas < -1:
+        raise ConfigError(
+            f"{where}.{_names('redis.wait_replicas')}: must be -1 (one whenever the master has "
+            f"a replica), 0 (off) or a count, got {config.redis.wait_replicas}"
+        )
+    if config.redis.username and not config.redis.password:
+        raise ConfigError(f"{where}.{_names('redis.username')}: needs a password")
     if config.load_poll.slice_size < 1:
         raise ConfigError(f"{where}.load_poll.slice_size: must be >= 1")
     if not 0 <= config.load_poll.spread <= 1:

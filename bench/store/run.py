@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
+from bench.store.load import write_load
 from gcs.store import Store, WriteBatch
 from gcs.store.memory import MemoryStore
 from gcs.store.redis import RedisStore
@@ -46,34 +45,18 @@ async def _bench(name: str, make: Callable[[], Store], args: argparse.Namespace)
     store = make()
     await store.open()
     try:
-        latencies: list[float] = []
-        seq = 0
-        deadline = time.perf_counter() + args.seconds
-        while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            await store.write(_batch(seq, args.batch))
-            latencies.append(time.perf_counter() - started)
-            seq += 1
-        done = 0
-        deadline = time.perf_counter() + args.seconds
-
-        async def writer(worker: int) -> None:
-            nonlocal done
-            i = 0
-            while time.perf_counter() < deadline:
-                await store.write(_batch(1_000_000 * (worker + 1) + i, args.batch))
-                i += 1
-                done += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(writer(w) for w in range(args.concurrency)))
-        elapsed = time.perf_counter() - started
+        figures = await write_load(
+            store.write,
+            lambda seq: _batch(seq, args.batch),
+            args.seconds,
+            concurrency=args.concurrency,
+        )
     finally:
         await store.close()
-    cuts = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
     print(
-        f"{name:10s} serial n={len(latencies):6d} p50={cuts[49] * 1e3:7.3f} ms "
-        f"p99={cuts[98] * 1e3:7.3f} ms | x{args.concurrency} {done / elapsed:9.0f} batches/s"
+        f"{name:10s} serial p50={figures.p50_s * 1e3:7.3f} ms "
+        f"p99={figures.p99_s * 1e3:7.3f} ms | x{args.concurrency} "
+        f"{figures.rate_per_s:9.0f} batches/s"
     )
 
 

@@ -19,13 +19,12 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from gcs.store import WriteBatch
-from gcs.store import redis as redis_module
+from bench.store.load import write_load
+from gcs.store import WriteBatch, redis_scripts
 from gcs.store.redis import RedisStore
 from gcs.store.sql import SqlStore
 from gcs.testing.servers import redis_server
@@ -47,31 +46,8 @@ def _batch(seq: int) -> WriteBatch:
 
 
 async def _round(write: Write, seconds: float) -> tuple[float, float, float]:
-    cpu_started = time.process_time()
-    latencies: list[float] = []
-    seq = 0
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        started = time.perf_counter()
-        await write(_batch(seq))
-        latencies.append(time.perf_counter() - started)
-        seq += 1
-    done = 0
-    deadline = time.perf_counter() + seconds
-
-    async def writer(worker: int) -> None:
-        nonlocal done
-        i = 0
-        while time.perf_counter() < deadline:
-            await write(_batch(1_000_000 * (worker + 1) + i))
-            i += 1
-            done += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(writer(w) for w in range(8)))
-    rate = done / (time.perf_counter() - started)
-    cpu_per_batch = (time.process_time() - cpu_started) / (len(latencies) + done)
-    return statistics.median(latencies), rate, cpu_per_batch
+    figures = await write_load(write, _batch, seconds)
+    return figures.p50_s, figures.rate_per_s, figures.cpu_per_batch_s
 
 
 async def _ab(name: str, ids: Write, base: Write, args: argparse.Namespace) -> None:
@@ -114,11 +90,11 @@ async def main(args: argparse.Namespace) -> None:
     with redis_server() as server:
         rstore = RedisStore(server.url, namespace="bench")
         await rstore.open()
-        assert rstore._client is not None
-        script = rstore._client.register_script(redis_module._BATCH_SCRIPT)
+        assert rstore.topology is not None
+        script = rstore.topology.client.register_script(redis_scripts.BATCH)
 
         async def redis_base(batch: WriteBatch) -> None:
-            args_: list[object] = [300, 0, len(batch.puts), 0]
+            args_: list[object] = [300, 0, 0, len(batch.puts), 0]
             for _table, key, value in batch.puts:
                 args_ += [2, key, value]
             await script(keys=[rstore._write_marker(batch.write_id), b"RAYbench@NODE"], args=args_)

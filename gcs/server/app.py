@@ -188,7 +188,9 @@ class GcsServer:
                 await asyncio.to_thread(
                     pathlib.Path(self.config.data_dir).mkdir, parents=True, exist_ok=True
                 )
-            self._store = store_from_url(url, namespace=self.config.namespace)
+            self._store = store_from_url(
+                url, namespace=self.config.namespace, redis=self.config.redis.options()
+            )
         delay = 0.2
         for attempt in range(8):
             try:

@@ -64,6 +64,10 @@ class Condition:
 class WriteBatch:
     """Puts and deletes applied atomically, guarded by optional conditions.
 
+    Conditions are checked in order, all before any write, in the same atomic step: a
+    leader's lease-epoch guard (fencing) is a condition placed first
+    (``gcs.store.redis_scripts``).
+
     ``write_id`` (16 random bytes) names the batch so an ambiguous failure can be resolved
     with :meth:`Store.landed`.
     """

@@ -1,5 +1,9 @@
 """Redis backend over ``redis.asyncio``, laid out as Ray 2.60 lays out its GCS tables.
 
+Deployments (``gcs.store.redis_topology``): one server; a master behind Redis Sentinel, named
+by the address of a sentinel (Ray's way) or by ``redis+sentinel://h1,h2,h3/<master>/<db>``;
+or a Redis Cluster.  The store finds the master at ``open()`` and follows it when it moves.
+
 Layout (``namespace`` must not contain ``@``):
 
 * table ``T`` → one hash ``RAY<namespace>@T``; field = raw key bytes, value = raw bytes;
@@ -12,11 +16,14 @@ Layout (``namespace`` must not contain ``@``):
   namespaces).  ``open()`` migrates a hash written in the old layout (empty-namespace keys
   stored raw) once, atomically, in one Lua script, and copies the cluster id and session name
   into ``RAY<namespace>@GCS_META``; the field ``__kv_layout`` of that hash records it.
+* in a Redis Cluster every key is ``{RAY<namespace>}@...`` instead: the braces make the
+  prefix a hash tag, so all keys of one GCS share one slot and a batch's script is never
+  refused as cross-slot (``gcs.store.redis_cluster``).
 
-Atomicity: a :class:`WriteBatch` is one Lua script (``EVALSHA``, reloaded with ``SCRIPT LOAD``
+Atomicity: a :class:`WriteBatch` is one Lua script (``EVALSHA``, reloaded with ``EVAL``
 after ``NOSCRIPT``) that checks every condition and only then applies every ``HSET``/``HDEL``;
 Redis runs a script without interleaving, so a batch is never half-applied and conditions
-cannot race.
+cannot race (``gcs.store.redis_scripts``, which also marks where lease fencing goes).
 
 Durability: a write returns only after Redis replied to the script.  With
 ``appendonly yes`` + ``appendfsync always`` Redis (>= 7) replies only after the AOF write was
@@ -24,6 +31,15 @@ fsynced, so an acknowledged write survives ``kill -9`` of Redis and of the GCS. 
 deployments need exactly those two settings (``appendfsync everysec`` can lose the last
 second; RDB snapshots alone lose everything since the last snapshot).  ``open()`` logs a
 warning when the server says otherwise.
+
+Replication: Redis copies writes to replicas asynchronously, so a failover can lose what
+the old master had not passed on.  After each batch the store sends ``WAIT n timeout`` on
+the same connection (pipelined with the script: no extra round trip) and acknowledges only
+once ``n`` replicas have the batch (``RedisOptions.wait_replicas``: by default one whenever
+the master has a replica).  A WAIT that falls short answers StoreOutcomeUnknown ("may have
+been applied"); ``landed()`` answers True only once the batch is on ``n`` replicas too.  A
+failed condition is recorded in the batch's marker when waiting, so the "no" is replicated
+before it is given.  What this does and does not promise: docs/operations.md.
 
 Outages and definite answers: every socket operation has a timeout, so a dead Redis never
 hangs a call.  A batch's script sets the marker ``__gcs_op:<write_id>`` = ``1`` in the same
@@ -40,30 +56,28 @@ retries are exhausted:
 ``landed`` is a fence: one script that answers from the marker, or, when there is none, sets
 it to ``0`` so a copy of the batch still sitting in a socket buffer finds it and does nothing.
 Markers of landed writes live ``op_marker_ttl_s``; fences live ``fence_ttl_s`` (longer: they
-must outlast any stalled copy).  Increments keep redis-py's own retry with a per-call token;
-one that may have landed is reported as StoreUnavailable, which only skips counter values
-(counters promise monotonicity, not density).
+must outlast any stalled copy).  Increments carry a per-call token that makes a retry
+idempotent; one that may have landed (or was not replicated in time) is reported as
+StoreUnavailable, which only skips counter values (counters promise monotonicity, not
+density).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
 import secrets
 import select
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+import time
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 
+from gcs.store import redis_scripts as scripts
 from gcs.store.base import (
     META_CLUSTER_ID,
     META_SESSION_NAME,
@@ -80,6 +94,8 @@ from gcs.store.errors import (
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
+from gcs.store.redis_options import WAIT_AUTO, RedisOptions
+from gcs.store.redis_topology import Topology, TopologyError, connect
 
 __all__ = ["RedisOptions", "RedisStore"]
 
@@ -87,90 +103,11 @@ log = structlog.get_logger("gcs.store.redis")
 
 _HMGET_CHUNK = 1000
 _HSCAN_COUNT = 1000
-_UNAVAILABLE_REPLIES = ("READONLY", "MISCONF", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN")
-
-# KEYS[1] = write-id marker; KEYS[2..] = table hashes.  ARGV[1] = marker TTL (s),
-# ARGV[2..4] = number of conditions, puts, deletes; then per condition (hash index, field,
-# kind 0 absent / 1 equal / 2 present, expected), per put (hash index, field, value), per
-# delete (hash index, field).  Returns 0 when applied (now or by an earlier attempt),
-# 1 when the write id was fenced by landed() (not applied), -i when condition i failed.
-_BATCH_SCRIPT = """
-local done = redis.call('GET', KEYS[1])
-if done then
-  if done == '1' then return 0 end
-  return 1
-end
-local ncond, nput, ndel = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local i = 5
-for c = 1, ncond do
-  local current = redis.call('HGET', KEYS[tonumber(ARGV[i])], ARGV[i + 1])
-  local kind = ARGV[i + 2]
-  if kind == '0' then
-    if current then return -c end
-  elseif kind == '2' then
-    if not current then return -c end
-  elseif current ~= ARGV[i + 3] then
-    return -c
-  end
-  i = i + 4
-end
-for p = 1, nput do
-  redis.call('HSET', KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2])
-  i = i + 3
-end
-for d = 1, ndel do
-  redis.call('HDEL', KEYS[tonumber(ARGV[i])], ARGV[i + 1])
-  i = i + 2
-end
-redis.call('SET', KEYS[1], '1', 'EX', tonumber(ARGV[1]))
-return 0
-"""
-
-# KEYS[1] = write-id marker; ARGV[1] = fence TTL (s).  1: the batch landed; 0: it did not
-# and now never will (the marker is set to '0', which the batch script refuses).
-_FENCE_SCRIPT = """
-local done = redis.call('GET', KEYS[1])
-if done then
-  if done == '1' then return 1 end
-  return 0
-end
-redis.call('SET', KEYS[1], '0', 'EX', tonumber(ARGV[1]))
-return 0
-"""
-
-# KEYS[1] = KV hash, KEYS[2] = META hash; ARGV[1] = layout version, ARGV[2..] = pairs of
-# (KV field, META field) to copy when the META field is absent.  Rewrites old-layout KV
-# fields (see gcs/managers/kv.py) once; returns the number of fields rewritten.
-_MIGRATE_SCRIPT = """
-if redis.call('HGET', KEYS[2], '__kv_layout') == ARGV[1] then return 0 end
-local all = redis.call('HGETALL', KEYS[1])
-local moves = {}
-for i = 1, #all, 2 do
-  local k = all[i]
-  local target = nil
-  local colon = nil
-  if string.sub(k, 1, 11) == '@namespace_' then colon = string.find(k, ':', 12, true) end
-  if colon and colon > 12 then
-    local ns = string.sub(k, 12, colon - 1)
-    if string.find(ns, '%', 1, true) then
-      target = '@namespace_' .. (string.gsub(ns, '%%', '%%25')) .. string.sub(k, colon)
-    end
-  else
-    target = '@namespace_:' .. k
-  end
-  if target then moves[#moves + 1] = {k, target, all[i + 1]} end
-end
-for _, m in ipairs(moves) do redis.call('HDEL', KEYS[1], m[1]) end
-for _, m in ipairs(moves) do redis.call('HSET', KEYS[1], m[2], m[3]) end
-for j = 2, #ARGV, 2 do
-  local value = redis.call('HGET', KEYS[1], ARGV[j])
-  if value and redis.call('HEXISTS', KEYS[2], ARGV[j + 1]) == 0 then
-    redis.call('HSET', KEYS[2], ARGV[j + 1], value)
-  end
-end
-redis.call('HSET', KEYS[2], '__kv_layout', ARGV[1])
-return #moves
-"""
+_MAX_REDIRECTS = 5
+_REFUSED = frozenset(
+    {"READONLY", "MISCONF", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN"}
+)
+"""Error replies of a command Redis did not run: nothing was applied, try again later."""
 
 _KV_LAYOUT = "2"
 _IDENTITY_COPIES = (
@@ -180,51 +117,55 @@ _IDENTITY_COPIES = (
 
 
 class _NotSent(Exception):
-    """The attempt failed before the script could reach Redis."""
+    """The attempt failed before the script could run: nothing was applied."""
+
+    def __init__(self, redirect: tuple[Redis, bool] | None = None) -> None:
+        super().__init__()
+        self.redirect = redirect
+        """Where to send it instead (client, ``ASKING`` first) after MOVED / ASK."""
 
 
 class _MaybeSent(Exception):
     """The attempt failed after the script may have reached Redis."""
 
 
-# KEYS[1] = counter, KEYS[2] = op marker; ARGV[1] = increment, ARGV[2] = marker TTL (s).
-_INCREMENT_SCRIPT = """
-local done = redis.call('GET', KEYS[2])
-if done then return tonumber(done) end
-local value = redis.call('INCRBY', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], value, 'EX', tonumber(ARGV[2]))
-return value
-"""
+class _Exhausted(Exception):
+    """Every attempt failed; ``maybe_sent``: at least one may have run."""
+
+    def __init__(self, maybe_sent: bool, last: BaseException | None) -> None:
+        super().__init__(_described(last))
+        self.maybe_sent = maybe_sent
+        self.last = last
+        self.reason = _described(last)
+        """The last failure, with the Redis error code redis-py strips (``TRYAGAIN ...``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RedisOptions:
-    """Client tuning.  Worst case for a dead-but-reachable Redis is about
-    ``(retries + 1) * socket_timeout_s`` before StoreUnavailable."""
+class _Ran(NamedTuple):
+    """A script's reply and how many replicas acknowledged it (of ``wanted``)."""
 
-    socket_timeout_s: float = 5.0
-    """Per read/write on the socket."""
-    connect_timeout_s: float = 2.0
-    """Per connection attempt."""
-    retries: int = 2
-    """Retries after a connection error / timeout (exponential backoff, capped)."""
-    backoff_base_s: float = 0.05
-    backoff_cap_s: float = 0.5
-    health_check_interval_s: float = 5.0
-    """PING a pooled connection idle longer than this before reusing it."""
-    op_marker_ttl_s: int = 300
-    """How long a landed write's marker lives: ``landed()`` answers for that long."""
-    fence_ttl_s: int = 86_400
-    """How long a fence set by ``landed()`` lives (must outlast any stalled copy)."""
+    result: Any
+    wanted: int
+    acked: int
 
-    default: ClassVar[RedisOptions]
+    @property
+    def replicated(self) -> bool:
+        return self.acked >= self.wanted
 
 
-RedisOptions.default = RedisOptions()
+def _described(err: BaseException | None) -> str:
+    code = getattr(err, "status_code", None)
+    return f"{code} {err}" if code else str(err)
+
+
+def _reply_code(err: redis_errors.RedisError) -> str:
+    """The error code Redis sent (``READONLY``...); redis-py strips it from known errors."""
+    code = getattr(err, "status_code", None)
+    return code if code else str(err).split(" ", 1)[0]
 
 
 class RedisStore(Store):
-    """:class:`Store` over one Redis server (``redis://``, ``rediss://`` or ``unix://``)."""
+    """:class:`Store` over one Redis deployment (``redis://``, ``rediss://``, ``unix://``,
+    ``redis+sentinel://``; a sentinel or cluster node behind a plain URL is recognised)."""
 
     def __init__(
         self,
@@ -240,58 +181,72 @@ class RedisStore(Store):
         self._safe_url = _redact(url)
         self._options = options
         self._prefix = f"RAY{namespace}@".encode()
-        self._client: Redis | None = None
-        self._increment_script: Any = None
+        self._topology: Topology | None = None
+        self._replicas: dict[object, tuple[int, float]] = {}
+        """Per master address: (replicas to wait for, when we last looked at it)."""
+        self._check_interval_s = options.replica_check_interval_s
+
+    @property
+    def topology(self) -> Topology | None:
+        """How the store reaches its master (None before ``open()``)."""
+        return self._topology
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def open(self) -> None:
-        if self._client is not None:
+        if self._topology is not None:
             return
-        opts = self._options
-        client = Redis.from_url(
-            self.url,
-            socket_timeout=opts.socket_timeout_s,
-            socket_connect_timeout=opts.connect_timeout_s,
-            retry=Retry(
-                ExponentialBackoff(cap=opts.backoff_cap_s, base=opts.backoff_base_s),
-                opts.retries,
-            ),
-            retry_on_error=[redis_errors.ConnectionError, redis_errors.TimeoutError],
-            health_check_interval=opts.health_check_interval_s,
-            decode_responses=False,
+        try:
+            topology = await connect(self.url, self._options)
+        except TopologyError as err:
+            raise StoreError(str(err)) from err
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
+            raise StoreUnavailable(f"{self._safe_url}: open failed: {err}") from err
+        except redis_errors.RedisError as err:
+            raise StoreError(f"{self._safe_url}: open failed: {err}") from err
+        try:
+            self._prefix = topology.key_prefix(self.namespace)
+            try:
+                await topology.bind(self._prefix)
+            except TopologyError as err:
+                raise StoreError(str(err)) from err
+            await self._command(topology, "open", "PING")
+            await self._migrate_layout(topology)
+        except BaseException:
+            with contextlib.suppress(redis_errors.RedisError, OSError):
+                await topology.aclose()
+            raise
+        self._topology = topology
+        log.info(
+            "redis_store_opened",
+            url=self._safe_url,
+            wait_replicas=self._options.wait_replicas,
+            **topology.describe(),
         )
-        try:
-            async with self._translate("open", client):
-                await client.ping()
-        except StoreError:
-            await client.aclose()
-            raise
-        self._increment_script = client.register_script(_INCREMENT_SCRIPT)
-        try:
-            async with self._translate("migrate", client):
-                await self._migrate_layout(client)
-        except StoreError:
-            await client.aclose()
-            raise
-        self._client = client
-        await self._warn_if_not_durable(client)
+        await self._warn_if_not_durable(topology.client)
 
-    async def _migrate_layout(self, client: Redis) -> None:
+    async def _migrate_layout(self, topology: Topology) -> None:
         args: list[Any] = [_KV_LAYOUT]
         for kv_field, meta_field in _IDENTITY_COPIES:
             args += [kv_field, meta_field]
-        moved = await client.eval(
-            _MIGRATE_SCRIPT, 2, self._hash(TABLE_KV), self._hash(TABLE_META), *args
-        )  # type: ignore[misc]
+        moved = await self._command(
+            topology,
+            "migrate",
+            "EVAL",
+            scripts.MIGRATE_KV_LAYOUT,
+            2,
+            self._hash(TABLE_KV),
+            self._hash(TABLE_META),
+            *args,
+        )
         if int(moved):
             log.info("redis_kv_layout_migrated", url=self._safe_url, keys_rewritten=int(moved))
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
+        topology, self._topology = self._topology, None
+        if topology is not None:
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                await client.aclose()
+                await topology.aclose()
 
     async def _warn_if_not_durable(self, client: Redis) -> None:
         try:
@@ -313,22 +268,16 @@ class RedisStore(Store):
     # -- reads ---------------------------------------------------------------------------------
 
     async def get(self, table: str, key: bytes) -> bytes | None:
-        async with self._translate("get") as client:
-            value = await client.hget(self._hash(table), key)  # type: ignore[misc]
-            return bytes(value) if value is not None else None  # type: ignore[arg-type]
+        value = await self._read("get", "HGET", self._hash(table), key)
+        return bytes(value) if value is not None else None
 
     async def multi_get(self, table: str, keys: Iterable[bytes]) -> dict[bytes, bytes]:
         wanted = list(dict.fromkeys(keys))
         found: dict[bytes, bytes] = {}
-        async with self._translate("multi_get") as client:
-            for start in range(0, len(wanted), _HMGET_CHUNK):
-                chunk = wanted[start : start + _HMGET_CHUNK]
-                values = await client.hmget(self._hash(table), chunk)  # type: ignore[misc]
-                found.update(
-                    (k, bytes(v))  # type: ignore[arg-type]
-                    for k, v in zip(chunk, values, strict=True)
-                    if v is not None
-                )
+        for start in range(0, len(wanted), _HMGET_CHUNK):
+            chunk = wanted[start : start + _HMGET_CHUNK]
+            values = await self._read("multi_get", "HMGET", self._hash(table), *chunk)
+            found.update((k, bytes(v)) for k, v in zip(chunk, values, strict=True) if v is not None)
         return found
 
     async def get_all(self, table: str) -> dict[bytes, bytes]:
@@ -342,23 +291,70 @@ class RedisStore(Store):
 
     async def _hscan(self, table: str, *, match: bytes | None) -> dict[bytes, bytes]:
         found: dict[bytes, bytes] = {}
-        async with self._translate("scan") as client:
-            cursor = 0
-            while True:
-                cursor, page = await client.hscan(  # type: ignore[misc]
-                    self._hash(table), cursor, match=match, count=_HSCAN_COUNT
-                )
-                found.update((bytes(k), bytes(v)) for k, v in page.items())  # type: ignore[arg-type,union-attr]
-                if cursor == 0:
-                    return found
+        name = self._hash(table)
+        extra: tuple[Any, ...] = ("MATCH", match) if match is not None else ()
+        cursor = 0
+        while True:
+            cursor, page = await self._read(
+                "scan", "HSCAN", name, cursor, *extra, "COUNT", _HSCAN_COUNT
+            )
+            found.update((bytes(k), bytes(v)) for k, v in page.items())
+            if cursor == 0:
+                return found
 
     async def read_counter(self, counter: str) -> int:
-        async with self._translate("read_counter") as client:
-            value = await client.get(self._key(counter))
+        value = await self._read("read_counter", "GET", self._key(counter))
         try:
             return int(value) if value is not None else 0
         except ValueError as err:
             raise StoreCorrupt(f"counter {counter!r} holds {value!r}, not an integer") from err
+
+    async def _read(self, what: str, *args: Any) -> Any:
+        topology = self._topology
+        if topology is None:
+            raise StoreUnavailable(f"{self._safe_url}: store is not open")
+        return await self._command(topology, what, *args)
+
+    async def _command(self, topology: Topology, what: str, *args: Any) -> Any:
+        """One command on the master, following MOVED / ASK and one move of the master;
+        redis-py errors become StoreErrors (boundary translation)."""
+        client, asking, relocated = topology.client, False, False
+        for _ in range(_MAX_REDIRECTS):
+            try:
+                if not asking:
+                    return await client.execute_command(*args)
+                pipe = client.pipeline(transaction=False)
+                pipe.execute_command("ASKING")
+                pipe.execute_command(*args)
+                return (await pipe.execute())[1]
+            except redis_errors.AskError as err:  # MOVED too
+                hop = await topology.redirected(err)
+                if hop is None:
+                    raise self._translated(what, err) from err
+                client, asking = hop
+            except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
+                if isinstance(err, redis_errors.RedisError) and _reply_code(err) in _REFUSED:
+                    raise self._translated(what, err) from err
+                await topology.lost()
+                if relocated or topology.client is client:
+                    raise self._translated(what, err) from err
+                client, asking, relocated = topology.client, False, True
+            except redis_errors.RedisError as err:
+                raise self._translated(what, err) from err
+        raise StoreUnavailable(f"{self._safe_url}: {what}: too many redirects")
+
+    def _translated(self, what: str, err: BaseException) -> StoreError:
+        """Map a redis-py error onto the StoreError tree."""
+        if isinstance(err, redis_errors.ResponseError):
+            code = _reply_code(err)
+            if code in _REFUSED:
+                return StoreUnavailable(f"{self._safe_url}: {what} failed: {code} {err}")
+            if code == "WRONGTYPE":
+                return StoreCorrupt(f"{self._safe_url}: {what}: unexpected key type: {err}")
+            return StoreError(f"{self._safe_url}: {what} failed: {err}")
+        if isinstance(err, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
+            return StoreUnavailable(f"{self._safe_url}: {what} failed: {err}")
+        return StoreError(f"{self._safe_url}: {what} failed: {err}")
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -373,6 +369,7 @@ class RedisStore(Store):
 
         args: list[Any] = [
             self._options.op_marker_ttl_s,
+            0,  # record a failed condition: set below once the WAIT target is known
             len(batch.conditions),
             len(batch.puts),
             len(batch.deletes),
@@ -389,62 +386,131 @@ class RedisStore(Store):
         for table, key in batch.deletes:
             args += [index(table), key]
         keys = [self._write_marker(batch.write_id), *hashes]
-        result = await self._run_definitely(_BATCH_SCRIPT, keys, args, batch.write_id)
+        write_id = batch.write_id
+        try:
+            ran = await self._attempts(scripts.BATCH, keys, args, record_flag_at=1)
+        except _Exhausted as failed:
+            last = failed.last
+            if not failed.maybe_sent:
+                raise StoreUnavailable(f"{self._safe_url}: write failed: {failed.reason}") from last
+            try:
+                landed = await self.landed(write_id)
+            except StoreUnavailable as err:
+                raise StoreOutcomeUnknown(
+                    write_id, f"{self._safe_url}: write may have landed: {failed.reason}; {err}"
+                ) from last
+            if landed:
+                return
+            raise StoreUnavailable(
+                f"{self._safe_url}: write failed and did not land: {failed.reason}"
+            ) from last
+        result = int(ran.result)
         if result == 1:
-            raise StoreUnavailable(f"{self._safe_url}: write {batch.write_id.hex()} was fenced")
+            raise StoreUnavailable(f"{self._safe_url}: write {write_id.hex()} was fenced")
         if result < 0:
-            failed = batch.conditions[-result - 1]
-            raise StoreConflict(failed.table, failed.key)
+            if not ran.replicated:
+                raise StoreUnavailable(
+                    f"{self._safe_url}: a condition failed but the state it was checked "
+                    f"against reached {ran.acked} of {ran.wanted} replicas; nothing written"
+                )
+            failed_condition = batch.conditions[-result - 1]
+            raise StoreConflict(failed_condition.table, failed_condition.key)
+        if not ran.replicated:
+            raise StoreOutcomeUnknown(write_id, self._short_of_replicas(ran))
 
     async def landed(self, write_id: bytes) -> bool:
         keys = [self._write_marker(write_id)]
-        last: BaseException | None = None
-        for attempt in range(self._options.retries + 1):
-            await self._backoff(attempt)
-            try:
-                return bool(await self._run_once(_FENCE_SCRIPT, keys, [self._options.fence_ttl_s]))
-            except (_NotSent, _MaybeSent) as err:
-                last = err.__cause__
-        raise StoreUnavailable(f"{self._safe_url}: cannot tell whether write landed: {last}")
+        try:
+            ran = await self._attempts(scripts.FENCE, keys, [self._options.fence_ttl_s])
+        except _Exhausted as failed:
+            raise StoreUnavailable(
+                f"{self._safe_url}: cannot tell whether write landed: {failed.reason}"
+            ) from failed.last
+        if not int(ran.result):
+            return False
+        if not ran.replicated:
+            raise StoreUnavailable(
+                f"{self._safe_url}: write landed on the master but {self._short_of_replicas(ran)}"
+            )
+        return True
 
-    async def _run_definitely(
-        self, script: str, keys: list[bytes], args: list[Any], write_id: bytes
-    ) -> int:
-        """Run the batch script with retries; resolve an ambiguous end with the fence."""
+    async def increment(self, counter: str, by: int = 1) -> int:
+        if by < 1:
+            raise ValueError("increment must be >= 1")
+        keys = [self._key(counter), self._increment_marker()]
+        try:
+            ran = await self._attempts(scripts.INCREMENT, keys, [by, self._options.op_marker_ttl_s])
+        except _Exhausted as failed:
+            raise StoreUnavailable(
+                f"{self._safe_url}: increment failed: {failed.reason}"
+            ) from failed.last
+        if not ran.replicated:
+            raise StoreUnavailable(f"{self._safe_url}: increment {self._short_of_replicas(ran)}")
+        return int(ran.result)
+
+    def _short_of_replicas(self, ran: _Ran) -> str:
+        return (
+            f"reached {ran.acked} of {ran.wanted} replicas within "
+            f"{self._options.wait_timeout_ms} ms (WAIT); it may be lost in a failover"
+        )
+
+    async def _attempts(
+        self,
+        script: str,
+        keys: list[bytes],
+        args: list[Any],
+        *,
+        record_flag_at: int | None = None,
+    ) -> _Ran:
+        """Run ``script`` with retries and backoff, following redirects; raise _Exhausted."""
         maybe_sent = False
         last: BaseException | None = None
-        for attempt in range(self._options.retries + 1):
-            await self._backoff(attempt)
+        hop: tuple[Redis, bool] | None = None
+        attempt = redirects = 0
+        while attempt <= self._options.retries:
+            topology = self._topology
+            if topology is None:
+                raise _Exhausted(maybe_sent, StoreUnavailable(f"{self._safe_url}: not open"))
+            if hop is None:
+                await self._backoff(attempt)
+            client, asking = hop or (topology.client, False)
+            hop = None
             try:
-                return int(await self._run_once(script, keys, args))
+                return await self._run_once(
+                    client, script, keys, args, asking=asking, record_flag_at=record_flag_at
+                )
             except _NotSent as err:
                 last = err.__cause__
+                if err.redirect is not None and redirects < _MAX_REDIRECTS:
+                    redirects += 1
+                    hop = err.redirect
+                    continue
+                if not isinstance(last, redis_errors.ResponseError):
+                    await topology.lost()
             except _MaybeSent as err:
                 maybe_sent, last = True, err.__cause__
-        if not maybe_sent:
-            raise StoreUnavailable(f"{self._safe_url}: write failed: {last}") from last
-        try:
-            landed = await self.landed(write_id)
-        except StoreUnavailable as err:
-            raise StoreOutcomeUnknown(
-                write_id, f"{self._safe_url}: write may have landed: {last}; {err}"
-            ) from last
-        if landed:
-            return 0
-        raise StoreUnavailable(f"{self._safe_url}: write failed and did not land: {last}") from last
+                await topology.lost()
+            attempt += 1
+        raise _Exhausted(maybe_sent, last)
 
     async def _backoff(self, attempt: int) -> None:
         if attempt:
             opts = self._options
             await asyncio.sleep(min(opts.backoff_cap_s, opts.backoff_base_s * 2 ** (attempt - 1)))
 
-    async def _run_once(self, script: str, keys: list[bytes], args: list[Any]) -> Any:
-        """One EVALSHA on one pooled connection, telling "never sent" from "maybe sent".
-
-        redis-py's own retry would hide which attempt reached Redis, so writes go here."""
-        client = self._client
-        if client is None:
-            raise _NotSent() from StoreUnavailable(f"{self._safe_url}: store is not open")
+    async def _run_once(
+        self,
+        client: Redis,
+        script: str,
+        keys: list[bytes],
+        args: list[Any],
+        *,
+        asking: bool,
+        record_flag_at: int | None,
+    ) -> _Ran:
+        """One EVALSHA (+ WAIT) on one pooled connection, telling "never sent" from "maybe
+        sent".  redis-py's own retry would hide which attempt reached Redis, so writes go
+        here."""
         pool = client.connection_pool
         try:
             conn = await pool.get_connection()
@@ -460,28 +526,51 @@ class RedisStore(Store):
                     await conn.disconnect()
                     await conn.connect()
                 await conn.check_health()
+                known = self._replicas.get(_address(conn))
+                if known is not None and time.monotonic() - known[1] < self._check_interval_s:
+                    wanted = known[0]
+                else:  # an ASK target is not the slot's master (yet): nothing to confirm
+                    wanted = await self._wait_target(conn, confirm=not asking)
             except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
                 with contextlib.suppress(Exception):
                     await conn.disconnect()
                 raise _NotSent() from err
-            try:
+            if record_flag_at is not None:
+                args[record_flag_at] = 1 if wanted else 0
+            if wanted or asking:
+                try:
+                    result, acked = await self._eval(conn, script, keys, args, asking, wanted)
+                except redis_errors.NoScriptError:
+                    result, acked = await self._eval(
+                        conn, script, keys, args, asking, wanted, load=True
+                    )
+            else:  # the ordinary path: one command, as cheap as it was before WAIT
+                acked = 0
                 await conn.send_command(
-                    "EVALSHA", _sha1(script), len(keys), *keys, *args, check_health=False
+                    "EVALSHA", scripts.sha1(script), len(keys), *keys, *args, check_health=False
                 )
-                return await conn.read_response()
-            except redis_errors.NoScriptError:
-                await conn.send_command("EVAL", script, len(keys), *keys, *args, check_health=False)
-                return await conn.read_response()
+                try:
+                    result = await conn.read_response()
+                except redis_errors.NoScriptError:
+                    await conn.send_command(
+                        "EVAL", script, len(keys), *keys, *args, check_health=False
+                    )
+                    result = await conn.read_response()
         except redis_errors.ResponseError as err:
-            message = str(err)
-            if message.startswith(_UNAVAILABLE_REPLIES):
+            code = _reply_code(err)
+            if isinstance(err, redis_errors.AskError):  # MOVED too: not run here
+                hop = await self._topology_redirect(err)
+                raise _NotSent(hop) from err
+            if code in _REFUSED:
                 raise _NotSent() from err  # refused before running: nothing applied
-            if message.startswith("WRONGTYPE"):
-                raise StoreCorrupt(f"{self._safe_url}: unexpected key type: {message}") from err
-            raise StoreError(f"{self._safe_url}: script failed: {message}") from err
+            if code == "WRONGTYPE":
+                raise StoreCorrupt(f"{self._safe_url}: unexpected key type: {err}") from err
+            raise StoreError(f"{self._safe_url}: script failed: {err}") from err
         except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
             with contextlib.suppress(Exception):
                 await conn.disconnect()
+            if isinstance(err, redis_errors.RedisError) and _reply_code(err) in _REFUSED:
+                raise _NotSent() from err  # LOADING arrives as a ConnectionError
             raise _MaybeSent() from err
         except BaseException:
             with contextlib.suppress(Exception):
@@ -489,15 +578,85 @@ class RedisStore(Store):
             raise
         finally:
             await pool.release(conn)
+        if wanted and acked < wanted:
+            self._replicas.pop(_address(conn), None)  # look again before the next write
+        return _Ran(result, wanted, acked)
 
-    async def increment(self, counter: str, by: int = 1) -> int:
-        if by < 1:
-            raise ValueError("increment must be >= 1")
-        keys = [self._key(counter), self._increment_marker()]
-        async with self._translate("increment"):
-            return int(
-                await self._increment_script(keys=keys, args=[by, self._options.op_marker_ttl_s])
-            )
+    async def _topology_redirect(
+        self, err: redis_errors.ResponseError
+    ) -> tuple[Redis, bool] | None:
+        topology = self._topology
+        return await topology.redirected(err) if topology is not None else None
+
+    async def _eval(
+        self,
+        conn: Any,
+        script: str,
+        keys: list[bytes],
+        args: list[Any],
+        asking: bool,
+        wanted: int,
+        *,
+        load: bool = False,
+    ) -> tuple[Any, int]:
+        """Send [ASKING] EVALSHA|EVAL [WAIT] in one write; read every reply (so the
+        connection stays clean), then raise the script's error if it failed."""
+        commands: list[tuple[Any, ...]] = []
+        if asking:
+            commands.append(("ASKING",))
+        if load:
+            commands.append(("EVAL", script, len(keys), *keys, *args))
+        else:
+            commands.append(("EVALSHA", scripts.sha1(script), len(keys), *keys, *args))
+        if wanted:
+            commands.append(("WAIT", wanted, self._options.wait_timeout_ms))
+        await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+        replies: list[Any] = []
+        wait_s = self._options.socket_timeout_s + self._options.wait_timeout_ms / 1000
+        for position in range(len(commands)):
+            last = position == len(commands) - 1
+            try:
+                replies.append(
+                    await conn.read_response(timeout=wait_s if wanted and last else None)
+                )
+            except redis_errors.ResponseError as err:
+                replies.append(err)
+        for reply in replies:
+            if isinstance(reply, redis_errors.ResponseError):
+                raise reply
+        script_reply = replies[1 if asking else 0]
+        return script_reply, int(replies[-1]) if wanted else 0
+
+    async def _wait_target(self, conn: Any, *, confirm: bool = True) -> int:
+        """Replicas the next batch on ``conn`` must reach (``RedisOptions.wait_replicas``;
+        auto: one if the master had a connected replica when we last looked).
+
+        Every ``replica_check_interval_s`` per server, whenever the master changes and after
+        a WAIT fell short, the store also asks the deployment whether this server is still
+        its master: a demoted or partitioned old master accepts writes until it is told, so
+        a stale one raises _NotSent (nothing sent) and the next attempt finds the new one."""
+        address = _address(conn)
+        known = self._replicas.get(address)
+        now = time.monotonic()
+        topology = self._topology
+        if confirm and topology is not None and not await topology.is_master(address):
+            log.warning("redis_master_moved", stale=_shown(address))
+            self._replicas.pop(address, None)
+            await conn.disconnect()
+            await topology.lost()
+            raise _NotSent() from StoreUnavailable(f"{_shown(address)} is no longer the master")
+        wanted = self._options.wait_replicas
+        if wanted == WAIT_AUTO:
+            await conn.send_command("INFO", "replication", check_health=False)
+            try:
+                info = await conn.read_response()
+            except redis_errors.ResponseError:
+                info = b""  # INFO renamed away (managed Redis): cannot tell, do not wait
+            wanted = 1 if _connected_replicas(info) > 0 else 0
+            if known is None or known[0] != wanted:
+                log.info("redis_wait_replicas", master=_shown(address), wait_for=wanted)
+        self._replicas[address] = (wanted, now)
+        return wanted
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -513,33 +672,27 @@ class RedisStore(Store):
     def _write_marker(self, write_id: bytes) -> bytes:
         return self._prefix + b"__gcs_op:" + write_id.hex().encode()
 
-    @contextlib.asynccontextmanager
-    async def _translate(self, what: str, client: Redis | None = None) -> AsyncIterator[Redis]:
-        """Map redis-py errors onto the StoreError tree (boundary translation)."""
-        client = client or self._client
-        if client is None:
-            raise StoreUnavailable(f"{self._safe_url}: store is not open")
-        try:
-            yield client
-        except StoreError:
-            raise
-        except (
-            redis_errors.ConnectionError,
-            redis_errors.TimeoutError,
-            OSError,
-            TimeoutError,
-        ) as err:
-            raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
-        except redis_errors.ResponseError as err:
-            message = str(err)
-            if message.startswith(_UNAVAILABLE_REPLIES):
-                raise StoreUnavailable(f"{self._safe_url}: {what} failed: {message}") from err
-            if message.startswith("WRONGTYPE"):
-                detail = f"{what}: unexpected key type: {message}"
-                raise StoreCorrupt(f"{self._safe_url}: {detail}") from err
-            raise StoreError(f"{self._safe_url}: {what} failed: {message}") from err
-        except redis_errors.RedisError as err:
-            raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
+
+def _address(conn: Any) -> object:
+    """Which server a connection reaches (host and port, or a Unix socket path)."""
+    path = getattr(conn, "path", None)
+    return path if path else (getattr(conn, "host", None), getattr(conn, "port", None))
+
+
+def _shown(address: object) -> str:
+    if isinstance(address, tuple):
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
+def _connected_replicas(info: Any) -> int:
+    for line in _text(info).splitlines():
+        if line.startswith("connected_slaves:"):
+            try:
+                return int(line.split(":", 1)[1])
+            except ValueError:
+                return 0
+    return 0
 
 
 def _socket_readable(conn: Any) -> bool:
@@ -556,11 +709,6 @@ def _socket_readable(conn: Any) -> bool:
     except (OSError, ValueError):
         return True
     return bool(readable)
-
-
-@functools.cache
-def _sha1(script: str) -> str:
-    return hashlib.sha1(script.encode()).hexdigest()  # Redis names scripts by SHA-1
 
 
 def _redact(url: str) -> str:

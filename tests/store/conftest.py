@@ -1,8 +1,12 @@
 """Store fixtures: private Redis / PostgreSQL servers and one handle per backend under test.
 
-* ``redis_server`` / ``postgres_server`` (session): private servers on free ports.
-* ``backend`` (parametrized memory / sqlite / postgres / redis) and ``durable_backend``
-  (sqlite / postgres / redis): a :class:`Backend` whose ``open(namespace=None)`` builds and
+* ``redis_server`` / ``postgres_server`` (session): private servers on free ports;
+  ``sentinel_deployment`` (master, replica, three sentinels) and ``cluster_deployment``
+  (three masters with a replica each) likewise, for the contract suite (tests that kill a
+  node start their own).
+* ``backend`` (parametrized memory / sqlite / postgres / redis / redis_sentinel /
+  redis_cluster) and ``durable_backend`` (the same without memory): a :class:`Backend`
+  whose ``open(namespace=None)`` builds and
   opens a store on a fresh per-test namespace (SQLite: a per-test file); reopening with the
   same namespace sees the same data.  Stores are closed at teardown.
 * ``store``: ``await backend.open()``.
@@ -26,10 +30,18 @@ from gcs.store.base import Store
 from gcs.store.memory import MemoryStore
 from gcs.store.redis import RedisOptions, RedisStore
 from gcs.store.sql import SqlOptions, SqlStore
-from gcs.testing.servers import PostgresServer, RedisServer
+from gcs.testing.servers import (
+    PostgresServer,
+    RedisCluster,
+    RedisSentinels,
+    RedisServer,
+    redis_cluster,
+    redis_sentinels,
+)
 
-ALL_BACKENDS = ("memory", "sqlite", "postgres", "redis")
-DURABLE_BACKENDS = ("sqlite", "postgres", "redis")
+ALL_BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
+DURABLE_BACKENDS = ("sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
+OUTAGE_BACKENDS = ("sqlite", "postgres", "redis")
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +49,22 @@ def postgres_server() -> Iterator[PostgresServer]:
     server = PostgresServer().start()
     yield server
     server.cleanup()
+
+
+# Shared deployments never fail over on purpose: detection times long enough that a loaded
+# machine (an fsync stalling Redis) does not make one happen by accident mid-test.
+
+
+@pytest.fixture(scope="session")
+def sentinel_deployment() -> Iterator[RedisSentinels]:
+    with redis_sentinels(down_after_ms=10_000, failover_timeout_ms=20_000) as deployment:
+        yield deployment
+
+
+@pytest.fixture(scope="session")
+def cluster_deployment() -> Iterator[RedisCluster]:
+    with redis_cluster(node_timeout_ms=10_000) as deployment:
+        yield deployment
 
 
 @dataclass
@@ -73,6 +101,12 @@ def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: pathlib.Pa
     if name == "redis":
         redis: RedisServer = request.getfixturevalue("redis_server")
         return Backend(name, lambda ns: RedisStore(redis.url, namespace=ns))
+    if name == "redis_sentinel":
+        sentinels: RedisSentinels = request.getfixturevalue("sentinel_deployment")
+        return Backend(name, lambda ns: RedisStore(sentinels.url, namespace=ns))
+    if name == "redis_cluster":
+        cluster: RedisCluster = request.getfixturevalue("cluster_deployment")
+        return Backend(name, lambda ns: RedisStore(cluster.url, namespace=ns))
     raise ValueError(name)
 
 
@@ -115,7 +149,7 @@ class _SqliteLockHolder:
             self._conn = None
 
 
-@pytest.fixture(params=DURABLE_BACKENDS)
+@pytest.fixture(params=OUTAGE_BACKENDS)
 async def outage_backend(
     request: pytest.FixtureRequest, tmp_path: pathlib.Path
 ) -> AsyncIterator[Backend]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import socket
 import time
 import uuid
@@ -184,3 +185,43 @@ class TestErrorMessages:
             await store.open()
         assert "s3cret" not in str(info.value)
         assert f"redis://user:***@127.0.0.1:{port}/0" in str(info.value)
+
+
+class TestRefusedReplies:
+    """Replies of a command Redis did not run mean "nothing written", not a script bug."""
+
+    async def test_a_write_to_a_demoted_master_is_unavailable(self) -> None:
+        """The server became a replica (as an old master does after a failover): its
+        READONLY reply is StoreUnavailable (definite), with the code named; reads still work."""
+        master = RedisServer().start()
+        other = RedisServer().start()
+        try:
+            options = RedisOptions(retries=1, backoff_base_s=0.01)
+            async with RedisStore(other.url, namespace="ro", options=options) as store:
+                await store.put("KV", b"k", b"v")
+                with other.client() as raw:
+                    raw.execute_command("REPLICAOF", "127.0.0.1", master.port)
+                with pytest.raises(StoreUnavailable, match="READONLY"):
+                    await store.write(WriteBatch().put("KV", b"k2", b"v"))
+                with pytest.raises(StoreUnavailable, match="READONLY"):
+                    await store.increment("c")
+        finally:
+            master.cleanup()
+            other.cleanup()
+
+
+class TestUnixSocket:
+    async def test_a_unix_socket_url_is_probed_and_served(self, tmp_path: pathlib.Path) -> None:
+        """unix:///path?db=N: the probe (database 0) and the store (database N) both use
+        the socket."""
+        sock = tmp_path / "redis.sock"
+        server = RedisServer(extra_args=("--unixsocket", str(sock))).start()
+        try:
+            async with RedisStore(f"unix://{sock}?db=2", namespace="u") as store:
+                await store.put("KV", b"k", b"v")
+                assert await store.get("KV", b"k") == b"v"
+            with server.client() as raw:
+                raw.select(2)
+                assert raw.hget("RAYu@KV", b"k") == b"v"
+        finally:
+            server.cleanup()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from typing import Any
 
@@ -11,6 +12,8 @@ from gcs.testing import servers
 from gcs.testing.servers import (
     MissingServerBinary,
     PostgresServer,
+    RedisCluster,
+    RedisSentinels,
     RedisServer,
     find_binary,
     free_port,
@@ -108,3 +111,33 @@ def _send(port: int, command: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
         sock.sendall(command)
         return sock.recv(128)
+
+
+class TestRedisDeployments:
+    """Sentinel and cluster deployments stop every process they started."""
+
+    def test_sentinel_deployment_cleanup_stops_every_process(self) -> None:
+        """Master, replica and three sentinels: five processes, none left after cleanup."""
+        deployment = RedisSentinels().start()
+        pids = deployment.pids()
+        assert len(pids) == 5
+        assert deployment.master().port == deployment.nodes[0].port
+        deployment.cleanup()
+        assert not [pid for pid in pids if _alive(pid)]
+
+    def test_cluster_deployment_cleanup_stops_every_process(self) -> None:
+        """Three masters with a replica each, all slots served; none left after cleanup."""
+        deployment = RedisCluster().start()
+        pids = deployment.pids()
+        assert len(pids) == 6
+        assert deployment.master_of(0) is not deployment.master_of(16383)
+        deployment.cleanup()
+        assert not [pid for pid in pids if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
