@@ -609,9 +609,9 @@ class H2ServerConnection(asyncio.Protocol):
         target = self.limits.connection_window
         if self.closed or window > target // 2:
             return
-        single = self._buffering_streams <= 1
-        if (self._buffered <= self.limits.max_buffered_input or single) and (
-            self._budget.admit_input(self, single_stream=single)
+        streams = self._buffering_streams
+        if (self._buffered <= self.limits.max_buffered_input or streams <= 1) and (
+            self._budget.admit_input(self, single_stream=streams == 1)
         ):
             grant = target - window
         else:
