@@ -107,6 +107,10 @@ class RequestLimits:
     max_record_bytes: int = 4 * 1024 * 1024
     """A record other than a KV value persisted from one request (job data, autoscaling
     state, cluster config, placement-group spec)."""
+    max_reply_bytes: int = 512 * 1024 * 1024
+    """A reply that grows with stored data (InternalKVKeys / MultiGet, GetAll*Info...) stops
+    being built past this (at most ``grpc_max_message_bytes``) and is RESOURCE_EXHAUSTED
+    naming the limit: ask with a limit, filters or a narrower prefix."""
 
 
 @dataclass(frozen=True, slots=True)

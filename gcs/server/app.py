@@ -485,7 +485,9 @@ class GcsServer:
     async def _start_grpc(self) -> None:
         assert self.meta is not None and self.managers is not None
         m, cfg = self.managers, self.config
-        limits = cfg.limits
+        limits = dataclasses.replace(  # no reply is built past what gRPC may send
+            cfg.limits, max_reply_bytes=min(cfg.limits.max_reply_bytes, cfg.grpc_max_message_bytes)
+        )
         interceptor = CallGuardInterceptor(self.meta.cluster_id_hex, self.security.token)
         server = grpc.aio.server(
             interceptors=[interceptor],

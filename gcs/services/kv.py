@@ -10,7 +10,7 @@ from gcs.config import RequestLimits
 from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2
 from gcs.rpc.errors import NotFound
-from gcs.services.common import error_status, ok_status
+from gcs.services.common import error_status, ok_status, reply_too_large
 
 Req = gcs_service_pb2
 
@@ -45,7 +45,10 @@ class InternalKVServicer:
     async def InternalKVMultiGet(self, request: Any, context: Any) -> Any:
         validate.entries(request.keys, "keys", self._limits.max_repeated_entries)
         keys = [self._key(k, f"keys[{i}]") for i, k in enumerate(request.keys)]
-        found = await self._kv.multi_get(self._ns(request.namespace), keys)
+        limit = self._limits.max_reply_bytes
+        found = await self._kv.multi_get_bounded(self._ns(request.namespace), keys, max_bytes=limit)
+        if found is None:
+            raise reply_too_large(limit, "the values of these keys")
         out = Req.InternalKVMultiGetReply(status=ok_status())
         for key in keys:
             if key in found:
@@ -73,7 +76,10 @@ class InternalKVServicer:
 
     async def InternalKVKeys(self, request: Any, context: Any) -> Any:
         prefix = validate.blob(request.prefix, "prefix", self._limits.max_kv_key_bytes)
-        keys = await self._kv.keys(self._ns(request.namespace), prefix)
+        limit = self._limits.max_reply_bytes
+        keys = await self._kv.keys(self._ns(request.namespace), prefix, max_bytes=limit)
+        if keys is None:
+            raise reply_too_large(limit, "the keys under this prefix")
         return Req.InternalKVKeysReply(status=ok_status(), results=keys)
 
     async def GetInternalConfig(self, request: Any, context: Any) -> Any:
