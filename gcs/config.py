@@ -126,9 +126,14 @@ class Http2Limits:
     """RST_STREAM frames regained per second after the burst."""
     glitch_burst: int = 10000
     """Suspicious frames a connection may send at once: empty DATA without END_STREAM,
-    PRIORITY, unknown frame types, DATA after END_STREAM, SETTINGS (nghttp2's glitch limit)."""
+    PRIORITY, unknown frame types, DATA after END_STREAM (nghttp2's glitch limit)."""
     glitch_rate: float = 330.0
     """Suspicious frames regained per second after the burst."""
+    settings_burst: int = 100
+    """SETTINGS frames a connection may send at once (each must be acknowledged; a client
+    sends a handful)."""
+    settings_rate: float = 10.0
+    """SETTINGS frames regained per second after the burst."""
     max_continuations: int = 8
     """CONTINUATION frames after one HEADERS, empty ones included (nghttp2's default)."""
     max_settings_entries: int = 32
@@ -387,6 +392,8 @@ _POSITIVE = (
     "http2.reset_rate",
     "http2.glitch_burst",
     "http2.glitch_rate",
+    "http2.settings_burst",
+    "http2.settings_rate",
     "http2.max_settings_entries",
     "http2.max_header_list_bytes",
     "http2.max_outbound_acks",

@@ -107,8 +107,9 @@ async def test_stream_resets_beyond_the_burst_get_enhance_your_calm() -> None:
 
 
 async def test_rapid_reset_in_one_read_stops_processing_at_the_limit() -> None:
-    """One read carrying thousands of HEADERS+RST pairs: the rest of the read is not
-    processed once the limit is hit (no work goes on after the GOAWAY)."""
+    """One read carrying thousands of HEADERS+RST pairs: parsed a slice per loop turn, and
+    the rest of the read is not processed once the limit is hit (no work goes on after the
+    GOAWAY)."""
     client = Client()
     burst = b"".join(
         frame(HEADERS, END_HEADERS, 2 * i + 1, client.block())
@@ -116,6 +117,9 @@ async def test_rapid_reset_in_one_read_stops_processing_at_the_limit() -> None:
         for i in range(3000)
     )
     client.feed(burst)
+    assert len([e for e in client.app.events if e[0] == "request"]) == 256  # 512 frames a turn
+    for _ in range(10):  # loop turns: the rest of the read is parsed 512 frames at a time
+        await asyncio.sleep(0)
     assert client.goaway() == ENHANCE_YOUR_CALM
     requests = [e for e in client.app.events if e[0] == "request"]
     assert len(requests) == 1001  # the burst of 1000, then the one that found no token
@@ -224,15 +228,14 @@ async def test_ping_acks_are_not_counted() -> None:
         frame(DATA, 0, 1, b""),
         frame(PRIORITY, 0, 1, b"\x00\x00\x00\x00\x10"),
         frame(0x42, 0, 0, b"unknown"),
-        frame(SETTINGS, 0, 0, struct.pack(">HI", S_INITIAL_WINDOW_SIZE, 65535)),
     ],
-    ids=["empty DATA", "PRIORITY", "unknown type", "SETTINGS"],
+    ids=["empty DATA", "PRIORITY", "unknown type"],
 )
 async def test_glitches_beyond_the_burst_get_enhance_your_calm(glitch: bytes) -> None:
     clock = FakeClock()
     client = Client(H2Limits(glitch_burst=20, glitch_rate=10.0), clock=clock)
     client.open(1)
-    for _ in range(19):  # the client's first SETTINGS took one token
+    for _ in range(20):
         client.feed(glitch)
     assert client.goaway() is None
     clock.advance(1.0)  # 10 more
@@ -240,6 +243,21 @@ async def test_glitches_beyond_the_burst_get_enhance_your_calm(glitch: bytes) ->
         client.feed(glitch)
     assert client.goaway() is None
     client.feed(glitch)
+    assert client.goaway() == ENHANCE_YOUR_CALM
+
+
+async def test_settings_beyond_the_burst_get_enhance_your_calm() -> None:
+    clock = FakeClock()
+    client = Client(H2Limits(settings_burst=20, settings_rate=10.0), clock=clock)
+    settings = frame(SETTINGS, 0, 0, struct.pack(">HI", S_INITIAL_WINDOW_SIZE, 65535))
+    for _ in range(19):  # the client's first SETTINGS took one token
+        client.feed(settings)
+    assert client.goaway() is None
+    clock.advance(1.0)
+    for _ in range(10):
+        client.feed(settings)
+    assert client.goaway() is None
+    client.feed(settings)
     assert client.goaway() == ENHANCE_YOUR_CALM
 
 
@@ -459,6 +477,7 @@ async def test_no_abort_of_a_transport_that_closed(monkeypatch: Any) -> None:
     from gcs.rpc.front import h2
 
     monkeypatch.setattr(h2, "_ABORT_AFTER_S", 0.0)
+    monkeypatch.setattr(h2, "_LINGER_S", 0.0)
 
     class ClosedTransport(FakeTransport):
         lost = False
@@ -490,6 +509,7 @@ async def test_abort_of_a_transport_that_does_not_flush(monkeypatch: Any) -> Non
     from gcs.rpc.front import h2
 
     monkeypatch.setattr(h2, "_ABORT_AFTER_S", 0.0)
+    monkeypatch.setattr(h2, "_LINGER_S", 0.0)
     client = Client()
     client.conn.abort(ENHANCE_YOUR_CALM, "bye")
     for _ in range(3):

@@ -25,7 +25,8 @@ headers, its DATA payloads, its end and its reset; it answers through
 * Floods end the connection with GOAWAY ENHANCE_YOUR_CALM, with nghttp2's and grpc C-core's
   limits (:mod:`gcs.rpc.front.ratelimit`): RST_STREAM beyond ``reset_burst`` + ``reset_rate``/s
   (rapid reset); "glitches" (empty DATA without END_STREAM, PRIORITY, unknown frame types,
-  frames on closed streams, SETTINGS) beyond ``glitch_burst`` + ``glitch_rate``/s; PINGs
+  DATA after END_STREAM) beyond ``glitch_burst`` + ``glitch_rate``/s; SETTINGS frames beyond
+  ``settings_burst`` + ``settings_rate``/s; PINGs
   closer than ``min_ping_interval_s`` more than ``max_ping_strikes`` times (C-core's policy,
   forgiven whenever we send HEADERS or DATA); SETTINGS with more than
   ``max_settings_entries`` entries; ``max_outbound_acks`` PING/SETTINGS ACKs written to a
@@ -101,6 +102,8 @@ _KEEPALIVE_PING = b"gcs-kalv"
 _BLOCK_CACHE_MAX = 32
 _ABORT_AFTER_S = 5.0
 """A connection closed after an error is aborted if its last bytes cannot be flushed."""
+_LINGER_S = 1.0
+"""After a GOAWAY for an error, how long the peer's further bytes are read and dropped."""
 INPUT_FLOOR = DEFAULT_WINDOW
 """Connection credit a connection holding (almost) nothing always gets, whatever the
 server-wide budget: small requests keep flowing while others' large ones wait."""
@@ -108,6 +111,8 @@ OUTPUT_FLOOR = 1 << 20
 """Reply bytes a connection may have waiting whatever the server-wide budget."""
 _FAST_REPLY_MAX = 256 << 10
 """Larger replies go out in pieces as the socket drains, never whole into its buffer."""
+_FRAMES_PER_TURN = 512
+"""Frames parsed per connection per event-loop turn (then reading pauses for a turn)."""
 _WRITE_BATCH = 256 << 10
 _WRITE_HIGH_WATER = 512 << 10
 """The socket buffer above which we stop writing DATA (``pause_writing``)."""
@@ -134,6 +139,10 @@ class H2Limits:
     glitch_burst: int = 10_000
     glitch_rate: float = 330.0
     """Suspicious frames (nghttp2's glitch rate limit)."""
+    settings_burst: int = 100
+    settings_rate: float = 10.0
+    """SETTINGS frames, each to be acknowledged: a client sends a handful (stricter than
+    nghttp2, which bounds only the ACKs a non-reading peer leaves queued)."""
     min_ping_interval_s: float = 60.0
     max_ping_strikes: int = 2
     """grpc C-core's ping policy with Ray's ``gcs_server`` setting (1 min; 0 strikes = no
@@ -243,9 +252,11 @@ class H2ServerConnection(asyncio.Protocol):
         now = self._clock.monotonic_s()
         self._resets = TokenBucket(limits.reset_burst, limits.reset_rate, now)
         self._glitches = TokenBucket(limits.glitch_burst, limits.glitch_rate, now)
+        self._settings = TokenBucket(limits.settings_burst, limits.settings_rate, now)
         self._pings = PingPolicy(limits.min_ping_interval_s, limits.max_ping_strikes)
         self._sent_since_ping = False
         self._abort_timer: asyncio.TimerHandle | None = None
+        self._parse_deferred = False
 
     # ------------------------------------------------------------- asyncio.Protocol
 
@@ -291,9 +302,16 @@ class H2ServerConnection(asyncio.Protocol):
             return
         self._heard = True
         self._ping_sent_at = None
+        self._buf += data
+        if not self._parse_deferred:
+            self._parse()
+
+    def _parse(self) -> None:
+        """Frames in the buffer, at most ``_FRAMES_PER_TURN`` per event-loop turn: a read
+        full of tiny frames (a flood) must not hold the loop that serves everyone else."""
         buf = self._buf
-        buf += data
         pos = 0
+        left = _FRAMES_PER_TURN
         try:
             if self._preface_left:
                 done = len(PREFACE) - self._preface_left
@@ -313,6 +331,10 @@ class H2ServerConnection(asyncio.Protocol):
                     raise _ConnectionError(FRAME_SIZE_ERROR, f"{length}-byte frame")
                 if end - pos - 9 < length:
                     break
+                if not left:
+                    self._defer_parse()
+                    break
+                left -= 1
                 payload = bytes(buf[pos + 9 : pos + 9 + length])
                 pos += 9 + length
                 self._on_frame(head & 0xFF, flags, sid & 0x7FFFFFFF, payload)
@@ -326,6 +348,23 @@ class H2ServerConnection(asyncio.Protocol):
             self.abort(INTERNAL_ERROR, "internal error")
             return
         del buf[:pos]
+
+    def _defer_parse(self) -> None:
+        """Stop reading; parse the rest of the buffer on the next loop turn."""
+        self._parse_deferred = True
+        if self.transport is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._parse_later)
+
+    def _parse_later(self) -> None:
+        self._parse_deferred = False
+        if self.closed:
+            return
+        self._parse()
+        if not self._parse_deferred and not self.closed and self.transport is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.transport.resume_reading()
 
     # ------------------------------------------------------------- frames in
 
@@ -412,7 +451,8 @@ class H2ServerConnection(asyncio.Protocol):
             raise _ConnectionError(FRAME_SIZE_ERROR, "SETTINGS payload not a multiple of 6")
         if len(payload) // 6 > self.limits.max_settings_entries:
             raise _ConnectionError(ENHANCE_YOUR_CALM, "SETTINGS: too many setting entries")
-        self._glitch("SETTINGS")
+        if not self._settings.take(self._clock.monotonic_s()):
+            raise _ConnectionError(ENHANCE_YOUR_CALM, "too many SETTINGS frames")
         for pos in range(0, len(payload), 6):
             ident, value = _SETTING.unpack_from(payload, pos)
             if ident == S_INITIAL_WINDOW_SIZE:
@@ -923,9 +963,23 @@ class H2ServerConnection(asyncio.Protocol):
             else:
                 log.info("front.connection_error", code=code, reason=reason)
         goaway = struct.pack(">II", self._last_sid, code) + reason.encode()[:200]
-        if self.transport is not None:  # not _write: no bound check (it would recurse)
-            self.transport.write(frame(GOAWAY, 0, 0, goaway))
-        self.close()
+        transport = self.transport
+        if transport is None:
+            self._teardown()
+            return
+        transport.write(frame(GOAWAY, 0, 0, goaway))  # not _write: no bound check (recursion)
+        if code == NO_ERROR or transport.is_closing():
+            self.close()
+            return
+        # a peer still sending would get a TCP reset, and lose our GOAWAY with its unread
+        # bytes, if we closed now: end our side, read and drop what it sends for a while
+        self._teardown()
+        try:
+            transport.write_eof()
+        except (NotImplementedError, RuntimeError, AttributeError):
+            transport.close()
+        loop = asyncio.get_running_loop()
+        self._abort_timer = loop.call_later(_LINGER_S, self._abort_transport)
 
     def close(self) -> None:
         transport = self.transport

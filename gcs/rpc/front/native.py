@@ -32,7 +32,7 @@ from gcs.rpc.front.grpc_wire import (
     trailers_only,
 )
 from gcs.rpc.front.h2 import H2ServerConnection, Stream
-from gcs.rpc.server import BoundedHandler, CallHook, RequestBound
+from gcs.rpc.server import BoundedHandler, CallHook, RequestBound, SplicedReply
 from gcs.rpc.warnings import WarningSampler
 
 log = structlog.get_logger("gcs.rpc.front")
@@ -227,15 +227,19 @@ class NativeDispatcher:
         context: FrontContext,
     ) -> None:
         method = call.method
-        reply = b""
+        parts: tuple[bytes, ...] = ()
         try:
             request = raw if method.deserializer is None else method.deserializer(raw)
             result = method.behaviour(request, context)
             if inspect.isawaitable(result):  # a sync handler ran inline (grpc.aio: a thread)
                 result = await result
             code = context.code()
-            if code is None or code is grpc.StatusCode.OK:
-                reply = result if method.serializer is None else method.serializer(result)
+            if code is not None and code is not grpc.StatusCode.OK:
+                pass
+            elif isinstance(result, SplicedReply):
+                parts = result.parts
+            else:
+                parts = (result if method.serializer is None else method.serializer(result),)
         except grpc.aio.AbortError:
             pass
         except Exception as exc:  # what grpc.aio answers for an exception out of a handler
@@ -247,29 +251,32 @@ class NativeDispatcher:
             call.timer.cancel()
             call.timer = None
         code = context.code()
+        size = sum(len(part) for part in parts)
         if code is not None and code is not grpc.StatusCode.OK:
             conn.send_headers(stream, trailers_only(code, context.details()), end_stream=True)
-        elif len(reply) > self._max_message:
-            message = f"SERVER: Sent message larger than max ({len(reply)} vs. {self._max_message})"
+        elif size > self._max_message:
+            message = f"SERVER: Sent message larger than max ({size} vs. {self._max_message})"
             conn.send_headers(
                 stream,
                 trailers_only(grpc.StatusCode.RESOURCE_EXHAUSTED, message),
                 end_stream=True,
             )
-        elif len(reply) <= _SMALL_REPLY:
+        elif size <= _SMALL_REPLY:
+            reply = parts[0] if len(parts) == 1 else b"".join(parts)
             conn.send_reply(stream, RESPONSE_HEADERS, message_frame(reply), OK_TRAILERS)
-        elif not conn.can_queue(len(reply)):
+        elif not conn.can_queue(size):
             message = (
-                f"the server's reply buffers are in use by other clients; the {len(reply)}-byte "
-                "reply does not fit now, retry"
+                f"the server's reply buffers (front_buffer_budget_bytes) are in use by other "
+                f"clients; the {size}-byte reply does not fit now, retry"
             )
             conn.send_headers(
                 stream,
                 trailers_only(grpc.StatusCode.RESOURCE_EXHAUSTED, message),
                 end_stream=True,
             )
-        else:  # the reply is held once, as serialized, and written as the client reads
+        else:  # the reply is held once, as encoded, and written as the client reads
             conn.send_headers(stream, RESPONSE_HEADERS)
-            conn.send_data(stream, b"\x00" + len(reply).to_bytes(4))
-            conn.send_data(stream, reply)
+            conn.send_data(stream, b"\x00" + size.to_bytes(4))
+            for part in parts:
+                conn.send_data(stream, part)
             conn.send_trailers(stream, OK_TRAILERS)

@@ -53,6 +53,8 @@ def h2_limits(config: GcsConfig) -> H2Limits:
         reset_rate=h2.reset_rate,
         glitch_burst=h2.glitch_burst,
         glitch_rate=h2.glitch_rate,
+        settings_burst=h2.settings_burst,
+        settings_rate=h2.settings_rate,
         min_ping_interval_s=h2.min_ping_interval_ms / 1000,
         max_ping_strikes=h2.max_ping_strikes,
         max_outbound_acks=h2.max_outbound_acks,
