@@ -212,6 +212,21 @@ async def test_a_reply_forgives_ping_strikes() -> None:
     assert client.goaway() is None
 
 
+async def test_data_sent_as_the_window_opens_forgives_ping_strikes() -> None:
+    """A client reading a large reply pings as data arrives (gRPC's BDP probe): the DATA
+    written as its window opens forgives the strikes (before: GOAWAY too_many_pings in the
+    middle of a 100 MiB read)."""
+    client = Client()
+    client.open(1, end=True)
+    stream = client.conn.streams[1]
+    client.feed(frame(SETTINGS, 0, 0, struct.pack(">HI", S_INITIAL_WINDOW_SIZE, 1000)))
+    client.conn.send_reply(stream, b"\x88", b"r" * 20_000, b"t")
+    for i in range(15):
+        client.feed(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1000)))
+        client.feed(frame(PING, 0, 0, b"bdp%05d" % i))
+    assert client.goaway() is None and not client.conn.closed
+
+
 async def test_ping_acks_are_not_counted() -> None:
     client = Client()
     for _ in range(100):

@@ -781,6 +781,7 @@ class H2ServerConnection(asyncio.Protocol):
                 stream.send_window -= size
             if not chunks:
                 break
+            self._sent_since_ping = True  # C-core forgives ping strikes on every DATA sent
             self._write(b"".join(chunks))
         return pos
 
@@ -999,6 +1000,7 @@ class H2ServerConnection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        self._buf = bytearray()  # what a flood left unparsed is dropped now, not at GC
         streams, self.streams = self.streams, {}
         self._blocked.clear()
         budget = self._budget
