@@ -103,7 +103,9 @@ _BLOCK_CACHE_MAX = 32
 _ABORT_AFTER_S = 5.0
 """A connection closed after an error is aborted if its last bytes cannot be flushed."""
 _LINGER_S = 1.0
-"""After a GOAWAY for an error, how long the peer's further bytes are read and dropped."""
+_LINGER_BYTES = 256 << 10
+"""After a GOAWAY for an error, the peer's further bytes are read and dropped for at most
+this long and this many bytes (a client stops at the GOAWAY; a flood does not)."""
 INPUT_FLOOR = DEFAULT_WINDOW
 """Connection credit a connection holding (almost) nothing always gets, whatever the
 server-wide budget: small requests keep flowing while others' large ones wait."""
@@ -257,6 +259,7 @@ class H2ServerConnection(asyncio.Protocol):
         self._sent_since_ping = False
         self._abort_timer: asyncio.TimerHandle | None = None
         self._parse_deferred = False
+        self._lingered = 0
 
     # ------------------------------------------------------------- asyncio.Protocol
 
@@ -298,7 +301,10 @@ class H2ServerConnection(asyncio.Protocol):
             self._flush_blocked()
 
     def data_received(self, data: bytes) -> None:
-        if self.closed:
+        if self.closed:  # lingering after a GOAWAY: dropped, up to a bound
+            self._lingered += len(data)
+            if self._lingered > _LINGER_BYTES and self.transport is not None:
+                self.transport.abort()
             return
         self._heard = True
         self._ping_sent_at = None
