@@ -206,6 +206,54 @@ class _ConnectionError(Exception):
 
 
 class H2ServerConnection(asyncio.Protocol):
+    """One client connection.  Slotted: at 2,000 subscriber connections a publish touches
+    each once, and a dict of 40-odd attributes per connection cost ~0.6 µs per reply."""
+
+    __slots__ = (
+        "_abort_timer",
+        "_acks_while_paused",
+        "_block_cache",
+        "_blocked",
+        "_budget",
+        "_buf",
+        "_buffered",
+        "_buffering_streams",
+        "_clock",
+        "_cont_block",
+        "_cont_count",
+        "_cont_end",
+        "_cont_sid",
+        "_cork",
+        "_counted_out",
+        "_decoder",
+        "_glitches",
+        "_heard",
+        "_last_sid",
+        "_lingered",
+        "_on_closed",
+        "_parse_deferred",
+        "_paused",
+        "_peer_goaway",
+        "_peer_max_frame",
+        "_peer_stream_window",
+        "_ping_sent_at",
+        "_pings",
+        "_preface_left",
+        "_queued_out",
+        "_recv_window",
+        "_resets",
+        "_send_window",
+        "_sent_since_ping",
+        "_settings",
+        "_warnings",
+        "app",
+        "closed",
+        "going_away",
+        "limits",
+        "streams",
+        "transport",
+    )
+
     def __init__(
         self,
         app: StreamApp,
@@ -617,7 +665,7 @@ class H2ServerConnection(asyncio.Protocol):
                 self._buffering_streams += 1
             stream.buffered += len(data)
             self._buffered += len(data)
-            self._budget.take(len(data))
+            self._budget.used += len(data)
             self.app.on_data(self, stream, data)
         if flags & END_STREAM:
             if sid in self.streams:
@@ -638,11 +686,12 @@ class H2ServerConnection(asyncio.Protocol):
             return
         stream.buffered -= size
         self._buffered -= size
-        self._budget.give(size)
+        budget = self._budget
+        budget.give(size)
         if not stream.buffered:
             self._buffering_streams -= 1
-            if not self._buffered:
-                self._budget.forget_input(self)
+            if not self._buffered and (budget.input_pass is self or budget.waiting):
+                budget.forget_input(self)
         self._maybe_credit()
 
     def retry_credit(self) -> None:
