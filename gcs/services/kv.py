@@ -11,6 +11,7 @@ from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2
 from gcs.rpc.errors import NotFound
 from gcs.rpc.server import SplicedReply
+from gcs.rpc.wire import varint
 from gcs.services.common import error_status, ok_status, reply_too_large
 
 Req = gcs_service_pb2
@@ -18,15 +19,6 @@ Req = gcs_service_pb2
 _SPLICE_VALUE_BYTES = 1 << 20
 _OK_STATUS = Req.InternalKVGetReply(status=ok_status()).SerializeToString()
 _VALUE_TAG = b"\x12"  # InternalKVGetReply.value: field 2, length-delimited
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 # What a real raylet's GetInternalConfig expects (gcs-server.md §8.1 step 6).
@@ -56,7 +48,7 @@ class InternalKVServicer:
         if value is None:
             return Req.InternalKVGetReply(status=error_status(NotFound("Failed to find the key")))
         if len(value) >= _SPLICE_VALUE_BYTES:  # the value is sent as stored, never copied
-            return SplicedReply(_OK_STATUS + _VALUE_TAG + _varint(len(value)), value)
+            return SplicedReply(_OK_STATUS + _VALUE_TAG + varint(len(value)), value)
         return Req.InternalKVGetReply(status=ok_status(), value=value)
 
     async def InternalKVMultiGet(self, request: Any, context: Any) -> Any:
