@@ -622,6 +622,7 @@ class GcsServer:
                 cfg.limits,
                 cfg.grpc_max_message_bytes,
                 on_call=self.metrics.on_call,
+                warnings=self.rpc_warnings,
             ),
             warnings=self.rpc_warnings,
         )
