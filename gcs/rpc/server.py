@@ -86,7 +86,8 @@ def decode_request(
     (logged, sampled).  Shared by the grpc.aio wrapper and the front server (gcs.rpc.front),
     which passes the declared ``size`` of a message it did not keep whole."""
     size = len(raw) if size < 0 else size
-    check_request_size(path, size, message_cls, max_request_bytes, warnings)
+    if max_request_bytes is not None and size > max_request_bytes:  # (no call on the hot path)
+        check_request_size(path, size, message_cls, max_request_bytes, warnings)
     try:
         return message_cls.FromString(raw)
     except DecodeError as exc:

@@ -177,7 +177,8 @@ class Stream:
         self.send_window = send_window
         self.remote_closed = False
         self.buffered = 0
-        self.out: deque[memoryview] = deque()
+        self.out: deque[memoryview] | None = None
+        """Data waiting for the windows or the socket, held as given (made when needed)."""
         self.out_len = 0
         self.counted = 0
         """Of ``out_len``, the bytes counted in the server-wide budget."""
@@ -806,6 +807,8 @@ class H2ServerConnection(asyncio.Protocol):
             pos = self._write_data(stream, view)
         if pos < end:
             rest = end - pos
+            if stream.out is None:
+                stream.out = deque()
             stream.out.append(view[pos:])
             stream.out_len += rest
             self._queued_out += rest
@@ -867,16 +870,17 @@ class H2ServerConnection(asyncio.Protocol):
     def _flush(self, stream: Stream) -> None:
         """Queued data of ``stream`` as far as the windows and the socket allow, then its
         trailers once nothing is left."""
-        while stream.out and not self._paused and not self.closed:
-            head = stream.out[0]
+        out = stream.out
+        while out and not self._paused and not self.closed:
+            head = out[0]
             written = self._write_data(stream, head)
             if written:
                 self._dequeued(stream, written)
             if written < len(head):
                 if written:
-                    stream.out[0] = head[written:]
+                    out[0] = head[written:]
                 break
-            stream.out.popleft()
+            out.popleft()
         if self.closed:
             return
         if not stream.out_len and stream.trailers is not None:
@@ -927,7 +931,7 @@ class H2ServerConnection(asyncio.Protocol):
                 self._budget.forget_input(self)
         if stream.out_len:
             self._dequeued(stream, stream.out_len)
-            stream.out.clear()
+            stream.out = None
         self._blocked.pop(stream.id, None)
         if not self.streams and (self.going_away or self._peer_goaway):
             self.close()
@@ -1064,7 +1068,7 @@ class H2ServerConnection(asyncio.Protocol):
         budget.forget_input(self)
         budget.forget_output(self)
         for stream in streams.values():
-            stream.out.clear()
+            stream.out = None
             try:
                 self.app.on_reset(self, stream)
             except Exception:

@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from gcs.rpc.front.body import RequestBody, prefix_refusal, request_limit
+from gcs.rpc.front.body import RequestBody, prefix_refusal
 from gcs.rpc.front.grpc_wire import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
@@ -95,7 +95,9 @@ class HotDispatcher:
         """Keep at most the request limit (+ the 5-byte prefix); a prefix declaring more is
         refused at once."""
         method = call.method
-        limit = request_limit(self._max_message, method.max_request_bytes)
+        limit = method.max_request_bytes
+        if limit is None or limit > self._max_message:
+            limit = self._max_message
         body = call.body
         body.add(conn, stream, data, limit + 5)
         if body.declared > limit:
