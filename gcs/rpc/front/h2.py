@@ -212,6 +212,7 @@ class H2ServerConnection(asyncio.Protocol):
 
     __slots__ = (
         "_abort_timer",
+        "_acks",
         "_acks_while_paused",
         "_block_cache",
         "_blocked",
@@ -295,6 +296,7 @@ class H2ServerConnection(asyncio.Protocol):
         self._counted_out = 0
         self._paused = False
         self._acks_while_paused = 0
+        self._acks: list[bytes] = []
         self._cork: list[bytes] | None = None
         self._peer_goaway = False
         self._heard = True
@@ -402,6 +404,10 @@ class H2ServerConnection(asyncio.Protocol):
             log.exception("front.connection_failed")
             self.abort(INTERNAL_ERROR, "internal error")
             return
+        finally:
+            if self._acks:
+                acks, self._acks = self._acks, []
+                self._write(b"".join(acks))
         del buf[:pos]
 
     def _defer_parse(self) -> None:
@@ -475,11 +481,13 @@ class H2ServerConnection(asyncio.Protocol):
         self._write_ack(frame(PING, ACK, 0, payload))
 
     def _write_ack(self, data: bytes) -> None:
+        """ACKs of one read go out in one write at the end of its parse (a SETTINGS flood
+        cost one send per frame)."""
         if self._paused:
             self._acks_while_paused += 1
             if self._acks_while_paused > self.limits.max_outbound_acks:
                 raise _ConnectionError(ENHANCE_YOUR_CALM, "control frames not read (flood)")
-        self._write(data)
+        self._acks.append(data)
 
     def _on_rst_stream(self, sid: int, payload: bytes) -> None:
         if sid == 0:
