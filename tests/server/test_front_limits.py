@@ -32,6 +32,7 @@ from gcs.rpc.h2wire import (
     PROTOCOL_ERROR,
     RST_STREAM,
     S_INITIAL_WINDOW_SIZE,
+    S_MAX_FRAME_SIZE,
     SETTINGS,
     STREAM_CLOSED,
     WINDOW_UPDATE,
@@ -587,6 +588,31 @@ async def test_settings_initial_window_change_applies_to_open_streams() -> None:
     assert stream.send_window == 10
     client.conn.send_reply(stream, b"\x88", b"y" * 25, b"t")
     assert [len(p) for t, _, _, p in client.sent() if t == DATA] == [10]
+
+
+async def test_settings_ack_precedes_frames_that_use_the_new_settings() -> None:
+    """A client raising MAX_FRAME_SIZE (grpc C-core does) checks frames against what it saw
+    acknowledged: our ACK must go out before the first larger DATA frame."""
+    client = Client()
+    client.open(1, end=True)
+    client.feed(frame(SETTINGS, 0, 0, struct.pack(">HI", S_INITIAL_WINDOW_SIZE, 0)))
+    client.conn.send_reply(client.conn.streams[1], b"\x88", b"d" * 100_000, b"t")
+    client.sent()
+    client.feed(
+        frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 20))
+        + frame(
+            SETTINGS,
+            0,
+            0,
+            struct.pack(">HI", S_MAX_FRAME_SIZE, 65536)
+            + struct.pack(">HI", S_INITIAL_WINDOW_SIZE, 1 << 20),
+        )
+    )
+    sent = client.sent()
+    kinds = [(t, f, len(p)) for t, f, _, p in sent if t in (SETTINGS, DATA)]
+    ack = kinds.index((SETTINGS, ACK, 0))
+    first_large = next(i for i, (t, _, n) in enumerate(kinds) if t == DATA and n > 16384)
+    assert ack < first_large, kinds
 
 
 async def test_our_reply_then_rst_no_error_to_a_client_still_sending() -> None:

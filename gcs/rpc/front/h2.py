@@ -406,8 +406,7 @@ class H2ServerConnection(asyncio.Protocol):
             return
         finally:
             if self._acks:
-                acks, self._acks = self._acks, []
-                self._write(b"".join(acks))
+                self._write(b"")
         del buf[:pos]
 
     def _defer_parse(self) -> None:
@@ -481,8 +480,10 @@ class H2ServerConnection(asyncio.Protocol):
         self._write_ack(frame(PING, ACK, 0, payload))
 
     def _write_ack(self, data: bytes) -> None:
-        """ACKs of one read go out in one write at the end of its parse (a SETTINGS flood
-        cost one send per frame)."""
+        """ACKs of one read go out in one write, at the end of its parse or before the next
+        frame written (a SETTINGS flood cost one send per frame; a SETTINGS ACK must precede
+        frames that use the new settings: a client raising MAX_FRAME_SIZE rejects larger
+        frames that arrive before our ACK)."""
         if self._paused:
             self._acks_while_paused += 1
             if self._acks_while_paused > self.limits.max_outbound_acks:
@@ -981,6 +982,9 @@ class H2ServerConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.closed:
             return
+        if self._acks:  # ACKs go before anything written after what they acknowledge
+            acks, self._acks = self._acks, []
+            data = b"".join((*acks, data))
         if self._cork is not None:
             self._cork.append(data)
             return
