@@ -108,6 +108,49 @@ class RequestLimits:
     max_record_bytes: int = 4 * 1024 * 1024
     """A record other than a KV value persisted from one request (job data, autoscaling
     state, cluster config, placement-group spec)."""
+    max_reply_bytes: int = 512 * 1024 * 1024
+    """A reply that grows with stored data (InternalKVKeys / MultiGet, GetAll*Info...) stops
+    being built past this (at most ``grpc_max_message_bytes``) and is RESOURCE_EXHAUSTED
+    naming the limit: ask with a limit, filters or a narrower prefix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Http2Limits:
+    """Abuse limits of the front server's HTTP/2 layer (``gcs.rpc.front.h2``); each default
+    is nghttp2's or grpc C-core's (as Ray's ``gcs_server`` sets it).  Crossing one ends the
+    connection with GOAWAY ENHANCE_YOUR_CALM."""
+
+    reset_burst: int = 1000
+    """RST_STREAM frames a connection may send at once (nghttp2's stream reset rate limit;
+    the "rapid reset" attack, CVE-2023-44487)."""
+    reset_rate: float = 33.0
+    """RST_STREAM frames regained per second after the burst."""
+    glitch_burst: int = 10000
+    """Suspicious frames a connection may send at once: empty DATA without END_STREAM,
+    PRIORITY, unknown frame types, DATA after END_STREAM (nghttp2's glitch limit)."""
+    glitch_rate: float = 330.0
+    """Suspicious frames regained per second after the burst."""
+    settings_burst: int = 100
+    """SETTINGS frames a connection may send at once (each must be acknowledged; a client
+    sends a handful)."""
+    settings_rate: float = 10.0
+    """SETTINGS frames regained per second after the burst."""
+    max_continuations: int = 8
+    """CONTINUATION frames after one HEADERS, empty ones included (nghttp2's default)."""
+    max_settings_entries: int = 32
+    """Entries in one SETTINGS frame (nghttp2's default)."""
+    max_header_list_bytes: int = 65536
+    """SETTINGS_MAX_HEADER_LIST_SIZE, and the largest header block accepted."""
+    min_ping_interval_ms: int = 60000
+    """A PING sooner than this after the previous one is a strike (grpc C-core's
+    ``grpc.http2.min_recv_ping_interval_without_data_ms`` as Ray's ``gcs_server`` sets it;
+    with no call open the interval is two hours); strikes are forgiven when the server
+    sends a reply."""
+    max_ping_strikes: int = 2
+    """Strikes allowed before the connection is closed (C-core's default; 0 = no limit)."""
+    max_outbound_acks: int = 1000
+    """PING / SETTINGS acknowledgements written to a client that does not read them
+    (nghttp2's default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +304,14 @@ class GcsConfig:
     """Front server: concurrent streams per client connection (more are refused)."""
     front_max_buffered_bytes: int = 64 * 1024 * 1024
     """Front server: request bytes held per connection before its flow-control window is
-    closed, and reply bytes waiting on a client that does not read before it is dropped."""
+    closed, and reply bytes waiting on a client that does not read before it is dropped
+    (one stream may hold more: a single large message or reply)."""
+    front_buffer_budget_bytes: int = 256 * 1024 * 1024
+    """Front server: request and reply bytes held for all connections together.  Past it, no
+    connection gets more flow-control credit (one holding almost nothing keeps 64 KiB, one
+    large message at a time goes through) and a connection that would queue more replies
+    than 1 MiB for a client that does not read is dropped."""
+    http2: Http2Limits = field(default_factory=Http2Limits)
     auth_mode: str = "disabled"
     """``disabled`` or ``token`` (Ray's ``RAY_AUTH_MODE``); see :mod:`gcs.auth`."""
     auth_token_path: str = ""
@@ -336,6 +386,10 @@ ENV_VARS: dict[str, str] = {
     "GCS_REDIS_PASSWORD": "redis.password",
     "GCS_REDIS_WAIT_REPLICAS": "redis.wait_replicas",
     "GCS_REDIS_WAIT_TIMEOUT_MS": "redis.wait_timeout_ms",
+    "GCS_FRONT_MAX_CONCURRENT_STREAMS": "front_max_concurrent_streams",
+    "GCS_FRONT_MAX_BUFFERED_BYTES": "front_max_buffered_bytes",
+    "GCS_FRONT_BUFFER_BUDGET_BYTES": "front_buffer_budget_bytes",
+    **{f"GCS_HTTP2_{f.name.upper()}": f"http2.{f.name}" for f in fields(Http2Limits)},
     **{f"GCS_{f.name.upper()}": f"limits.{f.name}" for f in fields(RequestLimits)},
 }
 TOKEN_ENV_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -364,6 +418,16 @@ _POSITIVE = (
     "expired_job_clusters_gc_interval_ms",
     "front_max_concurrent_streams",
     "front_max_buffered_bytes",
+    "front_buffer_budget_bytes",
+    "http2.reset_burst",
+    "http2.reset_rate",
+    "http2.glitch_burst",
+    "http2.glitch_rate",
+    "http2.settings_burst",
+    "http2.settings_rate",
+    "http2.max_settings_entries",
+    "http2.max_header_list_bytes",
+    "http2.max_outbound_acks",
     "task_events_max_num_task_in_gcs",
     "redis.wait_timeout_ms",
 )
@@ -377,6 +441,9 @@ _NON_NEGATIVE = (
     "task_events_max_num_profile_events_per_task",
     "mark_task_failed_on_worker_dead_delay_ms",
     "mark_task_failed_on_job_done_delay_ms",
+    "http2.max_continuations",
+    "http2.min_ping_interval_ms",
+    "http2.max_ping_strikes",
 )
 
 

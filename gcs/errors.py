@@ -6,6 +6,7 @@
     ├── AlreadyExists
     ├── FailedPrecondition        the state does not allow it, e.g. a dead node re-registering
     ├── Unauthenticated           wrong cluster id / missing or wrong token
+    ├── ResourceExhausted         the answer would exceed a limit (reply size)
     ├── Unavailable               store or raylet unreachable; nothing was acknowledged
     │   ├── RayletUnreachable     a raylet did not answer (refused, lost, deadline exceeded)
     │   └── WorkerUnreachable     a core worker did not answer (its process is likely gone)
@@ -82,6 +83,10 @@ class FailedPrecondition(GcsError):
 
 class Unauthenticated(GcsError):
     pass
+
+
+class ResourceExhausted(GcsError):
+    """The answer would exceed a limit (a reply past the message size): ask for less."""
 
 
 class Unavailable(GcsError):

@@ -32,6 +32,9 @@ MAX_KEY_BYTES = 64 * 1024
 _MAX_ATTEMPTS = 64
 
 NAMESPACE_MARK = b"@namespace_"
+_NO_LIMIT = 1 << 62
+_MULTI_GET_CHUNK = 16
+"""Keys read at once by a bounded MultiGet (each value may be up to 500 MiB)."""
 
 
 def _escape(namespace: bytes) -> bytes:
@@ -126,10 +129,34 @@ class KvManager:
     async def exists(self, namespace: bytes, key: bytes) -> bool:
         return await self.get(namespace, key) is not None
 
-    async def keys(self, namespace: bytes, prefix: bytes) -> list[bytes]:
+    async def keys(
+        self, namespace: bytes, prefix: bytes, *, max_bytes: int = _NO_LIMIT
+    ) -> list[bytes] | None:
+        """The keys starting with ``prefix``, sorted; None when their stored names add up
+        to more than ``max_bytes`` (nothing more is read or built then)."""
         strip = len(namespace_prefix(namespace))
-        found = await self._store.scan_prefix(TABLE_KV, encode_key(namespace, prefix))
+        found = await self._store.scan_keys(
+            TABLE_KV, encode_key(namespace, prefix), max_bytes=max_bytes
+        )
+        if found is None:
+            return None
         return sorted(k[strip:] for k in found)
+
+    async def multi_get_bounded(
+        self, namespace: bytes, keys: list[bytes], *, max_bytes: int
+    ) -> dict[bytes, bytes] | None:
+        """:meth:`multi_get` read ``_MULTI_GET_CHUNK`` keys at a time; None as soon as the
+        values found add up to more than ``max_bytes``."""
+        out: dict[bytes, bytes] = {}
+        total = 0
+        for start in range(0, len(keys), _MULTI_GET_CHUNK):
+            found = await self.multi_get(namespace, keys[start : start + _MULTI_GET_CHUNK])
+            for key, value in found.items():
+                total += len(key) + len(value)
+                if total > max_bytes:
+                    return None
+                out[key] = value
+        return out
 
     async def _write(self, batch: WriteBatch) -> None:
         await write_definite(self._store, batch)

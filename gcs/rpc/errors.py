@@ -19,6 +19,7 @@ from gcs.errors import (
     NotFound,
     RayStatusCode,
     RayStatusError,
+    ResourceExhausted,
     Unauthenticated,
     Unavailable,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "NotFound",
     "RayStatusCode",
     "RayStatusError",
+    "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
     "grpc_details",
@@ -46,6 +48,7 @@ _TABLE: tuple[tuple[type[GcsError], grpc.StatusCode, RayStatusCode], ...] = (
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS, RayStatusCode.AlreadyExists),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION, RayStatusCode.Invalid),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED, RayStatusCode.AuthError),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED, RayStatusCode.OutOfResource),
     (Unavailable, grpc.StatusCode.UNAVAILABLE, RayStatusCode.IOError),
 )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -24,6 +25,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
 from gcs.rpc.errors import InvalidArgument, status_for
+from gcs.rpc.warnings import WarningSampler
 from gcs.rpc.wire import method_path, wire_service_name
 
 log = structlog.get_logger("gcs.rpc")
@@ -54,26 +56,52 @@ ample on a cluster network.
 """
 
 
-def decode_request(
-    path: str, raw: bytes, message_cls: Any, max_request_bytes: int | None, size: int = -1
-) -> Any:
-    """The request of ``path``, bounded and decoded; a bad one is :class:`InvalidArgument`
-    (logged).  Shared by the grpc.aio wrapper and the front server (gcs.rpc.front), which
-    passes the declared ``size`` of a message it did not keep whole."""
-    size = len(raw) if size < 0 else size
+def check_request_size(
+    path: str,
+    size: int,
+    message_cls: Any,
+    max_request_bytes: int | None,
+    warnings: WarningSampler | None = None,
+) -> None:
+    """A request of ``size`` encoded bytes above ``max_request_bytes`` is
+    :class:`InvalidArgument` naming the limit (logged, sampled).  The front server calls it
+    as soon as the gRPC length prefix arrives, before buffering the body."""
     if max_request_bytes is not None and size > max_request_bytes:
-        log.warning("rpc.request_too_large", method=path, bytes=size)
+        _warn(warnings, "rpc.request_too_large", method=path, bytes=size)
         raise InvalidArgument(
             f"request is {size} bytes; a {message_cls.DESCRIPTOR.name} is limited to "
             f"{max_request_bytes} bytes"
         )
+
+
+def decode_request(
+    path: str,
+    raw: bytes,
+    message_cls: Any,
+    max_request_bytes: int | None,
+    size: int = -1,
+    warnings: WarningSampler | None = None,
+) -> Any:
+    """The request of ``path``, bounded and decoded; a bad one is :class:`InvalidArgument`
+    (logged, sampled).  Shared by the grpc.aio wrapper and the front server (gcs.rpc.front),
+    which passes the declared ``size`` of a message it did not keep whole."""
+    size = len(raw) if size < 0 else size
+    if max_request_bytes is not None and size > max_request_bytes:  # (no call on the hot path)
+        check_request_size(path, size, message_cls, max_request_bytes, warnings)
     try:
         return message_cls.FromString(raw)
     except DecodeError as exc:
-        log.warning("rpc.undecodable_request", method=path, bytes=len(raw))
+        _warn(warnings, "rpc.undecodable_request", method=path, bytes=len(raw))
         raise InvalidArgument(
             f"request is not a valid {message_cls.DESCRIPTOR.name}: {exc}"
         ) from None
+
+
+def _warn(warnings: WarningSampler | None, event: str, **fields: Any) -> None:
+    if warnings is not None:
+        warnings.warn(event, **fields)
+    else:
+        log.warning(event, **fields)
 
 
 def failure_status(path: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
@@ -91,12 +119,14 @@ def _wrap(
     message_cls: Any,
     on_call: CallHook | None,
     max_request_bytes: int | None = None,
+    warnings: WarningSampler | None = None,
 ) -> Handler:
     async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         start = time.perf_counter()
         code = "OK"
         try:
-            return await fn(decode_request(path, raw, message_cls, max_request_bytes), context)
+            request = decode_request(path, raw, message_cls, max_request_bytes, -1, warnings)
+            return await fn(request, context)
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
@@ -126,6 +156,27 @@ def _unimplemented(path: str) -> Handler:
     return handler
 
 
+@dataclass(frozen=True, slots=True)
+class RequestBound:
+    """What a unary method accepts: its request type and encoded-size limit (None: only
+    gRPC's message limit)."""
+
+    message_cls: Any
+    max_request_bytes: int | None
+
+
+class BoundedHandler(grpc.GenericRpcHandler):
+    """A service's method handlers, and each method's :class:`RequestBound` (by path) for
+    the front server, which checks the gRPC length prefix before buffering a request."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler, bounds: dict[str, RequestBound]) -> None:
+        self._inner = inner
+        self.bounds = bounds
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        return self._inner.service(handler_call_details)
+
+
 def service_handler(
     service: ServiceDescriptor,
     servicer: object,
@@ -133,11 +184,14 @@ def service_handler(
     on_call: CallHook | None = None,
     max_request_bytes: int | None = None,
     max_request_bytes_by_method: Mapping[str, int] | None = None,
-) -> grpc.GenericRpcHandler:
+    warnings: WarningSampler | None = None,
+) -> BoundedHandler:
     """``max_request_bytes`` bounds the encoded request before it is decoded (a decoded
     message can take ~30x its encoded size); ``max_request_bytes_by_method`` overrides it
-    per method name.  None: only gRPC's message limit applies."""
+    per method name.  None: only gRPC's message limit applies.  ``warnings`` samples the
+    bad-request log lines (one per request otherwise)."""
     handlers = {}
+    bounds = {}
     by_method = max_request_bytes_by_method or {}
     for method in service.methods:
         if method.client_streaming or method.server_streaming:
@@ -146,21 +200,39 @@ def service_handler(
         fn = getattr(servicer, method.name, None)
         message_cls = GetMessageClass(method.input_type)
         limit = by_method.get(method.name, max_request_bytes)
+        bounds[path] = RequestBound(message_cls, limit)
         impl = (
-            _wrap(path, fn, message_cls, on_call, limit) if fn is not None else _unimplemented(path)
+            _wrap(path, fn, message_cls, on_call, limit, warnings)
+            if fn is not None
+            else _unimplemented(path)
         )
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             impl,
             request_deserializer=None,  # raw bytes: decoded in the wrapper (see module doc)
             response_serializer=_serialize,
         )
-    return grpc.method_handlers_generic_handler(wire_service_name(service), handlers)
+    inner = grpc.method_handlers_generic_handler(wire_service_name(service), handlers)
+    return BoundedHandler(inner, bounds)
+
+
+class SplicedReply:
+    """A reply already encoded, in parts: a large value is spliced in as it is instead of
+    being copied into a message and again into its encoding.  The front server writes the
+    parts as they are; grpc.aio gets them joined."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, *parts: bytes) -> None:
+        self.parts = parts
+        self.size = sum(len(part) for part in parts)
 
 
 def _serialize(message: Any) -> bytes:
     """Replies may be pre-serialized bytes (hot paths splice cached parts)."""
     if isinstance(message, bytes):
         return message
+    if isinstance(message, SplicedReply):
+        return b"".join(message.parts)
     return message.SerializeToString()
 
 

@@ -20,3 +20,13 @@ def wire_service_name(service: ServiceDescriptor) -> str:
 
 def method_path(method: MethodDescriptor) -> str:
     return f"/{wire_service_name(method.containing_service)}/{method.name}"
+
+
+def varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of ``n`` >= 0 (for replies spliced by hand)."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)

@@ -58,10 +58,11 @@ from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc import method_path, service_handler, wire_service_name
 from gcs.rpc import services as svc
 from gcs.rpc.front import (
+    ByteBudget,
     Forwarder,
     FrontServer,
     GrpcRouter,
-    H2Limits,
+    h2_limits,
     hot_methods,
     native_methods,
 )
@@ -73,6 +74,7 @@ from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS, HandlerTable
+from gcs.rpc.warnings import WarningSampler
 from gcs.server import head_processes
 from gcs.server.addresses import advertised_host
 from gcs.server.gc_policy import SurvivorFreezer
@@ -151,6 +153,8 @@ class GcsServer:
         self._closers: list[Callable[[], Awaitable[None]]] = []
         """Closed at stop, in order (what start built for itself)."""
         self.metrics = GcsMetrics()
+        self.rpc_warnings = WarningSampler(self.clock)
+        """Repeated per-request warnings: counted, and sampled in the log."""
         self.meta: ClusterMeta | None = None
         self.managers: Managers | None = None
         self.port = 0
@@ -417,6 +421,9 @@ class GcsServer:
         await self._start_grpc()
         await pubsub.start()
         self.metrics.add_source(on_loop(asyncio.get_running_loop(), self._metric_families))
+        self.metrics.add_source(
+            on_loop(asyncio.get_running_loop(), self.rpc_warnings.metric_families)
+        )
         if cfg.metrics_port >= 0:
             self.metrics_port = self.metrics.serve(cfg.host, cfg.metrics_port)
         loop = asyncio.get_running_loop()
@@ -480,7 +487,9 @@ class GcsServer:
     async def _start_grpc(self) -> None:
         assert self.meta is not None and self.managers is not None
         m, cfg = self.managers, self.config
-        limits = cfg.limits
+        limits = dataclasses.replace(  # no reply is built past what gRPC may send
+            cfg.limits, max_reply_bytes=min(cfg.limits.max_reply_bytes, cfg.grpc_max_message_bytes)
+        )
         interceptor = CallGuardInterceptor(self.meta.cluster_id_hex, self.security.token)
         server = grpc.aio.server(
             interceptors=[interceptor],
@@ -539,6 +548,7 @@ class GcsServer:
                 on_call=hook,
                 max_request_bytes=limits.max_request_bytes,
                 max_request_bytes_by_method=by_method,
+                warnings=self.rpc_warnings,
             )
             table.add_generic_rpc_handlers([handler])
         pubsub_servicers = m.pubsub.servicers(limits)
@@ -614,19 +624,19 @@ class GcsServer:
                 cfg.limits,
                 cfg.grpc_max_message_bytes,
                 on_call=self.metrics.on_call,
+                warnings=self.rpc_warnings,
             ),
-        )
-        limits = H2Limits(
-            max_concurrent_streams=cfg.front_max_concurrent_streams,
-            max_buffered_input=cfg.front_max_buffered_bytes,
-            max_buffered_output=cfg.front_max_buffered_bytes,
+            warnings=self.rpc_warnings,
         )
         tls = self.security.tls
         front = FrontServer(
             router,
             forwarder,
-            limits,
+            h2_limits(cfg),
             ssl_context=tls.ssl_server_context() if tls is not None else None,
+            budget=ByteBudget(cfg.front_buffer_budget_bytes),
+            clock=self.clock,
+            warnings=self.rpc_warnings,
         )
         try:
             self.port = await front.start(cfg.host, cfg.port)

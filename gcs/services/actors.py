@@ -15,7 +15,7 @@ from gcs.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFo
 from gcs.ids import JOB_ID_SIZE
 from gcs.managers.actors import ACTOR_ID_SIZE, ActorManager
 from gcs.proto import common_pb2, gcs_service_pb2
-from gcs.services.common import error_status, ok_status
+from gcs.services.common import ReplySize, error_status, ok_status
 
 Req = gcs_service_pb2
 
@@ -81,9 +81,11 @@ class ActorInfoServicer:
     async def ListNamedActors(self, request: Req.ListNamedActorsRequest, context: Any) -> Any:
         validate.text(request.ray_namespace, "ray_namespace", self._limits.max_name_bytes)
         out = Req.ListNamedActorsReply(status=ok_status())
+        size = ReplySize(self._limits.max_reply_bytes, "named actors")
         for namespace, name in self._actors.list_named(
             request.ray_namespace, request.all_namespaces
         ):
+            size.add_bytes(len(namespace) + len(name) + 4)
             out.named_actors_list.add(ray_namespace=namespace, name=name)
         return out
 
@@ -104,6 +106,9 @@ class ActorInfoServicer:
             state=state,
             limit=request.limit if request.HasField("limit") and request.limit > 0 else None,
         )
+        size = ReplySize(self._limits.max_reply_bytes, "actors")
+        for actor in actors:
+            size.add(actor)
         return Req.GetAllActorInfoReply(
             status=ok_status(), actor_table_data=actors, total=total, num_filtered=filtered
         )

@@ -11,7 +11,7 @@ from gcs.managers.jobs import VIRTUAL_CLUSTER_METADATA_KEY, JobManager, JobRejec
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.proto import common_pb2, gcs_service_pb2
 from gcs.rpc.errors import FailedPrecondition, InvalidArgument, NotFound
-from gcs.services.common import error_status, ok_status
+from gcs.services.common import ReplySize, error_status, ok_status
 
 Req = gcs_service_pb2
 ACTOR_ID_SIZE = 16
@@ -51,11 +51,13 @@ class JobInfoServicer:
             request.job_or_submission_id, "job_or_submission_id", self._limits.max_name_bytes
         )
         out = Req.GetAllJobInfoReply(status=ok_status())
+        size = ReplySize(self._limits.max_reply_bytes, "jobs")
         for job in self._jobs.jobs.values():
             if request.HasField("limit") and 0 < request.limit <= len(out.job_info_list):
                 break
             if request.job_or_submission_id and job.job_id.hex() != request.job_or_submission_id:
                 continue
+            size.add(job)
             out.job_info_list.append(job)
         return out
 
@@ -115,9 +117,11 @@ class PlacementGroupInfoServicer:
     async def GetAllPlacementGroup(self, request: Any, context: Any) -> Any:
         out = Req.GetAllPlacementGroupReply(status=ok_status(), total=len(self._pgs.groups))
         limit = request.limit if request.HasField("limit") and request.limit > 0 else None
+        size = ReplySize(self._limits.max_reply_bytes, "placement groups")
         for pg in self._pgs.groups.values():
             if limit is not None and len(out.placement_group_table_data) >= limit:
                 break
+            size.add(pg)
             out.placement_group_table_data.append(pg)
         return out
 

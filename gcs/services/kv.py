@@ -10,9 +10,16 @@ from gcs.config import RequestLimits
 from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2
 from gcs.rpc.errors import NotFound
-from gcs.services.common import error_status, ok_status
+from gcs.rpc.server import SplicedReply
+from gcs.rpc.wire import varint
+from gcs.services.common import error_status, ok_status, reply_too_large
 
 Req = gcs_service_pb2
+
+_SPLICE_VALUE_BYTES = 1 << 20
+_OK_STATUS = Req.InternalKVGetReply(status=ok_status()).SerializeToString()
+_VALUE_TAG = b"\x12"  # InternalKVGetReply.value: field 2, length-delimited
+
 
 # What a real raylet's GetInternalConfig expects (gcs-server.md §8.1 step 6).
 DEFAULT_INTERNAL_CONFIG = {"automatic_object_spilling_enabled": False}
@@ -40,12 +47,17 @@ class InternalKVServicer:
         value = await self._kv.get(self._ns(request.namespace), self._key(request.key))
         if value is None:
             return Req.InternalKVGetReply(status=error_status(NotFound("Failed to find the key")))
+        if len(value) >= _SPLICE_VALUE_BYTES:  # the value is sent as stored, never copied
+            return SplicedReply(_OK_STATUS + _VALUE_TAG + varint(len(value)), value)
         return Req.InternalKVGetReply(status=ok_status(), value=value)
 
     async def InternalKVMultiGet(self, request: Any, context: Any) -> Any:
         validate.entries(request.keys, "keys", self._limits.max_repeated_entries)
         keys = [self._key(k, f"keys[{i}]") for i, k in enumerate(request.keys)]
-        found = await self._kv.multi_get(self._ns(request.namespace), keys)
+        limit = self._limits.max_reply_bytes
+        found = await self._kv.multi_get_bounded(self._ns(request.namespace), keys, max_bytes=limit)
+        if found is None:
+            raise reply_too_large(limit, "the values of these keys")
         out = Req.InternalKVMultiGetReply(status=ok_status())
         for key in keys:
             if key in found:
@@ -73,7 +85,10 @@ class InternalKVServicer:
 
     async def InternalKVKeys(self, request: Any, context: Any) -> Any:
         prefix = validate.blob(request.prefix, "prefix", self._limits.max_kv_key_bytes)
-        keys = await self._kv.keys(self._ns(request.namespace), prefix)
+        limit = self._limits.max_reply_bytes
+        keys = await self._kv.keys(self._ns(request.namespace), prefix, max_bytes=limit)
+        if keys is None:
+            raise reply_too_large(limit, "the keys under this prefix")
         return Req.InternalKVKeysReply(status=ok_status(), results=keys)
 
     async def GetInternalConfig(self, request: Any, context: Any) -> Any:

@@ -13,7 +13,7 @@ from gcs.managers.head import promote_head_raylet
 from gcs.managers.nodes import ALIVE, NodeManager, address_and_liveness
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 from gcs.rpc.errors import InvalidArgument
-from gcs.services.common import ok_status
+from gcs.services.common import ReplySize, ok_status
 
 Req = gcs_service_pb2
 NodeFilter = Callable[[str], frozenset[bytes] | None]
@@ -124,6 +124,7 @@ class NodeInfoServicer:
         legacy = _legacy_filter(request, self._vc_nodes)
         out = Req.GetAllNodeInfoReply(status=ok_status(), total=self._nodes.total())
         limit = request.limit if request.HasField("limit") and request.limit > 0 else None
+        size = ReplySize(self._limits.max_reply_bytes, "nodes")
         for node in candidates:
             if request.HasField("state_filter") and node.state != request.state_filter:
                 continue
@@ -133,6 +134,7 @@ class NodeInfoServicer:
                 continue
             if limit is not None and len(out.node_info_list) >= limit:
                 break
+            size.add(node)
             out.node_info_list.append(node)
         if self._head is not None and wanted.wants_head() and legacy is None:
             self._add_virtual_head(request, out, limit)
@@ -167,12 +169,15 @@ class NodeInfoServicer:
             candidates = list(self._nodes.all_nodes())
         limit = request.limit if request.HasField("limit") and request.limit > 0 else None
         out = Req.GetAllNodeAddressAndLivenessReply(status=ok_status())
+        size = ReplySize(self._limits.max_reply_bytes, "nodes")
         for node in candidates:
             if request.HasField("state_filter") and node.state != request.state_filter:
                 continue
             if limit is not None and len(out.node_info_list) >= limit:
                 break
-            out.node_info_list.append(address_and_liveness(node))
+            entry = address_and_liveness(node)
+            size.add(entry)
+            out.node_info_list.append(entry)
         return out
 
     async def CheckAlive(self, request: Req.CheckAliveRequest, context: Any) -> Any:

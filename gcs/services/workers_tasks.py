@@ -16,7 +16,7 @@ from gcs.managers.tasks import TaskEventStore
 from gcs.managers.workers import WorkerManager, require_worker_id
 from gcs.proto import gcs_pb2, gcs_service_pb2
 from gcs.rpc.errors import InvalidArgument
-from gcs.services.common import error_status, ok_status
+from gcs.services.common import ReplySize, error_status, ok_status
 
 Req = gcs_service_pb2
 
@@ -56,6 +56,7 @@ class WorkerInfoServicer:
         limit = request.limit if request.HasField("limit") and request.limit > 0 else None
         f = request.filters
         reply = Req.GetAllWorkerInfoReply(status=ok_status(), total=self._workers.total())
+        size = ReplySize(self._limits.max_reply_bytes, "workers")
         for data in self._workers.all_workers():
             if f.HasField("is_alive") and data.is_alive != f.is_alive:
                 reply.num_filtered += 1
@@ -67,6 +68,7 @@ class WorkerInfoServicer:
                 continue
             if limit is not None and len(reply.worker_table_data) >= limit:
                 break
+            size.add(data)
             reply.worker_table_data.append(data)
         return reply
 

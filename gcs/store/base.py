@@ -124,6 +124,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]: ...
 
+    async def scan_keys(self, table: str, prefix: bytes, *, max_bytes: int) -> list[bytes] | None:
+        """The keys starting with ``prefix`` (values not read), or None as soon as they add
+        up to more than ``max_bytes``: a listing that could not be answered is not built.
+        Backends override this to read keys only and stop early; this fallback reads the
+        values too."""
+        keys, total = [], 0
+        for key in await self.scan_prefix(table, prefix):
+            total += len(key)
+            if total > max_bytes:
+                return None
+            keys.append(key)
+        return keys
+
     @abc.abstractmethod
     async def write(self, batch: WriteBatch) -> None:
         """Apply ``batch`` atomically.

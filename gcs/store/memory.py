@@ -49,6 +49,16 @@ class MemoryStore(Store):
     async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]:
         return {k: v for k, v in self._table(table).items() if k.startswith(prefix)}
 
+    async def scan_keys(self, table: str, prefix: bytes, *, max_bytes: int) -> list[bytes] | None:
+        keys, total = [], 0
+        for key in self._table(table):
+            if key.startswith(prefix):
+                total += len(key)
+                if total > max_bytes:
+                    return None
+                keys.append(key)
+        return keys
+
     async def write(self, batch: WriteBatch) -> None:
         if self.fail_writes:
             raise StoreUnavailable("memory store: simulated outage")

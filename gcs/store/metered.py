@@ -86,6 +86,11 @@ class MeteredStore(Store):
     async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]:
         return await self._timed("scan_prefix", lambda: self.inner.scan_prefix(table, prefix))
 
+    async def scan_keys(self, table: str, prefix: bytes, *, max_bytes: int) -> list[bytes] | None:
+        return await self._timed(
+            "scan_keys", lambda: self.inner.scan_keys(table, prefix, max_bytes=max_bytes)
+        )
+
     async def write(self, batch: WriteBatch) -> None:
         self._batch_keys.observe(len(batch.puts) + len(batch.deletes))
         await self._timed("write", lambda: self.inner.write(batch))
@@ -105,6 +110,7 @@ _OPS = (
     "multi_get",
     "get_all",
     "scan_prefix",
+    "scan_keys",
     "write",
     "landed",
     "increment",

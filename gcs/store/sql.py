@@ -209,6 +209,26 @@ class SqlStore(Store):
             rows = await conn.execute(select(KV.c.key, KV.c.value).where(*where))
             return {bytes(k): bytes(v) for k, v in rows if bytes(k).startswith(prefix)}
 
+    async def scan_keys(self, table: str, prefix: bytes, *, max_bytes: int) -> list[bytes] | None:
+        where = [*self._in_table(table), KV.c.key >= prefix]
+        upper = _prefix_upper_bound(prefix)
+        if upper is not None:
+            where.append(KV.c.key < upper)
+        keys: list[bytes] = []
+        total = 0
+        async with self._read() as conn:
+            rows = await conn.stream(select(KV.c.key).where(*where))
+            async for (raw,) in rows:
+                key = bytes(raw)
+                if not key.startswith(prefix):
+                    continue
+                total += len(key)
+                if total > max_bytes:
+                    await rows.close()
+                    return None
+                keys.append(key)
+        return keys
+
     async def read_counter(self, counter: str) -> int:
         async with self._read() as conn:
             row = await conn.execute(

@@ -5,6 +5,7 @@ coalescing to the newest view per node); bad input ends the stream naming the fi
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 import grpc
 
@@ -97,13 +98,13 @@ async def test_views_cross_in_one_write_per_loop_turn() -> None:
 
 async def test_a_raylet_that_does_not_read_gets_only_the_newest_views() -> None:
     h, dispatcher, conn, a, b = await _setup()
-    b.stream.out += b"x" * 10  # its window is spent: data is queued for it
+    b.stream.out = deque([memoryview(b"x" * 10)])  # its window is spent: data is queued for it
     for version in range(1, 50):
         dispatcher.on_data(conn, a.stream, a, _batch(_view(A, version)))  # type: ignore[arg-type]
         await _turn()
     assert conn.received(3) == []
     assert len(h.hub.peers[B]) == 1  # bounded: one entry per (node, type)
-    b.stream.out.clear()  # it reads again: the blocked peer's retry writes the newest view
+    b.stream.out = None  # it reads again: the blocked peer's retry writes the newest view
     await eventually(lambda: conn.received(3) == [(A, 49)])
 
 

@@ -2,10 +2,20 @@
 and every other unary method itself, relaying streams to grpc.aio (see
 :mod:`gcs.rpc.front.server`)."""
 
+from gcs.rpc.front.budget import ByteBudget
 from gcs.rpc.front.forward import Forwarder
 from gcs.rpc.front.h2 import H2Limits
 from gcs.rpc.front.hot import hot_methods
 from gcs.rpc.front.native import native_methods
-from gcs.rpc.front.server import FrontServer, GrpcRouter
+from gcs.rpc.front.server import FrontServer, GrpcRouter, h2_limits
 
-__all__ = ["Forwarder", "FrontServer", "GrpcRouter", "H2Limits", "hot_methods", "native_methods"]
+__all__ = [
+    "ByteBudget",
+    "Forwarder",
+    "FrontServer",
+    "GrpcRouter",
+    "H2Limits",
+    "h2_limits",
+    "hot_methods",
+    "native_methods",
+]

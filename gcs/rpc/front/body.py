@@ -1,12 +1,47 @@
 """A unary call's request body on the front server: DATA kept up to a cap (the rest only
-counted and released), then the one gRPC message taken out of it."""
+counted and released), then the one gRPC message taken out of it.  The 5-byte gRPC length
+prefix says how large the message will be: a request above its method's limit is refused
+as soon as the prefix arrives (:func:`prefix_refusal`), before its body is buffered."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
+from gcs.rpc.errors import InvalidArgument
 from gcs.rpc.front.grpc_wire import GrpcWireError, inflate
 from gcs.rpc.front.h2 import H2ServerConnection, Stream
+from gcs.rpc.server import check_request_size, failure_status
+from gcs.rpc.warnings import WarningSampler
+
+
+def request_limit(max_message: int, max_request_bytes: int | None) -> int:
+    """The most a request of a method may declare in its length prefix."""
+    return max_message if max_request_bytes is None else min(max_message, max_request_bytes)
+
+
+def prefix_refusal(
+    path: str,
+    declared: int,
+    max_message: int,
+    message_cls: Any,
+    max_request_bytes: int | None,
+    warnings: WarningSampler | None,
+) -> tuple[grpc.StatusCode, str, bool]:
+    """The answer to a request whose prefix declares ``declared`` bytes, above its limit:
+    what the method would answer once the body arrived (grpc's RESOURCE_EXHAUSTED above the
+    message limit, else the handler's INVALID_ARGUMENT naming the limit), and whether the
+    handler would have counted the call in the RPC metrics."""
+    if declared > max_message:
+        message = f"SERVER: Received message larger than max ({declared} vs. {max_message})"
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, message, False
+    try:
+        check_request_size(path, declared, message_cls, max_request_bytes, warnings)
+    except InvalidArgument as exc:
+        code, details = failure_status(path, exc)
+        return code, details, True
+    raise ValueError(f"{declared} bytes is within the limit of {path}")
 
 
 class RequestBody:

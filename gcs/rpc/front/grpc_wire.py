@@ -6,6 +6,7 @@ indexing (:mod:`gcs.rpc.h2wire`), so they are valid on any connection and cachea
 from __future__ import annotations
 
 import base64
+import re
 import urllib.parse
 import zlib
 from collections.abc import Iterable, Sequence
@@ -22,6 +23,8 @@ RESPONSE_HEADERS = b"\x88" + literal(31, "application/grpc")  # :status 200, con
 OK_TRAILERS = literal_new("grpc-status", "0")
 _RESERVED = (b":", b"grpc-", b"content-type", b"te", b"user-agent", b"host", b"connection")
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+_BAD_KEY = re.compile(rb"[^0-9a-z_.\-]")
+_BAD_VALUE = re.compile(rb"[^\x20-\x7e]")
 _SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if c != ord("%"))
 
 
@@ -93,24 +96,31 @@ def parse_timeout(value: bytes) -> float:
 
 
 def request_metadata(headers: Iterable[Header]) -> Metadata:
-    """Client metadata to pass on (``-bin`` values base64-decoded, reserved headers left out)."""
+    """Client metadata to pass on (``-bin`` values base64-decoded, reserved headers left
+    out).  Entries gRPC could not carry are dropped, as the methods served here ignore
+    them: a key that is not lower-case ``[0-9a-z_.-]``, a text value with a byte outside
+    printable ASCII (tab, NUL...), a ``-bin`` value that is not base64.  (Relayed to
+    grpc.aio as they are, they made its client refuse the call with INTERNAL "Invalid
+    metadata".)"""
     out: list[tuple[str, str | bytes]] = []
     for name, value in headers:
-        if name.startswith(_RESERVED):
+        if name.startswith(_RESERVED) or _BAD_KEY.search(name) or not name:
             continue
-        key = name.decode("ascii", "replace")
+        key = name.decode("ascii")
         if key.endswith("-bin"):
-            out.append((key, _b64decode(value)))
-        else:
-            out.append((key, value.decode("latin-1")))
+            decoded = _b64decode(value)
+            if decoded is not None:
+                out.append((key, decoded))
+        elif not _BAD_VALUE.search(value):
+            out.append((key, value.decode("ascii")))
     return tuple(out)
 
 
-def _b64decode(value: bytes) -> bytes:
+def _b64decode(value: bytes) -> bytes | None:
     try:
-        return base64.b64decode(value + b"=" * (-len(value) % 4))
+        return base64.b64decode(value + b"=" * (-len(value) % 4), validate=True)
     except ValueError:
-        raise GrpcWireError(grpc.StatusCode.INTERNAL, "malformed -bin metadata") from None
+        return None
 
 
 def metadata_block(metadata: Sequence[tuple[str, str | bytes]] | None) -> bytes:

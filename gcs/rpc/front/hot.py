@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from gcs.rpc.front.body import RequestBody
+from gcs.rpc.front.body import RequestBody, prefix_refusal
 from gcs.rpc.front.grpc_wire import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
@@ -27,6 +27,7 @@ from gcs.rpc.front.grpc_wire import (
 )
 from gcs.rpc.front.h2 import H2ServerConnection, Stream
 from gcs.rpc.server import CallHook, decode_request, failure_status
+from gcs.rpc.warnings import WarningSampler
 from gcs.rpc.wire import method_path
 from gcs.services.pubsub import PubSubServicer
 
@@ -78,16 +79,40 @@ class HotCall:
 
 
 class HotDispatcher:
-    def __init__(self, on_call: CallHook | None, max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        on_call: CallHook | None,
+        max_message_bytes: int,
+        warnings: WarningSampler | None = None,
+    ) -> None:
         self._on_call = on_call
         self._max_message = max_message_bytes
+        self._warnings = warnings
         self._last_wire: bytes | None = None
         self._last_framed = b""
 
     def on_data(self, conn: H2ServerConnection, stream: Stream, call: HotCall, data: bytes) -> None:
-        """Keep at most the request limit (+ the 5-byte prefix); count the rest."""
-        limit = call.method.max_request_bytes
-        call.body.add(conn, stream, data, (limit if limit is not None else self._max_message) + 5)
+        """Keep at most the request limit (+ the 5-byte prefix); a prefix declaring more is
+        refused at once."""
+        method = call.method
+        limit = method.max_request_bytes
+        if limit is None or limit > self._max_message:
+            limit = self._max_message
+        body = call.body
+        body.add(conn, stream, data, limit + 5)
+        if body.declared > limit:
+            call.start = time.perf_counter()
+            code, details, counted = prefix_refusal(
+                method.path,
+                body.declared,
+                self._max_message,
+                method.message_cls,
+                method.max_request_bytes,
+                self._warnings,
+            )
+            conn.send_headers(stream, trailers_only(code, details), end_stream=True)
+            if counted:
+                self._record(call, code.name)
 
     def on_end(self, conn: H2ServerConnection, stream: Stream, call: HotCall) -> None:
         method = call.method
@@ -95,7 +120,7 @@ class HotDispatcher:
         try:
             raw, size = call.body.take(conn, stream, call.encoding, self._max_message)
             request = decode_request(
-                method.path, raw, method.message_cls, method.max_request_bytes, size
+                method.path, raw, method.message_cls, method.max_request_bytes, size, self._warnings
             )
             result = method.call(request)
         except GrpcWireError as err:
@@ -157,7 +182,7 @@ class HotDispatcher:
         if wire is not self._last_wire:  # one publish: the same bytes for every subscriber
             self._last_wire = wire
             self._last_framed = message_frame(wire)
-        conn.send_reply(stream, RESPONSE_HEADERS, self._last_framed, OK_TRAILERS)
+        conn.send_reply(stream, RESPONSE_HEADERS, self._last_framed, OK_TRAILERS, counted=False)
         self._record(call, "OK")
 
     def _reply(self, conn: H2ServerConnection, stream: Stream, call: HotCall, msg: bytes) -> None:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, NoReturn
 import grpc
 import structlog
 
-from gcs.rpc.front.body import RequestBody
+from gcs.rpc.front.body import RequestBody, prefix_refusal, request_limit
 from gcs.rpc.front.grpc_wire import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
@@ -32,8 +32,13 @@ from gcs.rpc.front.grpc_wire import (
     trailers_only,
 )
 from gcs.rpc.front.h2 import H2ServerConnection, Stream
+from gcs.rpc.server import BoundedHandler, CallHook, RequestBound, SplicedReply
+from gcs.rpc.warnings import WarningSampler
 
 log = structlog.get_logger("gcs.rpc.front")
+
+_SMALL_REPLY = 64 << 10
+"""Replies up to this are framed with their prefix in one piece (one write)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,9 @@ class NativeMethod:
     behaviour: Callable[[Any, Any], Awaitable[Any]]
     deserializer: Callable[[bytes], Any] | None
     serializer: Callable[[Any], bytes] | None
+    bound: RequestBound | None = None
+    """The request limit the handler applies (our handlers); checked against the gRPC
+    length prefix as soon as it arrives, with the handler's own answer."""
 
 
 class _CallDetails(NamedTuple):
@@ -62,8 +70,13 @@ def native_methods(
             if found is None:
                 continue
             if not (found.request_streaming or found.response_streaming):
+                bounds = generic.bounds if isinstance(generic, BoundedHandler) else {}
                 out[path] = NativeMethod(
-                    path, found.unary_unary, found.request_deserializer, found.response_serializer
+                    path,
+                    found.unary_unary,
+                    found.request_deserializer,
+                    found.response_serializer,
+                    bounds.get(path),
                 )
             break
     return out
@@ -135,14 +148,37 @@ class NativeCall:
 
 
 class NativeDispatcher:
-    def __init__(self, max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        max_message_bytes: int,
+        on_call: CallHook | None = None,
+        warnings: WarningSampler | None = None,
+    ) -> None:
         self._max_message = max_message_bytes
+        self._on_call = on_call
+        self._warnings = warnings
         self._tasks: set[asyncio.Task[None]] = set()
 
     def on_data(
         self, conn: H2ServerConnection, stream: Stream, call: NativeCall, data: bytes
     ) -> None:
-        call.body.add(conn, stream, data, self._max_message + 5)
+        bound = call.method.bound
+        limit = request_limit(self._max_message, bound.max_request_bytes if bound else None)
+        body = call.body
+        body.add(conn, stream, data, limit + 5)
+        if body.declared > limit:  # refused at the length prefix, before the body arrives
+            path = call.method.path
+            code, details, counted = prefix_refusal(
+                path,
+                body.declared,
+                self._max_message,
+                bound.message_cls if bound else None,
+                bound.max_request_bytes if bound else None,
+                self._warnings,
+            )
+            conn.send_headers(stream, trailers_only(code, details), end_stream=True)
+            if counted and self._on_call is not None:
+                self._on_call(path, code.name, 0.0)
 
     def on_end(self, conn: H2ServerConnection, stream: Stream, call: NativeCall) -> None:
         try:
@@ -191,15 +227,19 @@ class NativeDispatcher:
         context: FrontContext,
     ) -> None:
         method = call.method
-        reply = b""
+        parts: tuple[bytes, ...] = ()
         try:
             request = raw if method.deserializer is None else method.deserializer(raw)
             result = method.behaviour(request, context)
             if inspect.isawaitable(result):  # a sync handler ran inline (grpc.aio: a thread)
                 result = await result
             code = context.code()
-            if code is None or code is grpc.StatusCode.OK:
-                reply = result if method.serializer is None else method.serializer(result)
+            if code is not None and code is not grpc.StatusCode.OK:
+                pass
+            elif isinstance(result, SplicedReply):
+                parts = result.parts
+            else:
+                parts = (result if method.serializer is None else method.serializer(result),)
         except grpc.aio.AbortError:
             pass
         except Exception as exc:  # what grpc.aio answers for an exception out of a handler
@@ -211,14 +251,32 @@ class NativeDispatcher:
             call.timer.cancel()
             call.timer = None
         code = context.code()
+        size = sum(len(part) for part in parts)
         if code is not None and code is not grpc.StatusCode.OK:
             conn.send_headers(stream, trailers_only(code, context.details()), end_stream=True)
-        elif len(reply) > self._max_message:
-            message = f"SERVER: Sent message larger than max ({len(reply)} vs. {self._max_message})"
+        elif size > self._max_message:
+            message = f"SERVER: Sent message larger than max ({size} vs. {self._max_message})"
             conn.send_headers(
                 stream,
                 trailers_only(grpc.StatusCode.RESOURCE_EXHAUSTED, message),
                 end_stream=True,
             )
-        else:
+        elif size <= _SMALL_REPLY:
+            reply = parts[0] if len(parts) == 1 else b"".join(parts)
             conn.send_reply(stream, RESPONSE_HEADERS, message_frame(reply), OK_TRAILERS)
+        elif not conn.can_queue(size):
+            message = (
+                f"the server's reply buffers (front_buffer_budget_bytes) are in use by other "
+                f"clients; the {size}-byte reply does not fit now, retry"
+            )
+            conn.send_headers(
+                stream,
+                trailers_only(grpc.StatusCode.RESOURCE_EXHAUSTED, message),
+                end_stream=True,
+            )
+        else:  # the reply is held once, as encoded, and written as the client reads
+            conn.send_headers(stream, RESPONSE_HEADERS)
+            conn.send_data(stream, b"\x00" + size.to_bytes(4))
+            for part in parts:
+                conn.send_data(stream, part)
+            conn.send_trailers(stream, OK_TRAILERS)

@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING
 import grpc
 import structlog
 
+from gcs.clock import Clock
+from gcs.config import GcsConfig
+from gcs.rpc.front.budget import ByteBudget
 from gcs.rpc.front.forward import Forwarded, Forwarder
 from gcs.rpc.front.grpc_wire import GrpcWireError, parse_timeout, request_metadata, trailers_only
 from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream
@@ -27,12 +30,35 @@ from gcs.rpc.front.native import NativeCall, NativeDispatcher, NativeMethod
 from gcs.rpc.front.sync import SyncCall, SyncDispatcher
 from gcs.rpc.h2wire import PROTOCOL_ERROR
 from gcs.rpc.server import CallHook
+from gcs.rpc.warnings import WarningSampler
 from gcs.services.syncer import START_SYNC_PATH
 
 if TYPE_CHECKING:  # gcs.server imports this package
     from gcs.server.interceptors import CallGuard
 
 log = structlog.get_logger("gcs.rpc.front")
+
+
+def h2_limits(config: GcsConfig) -> H2Limits:
+    """The HTTP/2 limits ``config`` sets (``front_*`` and ``http2``)."""
+    h2 = config.http2
+    return H2Limits(
+        max_concurrent_streams=config.front_max_concurrent_streams,
+        max_buffered_input=config.front_max_buffered_bytes,
+        max_buffered_output=config.front_max_buffered_bytes,
+        max_header_block=h2.max_header_list_bytes,
+        max_continuations=h2.max_continuations,
+        max_settings_entries=h2.max_settings_entries,
+        reset_burst=h2.reset_burst,
+        reset_rate=h2.reset_rate,
+        glitch_burst=h2.glitch_burst,
+        glitch_rate=h2.glitch_rate,
+        settings_burst=h2.settings_burst,
+        settings_rate=h2.settings_rate,
+        min_ping_interval_s=h2.min_ping_interval_ms / 1000,
+        max_ping_strikes=h2.max_ping_strikes,
+        max_outbound_acks=h2.max_outbound_acks,
+    )
 
 
 class GrpcRouter:
@@ -48,14 +74,15 @@ class GrpcRouter:
         on_call: CallHook | None,
         max_message_bytes: int,
         syncer: SyncDispatcher | None = None,
+        warnings: WarningSampler | None = None,
     ) -> None:
         self._hot = hot
         self._syncer = syncer
         self._native = native
         self._guard = guard
         self._forwarder = forwarder
-        self._dispatcher = HotDispatcher(on_call, max_message_bytes)
-        self._natives = NativeDispatcher(max_message_bytes)
+        self._dispatcher = HotDispatcher(on_call, max_message_bytes, warnings)
+        self._natives = NativeDispatcher(max_message_bytes, on_call, warnings)
 
     def on_request(self, conn: H2ServerConnection, stream: Stream) -> None:
         path = authorization = cluster_id = timeout = encoding = None
@@ -76,21 +103,22 @@ class GrpcRouter:
         method = path.decode("ascii", "replace")
         try:
             seconds = parse_timeout(timeout) if timeout is not None else None
-            hot = self._hot.get(method)
-            native = self._native.get(method) if hot is None else None
-            syncing = self._syncer is not None and method == START_SYNC_PATH
-            if hot is None and native is None and not syncing:
-                metadata = request_metadata(stream.headers)
-                stream.app = self._forwarder.open(conn, stream, method, metadata, seconds, encoding)
-                return
         except GrpcWireError as err:
             conn.send_headers(stream, trailers_only(err.code, err.message), end_stream=True)
             return
+        # checked here for relayed calls too, on the metadata as sent (grpc.aio gets only
+        # the entries it can carry; its interceptor checks them again)
         refusal = self._guard.refusal(method, authorization, cluster_id)
         if refusal is not None:
             conn.send_headers(
                 stream, trailers_only(grpc.StatusCode.UNAUTHENTICATED, refusal), end_stream=True
             )
+            return
+        hot = self._hot.get(method)
+        native = self._native.get(method) if hot is None else None
+        if hot is None and native is None and (self._syncer is None or method != START_SYNC_PATH):
+            metadata = request_metadata(stream.headers)
+            stream.app = self._forwarder.open(conn, stream, method, metadata, seconds, encoding)
             return
         if hot is not None:
             stream.app = HotCall(hot, seconds, encoding)
@@ -154,6 +182,9 @@ class FrontServer:
         ssl_context: ssl.SSLContext | None = None,
         keepalive_s: float = 10.0,
         keepalive_timeout_s: float = 20.0,
+        budget: ByteBudget | None = None,
+        clock: Clock | None = None,
+        warnings: WarningSampler | None = None,
     ) -> None:
         self._router = router
         self._keepalive_s = keepalive_s
@@ -162,6 +193,10 @@ class FrontServer:
         self._forwarder = forwarder
         self._limits = limits
         self._ssl = ssl_context
+        self.budget = budget if budget is not None else ByteBudget(limits.max_buffered_input)
+        """Bytes held for all connections together (:mod:`gcs.rpc.front.budget`)."""
+        self._clock = clock
+        self._warnings = warnings
         self._server: asyncio.Server | None = None
         self.connections: set[H2ServerConnection] = set()
         self._idle = asyncio.Event()
@@ -177,7 +212,14 @@ class FrontServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     def _connection(self) -> H2ServerConnection:
-        conn = H2ServerConnection(self._router, self._limits, self._closed)
+        conn = H2ServerConnection(
+            self._router,
+            self._limits,
+            self._closed,
+            budget=self.budget,
+            clock=self._clock,
+            warnings=self._warnings,
+        )
         self.connections.add(conn)
         self._idle.clear()
         return conn

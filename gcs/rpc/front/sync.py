@@ -38,6 +38,7 @@ from gcs.rpc.front.grpc_wire import (
 )
 from gcs.rpc.front.h2 import H2ServerConnection, Stream
 from gcs.rpc.server import CallHook
+from gcs.rpc.warnings import WarningSampler
 from gcs.services.syncer import (
     MAX_BATCH_MESSAGES,
     START_SYNC_PATH,
@@ -74,7 +75,9 @@ class SyncDispatcher:
         limits: RequestLimits,
         max_message_bytes: int,
         on_call: CallHook | None = None,
+        warnings: WarningSampler | None = None,
     ) -> None:
+        self._warnings = warnings
         self._hub = hub
         self._limits = limits
         self._max_message = max_message_bytes
@@ -116,7 +119,11 @@ class SyncDispatcher:
                 for message in decode_batch(raw, self._limits):
                     self._hub.receive(peer, message)
         except InvalidArgument as err:
-            log.warning("syncer.bad_batch", node_id=peer.node_id.hex(), error=err.message)
+            fields = {"node_id": peer.node_id.hex(), "error": err.message}
+            if self._warnings is not None:
+                self._warnings.warn("syncer.bad_batch", **fields)
+            else:
+                log.warning("syncer.bad_batch", **fields)
             self._finish(call, grpc.StatusCode.INVALID_ARGUMENT, err.message)
         except GrpcWireError as err:
             self._finish(call, err.code, err.message)
