@@ -289,6 +289,26 @@ class RedisStore(Store):
         found = await self._hscan(table, match=_glob_escape(prefix) + b"*")
         return {k: v for k, v in found.items() if k.startswith(prefix)}
 
+    async def scan_keys(self, table: str, prefix: bytes, *, max_bytes: int) -> list[bytes] | None:
+        """HSCAN page by page, values dropped as each page arrives, stopping once the keys
+        pass ``max_bytes`` (Redis 7.0 has no HSCAN NOVALUES; HKEYS would return them all)."""
+        name = self._hash(table)
+        extra: tuple[Any, ...] = ("MATCH", _glob_escape(prefix) + b"*") if prefix else ()
+        keys: list[bytes] = []
+        total, cursor = 0, 0
+        while True:
+            cursor, page = await self._read(
+                "scan", "HSCAN", name, cursor, *extra, "COUNT", _HSCAN_COUNT
+            )
+            for key in page:
+                if key.startswith(prefix):
+                    total += len(key)
+                    if total > max_bytes:
+                        return None
+                    keys.append(bytes(key))
+            if cursor == 0:
+                return keys
+
     async def _hscan(self, table: str, *, match: bytes | None) -> dict[bytes, bytes]:
         found: dict[bytes, bytes] = {}
         name = self._hash(table)

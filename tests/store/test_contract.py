@@ -83,6 +83,21 @@ class TestReadsAndWrites:
         expected = {k: b"v" for k in keys if k.startswith(prefix)}
         assert await store.scan_prefix("KV", prefix) == expected
 
+    @pytest.mark.parametrize("prefix", [b"", b"a", b"*", b"\xff"])
+    async def test_scan_keys_lists_keys_and_gives_up_past_the_bound(
+        self, store: Store, prefix: bytes
+    ) -> None:
+        """scan_keys lists the prefix's keys without values, and answers None (not a partial
+        list) once their bytes pass ``max_bytes``."""
+        keys = [b"a", b"ab", b"a\xff", b"*x", b"\xff\x00", *(b"a%03d" % i for i in range(300))]
+        await store.put_many("KV", {k: b"v" * 64 for k in keys})
+        expected = sorted(k for k in keys if k.startswith(prefix))
+        got = await store.scan_keys("KV", prefix, max_bytes=10**6)
+        assert got is not None and sorted(got) == expected
+        size = sum(map(len, expected))
+        assert await store.scan_keys("KV", prefix, max_bytes=size - 1) is None
+        assert await store.scan_keys("KV", b"none", max_bytes=0) == []
+
     async def test_large_batches_are_written_and_read_in_full(self, store: Store) -> None:
         """Two thousand keys go through put_many, multi_get and get_all intact."""
         items = {i.to_bytes(4, "big"): i.to_bytes(8, "little") for i in range(2000)}
