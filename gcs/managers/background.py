@@ -1,6 +1,17 @@
-"""Work a manager starts from its synchronous event listeners (node, job, worker events
-are told from another manager's apply step and may not await): each piece runs as a task
-of its own that takes the manager's lane; a failure is logged, never lost silently."""
+"""Background tasks a component starts and owns, with one failure policy.
+
+Work that cannot run inline -- a follow-up a synchronous event listener starts (node, job,
+worker events are told from another manager's apply step and may not await), a raylet call
+per node, a two-phase commit -- runs as a task spawned here.  The owner closes them all on
+shutdown (:meth:`Background.close`) and tests wait for them (:meth:`Background.settle`).
+
+The failure policy, the same everywhere: a task's exception is always retrieved, never left
+to asyncio's "Task exception was never retrieved".  A domain error (:class:`~gcs.errors.
+GcsError`, store errors included: the store or a raylet was unavailable) is a failure of the
+work, expected in operation: a warning naming the task.  Anything else is a bug: an error
+with its traceback.  A caller that must react to a failure (retry, give back) handles it in
+the coroutine it spawns; this helper only guarantees that nothing fails unseen.
+"""
 
 from __future__ import annotations
 
@@ -10,31 +21,49 @@ from typing import Any
 
 import structlog
 
-log = structlog.get_logger("gcs.managers")
+from gcs.errors import GcsError
+
+__all__ = ["Background"]
+
+log = structlog.get_logger("gcs.background")
 
 
 class Background:
-    def __init__(self, failure_event: str) -> None:
-        self._failure_event = failure_event
+    def __init__(self, owner: str) -> None:
+        """``owner`` names the component in every log line (``background.failed``)."""
+        self.owner = owner
         self.tasks: set[asyncio.Task[Any]] = set()
 
-    def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def spawn(self, work: Coroutine[Any, Any, Any], name: str = "") -> asyncio.Task[Any] | None:
+        """Run ``work`` as a task of this owner; None (and ``work`` closed) when no event
+        loop runs (a synchronous test of another manager emitting events)."""
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a synchronous test of another manager)
+        except RuntimeError:
             work.close()
-            return
-        task = loop.create_task(work)
+            return None
+        task = loop.create_task(work, name=f"{self.owner}:{name}" if name else self.owner)
         self.tasks.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error(self._failure_event, error=repr(task.exception()))
+        if task.cancelled():
+            return
+        err = task.exception()
+        if err is None:
+            return
+        if isinstance(err, GcsError):
+            log.warning("background.failed", task=task.get_name(), error=err.message)
+        else:
+            log.error("background.failed", task=task.get_name(), exc_info=err)
 
     async def settle(self) -> None:
-        """Until every task spawned so far has finished (tests, shutdown)."""
+        """Until every task spawned so far (and those they spawned) has finished."""
         while self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
@@ -44,3 +73,8 @@ class Background:
         for task in tasks:
             task.cancel()
         return tasks
+
+    async def close(self) -> None:
+        """Cancel every task and wait until they have all ended."""
+        while self.tasks:
+            await asyncio.gather(*self.cancel(), return_exceptions=True)

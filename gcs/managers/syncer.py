@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import structlog
 from google.protobuf.message import DecodeError
 
-from gcs.managers.events import NodeEvents
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2, ray_syncer_pb2
@@ -127,7 +126,6 @@ class SyncHub:
         nodes: NodeManager,
         resources: ResourceCache,
         *,
-        node_events: NodeEvents,
         on_heartbeat: Callable[[bytes], None],
     ) -> None:
         self._nodes = nodes
@@ -138,7 +136,6 @@ class SyncHub:
         """The held messages, encoded as batch entries (what peers are sent)."""
         self._peers: dict[bytes, Peer] = {}
         self.stats = SyncStats()
-        node_events.subscribe(self)
 
     # -- NodeListener ------------------------------------------------------------------
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:

@@ -119,7 +119,8 @@ class WorkerManager:
             def published() -> None:
                 self.failures_reported += 1
                 self._publish(pubsub_pb2.GCS_WORKER_DELTA_CHANNEL, worker_id, delta)
-                self._worker_events.worker_dead(merged)
+                for listener in self._worker_events:
+                    listener.on_worker_dead(merged)
 
             await self._put(worker_id, merged, after=published)
 

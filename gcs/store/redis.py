@@ -77,6 +77,7 @@ from gcs.store.errors import (
     StoreConflict,
     StoreCorrupt,
     StoreError,
+    StoreFull,
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
@@ -474,6 +475,10 @@ class RedisStore(Store):
                 return await conn.read_response()
         except redis_errors.ResponseError as err:
             message = str(err)
+            if _out_of_memory(err):  # refused at the first write: the script wrote nothing
+                raise StoreFull(
+                    f"{self._safe_url}: write refused, Redis is full: {message}"
+                ) from err
             if message.startswith(_UNAVAILABLE_REPLIES):
                 raise _NotSent() from err  # refused before running: nothing applied
             if message.startswith("WRONGTYPE"):
@@ -532,6 +537,10 @@ class RedisStore(Store):
             raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
         except redis_errors.ResponseError as err:
             message = str(err)
+            if _out_of_memory(err):
+                raise StoreFull(
+                    f"{self._safe_url}: {what} refused, Redis is full: {message}"
+                ) from err
             if message.startswith(_UNAVAILABLE_REPLIES):
                 raise StoreUnavailable(f"{self._safe_url}: {what} failed: {message}") from err
             if message.startswith("WRONGTYPE"):
@@ -540,6 +549,13 @@ class RedisStore(Store):
             raise StoreError(f"{self._safe_url}: {what} failed: {message}") from err
         except redis_errors.RedisError as err:
             raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
+
+
+def _out_of_memory(err: redis_errors.ResponseError) -> bool:
+    """Redis at ``maxmemory`` with noeviction ("OOM command not allowed when used memory >
+    'maxmemory'"; redis-py strips the OOM prefix into the class).  Redis refuses a script at
+    its first write and a plain command before it runs, so nothing was written."""
+    return isinstance(err, redis_errors.OutOfMemoryError) or "> 'maxmemory'" in str(err)
 
 
 def _socket_readable(conn: Any) -> bool:

@@ -106,12 +106,12 @@ class Harness:
             self.gateway,
             self.nodes.alive,
             publish=self._publish,
-            node_events=self.node_events,
-            job_events=self.job_events,
-            worker_events=self.worker_events,
             job_is_dead=self._job_is_dead,
             max_dead_cached=self.max_dead_cached,
         )
+        self.node_events.subscribe(self.actors.node_listener)
+        self.job_events.subscribe(self.actors.job_listener)
+        self.worker_events.subscribe(self.actors.worker_listener)
 
     def _job_is_dead(self, job_id: bytes) -> bool:
         job = self.jobs.jobs.get(job_id)
@@ -149,10 +149,10 @@ class Harness:
         exit_type: int = common_pb2.SYSTEM_ERROR,
         detail: str = "killed",
     ) -> None:
-        self.worker_events.worker_dead(
-            gcs_pb2.WorkerTableData(
-                worker_address=worker,
-                exit_type=exit_type,
-                exit_detail=detail,  # type: ignore[arg-type]
-            )
+        failure = gcs_pb2.WorkerTableData(
+            worker_address=worker,
+            exit_type=exit_type,
+            exit_detail=detail,  # type: ignore[arg-type]
         )
+        for listener in self.worker_events:
+            listener.on_worker_dead(failure)

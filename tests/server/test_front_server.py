@@ -397,8 +397,8 @@ async def test_many_concurrent_calls_on_one_connection(pair: tuple[GcsServer, Gc
             return bytes(gcs_service_pb2.InternalKVGetReply.FromString(reply).value)
 
         values = await asyncio.gather(*(one(i) for i in range(n)))
-        assert front._front is not None
-        assert len(front._front.connections) == 1
+        assert front.wiring is not None and front.wiring.rpc.front is not None
+        assert len(front.wiring.rpc.front.connections) == 1
     assert values == [b"k%d" % i * 3 for i in range(n)]
 
 

@@ -156,7 +156,7 @@ class TestDeath:
 
         clock = FakeClock()
         config = fast_config()
-        period_s = config.health.period_ms / 1000
+        tick_s = 0.2  # the checker's loop: it starts the checks due at each tick
         server = GcsServer(config, store=memory_store, clock=clock)
         await server.start()
         try:
@@ -173,15 +173,11 @@ class TestDeath:
                     return reply.node_info_list[0].state
 
                 assert checker.checks == 0  # nothing is due before the clock moves
-                # first check: initial delay plus up to one period of jitter
-                clock.advance(config.health.initial_delay_ms / 1000 + period_s)
                 for failed in range(1, config.health.failure_threshold + 1):
-                    if failed > 1:
-                        clock.advance(period_s)
-                    await eventually(lambda n=failed: checker.failures == n)
+                    await clock.advance_until(lambda n=failed: checker.failures == n, tick_s)
                     if failed < config.health.failure_threshold:
                         assert await state() == ALIVE
-                await eventually(lambda: r.node_id not in checker_nodes.alive)
+                await clock.advance_until(lambda: r.node_id not in checker_nodes.alive, tick_s)
                 assert await state() == DEAD
                 node = (
                     await stubs.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())

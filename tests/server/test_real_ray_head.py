@@ -15,7 +15,6 @@ import grpc
 import pytest
 
 from gcs.clock import FakeClock
-from gcs.managers.events import JobEvents
 from gcs.managers.jobs import JobManager
 from gcs.managers.runtime_env import RuntimeEnvPins
 from gcs.managers.syncer import GCS_SYNCER_NODE_ID, RESOURCE_VIEW
@@ -301,11 +300,10 @@ class TestTasksOverTheWire:
 class TestRuntimeEnvPins:
     def test_an_expired_pin_frees_a_gcs_package_unless_a_live_job_uses_it(self) -> None:
         clock = FakeClock()
-        events = JobEvents()
         job = gcs_pb2.JobTableData(job_id=b"\x01\x00\x00\x00")
         job.config.runtime_env_info.uris.working_dir_uri = "gcs://_ray_pkg_a.zip"
         jobs = [job]
-        pins = RuntimeEnvPins(lambda: jobs, clock, job_events=events)
+        pins = RuntimeEnvPins(lambda: jobs, clock)
         pins.pin("gcs://_ray_pkg_a.zip", 10)
         pins.pin("gcs://_ray_pkg_b.zip", 10)
         pins.pin("s3://bucket/c.zip", 10)
@@ -317,7 +315,7 @@ class TestRuntimeEnvPins:
         finished.CopyFrom(job)
         finished.is_dead = True
         jobs[0] = finished
-        events.finished(finished)
+        pins.on_job_finished(finished)  # a job listener
         assert pins.expire() == ["gcs://_ray_pkg_a.zip"]
 
     async def test_pinned_package_is_deleted_from_kv_after_expiry(

@@ -43,9 +43,8 @@ class Hub:
         self.events = NodeEvents(self.cache)
         self.nodes = NodeManager(MemoryStore(), self.clock, events=self.events)
         self.beats: list[bytes] = []
-        self.hub = SyncHub(
-            self.nodes, self.cache, node_events=self.events, on_heartbeat=self.beats.append
-        )
+        self.hub = SyncHub(self.nodes, self.cache, on_heartbeat=self.beats.append)
+        self.events.subscribe(self.hub)
 
     async def register(self, *ids: bytes) -> None:
         for node_id in ids:
