@@ -98,6 +98,10 @@ class Wiring:
     children: HeadChildren
     components: list[Component]
     """In load order; the supervisor closes them in reverse."""
+    node_events: NodeEvents
+    job_events: JobEvents
+    pg_events: PlacementGroupEvents
+    worker_events: WorkerEvents
 
 
 def build(
@@ -429,7 +433,18 @@ def build(
                 serving=rpc.serving,
             )
         )
-    return Wiring(managers, identity, rpc, gc, children, components)
+    return Wiring(
+        managers,
+        identity,
+        rpc,
+        gc,
+        children,
+        components,
+        node_events,
+        job_events,
+        pg_events,
+        worker_events,
+    )
 
 
 async def _all(*loops: Awaitable[None]) -> None:
