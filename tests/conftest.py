@@ -127,16 +127,8 @@ async def eventually(predicate: object, timeout_s: float = 30.0, interval_s: flo
 async def advance_until(
     clock: FakeClock, predicate: object, step_s: float, timeout_s: float = 30.0
 ) -> None:
-    """Move the fake clock ``step_s`` at a time until ``predicate()`` (sync or async) holds:
-    what waits on the clock (health checks, synthetic holds) moves only when the test moves
-    time; the wall-clock deadline only bounds a hang."""
-    import asyncio
-
-    async def step() -> None:
-        clock.advance(step_s)
-        await asyncio.sleep(0.01)
-
-    await _poll(predicate, timeout_s, step)
+    """:meth:`FakeClock.advance_until` (kept for older call sites)."""
+    await clock.advance_until(predicate, step_s, timeout_s=timeout_s)  # type: ignore[arg-type]
 
 
 async def _poll(

@@ -33,11 +33,11 @@ from typing import Any, Protocol
 import structlog
 from google.protobuf.message import Message
 
+from gcs.background import Background
 from gcs.clock import Clock, now_ms
 from gcs.errors import AlreadyExists, FailedPrecondition, GcsError, InvalidArgument, NotFound
 from gcs.managers import actor_states as states
 from gcs.managers.actor_scheduler import ActorScheduler, Attempt, Created, Failed
-from gcs.managers.background import Background
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, node_manager_pb2
 from gcs.pubsub.channels import GCS_ACTOR_CHANNEL

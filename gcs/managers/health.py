@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock
 from gcs.config import HealthCheckConfig
 from gcs.errors import GcsError
-from gcs.managers.background import Background
 from gcs.managers.nodes import NodeManager
 from gcs.proto import gcs_pb2
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address

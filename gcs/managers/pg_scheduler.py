@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock, wait_event
 from gcs.errors import GcsError, Unavailable
-from gcs.managers.background import Background
 from gcs.managers.bundle_reservations import BundleReservations, group_by_node
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PG, PlacementGroupManager, is_placed

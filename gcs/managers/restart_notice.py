@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock
 from gcs.errors import GcsError
 from gcs.managers.actors import ActorManager
-from gcs.managers.background import Background
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import LoadPoller
 from gcs.managers.startup_spread import spread, spread_window_s

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import structlog
 from google.protobuf.message import DecodeError
 
+from gcs.changes import Changes
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2, ray_syncer_pb2
@@ -136,6 +137,8 @@ class SyncHub:
         """The held messages, encoded as batch entries (what peers are sent)."""
         self._peers: dict[bytes, Peer] = {}
         self.stats = SyncStats()
+        self.changes = Changes()
+        """Notified when a stream opens or a message is accepted."""
 
     # -- NodeListener ------------------------------------------------------------------
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
@@ -179,6 +182,7 @@ class SyncHub:
             if key[0] != node_id:
                 peer.offer(key, entry)
         self._peers[node_id] = peer
+        self.changes.notify()
         log.debug("syncer.connected", node_id=node_id.hex(), queued=len(peer))
         return peer
 
@@ -216,6 +220,7 @@ class SyncHub:
         for peer in self._peers.values():
             if peer is not sender and peer.node_id != node_id:
                 peer.offer(key, entry)
+        self.changes.notify()
         return True
 
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock
-from gcs.managers.background import Background
 from gcs.managers.tasks import TaskEventStore
 from gcs.proto import gcs_pb2
 

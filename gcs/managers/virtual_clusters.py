@@ -28,9 +28,9 @@ from typing import TypeVar
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock
 from gcs.errors import Unavailable
-from gcs.managers.background import Background
 from gcs.managers.jobs import JobManager, JobRejected
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import NodeManager

@@ -8,8 +8,8 @@ import gc
 import pytest
 import structlog
 
+from gcs.background import Background
 from gcs.errors import Unavailable
-from gcs.managers.background import Background
 from gcs.managers.events import Fanout
 from gcs.store.errors import StoreUnavailable
 
