@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
+from gcs.changes import Changes
 from gcs.clock import FakeClock
 from gcs.managers.actor_scheduler import ActorScheduler, RetryPolicy
 from gcs.managers.actor_view import LiveClusterView
@@ -82,6 +84,8 @@ class Harness:
     published: list[Actor] = field(default_factory=list)
     worker_events: WorkerEvents = field(default_factory=WorkerEvents)
     max_dead_cached: int = 100_000
+    changes: Changes = field(default_factory=Changes)
+    """Notified on every actor change published (what the manager applied)."""
     virtual_cluster: frozenset[bytes] | None = None
     """When set, every job runs in a virtual cluster of these nodes."""
 
@@ -121,6 +125,11 @@ class Harness:
         assert channel == GCS_ACTOR_CHANNEL
         assert isinstance(message, Actor) and key_id == message.actor_id
         self.published.append(message)
+        self.changes.notify()
+
+    async def until(self, predicate: Callable[[], object]) -> None:
+        """Until ``predicate()`` holds, re-checked after every actor change published."""
+        await self.changes.until(predicate)
 
     async def start(self, *nodes: int) -> Harness:
         await self.nodes.load()
