@@ -114,6 +114,24 @@ async def stubs(gcs_server: GcsServer) -> AsyncIterator[Stubs]:
         yield Stubs(channel, gcs_server.meta.cluster_id)
 
 
+class Seen(list):  # type: ignore[type-arg]
+    """What callbacks received (a subscriber's messages...): tests wait for it to arrive
+    (``await seen.until(...)``), not for time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from gcs.changes import Changes
+
+        self.changes = Changes()
+
+    def append(self, item: object) -> None:
+        super().append(item)
+        self.changes.notify()
+
+    async def until(self, predicate: Callable[[], object]) -> None:
+        await self.changes.until(predicate)
+
+
 async def eventually(predicate: object, timeout_s: float = 30.0, interval_s: float = 0.02) -> None:
     """Wait until ``predicate()`` (sync or async) is truthy; fail with a clear message.
 

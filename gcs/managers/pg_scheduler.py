@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import structlog
 
 from gcs.background import Background
+from gcs.changes import Changes
 from gcs.clock import Clock, wait_event
 from gcs.errors import GcsError, Unavailable
 from gcs.managers.bundle_reservations import BundleReservations, group_by_node
@@ -106,6 +107,8 @@ class PlacementGroupScheduler:
         """Node -> (the node info and report generation the view was built from, view)."""
         self.passes = 0
         """Passes the loop (:meth:`run`) has made."""
+        self.changes = Changes()
+        """Notified after every pass of the loop and every finished two-phase commit."""
         self._left_over = False
         """The last pass left due groups for want of room (in flight / per pass)."""
         self.last_outcome: dict[bytes, Placement] = {}
@@ -155,6 +158,7 @@ class PlacementGroupScheduler:
             self._wake.clear()
             await self.place_once()
             self.passes += 1
+            self.changes.notify()
             await wait_event(self._clock, self._wake, self.config.retry_interval_s)
 
     async def close(self) -> None:
@@ -217,6 +221,7 @@ class PlacementGroupScheduler:
 
     def _two_phase_done(self, pg_id: bytes, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(pg_id, None)
+        self.changes.notify()
         if task.cancelled():
             return
         if self._left_over:  # groups a full pass left over are placed now, not on the timer

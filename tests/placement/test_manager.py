@@ -24,7 +24,6 @@ from gcs.store.base import TABLE_JOB
 from gcs.store.memory import MemoryStore
 from gcs.testing.raylets import FakeRayletGateway
 from gcs.testing.stores import FaultyStore, UnsureStore, WriteFault
-from tests.conftest import eventually
 
 JOB = (1).to_bytes(4, "little")
 STRICT_SPREAD = common_pb2.STRICT_SPREAD
@@ -188,14 +187,11 @@ class TestTwoPhaseCommit:
         gcs.scheduler.config = PlacementConfig(retry_interval_s=3600.0)
         loop = asyncio.ensure_future(gcs.scheduler.run())
         try:
-            await eventually(lambda: gcs.scheduler.passes == 1)  # now waiting an hour
+            await gcs.scheduler.changes.until(lambda: gcs.scheduler.passes == 1)  # waits 1 h
             await gcs.pgs.create(spec(1, common_pb2.PACK, 1))
-
-            async def created() -> bool:
-                await gcs.scheduler.settle()
-                return gcs.pgs.groups[pg_id(1)].state == PG.CREATED
-
-            await eventually(created, timeout_s=10)
+            await gcs.scheduler.changes.until(
+                lambda: gcs.pgs.groups[pg_id(1)].state == PG.CREATED  # no time moved
+            )
         finally:
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
@@ -209,14 +205,12 @@ class TestTwoPhaseCommit:
         gcs.scheduler.config = PlacementConfig(retry_interval_s=3600.0, max_in_flight=1)
         loop = asyncio.ensure_future(gcs.scheduler.run())
         try:
-            await eventually(lambda: gcs.scheduler.passes == 1)  # now waiting an hour
+            await gcs.scheduler.changes.until(lambda: gcs.scheduler.passes == 1)  # waits 1 h
             for n in (1, 2, 3):
                 await gcs.pgs.create(spec(n, common_pb2.PACK, 1))
-
-            async def created() -> bool:
-                return all(gcs.pgs.groups[pg_id(n)].state == PG.CREATED for n in (1, 2, 3))
-
-            await eventually(created, timeout_s=10)
+            await gcs.scheduler.changes.until(  # no time moved: each freed slot is used at once
+                lambda: all(gcs.pgs.groups[pg_id(n)].state == PG.CREATED for n in (1, 2, 3))
+            )
         finally:
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)

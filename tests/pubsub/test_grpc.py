@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -29,6 +29,7 @@ from gcs.pubsub.subscriber import (
 )
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import CONTROL_PLANE_PUBSUB, OBSERVABILITY_PUBSUB
+from tests.conftest import Seen
 from tests.pubsub.helpers import node, sub_id
 
 FAST = SubscriberConfig(initial_backoff_s=0.05, max_backoff_s=0.2)
@@ -73,21 +74,6 @@ async def channel(gcs: Gcs) -> AsyncIterator[grpc.aio.Channel]:
     ch = grpc.aio.insecure_channel(f"127.0.0.1:{gcs.port}", options=FAST_RECONNECT_OPTIONS)
     yield ch
     await ch.close()
-
-
-class Seen(list):  # type: ignore[type-arg]
-    """What callbacks received; tests wait for it to arrive, not for time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.changes = Changes()
-
-    def append(self, item: object) -> None:
-        super().append(item)
-        self.changes.notify()
-
-    async def until(self, predicate: Callable[[], object]) -> None:
-        await self.changes.until(predicate)
 
 
 def watch_polls(pub: Publisher) -> Changes:

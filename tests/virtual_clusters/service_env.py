@@ -6,6 +6,7 @@ from typing import Any
 
 import grpc
 
+from gcs.clock import FakeClock
 from gcs.config import GcsConfig
 from gcs.proto import common_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.rpc import ServiceStub
@@ -30,15 +31,18 @@ def quiet_config(**overrides: Any) -> GcsConfig:
 
 
 class VcEnv:
+    """``clock``: the GCS's (polls, health checks, VC passes move only when a test moves it)."""
+
     def __init__(self, store: Store, config: GcsConfig | None = None) -> None:
         self.store = store
         self.config = config or quiet_config()
+        self.clock = FakeClock()
         self.server: GcsServer | None = None
         self.channel: grpc.aio.Channel | None = None
         self.raylets: list[FakeRaylet] = []
 
     async def start(self) -> VcEnv:
-        self.server = GcsServer(self.config, store=self.store)
+        self.server = GcsServer(self.config, store=self.store, clock=self.clock)
         await self.server.start()
         assert self.server.meta is not None
         self.channel = grpc.aio.insecure_channel(self.server.address)

@@ -9,7 +9,7 @@ from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.pubsub.subscriber import GcsSubscriber
 from gcs.store.memory import MemoryStore
 from gcs.virtual_clusters import PRIMARY_CLUSTER_ID
-from tests.conftest import eventually
+from tests.conftest import Seen
 from tests.virtual_clusters.service_env import VcEnv, quiet_config
 
 Req = gcs_service_pb2
@@ -36,7 +36,7 @@ class TestReplenish:
                 members = registry.get("ind").members
                 return victim not in members and len(members) == 1
 
-            await eventually(replaced)
+            await env.clock.advance_until(replaced, step_s=0.1)  # the next periodic pass
             rows = await env.store.get_all("VIRTUAL_CLUSTER")
             data = VirtualClusterTableData.FromString(rows[b"ind"])
             assert victim not in data.node_instances and len(data.node_instances) == 1
@@ -107,7 +107,7 @@ class TestAutoscalerState:
             ind = state.virtual_cluster_states.get("ind")
             return ind is not None and bool(ind.pending_resource_requests)
 
-        await eventually(has_demand)
+        await memory_env.clock.advance_until(has_demand, step_s=0.1)  # the next load poll
         state = (await stub.GetClusterResourceState(request)).cluster_resource_state
         states = state.virtual_cluster_states
         assert set(states) == {"ind", "div", PRIMARY_CLUSTER_ID}
@@ -128,7 +128,7 @@ class TestPublish:
     ) -> None:
         """A real subscriber on channel 11 gets indivisible creates and removals (with
         is_removed) as full snapshots keyed by id, and nothing for divisible clusters."""
-        got: list[pubsub_pb2.PubMessage] = []
+        got = Seen()
         async with grpc.aio.insecure_channel(memory_env.server.address) as channel:
             sub = GcsSubscriber(channel, on_message=got.append)
             await sub.start()
@@ -141,11 +141,10 @@ class TestPublish:
             # a sentinel published last: the channel is ordered, so once it arrives anything
             # else published before it (e.g. for the divisible cluster) would have too
             await memory_env.create("sentinel", {"4c8g": 1})
-            await eventually(lambda: any(m.key_id == b"sentinel" for m in got))
+            await got.until(lambda: any(m.key_id == b"sentinel" for m in got))
             await sub.close()
         assert [m.key_id for m in got] == [b"ind", b"ind", b"sentinel"]
-        got = got[:2]
-        first, second = (m.virtual_cluster_message for m in got)
+        first, second = (m.virtual_cluster_message for m in got[:2])
         assert (first.id, first.is_removed, first.revision) == ("ind", False, created.revision)
         assert set(first.node_instances) == set(created.node_instances)
         assert second.is_removed and set(second.node_instances) == set(created.node_instances)
