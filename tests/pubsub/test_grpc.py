@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 import pytest
 
-from gcs.changes import Changes
 from gcs.clock import SystemClock
 from gcs.proto import gcs_pb2, gcs_service_pb2, logging_pb2, pubsub_pb2
 from gcs.pubsub import (
@@ -19,7 +17,6 @@ from gcs.pubsub import (
     RAY_ERROR_INFO_CHANNEL,
     RAY_LOG_CHANNEL,
 )
-from gcs.pubsub.publisher import Publisher
 from gcs.pubsub.runtime import GcsPubSub
 from gcs.pubsub.subscriber import (
     FAST_RECONNECT_OPTIONS,
@@ -30,7 +27,7 @@ from gcs.pubsub.subscriber import (
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import CONTROL_PLANE_PUBSUB, OBSERVABILITY_PUBSUB
 from tests.conftest import Seen
-from tests.pubsub.helpers import node, sub_id
+from tests.pubsub.helpers import node, sub_id, watch_polls
 
 FAST = SubscriberConfig(initial_backoff_s=0.05, max_backoff_s=0.2)
 
@@ -74,21 +71,6 @@ async def channel(gcs: Gcs) -> AsyncIterator[grpc.aio.Channel]:
     ch = grpc.aio.insecure_channel(f"127.0.0.1:{gcs.port}", options=FAST_RECONNECT_OPTIONS)
     yield ch
     await ch.close()
-
-
-def watch_polls(pub: Publisher) -> Changes:
-    """Notified after every poll the publisher takes (acks are applied by polls)."""
-    polled = Changes()
-    poll = pub.poll
-
-    def poll_and_tell(*args: Any) -> Any:
-        try:
-            return poll(*args)
-        finally:
-            polled.notify()
-
-    pub.poll = poll_and_tell  # type: ignore[method-assign]
-    return polled
 
 
 class TestServicers:

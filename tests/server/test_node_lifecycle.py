@@ -9,7 +9,7 @@ from gcs.proto import common_pb2, gcs_pb2, pubsub_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import NODE_INFO
-from tests.conftest import eventually
+from tests.conftest import Seen
 
 ALIVE, DEAD = gcs_pb2.GcsNodeInfo.ALIVE, gcs_pb2.GcsNodeInfo.DEAD
 
@@ -225,7 +225,7 @@ class TestNodePubsub:
         an unregister publishes the death delta on both channels."""
         from gcs.pubsub.subscriber import GcsSubscriber
 
-        got: list[pubsub_pb2.PubMessage] = []
+        got = Seen()
         async with grpc.aio.insecure_channel(gcs_server.address) as ch:
             sub = GcsSubscriber(ch, on_message=got.append)
             await sub.start()
@@ -238,7 +238,7 @@ class TestNodePubsub:
                     node_id=r.node_id, node_death_info=common_pb2.NodeDeathInfo(reason=1)
                 )
             )
-            await eventually(lambda: len(got) == 4)
+            await got.until(lambda: len(got) == 4)
             await sub.close()
         info = [m.node_info_message for m in got if m.HasField("node_info_message")]
         live = [
