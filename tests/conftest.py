@@ -67,13 +67,31 @@ async def memory_store() -> MemoryStore:
 
 
 @pytest.fixture
-async def gcs_server(memory_store: MemoryStore) -> AsyncIterator[GcsServer]:
-    server = GcsServer(fast_config(), store=memory_store)
+def gcs_clock() -> FakeClock:
+    """The ``gcs_server``'s clock: its loops (load polls, health checks, placement retries,
+    VC passes) move only when the test moves it."""
+    return FakeClock()
+
+
+@pytest.fixture
+async def gcs_server(memory_store: MemoryStore, gcs_clock: FakeClock) -> AsyncIterator[GcsServer]:
+    server = GcsServer(fast_config(), store=memory_store, clock=gcs_clock)
     await server.start()
     try:
         yield server
     finally:
         await server.stop()
+
+
+async def poll_rounds(server: GcsServer, clock: FakeClock, rounds: int = 2) -> None:
+    """Move ``clock`` until the server made ``rounds`` more load-poll rounds, every reply
+    applied (the first may have started before the latest registration)."""
+    assert server.managers is not None
+    stats = server.managers.poller.stats
+    target = stats.rounds + rounds
+    await clock.advance_until(
+        lambda: stats.rounds >= target, step_s=server.config.load_poll.period_ms / 1000
+    )
 
 
 class Stubs:

@@ -23,7 +23,7 @@ from gcs.proto import common_pb2, gcs_pb2, pubsub_pb2, ray_syncer_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
-from tests.conftest import Stubs, eventually, fast_config
+from tests.conftest import Stubs, fast_config
 
 START_SYNC = "/ray.rpc.syncer.RaySyncer/StartSync"
 HEAD = G.GetAllNodeInfoRequest.NodeSelector(is_head_node=True)
@@ -319,7 +319,7 @@ class TestRuntimeEnvPins:
         assert pins.expire() == ["gcs://_ray_pkg_a.zip"]
 
     async def test_pinned_package_is_deleted_from_kv_after_expiry(
-        self, gcs_server: GcsServer, stubs: Stubs
+        self, gcs_server: GcsServer, stubs: Stubs, gcs_clock: FakeClock
     ) -> None:
         uri = b"gcs://_ray_pkg_test.zip"
         await stubs.kv.InternalKVPut(G.InternalKVPutRequest(key=uri, value=b"zip", overwrite=True))
@@ -331,4 +331,4 @@ class TestRuntimeEnvPins:
             got = await stubs.kv.InternalKVGet(G.InternalKVGetRequest(key=uri))
             return got.status.code == 17
 
-        await eventually(gone, timeout_s=30, interval_s=0.1)
+        await gcs_clock.advance_until(gone, step_s=1.0)  # the expiry loop's period
