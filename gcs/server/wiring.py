@@ -245,6 +245,7 @@ def build(
                 job_cluster=jobs.virtual_cluster_of,
                 cluster_nodes=virtual_clusters.node_filter,
             ),
+            sleep=clock.sleep,  # the retry back-off of a creation waiting for a node
         ),
         actor_io.gateway,
         nodes.alive,
