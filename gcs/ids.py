@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gcs.rpc.errors import InvalidArgument
+from gcs.errors import InvalidArgument
 
 NODE_ID_SIZE = 28
 CLUSTER_ID_SIZE = 28

@@ -38,15 +38,15 @@ from gcs.clock import Clock, SystemClock, now_ms, wait_event
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2, virtual_cluster_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.subscriber import GcsSubscriber, SubscribeError
-from gcs.raylet import wire
+from gcs.raylet import convert
 from gcs.raylet.resources import LocalResources
 from gcs.raylet.servicer import NodeIdentity, NodeManagerServicer
-from gcs.raylet.syncer import SyncerLink
+from gcs.raylet.sync_link import SyncerLink
 from gcs.raylet.vc_view import VirtualClusterView
 from gcs.rpc import ServiceStub, service_handler
+from gcs.rpc.interceptors import CallGuardInterceptor
 from gcs.rpc.security import Security
 from gcs.rpc.services import NODE_INFO, NODE_MANAGER, VIRTUAL_CLUSTER_INFO
-from gcs.server.interceptors import CallGuardInterceptor
 
 log = structlog.get_logger("gcs.raylet")
 
@@ -109,7 +109,7 @@ class RayletConfig:
     reregister_when_dead: bool = False
     syncer: bool = True
     """Open Ray's syncer stream (``RaySyncer/StartSync``) and send the resource view on
-    change, as a 2.60 raylet does (:mod:`gcs.raylet.syncer`)."""
+    change, as a 2.60 raylet does (:mod:`gcs.raylet.sync_link`)."""
     subscribe_virtual_clusters: bool = True
     """Keep a view of indivisible virtual clusters from pubsub channel 11 (fleets turn it
     off: 2,000 long polls from one process cost more than the fleet itself)."""
@@ -137,7 +137,7 @@ class RayletAgent:
         self.security = security if security is not None else Security.from_env()
         self._own_channel = gcs_channel is None
         self._channel = gcs_channel
-        labels = {**config.labels, wire.NODE_ID_LABEL: node_id.hex()}
+        labels = {**config.labels, convert.NODE_ID_LABEL: node_id.hex()}
         self.resources = LocalResources(total=dict(config.resources), labels=labels)
         self._server: grpc.aio.Server | None = None
         self._health: _HealthServicer | None = None

@@ -27,8 +27,8 @@ from gcs.cli_validation import (
     string_map,
 )
 from gcs.raylet.agent import ExitReason, RayletAgent, RayletConfig
+from gcs.raylet.convert import parse_selector
 from gcs.raylet.fleet import FleetConfig, RayletFleet, run_fleet_processes
-from gcs.raylet.wire import parse_selector
 from gcs.raylet.workload import TaskSpec, submit
 
 FATAL_EXITS = frozenset({ExitReason.DECLARED_DEAD, ExitReason.CLUSTER_CHANGED})

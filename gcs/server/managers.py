@@ -16,7 +16,7 @@ from gcs.managers.pg_scheduler import PlacementGroupScheduler
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.managers.runtime_env import RuntimeEnvPins
-from gcs.managers.syncer import SyncHub
+from gcs.managers.sync_hub import SyncHub
 from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.managers.workers import WorkerManager

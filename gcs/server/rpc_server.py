@@ -29,9 +29,9 @@ from gcs.rpc import method_path, service_handler, wire_service_name
 from gcs.rpc import services as svc
 from gcs.rpc.front import Forwarder, FrontServer, GrpcRouter, H2Limits, hot_methods, native_methods
 from gcs.rpc.front.sync import SyncDispatcher
+from gcs.rpc.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS, CallHook, HandlerTable
-from gcs.server.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
 from gcs.server.managers import Managers
 from gcs.server.reflection import wire_pool
 from gcs.services.actors import ActorInfoServicer
@@ -41,7 +41,7 @@ from gcs.services.kv import InternalKVServicer
 from gcs.services.node_info import NodeInfoServicer
 from gcs.services.node_resources import NodeResourceInfoServicer
 from gcs.services.pubsub import PubSubServicer
-from gcs.services.syncer import RaySyncerServicer
+from gcs.services.ray_syncer import RaySyncerServicer
 from gcs.services.virtual_clusters import VirtualClusterInfoServicer
 from gcs.services.workers_tasks import RuntimeEnvServicer, TaskInfoServicer, WorkerInfoServicer
 

@@ -46,7 +46,7 @@ from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.managers.restart_notice import RestartNotice
 from gcs.managers.runtime_env import RuntimeEnvPins
-from gcs.managers.syncer import SyncHub
+from gcs.managers.sync_hub import SyncHub
 from gcs.managers.task_failures import TaskFailureMarker
 from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager

@@ -7,7 +7,7 @@ from typing import Any
 
 from gcs.proto import ray_syncer_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
-from gcs.raylet.syncer import view_fingerprint
+from gcs.raylet.sync_link import view_fingerprint
 from gcs.server.app import GcsServer
 from tests.conftest import fast_config
 from tests.raylet.conftest import FAST

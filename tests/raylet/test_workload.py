@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from gcs.proto import gcs_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.cli import cli
+from gcs.raylet.convert import parse_selector
 from gcs.raylet.resources import LABEL_IN
 from gcs.raylet.testing import FakeGcs
-from gcs.raylet.wire import parse_selector
 from gcs.raylet.workload import NodeTarget, TaskSpec, plan, submit
 from gcs.testing.servers import free_port
 

@@ -25,9 +25,9 @@ from gcs.rpc.h2wire import (
     SETTINGS,
     frame,
 )
+from gcs.rpc.interceptors import CallGuard
 from gcs.rpc.server import service_handler
 from gcs.rpc.wire import method_path
-from gcs.server.interceptors import CallGuard
 from tests.server.test_front_h2 import FakeTransport, frames
 
 GET_ID = method_path(svc.NODE_INFO.methods_by_name["GetClusterId"])

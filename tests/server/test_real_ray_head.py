@@ -17,7 +17,7 @@ import pytest
 from gcs.clock import FakeClock
 from gcs.managers.jobs import JobManager
 from gcs.managers.runtime_env import RuntimeEnvPins
-from gcs.managers.syncer import GCS_SYNCER_NODE_ID, RESOURCE_VIEW
+from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID, RESOURCE_VIEW
 from gcs.managers.workers import WorkerManager
 from gcs.proto import common_pb2, gcs_pb2, pubsub_pb2, ray_syncer_pb2
 from gcs.proto import gcs_service_pb2 as G

@@ -10,12 +10,12 @@ import grpc
 
 from gcs.changes import Changes
 from gcs.config import RequestLimits
-from gcs.managers.syncer import GCS_SYNCER_NODE_ID
+from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID
 from gcs.proto import ray_syncer_pb2
 from gcs.rpc.front.grpc_wire import OK_TRAILERS, message_frame, trailers_only
 from gcs.rpc.front.h2 import Stream
 from gcs.rpc.front.sync import SyncCall, SyncDispatcher
-from tests.unit.test_syncer_hub import A, B, C, Hub, _node, _view
+from tests.unit.test_sync_hub import A, B, C, Hub, _node, _view
 
 
 class FakeConn:

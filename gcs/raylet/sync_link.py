@@ -33,7 +33,7 @@ from gcs.changes import Changes
 from gcs.clock import Clock, SystemClock
 from gcs.proto import ray_syncer_pb2
 
-log = structlog.get_logger("gcs.raylet.syncer")
+log = structlog.get_logger("gcs.raylet.sync_link")
 
 START_SYNC_PATH = "/ray.rpc.syncer.RaySyncer/StartSync"
 REPORT_PERIOD_S = 0.1

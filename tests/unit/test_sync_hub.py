@@ -9,7 +9,7 @@ from gcs.clock import FakeClock
 from gcs.managers.events import NodeEvents
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
-from gcs.managers.syncer import COMMANDS, RESOURCE_VIEW, SyncHub
+from gcs.managers.sync_hub import COMMANDS, RESOURCE_VIEW, SyncHub
 from gcs.proto import gcs_pb2, ray_syncer_pb2
 from gcs.store.memory import MemoryStore
 
