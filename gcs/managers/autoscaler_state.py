@@ -1,8 +1,9 @@
 """``ray.rpc.autoscaler.AutoscalerStateService`` state: snapshot, constraint, reports, drain.
 
-Ray semantics (gcs-server.md §2) with three deliberate differences, all so that nothing a
-client was told is lost: the resource-state version never goes back across restarts, and
-the ``request_resources`` constraint and the last autoscaling state are persisted.
+Ray's semantics (``GcsAutoscalerStateManager``) with three deliberate differences, all so
+that nothing a client was told is lost: the resource-state version never goes back across
+restarts, and the ``request_resources`` constraint and the last autoscaling state are
+persisted.
 
 The snapshot is assembled from cached serialized parts (see :mod:`gcs.wire_encoding`):
 per-node static bytes are rebuilt only when that node's report changes, the pending-demand

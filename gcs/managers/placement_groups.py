@@ -2,7 +2,7 @@
 
 The state half of Ray's ``GcsPlacementGroupManager``: PGs are created PENDING, persisted,
 listed, removed; pending / rescheduling ones become ``GangResourceRequest``s in
-``GetClusterResourceState`` (gcs-server.md §2.1).  Where bundles go and the two-phase
+``GetClusterResourceState``, as in Ray.  Where bundles go and the two-phase
 reservation on raylets is :class:`~gcs.managers.pg_scheduler.PlacementGroupScheduler`'s job;
 it reports here (:meth:`PlacementGroupManager.record_placement`, :meth:`~PlacementGroupManager.
 bundles_lost`), and every change runs on this manager's :class:`~gcs.managers.lane.ApplyLane`

@@ -14,7 +14,7 @@ from gcs.services.common import error_status, ok_status
 
 Req = gcs_service_pb2
 
-# What a real raylet's GetInternalConfig expects (gcs-server.md §8.1 step 6).
+# What a real raylet's GetInternalConfig expects (it reads this JSON at start-up).
 DEFAULT_INTERNAL_CONFIG = {"automatic_object_spilling_enabled": False}
 
 
