@@ -114,12 +114,6 @@ class JobManager:
         """Every job, finished ones included."""
         return self._jobs.values()
 
-    def running_in(self, virtual_cluster_id: str) -> bool:
-        return any(
-            not j.is_dead and j.virtual_cluster_id == virtual_cluster_id
-            for j in self._jobs.values()
-        )
-
     def virtual_cluster_of(self, job_id: bytes) -> str:
         """The virtual cluster a known job runs in ("" for unknown jobs / the primary)."""
         job = self._jobs.get(job_id)

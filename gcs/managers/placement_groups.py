@@ -392,13 +392,6 @@ class PlacementGroupManager:
                 if count >= MAX_LOAD_REPORT:
                     return
 
-    def bundles_on_node(self, node_id: bytes) -> list[bytes]:
-        return [
-            pg.placement_group_id
-            for pg in self._groups.values()
-            if pg.state != PG.REMOVED and any(b.node_id == node_id for b in pg.bundles)
-        ]
-
     def bundles_in_use(self) -> dict[bytes, list[common_pb2.Bundle]]:
         """Node id -> the placed bundles of live groups there (for ReleaseUnusedBundles)."""
         out: dict[bytes, list[common_pb2.Bundle]] = {}
