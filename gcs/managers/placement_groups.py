@@ -89,9 +89,11 @@ class PlacementGroupManager:
             self._groups
         )
         """Every group by id (removed ones too): a read-only live view."""
-        self.virtual_cluster_of: dict[bytes, str] = {}
-        """PG id -> virtual cluster id (only PGs created inside one)."""
-        self.named: dict[tuple[str, str], bytes] = {}
+        self._virtual_cluster_of: dict[bytes, str] = {}
+        self.virtual_cluster_of: Mapping[bytes, str] = MappingProxyType(self._virtual_cluster_of)
+        """PG id -> virtual cluster id (only PGs created inside one): a read-only view."""
+        self._named: dict[tuple[str, str], bytes] = {}
+        self.named: Mapping[tuple[str, str], bytes] = MappingProxyType(self._named)
         """(namespace, name) -> id of the live (not removed) group of that name."""
         self._waiters: dict[bytes, list[asyncio.Future[None]]] = {}
         self.version = 0
@@ -102,12 +104,12 @@ class PlacementGroupManager:
             pg = PG.FromString(raw)
             self._groups[pg.placement_group_id] = pg
             if pg.name and pg.state != PG.REMOVED:
-                self.named[(pg.ray_namespace, pg.name)] = pg.placement_group_id
+                self._named[(pg.ray_namespace, pg.name)] = pg.placement_group_id
         sidecar = await self._store.scan_prefix(TABLE_META, VC_SIDECAR_PREFIX)
         for key, value in sidecar.items():
             pg_id = key[len(VC_SIDECAR_PREFIX) :]
             if pg_id in self._groups:
-                self.virtual_cluster_of[pg_id] = value.decode()
+                self._virtual_cluster_of[pg_id] = value.decode()
         self.version += 1
 
     # -- commands ----------------------------------------------------------------------------
@@ -136,7 +138,7 @@ class PlacementGroupManager:
         async with self._lane:
             if pg_id in self._groups:
                 return  # idempotent retry
-            if spec.name and (namespace, spec.name) in self.named:
+            if spec.name and (namespace, spec.name) in self._named:
                 raise FailedPrecondition(
                     f"Failed to create placement group '{pg_id.hex()}' because name "
                     f"'{spec.name}' already exists."
@@ -171,9 +173,9 @@ class PlacementGroupManager:
             def apply() -> None:
                 self._groups[pg_id] = pg
                 if pg.name:
-                    self.named[(namespace, pg.name)] = pg_id
+                    self._named[(namespace, pg.name)] = pg_id
                 if vc_id:
-                    self.virtual_cluster_of[pg_id] = vc_id
+                    self._virtual_cluster_of[pg_id] = vc_id
                 self.version += 1
                 for listener in self._events:
                     listener.on_placement_group_created(pg)
@@ -246,10 +248,10 @@ class PlacementGroupManager:
                 self._groups[pg_id] = new
                 if new.state != PG.REMOVED:
                     continue
-                if self.named.get((new.ray_namespace, new.name)) == pg_id:
-                    del self.named[(new.ray_namespace, new.name)]
+                if self._named.get((new.ray_namespace, new.name)) == pg_id:
+                    del self._named[(new.ray_namespace, new.name)]
                 self._wake(pg_id, NotFound(REMOVED_BEFORE_CREATED))
-                cluster = self.virtual_cluster_of.get(pg_id, "")
+                cluster = self._virtual_cluster_of.get(pg_id, "")
                 for listener in self._events:
                     listener.on_placement_group_removed(new, cluster)
             self.version += 1
@@ -372,7 +374,7 @@ class PlacementGroupManager:
         return self._groups.get(pg_id)
 
     def get_named(self, name: str, namespace: str) -> gcs_pb2.PlacementGroupTableData | None:
-        pg_id = self.named.get((namespace, name))
+        pg_id = self._named.get((namespace, name))
         return self._groups.get(pg_id) if pg_id is not None else None
 
     def count_by_state(self) -> dict[str, float]:

@@ -24,8 +24,9 @@ health checker (any syncer message counts as a heartbeat, as in Ray).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import structlog
 from google.protobuf.message import DecodeError
@@ -156,8 +157,9 @@ class SyncHub:
 
     # -- queries -------------------------------------------------------------------------
     @property
-    def peers(self) -> dict[bytes, Peer]:
-        return self._peers
+    def peers(self) -> Mapping[bytes, Peer]:
+        """Connected raylets by node id (read-only)."""
+        return MappingProxyType(self._peers)
 
     def version(self, node_id: bytes, kind: int = RESOURCE_VIEW) -> int | None:
         held = self._views.get((node_id, kind))
