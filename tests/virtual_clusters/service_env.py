@@ -6,7 +6,7 @@ from typing import Any
 
 import grpc
 
-from gcs.clock import FakeClock
+from gcs.clock import Clock, FakeClock, SystemClock
 from gcs.config import GcsConfig
 from gcs.proto import common_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.rpc import ServiceStub
@@ -31,12 +31,16 @@ def quiet_config(**overrides: Any) -> GcsConfig:
 
 
 class VcEnv:
-    """``clock``: the GCS's (polls, health checks, VC passes move only when a test moves it)."""
+    """``clock``: the GCS's; a :class:`FakeClock` makes polls, health checks and VC passes
+    move only when the test moves it (the system clock by default)."""
 
-    def __init__(self, store: Store, config: GcsConfig | None = None) -> None:
+    def __init__(
+        self, store: Store, config: GcsConfig | None = None, *, clock: FakeClock | None = None
+    ) -> None:
         self.store = store
         self.config = config or quiet_config()
-        self.clock = FakeClock()
+        self.fake_clock = clock
+        self.clock: Clock = clock or SystemClock()
         self.server: GcsServer | None = None
         self.channel: grpc.aio.Channel | None = None
         self.raylets: list[FakeRaylet] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2, virtual_cluster_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.pubsub.subscriber import GcsSubscriber
@@ -21,8 +22,9 @@ class TestReplenish:
     ) -> None:
         """A node of an indivisible cluster dies; the next replenish pass swaps in a spare of
         the same type, persists it, and the dead node goes back to the primary."""
+        clock = FakeClock()
         env = await VcEnv(
-            MemoryStore(), quiet_config(node_instances_replenish_interval_ms=100)
+            MemoryStore(), quiet_config(node_instances_replenish_interval_ms=100), clock=clock
         ).start()
         try:
             await env.add_nodes("4c8g", 2)
@@ -36,7 +38,7 @@ class TestReplenish:
                 members = registry.get("ind").members
                 return victim not in members and len(members) == 1
 
-            await env.clock.advance_until(replaced, step_s=0.1)  # the next periodic pass
+            await clock.advance_until(replaced, step_s=0.1)  # the next periodic pass
             rows = await env.store.get_all("VIRTUAL_CLUSTER")
             data = VirtualClusterTableData.FromString(rows[b"ind"])
             assert victim not in data.node_instances and len(data.node_instances) == 1
@@ -107,7 +109,8 @@ class TestAutoscalerState:
             ind = state.virtual_cluster_states.get("ind")
             return ind is not None and bool(ind.pending_resource_requests)
 
-        await memory_env.clock.advance_until(has_demand, step_s=0.1)  # the next load poll
+        clock = memory_env.fake_clock
+        await clock.advance_until(has_demand, step_s=0.1)  # the next load poll
         state = (await stub.GetClusterResourceState(request)).cluster_resource_state
         states = state.virtual_cluster_states
         assert set(states) == {"ind", "div", PRIMARY_CLUSTER_ID}
