@@ -165,8 +165,8 @@ def serve(
     from gcs.auth import AuthConfigError
     from gcs.rpc.security import Security
     from gcs.server import GcsServer
+    from gcs.server.extras import Extras
     from gcs.server.logging import configure_logging
-    from gcs.server.wiring import Extras
 
     try:
         config = load_config(

@@ -23,11 +23,12 @@ from gcs.rpc.raylets.actors import ActorGateway
 from gcs.rpc.raylets.gateway import RayletGateway
 from gcs.rpc.security import Security
 from gcs.server.addresses import advertised_host
+from gcs.server.extras import Extras
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.head_processes import SupervisedChild
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
-from gcs.server.wiring import Extras, Wiring, build
+from gcs.server.wiring import Wiring, build
 from gcs.store import Store, store_from_url
 
 __all__ = ["GcsServer", "Managers"]

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import pathlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gcs.clock import Clock
 from gcs.config import GcsConfig
@@ -61,6 +59,7 @@ from gcs.rpc.raylets.gateway import RayletGateway
 from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.rpc.security import Security
+from gcs.server.extras import Extras, autoscaler_component, demo_component
 from gcs.server.families import gcs_families
 from gcs.server.gc_policy import GcTuning
 from gcs.server.head_processes import HeadChildren
@@ -71,22 +70,7 @@ from gcs.store import Store
 from gcs.store.factory import open_with_retry
 from gcs.store.metered import MeteredStore
 
-if TYPE_CHECKING:
-    from gcs.autoscaler.config import ClusterConfig
-
-__all__ = ["Wiring", "autoscaler_component", "build", "demo_component"]
-
-Serving = Callable[[], Awaitable[object]]
-
-
-@dataclass(frozen=True, slots=True)
-class Extras:
-    """What ``gcs serve`` adds beside the GCS itself (components after the server's)."""
-
-    autoscaler: ClusterConfig | None = None
-    """A cluster config: run the embedded autoscaler."""
-    demo_nodes: int = 0
-    """Start this many local raylet agents with synthetic load."""
+__all__ = ["Extras", "Wiring", "build"]
 
 
 @dataclass(slots=True)
@@ -116,11 +100,12 @@ def build(
     lane_policy: ResolvePolicy | None = None,
     raylets: RayletGateway | None = None,
     actor_gateway: ActorGateway | None = None,
-    extras: Extras = Extras(),
+    extras: Extras | None = None,
 ) -> Wiring:
     """``store``: the backend, opened at load (``owns_store``: closed at the end too);
     managers get it metered.  ``raylets`` / ``actor_gateway``: fakes in tests."""
     cfg = config
+    extras = extras or Extras()
     metered = MeteredStore(store, metrics.registry)
     kv = KvManager(metered)
     identity = ClusterIdentity(
@@ -334,10 +319,9 @@ def build(
         serving=rpc.serving,
     )
 
-    def expose_metrics() -> None:
+    async def load_metrics() -> None:
         """Figures read from their owners at scrape time, on the loop that owns them."""
-        loop = asyncio.get_running_loop()
-        metrics.add_source(on_loop(loop, lambda: gcs_families(managers)))
+        metrics.add_source(on_loop(asyncio.get_running_loop(), lambda: gcs_families(managers)))
         if cfg.metrics_port >= 0:
             metrics.serve(cfg.host, cfg.metrics_port)
 
@@ -347,9 +331,6 @@ def build(
     async def close_store() -> None:
         if owns_store:
             await store.close()
-
-    async def load_metrics() -> None:
-        expose_metrics()
 
     def once_serving(run: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
         """Raylets are reached only once the GCS answers them (load -> serve -> reach)."""
@@ -421,6 +402,7 @@ def build(
                 security=security,
                 data_dir=cfg.data_dir,
                 metrics=metrics,
+                clock=clock,
                 serving=rpc.serving,
             )
         )
@@ -490,82 +472,3 @@ class _ForgetRaylet:
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._raylets.forget(node.node_id)
-
-
-# -- what `gcs serve` adds -------------------------------------------------------------------
-
-
-def autoscaler_component(
-    cluster: ClusterConfig,
-    *,
-    gcs_address: Callable[[], str],
-    store: Store,
-    security: Security,
-    data_dir: str,
-    metrics: GcsMetrics,
-    serving: Serving,
-) -> Component:
-    """The embedded autoscaler (``gcs serve --autoscaler-config``), given narrow ports: the
-    GCS address (once serving), the store for its instances, the security to dial with, a
-    state directory and the metrics registry.  The one place the server reaches into
-    ``gcs.autoscaler``: the autoscaler's own component replaces the body at merge."""
-    import contextlib
-    import os
-
-    from gcs.autoscaler.runtime import DEFAULT_INTERVAL_S, AutoscalerRuntime
-
-    state: dict[str, AutoscalerRuntime] = {}
-
-    async def run() -> None:
-        await serving()
-        interval = float(os.environ.get("AUTOSCALER_UPDATE_INTERVAL_S", DEFAULT_INTERVAL_S))
-        runtime = AutoscalerRuntime(
-            cluster,
-            gcs_address(),
-            state_dir=pathlib.Path(data_dir) / "autoscaler",
-            store=store,
-            interval_s=interval if interval > 0 else DEFAULT_INTERVAL_S,
-            security=security,
-        )
-        state["runtime"] = runtime
-        await runtime.start()
-        # read on the loop that owns the state (the scrape runs on the HTTP server's thread)
-        metrics.add_source(on_loop(asyncio.get_running_loop(), runtime.metric_families))
-        await runtime.wait()
-
-    async def close() -> None:
-        runtime = state.pop("runtime", None)
-        if runtime is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await runtime.stop_embedded()
-
-    return Part("autoscaler", run=run, close=close)
-
-
-def demo_component(
-    nodes: int,
-    *,
-    gcs_address: Callable[[], str],
-    security: Security,
-    agents: bool,
-    serving: Serving,
-) -> Component:
-    """``gcs serve --demo N``: local raylet agents (unless an autoscaler provides the nodes)
-    and the demo's synthetic load (:mod:`gcs.demo`), once the GCS serves."""
-    from gcs.demo import DemoCluster
-
-    state: dict[str, DemoCluster] = {}
-
-    async def run() -> None:
-        await serving()
-        demo = DemoCluster(gcs_address(), nodes=nodes, security=security)
-        state["demo"] = demo
-        await demo.start(agents=agents)
-        await asyncio.Event().wait()  # runs until the supervisor stops it
-
-    async def close() -> None:
-        demo = state.pop("demo", None)
-        if demo is not None:
-            await demo.stop()
-
-    return Part("demo", run=run, close=close)
