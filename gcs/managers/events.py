@@ -54,9 +54,6 @@ class Fanout(Generic[L]):
     def __iter__(self) -> Iterator[L]:
         return iter(self._listeners)
 
-    def __len__(self) -> int:
-        return len(self._listeners)
-
 
 class NodeListener(Protocol):
     """Node added / dead, after the NODE row is persisted (and on load, per alive node)."""

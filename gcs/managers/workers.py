@@ -62,7 +62,7 @@ class WorkerManager:
         lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self._store = store
-        self._worker_events = worker_events or WorkerEvents()
+        self._worker_events = worker_events if worker_events is not None else WorkerEvents()
         self._clock = clock
         self._publish = publish
         self._max_dead = max_dead_cached

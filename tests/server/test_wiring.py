@@ -92,6 +92,37 @@ def test_components_load_in_dependency_order() -> None:
         assert names.index(before) < names.index(after), (before, after)
 
 
+async def test_every_emitter_tells_the_listeners_the_wiring_subscribed() -> None:
+    """The emitters were given the very fan-outs the wiring subscribed: a worker death
+    reported to the worker manager reaches the task-failure marker and the actors (a
+    fan-out with no listener yet must not be swapped for a fresh one)."""
+    store = MemoryStore()
+    await store.open()
+    wiring = _build(store)
+    supervisor = Supervisor(wiring.components)
+    await supervisor.load()
+    try:
+        heard: list[bytes] = []
+
+        class Ear:
+            def on_worker_dead(self, failure: gcs_pb2.WorkerTableData) -> None:
+                heard.append(failure.worker_address.worker_id)
+
+        wiring.worker_events.subscribe(Ear())
+        failure = gcs_pb2.WorkerTableData(is_alive=False)
+        failure.worker_address.worker_id = b"\x05" * 28
+        await wiring.managers.workers.report_failure(failure)
+        assert heard == [b"\x05" * 28]
+        marker = next(
+            listener
+            for listener in wiring.worker_events
+            if type(listener).__name__ == "TaskFailureMarker"
+        )
+        assert marker.pending == 1  # the marker heard it first, as subscribed
+    finally:
+        await supervisor.close()
+
+
 async def test_a_loaded_gcs_serves_nothing_and_reaches_no_raylet() -> None:
     """load() reads the store and builds state; binding the port and contacting raylets is
     run()'s (the shape a hot standby needs: loaded, following the store, not serving)."""

@@ -84,4 +84,4 @@ class TestFanout:
             for listener in events:
                 listener.on_thing("x")
         assert heard == ["a:x", "b:x", "c:x"]
-        assert len(events) == 3
+        assert len(list(events)) == 3
