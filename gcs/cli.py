@@ -181,6 +181,7 @@ def serve(
     from gcs.auth import AuthConfigError
     from gcs.rpc.security import Security
     from gcs.server import GcsServer
+    from gcs.server.extras import Extras
     from gcs.server.logging import configure_logging
 
     try:
@@ -216,38 +217,14 @@ def serve(
     log = structlog.get_logger("gcs.cli")
 
     async def run() -> None:
-        server = GcsServer(config, security=security)
-        try:
-            await server.start()
-        except BaseException:
-            await server.stop()
-            raise
-        embedded = None
+        extras = Extras(autoscaler=cluster, demo_nodes=demo_nodes)
+        server = GcsServer(config, security=security, extras=extras)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        demo = None
         try:
-            if cluster is not None:
-                from gcs.autoscaler.runtime import embedded_autoscaler
-                from gcs.server.metrics import on_loop
-
-                embedded = embedded_autoscaler(
-                    cluster,
-                    gcs_address=server.address,
-                    store=server.store,
-                    security=security,
-                    data_dir=config.data_dir,
-                    register_metrics=lambda src: server.metrics.add_source(on_loop(loop, src)),
-                )
-                await embedded.start()
-            if demo_nodes:
-                from gcs.demo import DemoCluster
-
-                demo = DemoCluster(server.address, nodes=demo_nodes, security=security)
-                # with an autoscaler its provider runs the nodes; the demo brings the load
-                await demo.start(agents=cluster is None)
+            await server.start()
             log.info(
                 "gcs.serving",
                 address=server.address,
@@ -260,14 +237,10 @@ def serve(
             waiter = asyncio.create_task(server.wait())
             stopper = asyncio.create_task(stop.wait())
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
         finally:
-            if demo is not None:
-                await demo.stop()
-            if embedded is not None:
-                await embedded.close()
             await server.stop()
-        if waiter.done() and waiter.exception() is not None:
-            raise waiter.exception()  # type: ignore[misc]
+        await waiter  # raises what failed, if anything did
 
     asyncio.run(run())
 

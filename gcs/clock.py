@@ -1,12 +1,22 @@
-"""Injected time: managers read a :class:`Clock`, tests drive a :class:`FakeClock`."""
+"""Injected time: managers read a :class:`Clock`, tests drive a :class:`FakeClock`.
+
+Every background loop sleeps on its clock (:meth:`Clock.sleep`, :func:`wait_event`), never
+on ``asyncio.sleep``, so a test moves a health-check period or a retry interval by moving a
+:class:`FakeClock` (:meth:`FakeClock.advance`, :meth:`FakeClock.advance_until`) and waits
+for what happens, not for wall time.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import inspect
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
+
+Predicate = Callable[[], "bool | Awaitable[bool]"]
 
 
 class Clock(Protocol):
@@ -60,7 +70,15 @@ class FakeClock:
         """Sleepers still waiting (cancelled ones excluded)."""
         return sum(1 for _, _, wake in self._sleepers if not wake.done())
 
+    @property
+    def next_wake_s(self) -> float | None:
+        """Seconds until the earliest sleeper is due (None: nobody sleeps)."""
+        while self._sleepers and self._sleepers[0][2].done():
+            heapq.heappop(self._sleepers)  # cancelled sleepers
+        return self._sleepers[0][0] - self._mono if self._sleepers else None
+
     def advance(self, seconds: float) -> None:
+        """Move time; wake every sleeper due by then (they run once the caller yields)."""
         self._now += seconds
         self._mono += seconds
         while self._sleepers and self._sleepers[0][0] <= self._mono:
@@ -68,6 +86,68 @@ class FakeClock:
             if not wake.done():
                 wake.set_result(None)
 
+    async def run_for(self, seconds: float, step_s: float) -> None:
+        """Move ``seconds`` of time ``step_s`` at a time, letting the event loop run after
+        each step: a loop woken by one step sleeps again and wakes at the next, as it would
+        in real time (one :meth:`advance` wakes each sleeper at most once)."""
+        if step_s <= 0:
+            raise ValueError(f"step_s must be > 0, got {step_s}")
+        left = seconds
+        while left > 1e-12:
+            step = min(step_s, left)
+            self.advance(step)
+            left -= step
+            await _let_run()
+
+    async def advance_until(
+        self, predicate: Predicate, step_s: float, *, timeout_s: float = 30.0
+    ) -> None:
+        """Move time ``step_s`` at a time until ``predicate()`` (sync or async) holds.
+
+        Between steps the event loop runs (woken sleepers, the I/O they start, replies from
+        in-process servers).  ``timeout_s`` of wall time only bounds a hang: a condition
+        that holds returns at once; one that never does raises AssertionError."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not await _holds(predicate):
+            if loop.time() > deadline:
+                raise AssertionError(f"condition not met within {timeout_s} s of wall time")
+            self.advance(step_s)
+            await _let_run()
+
+
+async def _holds(predicate: Predicate) -> bool:
+    result = predicate()
+    if inspect.isawaitable(result):
+        result = await result
+    return bool(result)
+
+
+async def _let_run() -> None:
+    """Give the loop a few turns and one short poll of its sockets: tasks woken by a time
+    step run, and replies already on their way (a local gRPC call) arrive."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.002)
+
 
 def now_ms(clock: Clock) -> int:
     return int(clock.now_s() * 1000)
+
+
+async def wait_event(clock: Clock, event: asyncio.Event, timeout_s: float) -> bool:
+    """Until ``event`` is set or ``timeout_s`` of ``clock``'s time passed; whether it is set.
+
+    A loop that wakes on an event *or* a period (a scheduler's retry pass) waits here, so a
+    test moves its period with a :class:`FakeClock` instead of waiting wall time."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    timer = asyncio.ensure_future(clock.sleep(timeout_s))
+    try:
+        await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, timer):
+            task.cancel()
+        await asyncio.gather(waiter, timer, return_exceptions=True)
+    return event.is_set()

@@ -331,8 +331,6 @@ DEFAULT_METRICS_PORT = 9379
 """Where ``gcs serve`` exports Prometheus metrics unless told otherwise."""
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-STORAGE_SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "redis", "rediss", "unix")
-"""URL schemes ``store_from_url`` opens (``sqlite+aiosqlite``, ``postgresql+asyncpg``...)."""
 
 # env var -> dotted field path.  Ray's names first where Ray has the knob.
 ENV_VARS: dict[str, str] = {
@@ -595,8 +593,10 @@ def _names(path: str) -> str:
 
 
 def storage_scheme_ok(url: str) -> bool:
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    return bool(scheme) and scheme.startswith(STORAGE_SCHEMES)
+    """A scheme the store registry (``gcs.store.factory.STORES``) has a backend for."""
+    from gcs.store.factory import STORES, scheme_of
+
+    return scheme_of(url) in STORES
 
 
 def validate(config: GcsConfig, where: str = "config") -> None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import structlog
 
+from gcs.changes import Changes
 from gcs.clock import Clock, SystemClock
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.workload import TaskSpec, submit
@@ -67,6 +68,8 @@ class DemoCluster:
         self.cycles = 0
         self.idle_cycles = 0
         """Cycles that placed nothing (no alive node yet, e.g. right after a restart)."""
+        self.changes = Changes()
+        """Notified after every cycle."""
         self._clock = clock or SystemClock()
         self._task: asyncio.Task[None] | None = None
 
@@ -121,10 +124,13 @@ class DemoCluster:
 
     async def _keep_load(self) -> None:
         while True:
-            if not await self.run_cycle():
+            placed = await self.run_cycle()
+            if not placed:
                 # nothing placed: no alive node yet (a restart before the raylets register);
                 # without a pause the loop spun and logged hundreds of failures a second
                 self.idle_cycles += 1
+            self.changes.notify()
+            if not placed:
                 await self._clock.sleep(_IDLE_RETRY_S)
 
     async def stop(self) -> None:

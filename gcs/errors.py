@@ -7,13 +7,21 @@
     ├── FailedPrecondition        the state does not allow it, e.g. a dead node re-registering
     ├── Unauthenticated           wrong cluster id / missing or wrong token
     ├── ResourceExhausted         the answer would exceed a limit (reply size)
-    ├── Unavailable               store or raylet unreachable; nothing was acknowledged
+    ├── Unavailable               store or raylet unreachable; retry later
     │   ├── RayletUnreachable     a raylet did not answer (refused, lost, deadline exceeded)
-    │   └── WorkerUnreachable     a core worker did not answer (its process is likely gone)
-    └── RayStatusError            an error Ray reports by its ``StatusCode`` name
+    │   ├── WorkerUnreachable     a core worker did not answer (its process is likely gone)
+    │   ├── StoreUnavailable      the store did not take the write: nothing was written
+    │   │   └── StoreFull         ... because it is full (Redis maxmemory, a full disk)
+    │   └── StoreOutcomeUnknown   the write may have been applied (resolved later)
+    ├── StoreError                base of every store error (the four above and below)
+    │   ├── StoreConflict         a compare-and-set condition did not hold; nothing applied
+    │   └── StoreCorrupt          stored bytes or schema are not what we wrote
+    └── RayStatusError            a refusal a raylet reported by Ray's ``StatusCode`` name
 
-How each maps to a gRPC status and to Ray's in-reply ``GcsStatus.code`` is decided in one
-place: :mod:`gcs.rpc.errors`.
+The store errors live in :mod:`gcs.store.errors` (each backend translates its driver's
+errors there); they are domain errors like the others, so a manager's caller sees one
+family.  How each maps to a gRPC status and to Ray's in-reply ``GcsStatus.code`` is decided
+in one place: :mod:`gcs.rpc.errors`.
 """
 
 from __future__ import annotations
@@ -107,8 +115,10 @@ class RayletUnreachable(Unavailable):
 class RayStatusError(GcsError):
     """An error Ray reports with its ``StatusCode`` *name* (e.g. "InvalidArgument").
 
-    Ray's AutoscalerStateService and pubsub do this; the message follows after a colon so
-    people see it while Ray clients still match the prefix.
+    Raised by the raylet gateway for a raylet's refusal, and by the servicers of the
+    services whose Ray handlers answer this way (AutoscalerStateService, pubsub; see
+    :func:`gcs.rpc.errors.as_ray_status`); managers raise the plain errors above.  The
+    message follows after a colon so people see it while Ray clients still match the prefix.
     """
 
     def __init__(self, ray_code: RayStatusCode, message: str) -> None:

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
-from gcs.rpc.errors import InvalidArgument
+from gcs.errors import InvalidArgument
 
 NODE_ID_SIZE = 28
 CLUSTER_ID_SIZE = 28
 JOB_ID_SIZE = 4
 PLACEMENT_GROUP_ID_SIZE = 18
 NIL_NODE_ID = b"\xff" * NODE_ID_SIZE
-
-
-def random_node_id() -> bytes:
-    return os.urandom(NODE_ID_SIZE)
 
 
 def require_node_id(value: bytes, field: str = "node_id") -> bytes:
@@ -28,11 +22,3 @@ def require_node_id(value: bytes, field: str = "node_id") -> bytes:
     if value == NIL_NODE_ID:
         raise InvalidArgument(f"{field} is the nil id")
     return value
-
-
-def parse_node_id_hex(text: str, field: str = "node_id") -> bytes:
-    try:
-        raw = bytes.fromhex(text)
-    except ValueError:
-        raise InvalidArgument(f"{field} is not hex: {text!r}") from None
-    return require_node_id(raw, field)

@@ -8,19 +8,25 @@ failed or missing ``load()``).
 The :class:`Supervisor` loads components in order, runs them all in one task group (the
 first failure cancels the rest and is raised), and closes them in reverse order.  A hot
 standby is the same components after ``load()``, not yet ``run()``.
+
+Most parts of the GCS are objects whose load / run / close have other names (a manager's
+``load``, a poller's ``run``, a gateway's ``close``); the wiring adapts each with a
+:class:`Part`, so the component list reads as one table.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
 log = structlog.get_logger("gcs.lifecycle")
 
-__all__ = ["Component", "ComponentFailed", "Supervisor"]
+__all__ = ["Component", "ComponentFailed", "Part", "Supervisor"]
+
+Step = Callable[[], Awaitable[object]]
 
 
 @runtime_checkable
@@ -35,6 +41,41 @@ class Component(Protocol):
     async def run(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class Part:
+    """A component made of up to three async callables (each optional: a part with no
+    ``run`` is done once loaded, one with no ``load`` has nothing to read)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        load: Step | None = None,
+        run: Step | None = None,
+        close: Step | None = None,
+    ) -> None:
+        self._name = name
+        self._load, self._run, self._close = load, run, close
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def load(self) -> None:
+        if self._load is not None:
+            await self._load()
+
+    async def run(self) -> None:
+        if self._run is not None:
+            await self._run()
+
+    async def close(self) -> None:
+        if self._close is not None:
+            await self._close()
+
+    def __repr__(self) -> str:
+        return f"Part({self._name!r})"
 
 
 class ComponentFailed(Exception):

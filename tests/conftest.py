@@ -91,13 +91,36 @@ async def memory_store() -> MemoryStore:
 
 
 @pytest.fixture
-async def gcs_server(memory_store: MemoryStore) -> AsyncIterator[GcsServer]:
-    server = GcsServer(fast_config(), store=memory_store)
+def gcs_clock() -> FakeClock:
+    """Ask for it and the ``gcs_server`` runs on it: its loops (load polls, health checks,
+    placement retries, VC passes) move only when the test moves it."""
+    return FakeClock()
+
+
+@pytest.fixture
+async def gcs_server(
+    memory_store: MemoryStore, request: pytest.FixtureRequest
+) -> AsyncIterator[GcsServer]:
+    """On ``gcs_clock`` when the test asks for it, else on the system clock (tests beside
+    real Ray processes, whose time is not ours to move)."""
+    clock = request.getfixturevalue("gcs_clock") if "gcs_clock" in request.fixturenames else None
+    server = GcsServer(fast_config(), store=memory_store, clock=clock)
     await server.start()
     try:
         yield server
     finally:
         await server.stop()
+
+
+async def poll_rounds(server: GcsServer, clock: FakeClock, rounds: int = 2) -> None:
+    """Move ``clock`` until the server made ``rounds`` more load-poll rounds, every reply
+    applied (the first may have started before the latest registration)."""
+    assert server.managers is not None
+    stats = server.managers.poller.stats
+    target = stats.rounds + rounds
+    await clock.advance_until(
+        lambda: stats.rounds >= target, step_s=server.config.load_poll.period_ms / 1000
+    )
 
 
 class Stubs:
@@ -138,6 +161,24 @@ async def stubs(gcs_server: GcsServer) -> AsyncIterator[Stubs]:
         yield Stubs(channel, gcs_server.meta.cluster_id)
 
 
+class Seen(list):  # type: ignore[type-arg]
+    """What callbacks received (a subscriber's messages...): tests wait for it to arrive
+    (``await seen.until(...)``), not for time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from gcs.changes import Changes
+
+        self.changes = Changes()
+
+    def append(self, item: object) -> None:
+        super().append(item)
+        self.changes.notify()
+
+    async def until(self, predicate: Callable[[], object]) -> None:
+        await self.changes.until(predicate)
+
+
 async def eventually(predicate: object, timeout_s: float = 30.0, interval_s: float = 0.02) -> None:
     """Wait until ``predicate()`` (sync or async) is truthy; fail with a clear message.
 
@@ -151,16 +192,8 @@ async def eventually(predicate: object, timeout_s: float = 30.0, interval_s: flo
 async def advance_until(
     clock: FakeClock, predicate: object, step_s: float, timeout_s: float = 30.0
 ) -> None:
-    """Move the fake clock ``step_s`` at a time until ``predicate()`` (sync or async) holds:
-    what waits on the clock (health checks, synthetic holds) moves only when the test moves
-    time; the wall-clock deadline only bounds a hang."""
-    import asyncio
-
-    async def step() -> None:
-        clock.advance(step_s)
-        await asyncio.sleep(0.01)
-
-    await _poll(predicate, timeout_s, step)
+    """:meth:`FakeClock.advance_until` (kept for older call sites)."""
+    await clock.advance_until(predicate, step_s, timeout_s=timeout_s)  # type: ignore[arg-type]
 
 
 async def _poll(

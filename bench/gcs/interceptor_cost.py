@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from gcs.auth import AuthToken
-from gcs.server.interceptors import WRONG_CLUSTER_ID, CallGuardInterceptor
+from gcs.rpc.interceptors import WRONG_CLUSTER_ID, CallGuardInterceptor
 
 CLUSTER = "ab" * 28
 TOKEN = AuthToken("0123456789abcdef0123456789abcdef", "bench")

@@ -46,8 +46,10 @@ async def one_size(n_nodes: int, n_groups: int, seed: int) -> None:
     pgs = PlacementGroupManager(store, clock, events=pg_events)
     scheduler = PlacementGroupScheduler(
         pgs, nodes, cache, FakeRayletGateway(), clock,
-        node_events=node_events, job_events=job_events, pg_events=pg_events,
     )  # fmt: skip
+    node_events.subscribe(scheduler)
+    job_events.subscribe(scheduler)
+    pg_events.subscribe(scheduler)
     for i in range(n_nodes):
         await nodes.register(
             gcs_pb2.GcsNodeInfo(

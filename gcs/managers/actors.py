@@ -33,12 +33,11 @@ from typing import Any, Protocol
 import structlog
 from google.protobuf.message import Message
 
+from gcs.background import Background
 from gcs.clock import Clock, now_ms
 from gcs.errors import AlreadyExists, FailedPrecondition, GcsError, InvalidArgument, NotFound
 from gcs.managers import actor_states as states
 from gcs.managers.actor_scheduler import ActorScheduler, Attempt, Created, Failed
-from gcs.managers.background import Background
-from gcs.managers.events import JobEvents, NodeEvents, WorkerEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, node_manager_pb2
 from gcs.pubsub.channels import GCS_ACTOR_CHANNEL
@@ -92,9 +91,6 @@ class ActorManager:
         alive_nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo],
         *,
         publish: Publish = _no_publish,
-        node_events: NodeEvents | None = None,
-        job_events: JobEvents | None = None,
-        worker_events: WorkerEvents | None = None,
         job_is_dead: Callable[[bytes], bool] = lambda job_id: False,
         max_dead_cached: int = MAX_DEAD_CACHED,
         kill_timeout_s: float = 10.0,
@@ -121,14 +117,11 @@ class ActorManager:
         """owner worker id -> actor ids it owns (live ones)."""
         self._scheduling: dict[bytes, _Scheduling] = {}
         self._waiters: dict[bytes, list[asyncio.Future[CreateOutcome]]] = {}
-        self._background = Background("actors.event_failed")
-        for events, listener in (
-            (node_events, self._NodeListener(self)),
-            (job_events, self._JobListener(self)),
-            (worker_events, self._WorkerListener(self)),
-        ):
-            if events is not None:
-                events.subscribe(listener)  # type: ignore[arg-type]
+        self._background = Background("actors")
+        # listeners of node, job and worker events (the wiring subscribes them)
+        self.node_listener = self._NodeListener(self)
+        self.job_listener = self._JobListener(self)
+        self.worker_listener = self._WorkerListener(self)
 
     # -- listeners (synchronous: each hands its work to a task that takes the lane) ------
     class _NodeListener:

@@ -1,8 +1,9 @@
 """``ray.rpc.autoscaler.AutoscalerStateService`` state: snapshot, constraint, reports, drain.
 
-Ray semantics (gcs-server.md §2) with three deliberate differences, all so that nothing a
-client was told is lost: the resource-state version never goes back across restarts, and
-the ``request_resources`` constraint and the last autoscaling state are persisted.
+Ray's semantics (``GcsAutoscalerStateManager``) with three deliberate differences, all so
+that nothing a client was told is lost: the resource-state version never goes back across
+restarts, and the ``request_resources`` constraint and the last autoscaling state are
+persisted.
 
 The snapshot is assembled from cached serialized parts (see :mod:`gcs.wire_encoding`):
 per-node static bytes are rebuilt only when that node's report changes, the pending-demand
@@ -16,16 +17,14 @@ two concurrent reports the higher version wins); snapshot reads never take it.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 
 from gcs.clock import Clock
-from gcs.errors import InvalidArgument, RayletUnreachable, RayStatusCode, RayStatusError
+from gcs.errors import InvalidArgument, NotFound, RayletUnreachable
 from gcs.managers.counters import DurableCounter
-from gcs.managers.events import NodeEvents
 from gcs.managers.kv import KvManager
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import DrainRecord, NodeManager
@@ -81,16 +80,15 @@ class AutoscalerStateManager:
         placement_groups: PlacementGroupManager,
         raylets: RayletGateway,
         *,
-        session_name: str = "",
+        session_name: Callable[[], str] = lambda: "",
         raylet_timeout_s: float = 30.0,
         virtual_cluster_section: Callable[[], bytes] | None = None,
         lane_policy: ResolvePolicy | None = None,
-        node_events: NodeEvents | None = None,
     ) -> None:
+        """``session_name``: read when a snapshot is built (the cluster identity is loaded
+        after construction)."""
         self._store = store
         self._drained_away: dict[bytes, list[asyncio.Future[None]]] = {}
-        if node_events is not None:
-            node_events.subscribe(self)
         self._kv = kv
         self._clock = clock
         self._nodes = nodes
@@ -122,11 +120,8 @@ class AutoscalerStateManager:
 
     # -- GetClusterResourceState / GetClusterStatus ----------------------------------------
     async def cluster_resource_state_bytes(self, last_seen_version: int = 0) -> bytes:
-        """Serialized ``ClusterResourceState`` with a fresh version."""
-        if last_seen_version < 0:
-            raise InvalidArgument(
-                f"last_seen_cluster_resource_state_version must be >= 0, got {last_seen_version}"
-            )
+        """Serialized ``ClusterResourceState`` with a fresh version (``last_seen_version``
+        validated >= 0 by the servicer; being ahead of ours depends on state, checked here)."""
         if last_seen_version > self.version.current:
             raise InvalidArgument(
                 "last_seen_cluster_resource_state_version "
@@ -203,7 +198,7 @@ class AutoscalerStateManager:
         parts.append(gang_bytes)
         if self.constraint is not None:
             parts.append(len_field(6, self.constraint.SerializeToString()))
-        parts.append(string_field(7, self._session_name))
+        parts.append(string_field(7, self._session_name()))
         if self._virtual_cluster_section is not None:
             parts.append(self._virtual_cluster_section())
         return b"".join(parts)
@@ -267,18 +262,7 @@ class AutoscalerStateManager:
 
     # -- constraint / reports --------------------------------------------------------------
     async def set_constraint(self, constraint: autoscaler_pb2.ClusterResourceConstraint) -> None:
-        for i, by_count in enumerate(constraint.resource_requests):
-            where = f"cluster_resource_constraint.resource_requests[{i}]"
-            if by_count.count < 0:
-                raise InvalidArgument(f"{where}.count must be >= 0, got {by_count.count}")
-            for name, amount in by_count.request.resources_bundle.items():
-                if not name:
-                    raise InvalidArgument(f"{where}.request.resources_bundle has an empty name")
-                if math.isnan(amount) or math.isinf(amount) or amount < 0:
-                    raise InvalidArgument(
-                        f"{where}.request.resources_bundle[{name}] must be finite and >= 0, "
-                        f"got {amount}"
-                    )
+        """A validated constraint (the servicer checked counts and resource maps)."""
         stored = autoscaler_pb2.ClusterResourceConstraint()
         stored.CopyFrom(constraint)
 
@@ -327,11 +311,7 @@ class AutoscalerStateManager:
     async def drain_node(
         self, request: autoscaler_pb2.DrainNodeRequest
     ) -> autoscaler_pb2.DrainNodeReply:
-        if request.deadline_timestamp_ms < 0:
-            raise RayStatusError(
-                RayStatusCode.Invalid,
-                f"deadline_timestamp_ms must be >= 0, got {request.deadline_timestamp_ms}",
-            )
+        """A validated request (the servicer checked its fields)."""
         node = self._nodes.alive.get(request.node_id)
         if node is None:
             return autoscaler_pb2.DrainNodeReply(is_accepted=True)
@@ -418,9 +398,7 @@ class AutoscalerStateManager:
     ) -> autoscaler_pb2.ResizeRayletResourceInstancesReply:
         node = self._nodes.alive.get(request.node_id)
         if node is None:
-            raise RayStatusError(
-                RayStatusCode.NotFound, f"Raylet {request.node_id.hex()} is not alive."
-            )
+            raise NotFound(f"Raylet {request.node_id.hex()} is not alive.")
         totals = await self._raylets.resize(
             request.node_id, raylet_address(node), request.resources, self._raylet_timeout_s
         )

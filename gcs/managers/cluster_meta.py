@@ -86,3 +86,47 @@ async def load_or_create(
     await kv.put(b"cluster", b"CLUSTER_METADATA", cluster_metadata(python_version), overwrite=True)
     await kv.put(b"__autoscaler", b"__autoscaler_v2_enabled", b"1", overwrite=True)
     return ClusterMeta(cluster_id, stored_session.decode(), created)
+
+
+class ClusterIdentity:
+    """The cluster's identity as a component: :meth:`load` reads it, or creates it on a
+    fresh store; parts built before that (servicers, the autoscaler snapshot) read it after.
+    """
+
+    name = "cluster_identity"
+
+    def __init__(
+        self, store: Store, kv: KvManager, *, session_name: str = "", python_version: str = ""
+    ) -> None:
+        self._store = store
+        self._kv = kv
+        self._session_name = session_name
+        self._python_version = python_version
+        self._meta: ClusterMeta | None = None
+
+    @property
+    def meta(self) -> ClusterMeta:
+        if self._meta is None:
+            raise RuntimeError("the cluster identity is read once loaded")
+        return self._meta
+
+    @property
+    def loaded(self) -> bool:
+        return self._meta is not None
+
+    def session_name(self) -> str:
+        return self.meta.session_name
+
+    async def load(self) -> None:
+        self._meta = await load_or_create(
+            self._store,
+            self._kv,
+            session_name=self._session_name,
+            python_version=self._python_version,
+        )
+
+    async def run(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -1,23 +1,28 @@
-"""Event fan-outs between managers, created before the managers that use them.
+"""Event fan-outs between managers: one class, :class:`Fanout`, one per kind of event.
 
-Managers that emit (NodeManager, JobManager, PlacementGroupManager) and components that
-listen take the fan-out as a constructor argument; a listener subscribes in its own
-constructor (or the fan-out is built with the listeners that need nothing else).  So every
-dependency is visible at construction and nothing is patched in afterwards, while the
-cycles (the VC manager reads jobs and placement groups, which must ask it about virtual
-clusters) need no late assignment.
+A manager that emits (NodeManager, JobManager, PlacementGroupManager, WorkerManager) is given
+its fan-out; listeners are objects with the kind's protocol methods, subscribed in one
+place, the wiring (:mod:`gcs.server.wiring`), in the order the events must reach them.  No
+listener subscribes itself, so that order is written down once and not an accident of
+construction order; the cycles (the VC manager reads jobs and placement groups, which must
+ask it about virtual clusters) need no late assignment either.
 
 Listeners are called synchronously, in subscription order, from the emitter's apply step:
-after the change is persisted and applied in memory, before it is published.
+after the change is persisted and applied in memory, before it is published.  A listener
+must not await; work that must (a store write, a raylet call) goes to a task of the
+listener's own (:class:`~gcs.background.Background`).  An exception from a listener
+reaches the emitter (``check_job`` refuses a job that way).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterator
+from typing import Generic, Protocol, TypeVar
 
 from gcs.proto import gcs_pb2
 
 __all__ = [
+    "Fanout",
     "JobEvents",
     "JobListener",
     "NodeEvents",
@@ -28,29 +33,34 @@ __all__ = [
     "WorkerListener",
 ]
 
+L = TypeVar("L")
+
+
+class Fanout(Generic[L]):
+    """The listeners of one kind of event, in subscription order.  An emitter tells each::
+
+    for listener in self._node_events:
+        listener.on_node_dead(node)
+    """
+
+    def __init__(self, *listeners: L) -> None:
+        """``listeners``: the first ones, in order (tests wiring a few managers by hand)."""
+        self._listeners: list[L] = list(listeners)
+
+    def subscribe(self, *listeners: L) -> None:
+        """Add listeners after those already subscribed (the wiring lists them in order)."""
+        self._listeners.extend(listeners)
+
+    def __iter__(self) -> Iterator[L]:
+        return iter(self._listeners)
+
 
 class NodeListener(Protocol):
+    """Node added / dead, after the NODE row is persisted (and on load, per alive node)."""
+
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None: ...
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None: ...
-
-
-class NodeEvents:
-    """Node added / dead, after the NODE row is persisted (and on load, per alive node)."""
-
-    def __init__(self, *listeners: NodeListener) -> None:
-        self._listeners: list[NodeListener] = list(listeners)
-
-    def subscribe(self, listener: NodeListener) -> None:
-        self._listeners.append(listener)
-
-    def node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
-        for listener in self._listeners:
-            listener.on_node_added(node)
-
-    def node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
-        for listener in self._listeners:
-            listener.on_node_dead(node)
 
 
 class JobListener(Protocol):
@@ -58,22 +68,6 @@ class JobListener(Protocol):
         """Before AddJob persists anything; raises ``JobRejected`` to refuse the job."""
 
     def on_job_finished(self, job: gcs_pb2.JobTableData) -> None: ...
-
-
-class JobEvents:
-    def __init__(self, *listeners: JobListener) -> None:
-        self._listeners: list[JobListener] = list(listeners)
-
-    def subscribe(self, listener: JobListener) -> None:
-        self._listeners.append(listener)
-
-    def check(self, job: gcs_pb2.JobTableData) -> None:
-        for listener in self._listeners:
-            listener.check_job(job)
-
-    def finished(self, job: gcs_pb2.JobTableData) -> None:
-        for listener in self._listeners:
-            listener.on_job_finished(job)
 
 
 class PlacementGroupListener(Protocol):
@@ -85,38 +79,14 @@ class PlacementGroupListener(Protocol):
     ) -> None: ...
 
 
-class PlacementGroupEvents:
-    def __init__(self, *listeners: PlacementGroupListener) -> None:
-        self._listeners: list[PlacementGroupListener] = list(listeners)
-
-    def subscribe(self, listener: PlacementGroupListener) -> None:
-        self._listeners.append(listener)
-
-    def created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
-        for listener in self._listeners:
-            listener.on_placement_group_created(pg)
-
-    def removed(self, pg: gcs_pb2.PlacementGroupTableData, virtual_cluster_id: str) -> None:
-        for listener in self._listeners:
-            listener.on_placement_group_removed(pg, virtual_cluster_id)
-
-
 class WorkerListener(Protocol):
     def on_worker_dead(self, failure: gcs_pb2.WorkerTableData) -> None:
         """A worker (or driver) process died: ``ReportWorkerFailure``'s ``worker_failure``
-        (``worker_address``, ``exit_type``, ``exit_detail``, ``creation_task_exception``)."""
+        (``worker_address``, ``exit_type``, ``exit_detail``, ``creation_task_exception``),
+        emitted by the worker manager after it persisted the failure."""
 
 
-class WorkerEvents:
-    """Worker deaths, emitted by whoever serves ``WorkerInfoGcsService.ReportWorkerFailure``
-    after it persisted the failure (the actor manager restarts or destroys actors)."""
-
-    def __init__(self, *listeners: WorkerListener) -> None:
-        self._listeners: list[WorkerListener] = list(listeners)
-
-    def subscribe(self, listener: WorkerListener) -> None:
-        self._listeners.append(listener)
-
-    def worker_dead(self, failure: gcs_pb2.WorkerTableData) -> None:
-        for listener in self._listeners:
-            listener.on_worker_dead(failure)
+NodeEvents = Fanout[NodeListener]
+JobEvents = Fanout[JobListener]
+PlacementGroupEvents = Fanout[PlacementGroupListener]
+WorkerEvents = Fanout[WorkerListener]

@@ -10,12 +10,11 @@ one from the node's budget; at zero the node is failed.
 
 Death goes through :meth:`NodeManager.fail_unhealthy`, on the node manager's lane: a node
 that unregistered or was drained meanwhile is a no-op there, never a second death.  The
-checker hears node events through the :class:`~gcs.managers.events.NodeEvents` it is given.
+checker is a node listener (subscribed by the wiring); its loop ticks on the injected clock.
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import random
@@ -23,10 +22,10 @@ from dataclasses import dataclass
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock
 from gcs.config import HealthCheckConfig
 from gcs.errors import GcsError
-from gcs.managers.events import NodeEvents
 from gcs.managers.nodes import NodeManager
 from gcs.proto import gcs_pb2
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
@@ -51,8 +50,8 @@ class HealthChecker:
         clock: Clock,
         config: HealthCheckConfig,
         *,
-        node_events: NodeEvents,
         rng: random.Random | None = None,
+        tick_s: float = 0.2,
     ) -> None:
         self._nodes = nodes
         self._raylets = raylets
@@ -67,10 +66,10 @@ class HealthChecker:
         node's ``next_check_s`` (or whose node is gone) are stale and skipped."""
         self._seq = itertools.count()
         self._running = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._checks = Background("health")
+        self._tick_s = tick_s
         self.checks = 0
         self.failures = 0
-        node_events.subscribe(self)
 
     # NodeListener
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
@@ -108,7 +107,6 @@ class HealthChecker:
         period_s = self._period_s
         due = self._due
         started = 0
-        loop = asyncio.get_running_loop()
         while due and due[0][0] <= now and self._running < self._config.max_concurrent:
             due_s, _, node_id = heapq.heappop(due)
             state = self._state.get(node_id)
@@ -122,9 +120,7 @@ class HealthChecker:
                 continue
             state.in_flight = True
             self._running += 1
-            task = loop.create_task(self._check(node_id, state, now))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._checks.spawn(self._check(node_id, state, now), "check")
             started += 1
         return started
 
@@ -162,12 +158,14 @@ class HealthChecker:
                 self._state[node_id] = state
                 self._schedule(node_id, state.next_check_s)
 
-    async def run(self, tick_s: float = 0.2) -> None:
+    async def run(self) -> None:
         while True:
             self.tick()
-            await asyncio.sleep(tick_s)
+            await self._clock.sleep(self._tick_s)
+
+    async def settle(self) -> None:
+        """Until the checks started so far (and the deaths they cause) have finished."""
+        await self._checks.settle()
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._checks.close()

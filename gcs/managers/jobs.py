@@ -21,16 +21,16 @@ kill -9 of the GCS between the node's death and its jobs').
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock, now_ms
 from gcs.errors import InvalidArgument
 from gcs.ids import JOB_ID_SIZE
-from gcs.managers.background import Background
-from gcs.managers.events import JobEvents, NodeEvents
+from gcs.managers.events import JobEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import Publish, no_publish
 from gcs.proto import gcs_pb2, pubsub_pb2
@@ -62,7 +62,6 @@ class JobManager:
         events: JobEvents | None = None,
         publish: Publish = no_publish,
         lane_policy: ResolvePolicy | None = None,
-        node_events: NodeEvents | None = None,
         node_is_dead: Callable[[bytes], bool] = lambda node_id: False,
     ) -> None:
         self._store = store
@@ -71,10 +70,12 @@ class JobManager:
         self._events = events if events is not None else JobEvents()
         self._lane = ApplyLane(store, "jobs", policy=lane_policy)
         self._node_is_dead = node_is_dead
-        self._background = Background("jobs.node_event_failed")
-        self.jobs: dict[bytes, gcs_pb2.JobTableData] = {}
-        if node_events is not None:
-            node_events.subscribe(self._NodeListener(self))
+        self._background = Background("jobs")
+        self._jobs: dict[bytes, gcs_pb2.JobTableData] = {}
+        self.jobs: Mapping[bytes, gcs_pb2.JobTableData] = MappingProxyType(self._jobs)
+        """Every job by id, finished ones included: a read-only live view."""
+        self.node_listener = self._NodeListener(self)
+        """Finishes the jobs of a dead driver's node (subscribed by the wiring)."""
 
     class _NodeListener:
         def __init__(self, manager: JobManager) -> None:
@@ -84,20 +85,20 @@ class JobManager:
             return None
 
         def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
-            self._m._background.spawn(self._m.finish_jobs_of_node(node.node_id))
+            self._m._background.spawn(self._m.finish_jobs_of_node(node.node_id), "node-dead")
 
     async def settle(self) -> None:
         """Until every event task spawned so far has finished (tests, shutdown)."""
         await self._background.settle()
 
     async def close(self) -> None:
-        await asyncio.gather(*self._background.cancel(), return_exceptions=True)
+        await self._background.close()
 
     async def finish_jobs_of_node(self, node_id: bytes) -> list[bytes]:
         """Mark finished every running job whose driver ran on ``node_id``; their ids."""
         running = [
             job.job_id
-            for job in self.jobs.values()
+            for job in self._jobs.values()
             if not job.is_dead and job.driver_address.node_id == node_id
         ]
         finished = [job_id for job_id in running if await self.mark_finished(job_id)]
@@ -109,25 +110,24 @@ class JobManager:
             )
         return finished
 
-    def running_in(self, virtual_cluster_id: str) -> bool:
-        return any(
-            not j.is_dead and j.virtual_cluster_id == virtual_cluster_id for j in self.jobs.values()
-        )
+    def all_jobs(self) -> Iterable[gcs_pb2.JobTableData]:
+        """Every job, finished ones included."""
+        return self._jobs.values()
 
     def virtual_cluster_of(self, job_id: bytes) -> str:
         """The virtual cluster a known job runs in ("" for unknown jobs / the primary)."""
-        job = self.jobs.get(job_id)
+        job = self._jobs.get(job_id)
         return job.virtual_cluster_id if job is not None else ""
 
     def is_dead(self, job_id: bytes) -> bool:
         """A known job that finished (unknown jobs are not dead: actors and groups may be
         registered without a job record, e.g. by our raylet agent's tests)."""
-        job = self.jobs.get(job_id)
+        job = self._jobs.get(job_id)
         return job is not None and job.is_dead
 
     def namespace_of(self, job_id: bytes) -> str:
         """The Ray namespace a known job runs in ("" for unknown jobs)."""
-        job = self.jobs.get(job_id)
+        job = self._jobs.get(job_id)
         return job.config.ray_namespace if job is not None else ""
 
     async def load(self) -> None:
@@ -135,10 +135,10 @@ class JobManager:
         the node table first)."""
         for raw in (await self._store.get_all(TABLE_JOB)).values():
             job = gcs_pb2.JobTableData.FromString(raw)
-            self.jobs[job.job_id] = job
+            self._jobs[job.job_id] = job
         orphaned = {
             job.driver_address.node_id
-            for job in self.jobs.values()
+            for job in self._jobs.values()
             if not job.is_dead and self._node_is_dead(job.driver_address.node_id)
         }
         for node_id in sorted(orphaned):
@@ -157,10 +157,11 @@ class JobManager:
         if not stored.start_time:
             stored.start_time = now_ms(self._clock)
         async with self._lane:
-            self._events.check(stored)
+            for listener in self._events:
+                listener.check_job(stored)
 
             def apply() -> None:
-                self.jobs[stored.job_id] = stored
+                self._jobs[stored.job_id] = stored
                 self._publish(pubsub_pb2.GCS_JOB_CHANNEL, stored.job_id, stored)
 
             batch = WriteBatch().put(TABLE_JOB, job.job_id, stored.SerializeToString())
@@ -171,7 +172,7 @@ class JobManager:
         if len(job_id) != JOB_ID_SIZE:
             raise InvalidArgument(f"job_id must be {JOB_ID_SIZE} bytes, got {len(job_id)}")
         async with self._lane:
-            job = self.jobs.get(job_id)
+            job = self._jobs.get(job_id)
             if job is None or job.is_dead:
                 return False
             updated = gcs_pb2.JobTableData()
@@ -180,8 +181,9 @@ class JobManager:
             updated.end_time = now_ms(self._clock)
 
             def apply() -> None:
-                self.jobs[job_id] = updated
-                self._events.finished(updated)
+                self._jobs[job_id] = updated
+                for listener in self._events:
+                    listener.on_job_finished(updated)
                 self._publish(pubsub_pb2.GCS_JOB_CHANNEL, job_id, updated)
 
             batch = WriteBatch().put(TABLE_JOB, job_id, updated.SerializeToString())

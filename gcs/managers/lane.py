@@ -129,6 +129,12 @@ class ApplyLane:
         self._owner = None
         self._lock.release()
 
+    async def resolve(self) -> None:
+        """Resolve a remembered ambiguous write now (its step applied if it landed);
+        raises :class:`~gcs.errors.Unavailable` while the store still cannot tell."""
+        async with self:
+            return
+
     async def run(self, step: Callable[[], Awaitable[T]]) -> T:
         """``step()`` under the lane."""
         async with self:

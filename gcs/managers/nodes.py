@@ -12,8 +12,9 @@ Ray).  Dead nodes stay in the table and in a bounded cache (Ray:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 import structlog
@@ -84,8 +85,12 @@ class NodeManager:
         self._publish = publish
         self._max_dead = max_dead_cached
         self._lane = ApplyLane(store, "nodes", policy=lane_policy)
-        self.alive: dict[bytes, gcs_pb2.GcsNodeInfo] = {}
-        self.dead: OrderedDict[bytes, gcs_pb2.GcsNodeInfo] = OrderedDict()
+        self._alive: dict[bytes, gcs_pb2.GcsNodeInfo] = {}
+        self._dead: OrderedDict[bytes, gcs_pb2.GcsNodeInfo] = OrderedDict()
+        self.alive: Mapping[bytes, gcs_pb2.GcsNodeInfo] = MappingProxyType(self._alive)
+        """Alive nodes by id: a read-only live view (changes only on the lane)."""
+        self.dead: Mapping[bytes, gcs_pb2.GcsNodeInfo] = MappingProxyType(self._dead)
+        """The bounded cache of dead nodes, oldest death first: a read-only live view."""
         self._draining: dict[bytes, DrainRecord] = {}
 
     # -- startup -------------------------------------------------------------------------
@@ -96,28 +101,33 @@ class NodeManager:
         for raw in rows.values():
             node = gcs_pb2.GcsNodeInfo.FromString(raw)
             if node.state == ALIVE:
-                self.alive[node.node_id] = node
+                self._alive[node.node_id] = node
             else:
                 dead.append(node)
         for node in sorted(dead, key=lambda n: n.end_time_ms):
-            self.dead[node.node_id] = node
-        for node in self.alive.values():
-            self._events.node_added(node)
-        log.info("nodes.loaded", alive=len(self.alive), dead=len(self.dead))
+            self._dead[node.node_id] = node
+        for node in self._alive.values():
+            for listener in self._events:
+                listener.on_node_added(node)
+        log.info("nodes.loaded", alive=len(self._alive), dead=len(self._dead))
 
     # -- queries (never wait for the lane) -----------------------------------------------
     def get(self, node_id: bytes) -> gcs_pb2.GcsNodeInfo | None:
-        return self.alive.get(node_id) or self.dead.get(node_id)
+        return self._alive.get(node_id) or self._dead.get(node_id)
 
     def is_alive(self, node_id: bytes) -> bool:
-        return node_id in self.alive
+        return node_id in self._alive
+
+    def is_dead(self, node_id: bytes) -> bool:
+        """Known and dead (while in the dead-node cache)."""
+        return node_id in self._dead
 
     def all_nodes(self) -> Iterable[gcs_pb2.GcsNodeInfo]:
-        yield from self.alive.values()
-        yield from self.dead.values()
+        yield from self._alive.values()
+        yield from self._dead.values()
 
     def total(self) -> int:
-        return len(self.alive) + len(self.dead)
+        return len(self._alive) + len(self._dead)
 
     def apply_snapshot(self, node_id: bytes, snapshot: gcs_pb2.NodeSnapshot) -> None:
         """The node's ``state_snapshot`` from its syncer view (Ray's ``UpdateAliveNode``).
@@ -125,13 +135,13 @@ class NodeManager:
         Soft state, as in Ray: in memory only, never persisted, so not on the lane.  The
         record is replaced, not mutated, so caches keyed on the record's identity (the
         autoscaler's per-node bytes) rebuild."""
-        node = self.alive.get(node_id)
+        node = self._alive.get(node_id)
         if node is None or node.state_snapshot == snapshot:
             return
         updated = gcs_pb2.GcsNodeInfo()
         updated.CopyFrom(node)
         updated.state_snapshot.CopyFrom(snapshot)
-        self.alive[node_id] = updated
+        self._alive[node_id] = updated
 
     # -- mutations (each on the lane) ----------------------------------------------------
     async def register(self, node: gcs_pb2.GcsNodeInfo) -> None:
@@ -141,7 +151,7 @@ class NodeManager:
 
     async def _register(self, node: gcs_pb2.GcsNodeInfo) -> None:
         node_id = node.node_id
-        if node_id in self.dead:
+        if node_id in self._dead:
             raise FailedPrecondition(
                 f"node {node_id.hex()} was marked dead; a dead node cannot re-register "
                 "(restart the raylet with a new node id)"
@@ -152,8 +162,8 @@ class NodeManager:
         if not node.start_time_ms:
             node.start_time_ms = now_ms(self._clock)
         if node.is_head_node:
-            for other in [n for n in self.alive.values() if n.is_head_node]:
-                if other.node_id != node_id and other.node_id in self.alive:
+            for other in [n for n in self._alive.values() if n.is_head_node]:
+                if other.node_id != node_id and other.node_id in self._alive:
                     await self._kill(
                         other.node_id,
                         common_pb2.NodeDeathInfo(
@@ -165,10 +175,11 @@ class NodeManager:
                     )
 
         def apply() -> None:
-            rejoin = node_id in self.alive
-            self.alive[node_id] = node
+            rejoin = node_id in self._alive
+            self._alive[node_id] = node
             if not rejoin:
-                self._events.node_added(node)
+                for listener in self._events:
+                    listener.on_node_added(node)
             self._publish_node(node, full=True)
             log.info(
                 "node.registered",
@@ -184,7 +195,7 @@ class NodeManager:
     async def unregister(self, node_id: bytes, death_info: common_pb2.NodeDeathInfo) -> bool:
         """Graceful exit reported by the raylet.  Unknown or dead ids are a no-op (False)."""
         async with self._lane:
-            if node_id not in self.alive:
+            if node_id not in self._alive:
                 return False
             await self._kill(node_id, death_info)
             return True
@@ -192,7 +203,7 @@ class NodeManager:
     async def mark_dead(self, node_id: bytes, reason: int, message: str) -> bool:
         """Unknown or already dead ids are a no-op (False)."""
         async with self._lane:
-            if node_id not in self.alive:
+            if node_id not in self._alive:
                 return False
             info = common_pb2.NodeDeathInfo(
                 reason=reason,  # type: ignore[arg-type]  # an enum value
@@ -205,7 +216,7 @@ class NodeManager:
         """Health checks gave up on the node: infer the death reason as Ray does.  A node
         that left meanwhile (unregistered, drained) is a no-op (False)."""
         async with self._lane:
-            if node_id not in self.alive:
+            if node_id not in self._alive:
                 return False
             drain = self._draining.get(node_id)
             if (
@@ -226,29 +237,30 @@ class NodeManager:
 
     def record_drain(self, node_id: bytes, record: DrainRecord) -> None:
         """Memory only (a hint for the death reason); a dead or unknown node is ignored."""
-        if node_id in self.alive:
+        if node_id in self._alive:
             self._draining[node_id] = record
 
     async def _kill(self, node_id: bytes, death_info: common_pb2.NodeDeathInfo) -> None:
         """Persist and apply the death of an alive node.  Hold the lane."""
         node = gcs_pb2.GcsNodeInfo()
-        node.CopyFrom(self.alive[node_id])
+        node.CopyFrom(self._alive[node_id])
         node.state = DEAD
         node.end_time_ms = now_ms(self._clock)
         node.death_info.CopyFrom(death_info)
         batch = WriteBatch().put(TABLE_NODE, node_id, node.SerializeToString())
-        excess = len(self.dead) + 1 - self._max_dead
-        evicted = list(self.dead)[: max(excess, 0)]
+        excess = len(self._dead) + 1 - self._max_dead
+        evicted = list(self._dead)[: max(excess, 0)]
         for old_id in evicted:
             batch.delete(TABLE_NODE, old_id)
 
         def apply() -> None:
             for old_id in evicted:
-                self.dead.pop(old_id, None)
-            self.alive.pop(node_id, None)
+                self._dead.pop(old_id, None)
+            self._alive.pop(node_id, None)
             self._draining.pop(node_id, None)
-            self.dead[node_id] = node
-            self._events.node_dead(node)
+            self._dead[node_id] = node
+            for listener in self._events:
+                listener.on_node_dead(node)
             self._publish_node(node, full=False)
             log.info(
                 "node.dead",

@@ -28,18 +28,17 @@ finished job's non-detached groups are removed.  After a GCS restart
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
-from gcs.clock import Clock
-from gcs.errors import GcsError
+from gcs.background import Background
+from gcs.changes import Changes
+from gcs.clock import Clock, wait_event
+from gcs.errors import GcsError, Unavailable
 from gcs.managers.bundle_reservations import BundleReservations, group_by_node
-from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PG, PlacementGroupManager, is_placed
 from gcs.managers.resources import ResourceCache
@@ -54,6 +53,7 @@ from gcs.placement.policy import (
 )
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.rpc.raylets.gateway import RayletGateway
+from gcs.store.errors import StoreOutcomeUnknown
 
 log = structlog.get_logger("gcs.placement_groups")
 
@@ -86,9 +86,6 @@ class PlacementGroupScheduler:
         raylets: RayletGateway,
         clock: Clock,
         *,
-        node_events: NodeEvents,
-        job_events: JobEvents,
-        pg_events: PlacementGroupEvents,
         cluster_nodes: ClusterNodes = _any_node,
         config: PlacementConfig | None = None,
     ) -> None:
@@ -105,18 +102,17 @@ class PlacementGroupScheduler:
         self._reserved: dict[bytes, list[tuple[bytes, dict[str, float], int]]] = {}
         """Node -> (group, resources its bundles take there, the node's report generation
         then): what the cached report cannot show yet."""
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._background = Background("pg_scheduler")
         self._views: dict[bytes, tuple[gcs_pb2.GcsNodeInfo, int, NodeView]] = {}
         """Node -> (the node info and report generation the view was built from, view)."""
         self.passes = 0
         """Passes the loop (:meth:`run`) has made."""
+        self.changes = Changes()
+        """Notified after every pass of the loop and every finished two-phase commit."""
         self._left_over = False
         """The last pass left due groups for want of room (in flight / per pass)."""
         self.last_outcome: dict[bytes, Placement] = {}
         """Group id -> the policy's latest answer (reasons for pending groups)."""
-        node_events.subscribe(self)
-        job_events.subscribe(self)
-        pg_events.subscribe(self)
 
     # -- events (called synchronously from the emitters' apply steps) --------------------------
 
@@ -125,13 +121,13 @@ class PlacementGroupScheduler:
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._reserved.pop(node.node_id, None)
-        self._spawn(self._lose_bundles(node.node_id), "pg-bundles-lost")
+        self._background.spawn(self._lose_bundles(node.node_id), "bundles-lost")
 
     def check_job(self, job: gcs_pb2.JobTableData) -> None:
         return None
 
     def on_job_finished(self, job: gcs_pb2.JobTableData) -> None:
-        self._spawn(self._pgs.job_finished(job.job_id), "pg-job-finished")
+        self._background.spawn(self._pgs.job_finished(job.job_id), "job-finished")
 
     def on_placement_group_created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
         self.kick()
@@ -142,7 +138,7 @@ class PlacementGroupScheduler:
         placed = group_by_node([b for b in pg.bundles if is_placed(b)])
         if placed:
             give_back = self._reservations.give_back(pg.placement_group_id, placed)
-            self._spawn(give_back, "pg-return-bundles")
+            self._background.spawn(give_back, "return-bundles")
         self.kick(retry_all=True)  # resources are freed
 
     def kick(self, *, retry_all: bool = False) -> None:
@@ -162,19 +158,15 @@ class PlacementGroupScheduler:
             self._wake.clear()
             await self.place_once()
             self.passes += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.retry_interval_s)
+            self.changes.notify()
+            await wait_event(self._clock, self._wake, self.config.retry_interval_s)
 
     async def close(self) -> None:
-        tasks = [*self._tasks, *self._in_flight.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._background.close()
 
     async def settle(self) -> None:
         """Wait for background work (two-phase commits, returns, event follow-ups)."""
-        while self._tasks or self._in_flight:
-            await asyncio.gather(*self._tasks, *self._in_flight.values(), return_exceptions=True)
+        await self._background.settle()
 
     async def repair(self) -> None:
         """Bundles recorded on nodes that are not alive (the GCS stopped between a node's
@@ -216,11 +208,12 @@ class PlacementGroupScheduler:
             self.last_outcome[pg_id] = result
             if result.outcome is Outcome.PLACED:
                 self._reserve(pg, result.assignment)
-                task = asyncio.get_running_loop().create_task(
-                    self._two_phase(pg, dict(result.assignment)), name="pg-two-phase"
+                task = self._background.spawn(
+                    self._two_phase(pg, dict(result.assignment)), "two-phase"
                 )
-                self._in_flight[pg_id] = task
-                task.add_done_callback(functools.partial(self._two_phase_done, pg_id))
+                if task is not None:
+                    self._in_flight[pg_id] = task
+                    task.add_done_callback(functools.partial(self._two_phase_done, pg_id))
             else:
                 self._not_before[pg_id] = now + self.config.retry_interval_s
                 log.debug("pg.not_placed", pg_id=pg_id.hex(), outcome=result.outcome.value)
@@ -228,12 +221,13 @@ class PlacementGroupScheduler:
 
     def _two_phase_done(self, pg_id: bytes, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(pg_id, None)
+        self.changes.notify()
         if task.cancelled():
             return
         if self._left_over:  # groups a full pass left over are placed now, not on the timer
             self._wake.set()
-        err = task.exception()
-        if err is not None:  # e.g. the store failed while recording: try again later
+        err = task.exception()  # logged by the Background; the group is tried again later
+        if err is not None:
             self._retry_later(pg_id, f"placement failed: {err!r}")
 
     def _request(self, pg: gcs_pb2.PlacementGroupTableData) -> GroupRequest:
@@ -337,15 +331,31 @@ class PlacementGroupScheduler:
             return
         try:
             recorded = await self._pgs.record_placement(pg_id, assignment, self._nodes.is_alive)
-        except GcsError as err:  # not persisted: the raylets must not keep the bundles
+        except StoreOutcomeUnknown as err:
+            log.warning("pg.record_unresolved", pg_id=pg_id.hex(), error=err.message)
+            recorded = await self._recorded_once_resolved(pg_id, assignment)
+        except GcsError as err:  # not persisted (store down): the raylets must not keep them
             log.warning("pg.record_failed", pg_id=pg_id.hex(), error=err.message)
             recorded = False
-        if not recorded:  # removed meanwhile, or a node died: give the bundles back
+        if not recorded:  # removed meanwhile, a node died, or not persisted: give them back
             await self._reservations.give_back(pg_id, by_node)
-            self._retry_later(pg_id, "the group changed while it was being placed")
+            self._retry_later(pg_id, "the placement was not recorded")
             return
         self.last_outcome.pop(pg_id, None)
         log.info("pg.placed", pg_id=pg_id.hex(), nodes=len(by_node))
+
+    async def _recorded_once_resolved(self, pg_id: bytes, assignment: Mapping[int, bytes]) -> bool:
+        """The record may have landed.  The manager's lane resolves it before its next
+        write; wait until it can (the group keeps its in-flight slot meanwhile, so it is not
+        placed twice), then read whether the group holds this placement."""
+        while True:
+            try:
+                await self._pgs.resolve_writes()
+            except Unavailable as err:  # the store still cannot tell
+                log.info("pg.record_still_unresolved", pg_id=pg_id.hex(), error=err.message)
+                await self._clock.sleep(self.config.retry_interval_s)
+                continue
+            return self._pgs.holds_placement(pg_id, assignment)
 
     def _retry_later(self, pg_id: bytes, why: str) -> None:
         self._unreserve(pg_id)
@@ -355,14 +365,3 @@ class PlacementGroupScheduler:
     async def _lose_bundles(self, node_id: bytes) -> None:
         if await self._pgs.bundles_lost(node_id):
             self.kick(retry_all=True)
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
-        async def body() -> None:
-            try:
-                await coro
-            except GcsError as err:
-                log.warning("pg.background_failed", task=name, error=err.message)
-
-        task = asyncio.get_running_loop().create_task(body(), name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)

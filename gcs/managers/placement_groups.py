@@ -2,7 +2,7 @@
 
 The state half of Ray's ``GcsPlacementGroupManager``: PGs are created PENDING, persisted,
 listed, removed; pending / rescheduling ones become ``GangResourceRequest``s in
-``GetClusterResourceState`` (gcs-server.md §2.1).  Where bundles go and the two-phase
+``GetClusterResourceState``, as in Ray.  Where bundles go and the two-phase
 reservation on raylets is :class:`~gcs.managers.pg_scheduler.PlacementGroupScheduler`'s job;
 it reports here (:meth:`PlacementGroupManager.record_placement`, :meth:`~PlacementGroupManager.
 bundles_lost`), and every change runs on this manager's :class:`~gcs.managers.lane.ApplyLane`
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 
 from gcs.clock import Clock, now_ms
 from gcs.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -83,10 +84,16 @@ class PlacementGroupManager:
         self._job_namespace = job_namespace
         self._job_is_dead = job_is_dead
         self._lane = ApplyLane(store, "placement_groups", policy=lane_policy)
-        self.groups: dict[bytes, gcs_pb2.PlacementGroupTableData] = {}
-        self.virtual_cluster_of: dict[bytes, str] = {}
-        """PG id -> virtual cluster id (only PGs created inside one)."""
-        self.named: dict[tuple[str, str], bytes] = {}
+        self._groups: dict[bytes, gcs_pb2.PlacementGroupTableData] = {}
+        self.groups: Mapping[bytes, gcs_pb2.PlacementGroupTableData] = MappingProxyType(
+            self._groups
+        )
+        """Every group by id (removed ones too): a read-only live view."""
+        self._virtual_cluster_of: dict[bytes, str] = {}
+        self.virtual_cluster_of: Mapping[bytes, str] = MappingProxyType(self._virtual_cluster_of)
+        """PG id -> virtual cluster id (only PGs created inside one): a read-only view."""
+        self._named: dict[tuple[str, str], bytes] = {}
+        self.named: Mapping[tuple[str, str], bytes] = MappingProxyType(self._named)
         """(namespace, name) -> id of the live (not removed) group of that name."""
         self._waiters: dict[bytes, list[asyncio.Future[None]]] = {}
         self.version = 0
@@ -95,14 +102,14 @@ class PlacementGroupManager:
     async def load(self) -> None:
         for raw in (await self._store.get_all(TABLE_PLACEMENT_GROUP)).values():
             pg = PG.FromString(raw)
-            self.groups[pg.placement_group_id] = pg
+            self._groups[pg.placement_group_id] = pg
             if pg.name and pg.state != PG.REMOVED:
-                self.named[(pg.ray_namespace, pg.name)] = pg.placement_group_id
+                self._named[(pg.ray_namespace, pg.name)] = pg.placement_group_id
         sidecar = await self._store.scan_prefix(TABLE_META, VC_SIDECAR_PREFIX)
         for key, value in sidecar.items():
             pg_id = key[len(VC_SIDECAR_PREFIX) :]
-            if pg_id in self.groups:
-                self.virtual_cluster_of[pg_id] = value.decode()
+            if pg_id in self._groups:
+                self._virtual_cluster_of[pg_id] = value.decode()
         self.version += 1
 
     # -- commands ----------------------------------------------------------------------------
@@ -129,9 +136,9 @@ class PlacementGroupManager:
             raise InvalidArgument(f"placement_group_spec.strategy: unknown value {spec.strategy}")
         namespace = self._job_namespace(spec.creator_job_id)
         async with self._lane:
-            if pg_id in self.groups:
+            if pg_id in self._groups:
                 return  # idempotent retry
-            if spec.name and (namespace, spec.name) in self.named:
+            if spec.name and (namespace, spec.name) in self._named:
                 raise FailedPrecondition(
                     f"Failed to create placement group '{pg_id.hex()}' because name "
                     f"'{spec.name}' already exists."
@@ -164,19 +171,20 @@ class PlacementGroupManager:
                 batch.put(TABLE_META, VC_SIDECAR_PREFIX + pg_id, vc_id.encode())
 
             def apply() -> None:
-                self.groups[pg_id] = pg
+                self._groups[pg_id] = pg
                 if pg.name:
-                    self.named[(namespace, pg.name)] = pg_id
+                    self._named[(namespace, pg.name)] = pg_id
                 if vc_id:
-                    self.virtual_cluster_of[pg_id] = vc_id
+                    self._virtual_cluster_of[pg_id] = vc_id
                 self.version += 1
-                self._events.created(pg)
+                for listener in self._events:
+                    listener.on_placement_group_created(pg)
 
             await self._lane.commit(batch, apply)
 
     async def remove(self, pg_id: bytes) -> None:
         async with self._lane:
-            pg = self.groups.get(pg_id)
+            pg = self._groups.get(pg_id)
             if pg is None:
                 raise NotFound(f"placement group {pg_id.hex()} does not exist")
             if pg.state == PG.REMOVED:
@@ -189,7 +197,7 @@ class PlacementGroupManager:
         actor) is removed.  Returns the removed ids."""
         async with self._lane:
             changed = []
-            for pg in self.groups.values():
+            for pg in self._groups.values():
                 if pg.creator_job_id != job_id or pg.state == PG.REMOVED:
                     continue
                 new = _copy(pg)
@@ -208,7 +216,7 @@ class PlacementGroupManager:
         Ray's ``GcsPlacementGroupManager::Initialize`` does.  Returns the removed ids."""
         finished = {
             pg.creator_job_id
-            for pg in self.groups.values()
+            for pg in self._groups.values()
             if pg.state != PG.REMOVED
             and not pg.creator_job_dead
             and self._job_is_dead(pg.creator_job_id)
@@ -237,13 +245,15 @@ class PlacementGroupManager:
         def apply() -> None:
             for new in changed:
                 pg_id = new.placement_group_id
-                self.groups[pg_id] = new
+                self._groups[pg_id] = new
                 if new.state != PG.REMOVED:
                     continue
-                if self.named.get((new.ray_namespace, new.name)) == pg_id:
-                    del self.named[(new.ray_namespace, new.name)]
+                if self._named.get((new.ray_namespace, new.name)) == pg_id:
+                    del self._named[(new.ray_namespace, new.name)]
                 self._wake(pg_id, NotFound(REMOVED_BEFORE_CREATED))
-                self._events.removed(new, self.virtual_cluster_of.get(pg_id, ""))
+                cluster = self._virtual_cluster_of.get(pg_id, "")
+                for listener in self._events:
+                    listener.on_placement_group_removed(new, cluster)
             self.version += 1
 
         await self._lane.commit(batch, apply)
@@ -257,7 +267,7 @@ class PlacementGroupManager:
         already, or a chosen node died: the caller returns the bundles to the raylets.
         """
         async with self._lane:
-            pg = self.groups.get(pg_id)
+            pg = self._groups.get(pg_id)
             if pg is None or pg.state not in PENDING_STATES:
                 return False
             for index, node_id in assignment.items():
@@ -278,7 +288,7 @@ class PlacementGroupManager:
                 new.placement_group_final_bundle_placement_timestamp_ms = now_ms(self._clock)
 
             def apply() -> None:
-                self.groups[pg_id] = new
+                self._groups[pg_id] = new
                 self.version += 1
                 if new.state == PG.CREATED:
                     self._wake(pg_id, None)
@@ -287,13 +297,25 @@ class PlacementGroupManager:
             await self._lane.commit(batch, apply)
             return True
 
+    async def resolve_writes(self) -> None:
+        """Resolve an ambiguous write of this manager now (see :meth:`ApplyLane.resolve`)."""
+        await self._lane.resolve()
+
+    def holds_placement(self, pg_id: bytes, assignment: Mapping[int, bytes]) -> bool:
+        """Whether the group records each bundle of ``assignment`` on its node."""
+        pg = self._groups.get(pg_id)
+        return pg is not None and all(
+            0 <= index < len(pg.bundles) and pg.bundles[index].node_id == node_id
+            for index, node_id in assignment.items()
+        )
+
     async def bundles_lost(self, node_id: bytes) -> list[bytes]:
         """A node died: only its bundles become unplaced; CREATED groups -> RESCHEDULING.
         Returns the ids of the groups that lost bundles."""
         async with self._lane:
             changed = []
             batch = WriteBatch()
-            for pg in self.groups.values():
+            for pg in self._groups.values():
                 if pg.state == PG.REMOVED or not any(b.node_id == node_id for b in pg.bundles):
                     continue
                 new = _copy(pg)
@@ -310,7 +332,7 @@ class PlacementGroupManager:
 
             def apply() -> None:
                 for new in changed:
-                    self.groups[new.placement_group_id] = new
+                    self._groups[new.placement_group_id] = new
                 self.version += 1
 
             await self._lane.commit(batch, apply)
@@ -321,7 +343,7 @@ class PlacementGroupManager:
     async def wait_ready(self, pg_id: bytes) -> None:
         """Return once the group is CREATED; ``NotFound`` once it is removed.  An unknown id
         waits for its creation (Ray: create and wait may arrive in either order)."""
-        pg = self.groups.get(pg_id)
+        pg = self._groups.get(pg_id)
         if pg is not None and pg.state == PG.CREATED:
             return
         if pg is not None and pg.state == PG.REMOVED:
@@ -349,32 +371,33 @@ class PlacementGroupManager:
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, pg_id: bytes) -> gcs_pb2.PlacementGroupTableData | None:
-        return self.groups.get(pg_id)
+        return self._groups.get(pg_id)
 
     def get_named(self, name: str, namespace: str) -> gcs_pb2.PlacementGroupTableData | None:
-        pg_id = self.named.get((namespace, name))
-        return self.groups.get(pg_id) if pg_id is not None else None
+        pg_id = self._named.get((namespace, name))
+        return self._groups.get(pg_id) if pg_id is not None else None
+
+    def count_by_state(self) -> dict[str, float]:
+        """Groups by state name (metrics)."""
+        counts: dict[str, float] = {}
+        for pg in self._groups.values():
+            name = PG.PlacementGroupState.Name(pg.state)
+            counts[name] = counts.get(name, 0) + 1
+        return counts
 
     def pending(self) -> Iterator[gcs_pb2.PlacementGroupTableData]:
         count = 0
-        for pg in self.groups.values():
+        for pg in self._groups.values():
             if pg.state in PENDING_STATES:
                 yield pg
                 count += 1
                 if count >= MAX_LOAD_REPORT:
                     return
 
-    def bundles_on_node(self, node_id: bytes) -> list[bytes]:
-        return [
-            pg.placement_group_id
-            for pg in self.groups.values()
-            if pg.state != PG.REMOVED and any(b.node_id == node_id for b in pg.bundles)
-        ]
-
     def bundles_in_use(self) -> dict[bytes, list[common_pb2.Bundle]]:
         """Node id -> the placed bundles of live groups there (for ReleaseUnusedBundles)."""
         out: dict[bytes, list[common_pb2.Bundle]] = {}
-        for pg in self.groups.values():
+        for pg in self._groups.values():
             if pg.state == PG.REMOVED:
                 continue
             for bundle in pg.bundles:

@@ -409,6 +409,8 @@ class LoadPoller:
                 address = f"{node.node_manager_address}:{node.node_manager_port}"
                 tasks.append(loop.create_task(self._poll(node_id, address, version)))
                 if len(tasks) % slice_size == 0:
+                    # pacing of socket writes within a round: real time by nature (the
+                    # round's period is on the injected clock, in run())
                     await asyncio.sleep(pause_s)
         except asyncio.CancelledError:
             for task in tasks:
@@ -482,21 +484,24 @@ class LoadPoller:
         self._applier.submit(node_id, data)
 
     async def run(self) -> None:
-        """Start a round every period without waiting for stragglers of the last one.
+        """Start a round every period (of the injected clock) without waiting for stragglers
+        of the last one.
 
         A round's polls are started one slot at a time; the next round begins only after
         the last poll of this one started, so rounds never compete for slots.
         """
         period_s = self._config.period_ms / 1000
+        clock = self._clock
         loop = asyncio.get_running_loop()
         pending: set[asyncio.Task[None]] = set()
         try:
             while True:
-                begin = time.monotonic()
-                task = loop.create_task(self._finish_round(begin, await self._dispatch()))
+                begin = clock.monotonic_s()
+                started = time.monotonic()  # the round's wall time is a figure (stats)
+                task = loop.create_task(self._finish_round(started, await self._dispatch()))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
-                await asyncio.sleep(max(0.0, period_s - (time.monotonic() - begin)))
+                await clock.sleep(max(0.0, period_s - (clock.monotonic_s() - begin)))
         finally:
             for task in pending:
                 task.cancel()

@@ -7,22 +7,27 @@ namespace, key = the ``gcs://_ray_pkg_<hash>.zip`` URI) and pins each URI for a 
 live job whose runtime env names it (``JobConfig.runtime_env_info.uris``).  Other schemes
 (``s3://``, ``https://``...) are only counted; their storage is not ours.
 
-Bookkeeping on an injected clock; the server calls :meth:`expire` periodically and
-deletes what it returns.  A URI held back by a live job is released when that job finishes
-(``on_job_finished``, a job listener).
+Bookkeeping on an injected clock; :meth:`RuntimeEnvPins.run` calls :meth:`expire` every
+second of it and deletes what it returns.  A URI held back by a live job is released when
+that job finishes (``on_job_finished``, a job listener).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+
+import structlog
 
 from gcs.clock import Clock
-from gcs.managers.events import JobEvents
+from gcs.errors import Unavailable
 from gcs.proto import gcs_pb2
 
+log = structlog.get_logger("gcs.runtime_env")
+
 GCS_SCHEME = "gcs://"
+EXPIRE_EVERY_S = 1.0
 
 
 def job_uris(job: gcs_pb2.JobTableData) -> set[str]:
@@ -38,10 +43,11 @@ class RuntimeEnvPins:
         self,
         live_jobs: Callable[[], Iterable[gcs_pb2.JobTableData]],
         clock: Clock,
-        *,
-        job_events: JobEvents,
+        delete: Callable[[str], Awaitable[object]] | None = None,
     ) -> None:
+        """``delete``: removes an unreferenced package from internal KV (the loop's job)."""
         self._live_jobs = live_jobs
+        self._delete = delete
         self._clock = clock
         self._pins: dict[str, int] = {}
         """URI -> unexpired pins."""
@@ -50,7 +56,6 @@ class RuntimeEnvPins:
         self._held_by_jobs: set[str] = set()
         self._released: list[str] = []
         self.deleted = 0
-        job_events.subscribe(self)
 
     def pinned(self, uri: str) -> bool:
         return self._pins.get(uri, 0) > 0
@@ -84,6 +89,22 @@ class RuntimeEnvPins:
                     unused.append(uri)
         self.deleted += len(unused)
         return unused
+
+    async def run(self) -> None:
+        """Delete unreferenced ``gcs://`` packages every second of the injected clock; one
+        the store could not delete now is tried again next time."""
+        while True:
+            for uri in self.expire():
+                if self._delete is not None:
+                    try:
+                        await self._delete(uri)
+                    except Unavailable as err:
+                        self._released.append(uri)
+                        self.deleted -= 1
+                        log.warning("runtime_env.delete_failed", uri=uri, error=err.message)
+                        continue
+                log.info("runtime_env.deleted", uri=uri)
+            await self._clock.sleep(EXPIRE_EVERY_S)
 
     def _uris_of_live_jobs(self) -> set[str]:
         out: set[str] = set()

@@ -15,14 +15,12 @@ delays run on the injected clock (tests advance a fake one).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Callable
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock
-from gcs.managers.events import JobEvents, WorkerEvents
 from gcs.managers.tasks import TaskEventStore
 from gcs.proto import gcs_pb2
 
@@ -30,15 +28,13 @@ log = structlog.get_logger("gcs.task_failures")
 
 
 class TaskFailureMarker:
-    """A worker and job listener (subscribes itself to both fan-outs)."""
+    """A worker and job listener (the wiring subscribes it to both fan-outs)."""
 
     def __init__(
         self,
         tasks: TaskEventStore,
         clock: Clock,
         *,
-        worker_events: WorkerEvents,
-        job_events: JobEvents,
         worker_dead_delay_ms: int = 1000,
         job_done_delay_ms: int = 15000,
     ) -> None:
@@ -46,9 +42,7 @@ class TaskFailureMarker:
         self._clock = clock
         self._worker_delay_s = worker_dead_delay_ms / 1000
         self._job_delay_s = job_done_delay_ms / 1000
-        self._pending: set[asyncio.Task[None]] = set()
-        worker_events.subscribe(self)
-        job_events.subscribe(self)
+        self._pending = Background("task_failures")
 
     # -- listeners -------------------------------------------------------------------------
     def on_worker_dead(self, failure: gcs_pb2.WorkerTableData) -> None:
@@ -82,17 +76,11 @@ class TaskFailureMarker:
             await self._clock.sleep(delay_s)
             mark()
 
-        task = asyncio.get_running_loop().create_task(run(), name="task-failure-mark")
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._pending.spawn(run(), "mark")
 
     @property
     def pending(self) -> int:
         return len(self._pending)
 
     async def close(self) -> None:
-        for task in list(self._pending):
-            task.cancel()
-        for task in list(self._pending):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._pending.close()

@@ -7,7 +7,7 @@ high-water mark in GCS_META) -> ``registry.commit`` -> publish ``plan.publishes`
 11.  A write that certainly failed drops the plan (memory unchanged, UNAVAILABLE); an
 ambiguous one is resolved by the lane (now, or before the next mutation).
 
-Node events come from :class:`~gcs.managers.events.NodeEvents` after the node row is
+Node events come from the node fan-out (:mod:`gcs.managers.events`) after the node row is
 persisted.  The node's own change (joined the primary, marked dead) has nothing to persist,
 so it commits synchronously; while a mutation holds the lane (or its write is still
 unresolved) it is queued and applied after it (its plan was built before them and commits
@@ -22,7 +22,6 @@ group is registered in it (PG ids are resolved to the creator job's cluster).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
@@ -31,9 +30,9 @@ from typing import TypeVar
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock
 from gcs.errors import Unavailable
-from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
 from gcs.managers.jobs import JobManager, JobRejected
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import NodeManager
@@ -42,9 +41,8 @@ from gcs.managers.resources import ResourceCache
 from gcs.proto import autoscaler_pb2, gcs_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
-from gcs.store import Store, WriteBatch
+from gcs.store import Store, StoreError, WriteBatch
 from gcs.store.base import TABLE_META, TABLE_VIRTUAL_CLUSTER
-from gcs.store.errors import StoreError
 from gcs.virtual_clusters import (
     CreateJobClusterResult,
     CreateOrUpdateResult,
@@ -118,9 +116,6 @@ class VirtualClusterManager:
         pgs: PlacementGroupManager,
         resources: ResourceCache,
         *,
-        node_events: NodeEvents,
-        job_events: JobEvents,
-        pg_events: PlacementGroupEvents,
         publish: Publish = _no_publish,
         lane_policy: ResolvePolicy | None = None,
     ) -> None:
@@ -134,13 +129,10 @@ class VirtualClusterManager:
         self._lane = ApplyLane(store, "virtual_clusters", policy=lane_policy)
         self._loaded = False
         self._queued: list[_NodeEvent] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = Background("virtual_clusters")
         self.registry = VirtualClusterRegistry(RevisionSource(self._now_ns))
         self._section_key: tuple[int, int, int] | None = None
         self._section = b""
-        node_events.subscribe(self)
-        job_events.subscribe(self)
-        pg_events.subscribe(self)
 
     def _now_ns(self) -> int:
         return int(self._clock.now_s() * 1_000_000_000)
@@ -261,8 +253,8 @@ class VirtualClusterManager:
             return
         self.registry.commit(plan)
         if event.dead and self.registry.held_outside_primary(node_id):
-            self._spawn(
-                lambda: self._run(lambda: self.registry.note_node_death(node_id)),
+            self._background.spawn(
+                self._run(lambda: self.registry.note_node_death(node_id)),
                 f"vc-node-death-{node_id}",
             )
 
@@ -276,9 +268,9 @@ class VirtualClusterManager:
     def on_job_finished(self, job: gcs_pb2.JobTableData) -> None:
         cluster_id = job.virtual_cluster_id
         if is_job_cluster_id(cluster_id):
-            self._spawn(
-                lambda: self._run(lambda: self.registry.on_job_finished(cluster_id, self.usage())),
-                f"vc-job-finished-{cluster_id}",
+            self._background.spawn(
+                self._run(lambda: self.registry.on_job_finished(cluster_id, self.usage())),
+                f"job-finished-{cluster_id}",
             )
 
     def on_placement_group_created(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
@@ -288,31 +280,17 @@ class VirtualClusterManager:
         self, pg: gcs_pb2.PlacementGroupTableData, cluster_id: str
     ) -> None:
         if pg.is_detached and is_job_cluster_id(cluster_id):
-            self._spawn(
-                lambda: self._run(lambda: self.registry.on_workload_gone(cluster_id, self.usage())),
-                f"vc-workload-gone-{cluster_id}",
+            self._background.spawn(
+                self._run(lambda: self.registry.on_workload_gone(cluster_id, self.usage())),
+                f"workload-gone-{cluster_id}",
             )
-
-    def _spawn(self, make: Callable[[], object], name: str) -> None:
-        async def body() -> None:
-            try:
-                await make()  # type: ignore[misc]
-            except (VcError, Unavailable, StoreError) as err:
-                log.warning("virtual_clusters.background_failed", task=name, error=str(err))
-
-        task = asyncio.get_running_loop().create_task(body(), name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def settle(self) -> None:
         """Wait for queued job/PG follow-ups (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._background.settle()
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._background.close()
 
     # -- periodic passes -----------------------------------------------------------------
     async def replenish_once(self) -> None:
@@ -322,13 +300,13 @@ class VirtualClusterManager:
         await self._run(lambda: self.registry.collect_expired_job_clusters(self.usage()))
 
     async def run_periodic(self, period_ms: int, step: Callable[[], object], name: str) -> None:
-        """A background loop; a store outage only skips a round."""
+        """A background loop on the injected clock; a store outage only skips a round."""
         while True:
-            await asyncio.sleep(period_ms / 1000)
+            await self._clock.sleep(period_ms / 1000)
             try:
                 await step()  # type: ignore[misc]
-            except (Unavailable, StoreError) as err:
-                log.warning("virtual_clusters.periodic_skipped", loop=name, error=str(err))
+            except (Unavailable, StoreError) as err:  # the store's: try again next round
+                log.warning("virtual_clusters.periodic_skipped", loop=name, error=err.message)
 
     # -- RPC operations ------------------------------------------------------------------
     async def create_or_update(

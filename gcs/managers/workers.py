@@ -15,7 +15,8 @@ go does not grow the table without end.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 
 import structlog
 
@@ -61,13 +62,17 @@ class WorkerManager:
         lane_policy: ResolvePolicy | None = None,
     ) -> None:
         self._store = store
-        self._worker_events = worker_events or WorkerEvents()
+        self._worker_events = worker_events if worker_events is not None else WorkerEvents()
         self._clock = clock
         self._publish = publish
         self._max_dead = max_dead_cached
         self._lane = ApplyLane(store, "workers", policy=lane_policy)
-        self.alive: dict[bytes, gcs_pb2.WorkerTableData] = {}
-        self.dead: OrderedDict[bytes, gcs_pb2.WorkerTableData] = OrderedDict()
+        self._alive: dict[bytes, gcs_pb2.WorkerTableData] = {}
+        self._dead: OrderedDict[bytes, gcs_pb2.WorkerTableData] = OrderedDict()
+        self.alive: Mapping[bytes, gcs_pb2.WorkerTableData] = MappingProxyType(self._alive)
+        """Live workers by id: a read-only live view."""
+        self.dead: Mapping[bytes, gcs_pb2.WorkerTableData] = MappingProxyType(self._dead)
+        """The bounded cache of dead workers, oldest first: a read-only live view."""
         self.failures_reported = 0
 
     async def load(self) -> None:
@@ -76,23 +81,23 @@ class WorkerManager:
         for worker_id, raw in rows.items():
             data = gcs_pb2.WorkerTableData.FromString(raw)
             if data.is_alive:
-                self.alive[worker_id] = data
+                self._alive[worker_id] = data
             else:
                 dead.append((data.end_time_ms, worker_id, data))
         for _, worker_id, data in sorted(dead):
-            self.dead[worker_id] = data
-        log.info("workers.loaded", alive=len(self.alive), dead=len(self.dead))
+            self._dead[worker_id] = data
+        log.info("workers.loaded", alive=len(self._alive), dead=len(self._dead))
 
     # -- queries -------------------------------------------------------------------------
     def get(self, worker_id: bytes) -> gcs_pb2.WorkerTableData | None:
-        return self.alive.get(worker_id) or self.dead.get(worker_id)
+        return self._alive.get(worker_id) or self._dead.get(worker_id)
 
     def all_workers(self) -> Iterable[gcs_pb2.WorkerTableData]:
-        yield from self.alive.values()
-        yield from self.dead.values()
+        yield from self._alive.values()
+        yield from self._dead.values()
 
     def total(self) -> int:
-        return len(self.alive) + len(self.dead)
+        return len(self._alive) + len(self._dead)
 
     # -- mutations -----------------------------------------------------------------------
     async def add(self, data: gcs_pb2.WorkerTableData) -> None:
@@ -119,7 +124,8 @@ class WorkerManager:
             def published() -> None:
                 self.failures_reported += 1
                 self._publish(pubsub_pb2.GCS_WORKER_DELTA_CHANNEL, worker_id, delta)
-                self._worker_events.worker_dead(merged)
+                for listener in self._worker_events:
+                    listener.on_worker_dead(merged)
 
             await self._put(worker_id, merged, after=published)
 
@@ -152,21 +158,21 @@ class WorkerManager:
         """Persist and apply one record (hold the lane); evicts the oldest dead workers."""
         batch = WriteBatch().put(TABLE_WORKERS, worker_id, data.SerializeToString())
         evicted: list[bytes] = []
-        if not data.is_alive and worker_id not in self.dead:
-            excess = len(self.dead) + 1 - self._max_dead
-            evicted = list(self.dead)[: max(excess, 0)]
+        if not data.is_alive and worker_id not in self._dead:
+            excess = len(self._dead) + 1 - self._max_dead
+            evicted = list(self._dead)[: max(excess, 0)]
             for old in evicted:
                 batch.delete(TABLE_WORKERS, old)
 
         def apply() -> None:
             for old in evicted:
-                self.dead.pop(old, None)
+                self._dead.pop(old, None)
             if data.is_alive:
-                self.dead.pop(worker_id, None)
-                self.alive[worker_id] = data
+                self._dead.pop(worker_id, None)
+                self._alive[worker_id] = data
             else:
-                self.alive.pop(worker_id, None)
-                self.dead[worker_id] = data
+                self._alive.pop(worker_id, None)
+                self._dead[worker_id] = data
             if after is not None:
                 after()
 

@@ -40,8 +40,3 @@ def bundle_resources(
     indexed = {indexed_name(name, pg_id, index): v for name, v in amounts.items()}
     wildcard = {wildcard_name(name, pg_id): v for name, v in amounts.items()}
     return indexed, wildcard
-
-
-def is_group_resource(name: str, pg_id: bytes) -> bool:
-    """True for any resource (indexed or wildcard) a bundle of ``pg_id`` exposes."""
-    return GROUP_KEYWORD in name and name.endswith(pg_id.hex())

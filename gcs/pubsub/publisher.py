@@ -35,7 +35,7 @@ import structlog
 from google.protobuf.message import Message
 
 from gcs.clock import Clock
-from gcs.errors import InvalidArgument, RayStatusCode, RayStatusError
+from gcs.errors import InvalidArgument, NotFound
 from gcs.proto import gcs_service_pb2, pubsub_pb2
 from gcs.pubsub.channels import channel_name, wrap
 from gcs.pubsub.config import Overflow, PublisherConfig
@@ -55,14 +55,11 @@ _PUBLISHER_ID_TAG = b"\x12"  # publisher_id = 2, bytes
 _OK_STATUS = b"\xa2\x06\x00"  # status = 100, an empty GcsStatus (code OK), as Ray sends
 
 
-class SubscriberDropped(RayStatusError):
+class SubscriberDropped(NotFound):
     """The subscriber was unregistered for lagging; it must resubscribe and refetch."""
 
     def __init__(self, subscriber_id: bytes) -> None:
-        super().__init__(
-            RayStatusCode.NotFound,
-            f"subscriber {subscriber_id.hex()} was dropped for lagging; resubscribe",
-        )
+        super().__init__(f"subscriber {subscriber_id.hex()} was dropped for lagging; resubscribe")
 
 
 class Envelope:
@@ -398,8 +395,7 @@ class Publisher:
 
     def _check_hosted(self, channel: int) -> None:
         if channel not in self.config.channels:
-            raise RayStatusError(
-                RayStatusCode.InvalidArgument,
+            raise InvalidArgument(
                 f"channel {channel_name(channel)} is not hosted by the "
                 f"{self.config.name} publisher",
             )

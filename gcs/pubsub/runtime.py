@@ -1,10 +1,11 @@
 """The GCS's two publishers, their gRPC handlers and the dead-subscriber sweep task.
 
-Wiring in the server::
+Wiring in the server: a component whose ``run()`` is the sweep loop (on the injected clock)
+and whose ``close()`` is :meth:`GcsPubSub.stop`; standalone::
 
     pubsub = GcsPubSub.create(clock)                 # or GcsPubSub(cp, obs, clock)
     server.add_generic_rpc_handlers(pubsub.handlers())
-    await pubsub.start()                             # starts the sweep task
+    await pubsub.start()                             # runs run() as a task
     ...
     await pubsub.stop()                              # idempotent; flushes held polls
 
@@ -102,7 +103,7 @@ class GcsPubSub:
     async def start(self) -> None:
         """Start the sweep task (no-op if running)."""
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._sweep_loop(), name="pubsub-sweep")
+            self._task = asyncio.create_task(self.run(), name="pubsub-sweep")
 
     async def stop(self) -> None:
         """Stop sweeping and answer every held poll; safe to call twice or before start."""
@@ -118,9 +119,10 @@ class GcsPubSub:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    async def _sweep_loop(self) -> None:
+    async def run(self) -> None:
+        """Sweep every interval of the injected clock until cancelled."""
         while True:
-            await asyncio.sleep(self._interval_s)
+            await self._clock.sleep(self._interval_s)
             try:
                 self.sweep()
             except Exception:  # a sweep bug must not stop future sweeps

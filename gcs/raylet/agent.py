@@ -22,7 +22,6 @@ registers with the new cluster.  ``NotifyGCSRestart`` triggers the same check at
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import os
 import socket
@@ -33,19 +32,21 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gcs.clock import Clock, SystemClock, now_ms
+from gcs.background import Background
+from gcs.changes import Changes
+from gcs.clock import Clock, SystemClock, now_ms, wait_event
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2, virtual_cluster_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.subscriber import GcsSubscriber, SubscribeError
-from gcs.raylet import wire
+from gcs.raylet import convert
 from gcs.raylet.resources import LocalResources
 from gcs.raylet.servicer import NodeIdentity, NodeManagerServicer
-from gcs.raylet.syncer import SyncerLink
+from gcs.raylet.sync_link import SyncerLink
 from gcs.raylet.vc_view import VirtualClusterView
 from gcs.rpc import ServiceStub, service_handler
+from gcs.rpc.interceptors import CallGuardInterceptor
 from gcs.rpc.security import Security
 from gcs.rpc.services import NODE_INFO, NODE_MANAGER, VIRTUAL_CLUSTER_INFO
-from gcs.server.interceptors import CallGuardInterceptor
 
 log = structlog.get_logger("gcs.raylet")
 
@@ -108,7 +109,7 @@ class RayletConfig:
     reregister_when_dead: bool = False
     syncer: bool = True
     """Open Ray's syncer stream (``RaySyncer/StartSync``) and send the resource view on
-    change, as a 2.60 raylet does (:mod:`gcs.raylet.syncer`)."""
+    change, as a 2.60 raylet does (:mod:`gcs.raylet.sync_link`)."""
     subscribe_virtual_clusters: bool = True
     """Keep a view of indivisible virtual clusters from pubsub channel 11 (fleets turn it
     off: 2,000 long polls from one process cost more than the fleet itself)."""
@@ -136,7 +137,7 @@ class RayletAgent:
         self.security = security if security is not None else Security.from_env()
         self._own_channel = gcs_channel is None
         self._channel = gcs_channel
-        labels = {**config.labels, wire.NODE_ID_LABEL: node_id.hex()}
+        labels = {**config.labels, convert.NODE_ID_LABEL: node_id.hex()}
         self.resources = LocalResources(total=dict(config.resources), labels=labels)
         self._server: grpc.aio.Server | None = None
         self._health: _HealthServicer | None = None
@@ -146,13 +147,15 @@ class RayletAgent:
         self.registrations = 0
         self.gcs_connected = False
         """False from the moment a GCS call fails as unreachable until re-registration."""
+        self.changes = Changes()
+        """Notified when the link to the GCS changes (registered, lost) and on exit."""
         self._start_time_ms = 0
         self._stub: ServiceStub | None = None
         self._bare_stub: ServiceStub | None = None
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
         self._exit: ExitReason | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Background("raylet")
         self._link: asyncio.Task[None] | None = None
         self.virtual_clusters = VirtualClusterView()
         self._vc_subscriber: GcsSubscriber | None = None
@@ -185,9 +188,7 @@ class RayletAgent:
         if self.config.syncer:
             self._start_syncer()
         if self.config.subscribe_virtual_clusters:
-            task = asyncio.get_running_loop().create_task(self._subscribe_virtual_clusters())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self._subscribe_virtual_clusters(), "vc-subscribe")
 
     async def serve(self) -> None:
         """Only the server half (fleets start servers first, then register in bulk)."""
@@ -219,7 +220,7 @@ class RayletAgent:
             return
         self._exit = reason
         current = asyncio.current_task()
-        for task in [self._link, *self._tasks]:
+        for task in [self._link, *self._tasks.tasks]:
             if task is not None and task is not current:
                 task.cancel()
         if self._vc_subscriber is not None:
@@ -234,6 +235,7 @@ class RayletAgent:
             await self._channel.close()
         log.info("raylet.stopped", node_id=self.node_id.hex(), reason=reason.value)
         self._stopped.set()
+        self.changes.notify()
 
     async def leave(self, reason_message: str = "raylet stopped by a signal") -> None:
         """Unregister (EXPECTED_TERMINATION), then stop: a signalled raylet leaves cleanly
@@ -270,14 +272,14 @@ class RayletAgent:
         death = common_pb2.NodeDeathInfo(
             reason=common_pb2.NodeDeathInfo.AUTOSCALER_DRAIN_IDLE, reason_message=reason_message
         )
-        self._spawn(self._unregister_and_stop(death, ExitReason.DRAINED_IDLE))
+        self._tasks.spawn(self._unregister_and_stop(death, ExitReason.DRAINED_IDLE), "leave")
 
     def on_shutdown_requested(self, graceful: bool) -> None:
         death = common_pb2.NodeDeathInfo(
             reason=common_pb2.NodeDeathInfo.EXPECTED_TERMINATION,
             reason_message="ShutdownRaylet was called",
         )
-        self._spawn(self._unregister_and_stop(death, ExitReason.SHUTDOWN_REQUESTED))
+        self._tasks.spawn(self._unregister_and_stop(death, ExitReason.SHUTDOWN_REQUESTED), "leave")
 
     def on_gcs_restarted(self) -> None:
         self._wake.set()
@@ -298,8 +300,9 @@ class RayletAgent:
             metadata=((CLUSTER_ID_METADATA_KEY, self.cluster_id.hex()),),
             backoff_initial_s=self.config.reconnect_backoff_initial_ms / 1000,
             backoff_max_s=self.config.reconnect_backoff_max_ms / 1000,
+            clock=self._clock,
         )
-        self._spawn(self.syncer.run())
+        self._tasks.spawn(self.syncer.run(), "syncer")
 
     # -- virtual clusters (pubsub channel 11) --------------------------------------------
 
@@ -372,8 +375,9 @@ class RayletAgent:
                 if err.code() not in _GCS_DOWN:
                     raise
                 self.gcs_connected = False
+                self.changes.notify()
                 log.info("raylet.gcs_unreachable", node_id=self.node_id.hex(), code=err.code())
-                await asyncio.sleep(backoff_ms / 1000)
+                await self._clock.sleep(backoff_ms / 1000)
                 backoff_ms = min(backoff_ms * 2, self.config.reconnect_backoff_max_ms)
         cluster_id = reply.cluster_id
         if not first and cluster_id != self.cluster_id and not self.config.rejoin_new_cluster:
@@ -390,14 +394,15 @@ class RayletAgent:
         await stub.RegisterNode(gcs_service_pb2.RegisterNodeRequest(node_info=self.node_info()))
         self.registrations += 1
         self.gcs_connected = True
+        self.changes.notify()
         log.info("raylet.registered", node_id=self.node_id.hex(), address=self.address)
 
     async def _run_link(self) -> None:
-        """Liveness self-check; reconnect/re-register when the GCS restarts."""
+        """Liveness self-check every interval of the injected clock; reconnect/re-register
+        when the GCS restarts."""
         interval_s = self.config.liveness_check_interval_ms / 1000
         while self._exit is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval_s)
+            await wait_event(self._clock, self._wake, interval_s)
             if self._exit is not None:
                 return
             try:
@@ -409,7 +414,7 @@ class RayletAgent:
             except grpc.aio.AioRpcError as err:
                 # e.g. RegisterNode refused mid-reconnect: try the whole reconnect again
                 log.warning("raylet.link_error", code=err.code(), details=err.details())
-                await asyncio.sleep(self.config.reconnect_backoff_initial_ms / 1000)
+                await self._clock.sleep(self.config.reconnect_backoff_initial_ms / 1000)
                 self._wake.set()
 
     async def _check_alive(self) -> None:
@@ -421,6 +426,7 @@ class RayletAgent:
         except grpc.aio.AioRpcError as err:
             if err.code() in _GCS_DOWN or err.code() == grpc.StatusCode.UNAUTHENTICATED:
                 self.gcs_connected = False
+                self.changes.notify()
                 await self._connect(first=False)
                 return
             log.warning("raylet.check_alive_failed", code=err.code(), details=err.details())
@@ -446,8 +452,3 @@ class RayletAgent:
         except grpc.aio.AioRpcError as err:
             log.warning("raylet.unregister_failed", code=err.code(), details=err.details())
         await self.stop(reason)
-
-    def _spawn(self, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)

@@ -35,9 +35,9 @@ from gcs.cli_validation import (
     string_map,
 )
 from gcs.raylet.agent import ExitReason, RayletAgent, RayletConfig
+from gcs.raylet.convert import parse_selector
 from gcs.raylet.fleet import FleetConfig, RayletFleet, run_fleet_processes
 from gcs.raylet.infeasible import final_message, infeasible_warning, watch_for_verdict
-from gcs.raylet.wire import parse_selector
 from gcs.raylet.workload import SubmitResult, TaskSpec, submit
 
 FATAL_EXITS = frozenset({ExitReason.DECLARED_DEAD, ExitReason.CLUSTER_CHANGED})

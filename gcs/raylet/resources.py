@@ -28,8 +28,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gcs.changes import Changes
+from gcs.errors import InvalidArgument, NotFound
 from gcs.placement.naming import BundleKey, bundle_resources
-from gcs.rpc.errors import InvalidArgument, NotFound
 
 EPSILON = 1e-9
 
@@ -107,6 +108,8 @@ class LocalResources:
     _granted: dict[bytes, LeaseRequest] = field(init=False, default_factory=dict)
     _waiting: deque[_Entry] = field(init=False, default_factory=deque)
     _bundles: dict[BundleKey, _Bundle] = field(init=False, default_factory=dict)
+    changes: Changes = field(init=False, default_factory=Changes, repr=False)
+    """Notified after every change (leases queued, granted, freed; totals; bundles)."""
 
     def __post_init__(self) -> None:
         self.total = {k: float(v) for k, v in self.total.items() if v > 0}
@@ -168,12 +171,15 @@ class LocalResources:
             raise InvalidArgument(f"lease {request.lease_id.hex()} is already known")
         if not self.feasible(request):
             self._waiting.append(_Entry(request, Placement.INFEASIBLE))
+            self.changes.notify()
             return Placement.INFEASIBLE
         no_older_ready = not any(e.state is Placement.QUEUED for e in self._waiting)
         if no_older_ready and _fits(request.shape, self.available):
             self._take(request)
+            self.changes.notify()
             return Placement.GRANTED
         self._waiting.append(_Entry(request, Placement.QUEUED))
+        self.changes.notify()
         return Placement.QUEUED
 
     def try_grant_now(self, request: LeaseRequest) -> bool:
@@ -182,7 +188,9 @@ class LocalResources:
             raise InvalidArgument(f"lease {request.lease_id.hex()} is already known")
         if self.feasible(request) and _fits(request.shape, self.available):
             self._take(request)
+            self.changes.notify()
             return True
+        self.changes.notify()
         return False
 
     def release(self, lease_id: bytes) -> list[bytes]:
@@ -190,6 +198,7 @@ class LocalResources:
         if lease_id not in self._granted:
             raise NotFound(f"lease {lease_id.hex()} is not granted on this node")
         self._free(lease_id)
+        self.changes.notify()
         return self._grant_waiting()
 
     def cancel(self, lease_id: bytes) -> bool:
@@ -197,7 +206,9 @@ class LocalResources:
         for entry in self._waiting:
             if entry.request.lease_id == lease_id:
                 self._waiting.remove(entry)
+                self.changes.notify()
                 return True
+        self.changes.notify()
         return False
 
     def resize(self, new_totals: Mapping[str, float]) -> list[bytes]:
@@ -219,6 +230,7 @@ class LocalResources:
             delta = max(float(amount) - self.total[name], -free)
             self.total[name] += delta
             self.available[name] = self.available.get(name, 0.0) + delta
+        self.changes.notify()
         return self._recheck()
 
     # -- placement-group bundles -----------------------------------------------------------
@@ -233,12 +245,14 @@ class LocalResources:
         pool = dict(self.available)
         for unit in new.values():
             if not _fits(unit, pool):
+                self.changes.notify()
                 return False
             for name, amount in unit.items():
                 pool[name] = pool.get(name, 0.0) - amount
         self.available = pool
         for key, unit in new.items():
             self._bundles[key] = _Bundle(unit)
+        self.changes.notify()
         return True
 
     def commit_bundles(self, keys: Iterable[BundleKey]) -> list[bytes]:
@@ -255,6 +269,7 @@ class LocalResources:
             for name, amount in (*indexed.items(), *wildcard.items()):
                 self.total[name] = self.total.get(name, 0.0) + amount
                 self.available[name] = self.available.get(name, 0.0) + amount
+        self.changes.notify()
         return self._recheck()
 
     def return_bundle(self, key: BundleKey) -> tuple[list[bytes], list[bytes]]:
@@ -262,6 +277,7 @@ class LocalResources:
         granted with what was freed).  Unknown bundles are ignored."""
         bundle = self._bundles.pop(key, None)
         if bundle is None:
+            self.changes.notify()
             return [], []
         evicted: list[bytes] = []
         if bundle.committed:
@@ -288,6 +304,7 @@ class LocalResources:
                     self.available.pop(name, None)
         for name, amount in bundle.unit.items():
             self.available[name] = self.available.get(name, 0.0) + amount
+        self.changes.notify()
         return evicted, self._recheck()
 
     def release_unused_bundles(self, in_use: set[BundleKey]) -> tuple[list[bytes], list[bytes]]:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from gcs.clock import Clock
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, node_manager_pb2, ray_syncer_pb2
-from gcs.raylet import wire
+from gcs.raylet import convert
 from gcs.raylet.resources import LeaseRequest, LocalResources, Placement
 from gcs.rpc.errors import InvalidArgument
 
@@ -127,7 +127,7 @@ class NodeManagerServicer:
             resources_total=self.resources.total,
             resource_load=summed,
             resource_load_by_shape=gcs_pb2.ResourceLoad(
-                resource_demands=[wire.demand_to_proto(r) for r in rows]
+                resource_demands=[convert.demand_to_proto(r) for r in rows]
             ),
             node_manager_address=self.identity.address,
             idle_duration_ms=self.idle_duration_ms(),
@@ -220,16 +220,16 @@ class NodeManagerServicer:
         lease = LeaseRequest(
             lease_id=spec.lease_id or os.urandom(28),
             shape={k: v for k, v in spec.required_resources.items() if v > 0},
-            selector=wire.selector_from_proto(spec.label_selector),
+            selector=convert.selector_from_proto(spec.label_selector),
             backlog_size=request.backlog_size,
         )
         metadata = context.invocation_metadata() if context is not None else ()
-        hold = wire.metadata_value(metadata, wire.SYNTHETIC_SECONDS_KEY)
+        hold = convert.metadata_value(metadata, convert.SYNTHETIC_SECONDS_KEY)
         try:
             hold_s = float(hold) if hold is not None else None
         except ValueError:
-            raise InvalidArgument(f"{wire.SYNTHETIC_SECONDS_KEY} must be a number") from None
-        detach = wire.metadata_value(metadata, wire.SYNTHETIC_DETACH_KEY) == "1"
+            raise InvalidArgument(f"{convert.SYNTHETIC_SECONDS_KEY} must be a number") from None
+        detach = convert.metadata_value(metadata, convert.SYNTHETIC_DETACH_KEY) == "1"
         if self.draining:
             return _Reply(
                 rejected=True,

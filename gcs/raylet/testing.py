@@ -1,4 +1,7 @@
-"""A small fake GCS for tests and benchmarks: NodeInfoGcsService only, recording calls."""
+"""A small fake GCS for tests and benchmarks: NodeInfoGcsService only, recording calls.
+
+Every call it answers notifies :attr:`FakeGcs.changes`, so a test waits for the calls it
+expects (``await fake_gcs.changes.until(...)``), not for time."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from gcs.changes import Changes
 from gcs.proto import gcs_pb2, gcs_service_pb2
 from gcs.rpc import service_handler
 from gcs.rpc.services import NODE_INFO
@@ -15,8 +19,9 @@ from gcs.rpc.services import NODE_INFO
 class FakeNodeInfo:
     """Records RegisterNode / UnregisterNode / CheckAlive; enforces the cluster id."""
 
-    def __init__(self, cluster_id: bytes) -> None:
+    def __init__(self, cluster_id: bytes, changes: Changes | None = None) -> None:
         self.cluster_id = cluster_id
+        self.changes = changes or Changes()
         self.registered: list[gcs_pb2.GcsNodeInfo] = []
         self.unregistered: list[gcs_service_pb2.UnregisterNodeRequest] = []
         self.check_alive_calls: list[list[bytes]] = []
@@ -44,18 +49,21 @@ class FakeNodeInfo:
         self.registered.append(info)
         self.nodes[info.node_id] = info
         self.dead.discard(info.node_id)
+        self.changes.notify()
         return gcs_service_pb2.RegisterNodeReply()
 
     async def UnregisterNode(self, request: Any, context: Any) -> Any:
         await self._check_cluster(context)
         self.unregistered.append(request)
         self.dead.add(request.node_id)
+        self.changes.notify()
         return gcs_service_pb2.UnregisterNodeReply()
 
     async def CheckAlive(self, request: Any, context: Any) -> Any:
         await self._check_cluster(context)
         ids = list(request.node_ids)
         self.check_alive_calls.append(ids)
+        self.changes.notify()
         return gcs_service_pb2.CheckAliveReply(
             ray_version="2.60.0",
             raylet_alive=[i in self.nodes and i not in self.dead for i in ids],
@@ -72,7 +80,9 @@ class FakeGcs:
     """Start/stop/restart on a fixed port; ``restart(new_cluster=True)`` is a fresh GCS."""
 
     def __init__(self, cluster_id: bytes | None = None) -> None:
-        self.servicer = FakeNodeInfo(cluster_id or os.urandom(28))
+        self.changes = Changes()
+        """Notified on every call answered, by this GCS or its restarted successors."""
+        self.servicer = FakeNodeInfo(cluster_id or os.urandom(28), self.changes)
         self.port = 0
         self._server: grpc.aio.Server | None = None
 
@@ -95,5 +105,5 @@ class FakeGcs:
     async def restart(self, *, new_cluster: bool = False) -> None:
         await self.stop()
         if new_cluster:
-            self.servicer = FakeNodeInfo(os.urandom(28))
+            self.servicer = FakeNodeInfo(os.urandom(28), self.changes)
         await self.start()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gcs.changes import Changes
 from gcs.proto import virtual_cluster_data_pb2
 
 TableData = virtual_cluster_data_pb2.VirtualClusterTableData
@@ -22,6 +23,8 @@ class VirtualClusterView:
         self.clusters: dict[str, TableData] = {}
         self._revisions: dict[str, int] = {}
         self.dropped_stale = 0
+        self.changes = Changes()
+        """Notified after every snapshot applied or replaced."""
 
     def apply(self, data: TableData) -> bool:
         """Apply one published snapshot; False if it was stale and dropped."""
@@ -37,6 +40,7 @@ class VirtualClusterView:
             copy = TableData()
             copy.CopyFrom(data)
             self.clusters[data.id] = copy
+        self.changes.notify()
         return True
 
     def replace_all(self, snapshot: Iterable[TableData]) -> None:
@@ -45,6 +49,7 @@ class VirtualClusterView:
         self._revisions = {}
         for data in snapshot:
             self.apply(data)
+        self.changes.notify()
 
     def cluster_of(self, node_id_hex: str) -> str | None:
         """The indivisible cluster (logical or job) this node belongs to, if any."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, node_manager_pb2
-from gcs.raylet import wire
+from gcs.raylet import convert
 from gcs.raylet.agent import CLUSTER_ID_METADATA_KEY
 from gcs.raylet.resources import LabelConstraint, selector_matches
 from gcs.rpc import ServiceStub
@@ -123,7 +123,7 @@ def _lease_request(task: TaskSpec) -> node_manager_pb2.RequestWorkerLeaseRequest
         lease_spec=common_pb2.LeaseSpec(
             lease_id=os.urandom(28),
             required_resources=dict(task.resources),
-            label_selector=wire.selector_to_proto(task.label_selector),
+            label_selector=convert.selector_to_proto(task.label_selector),
             task_name="gcs-synthetic",
         )
     )
@@ -283,15 +283,15 @@ async def _run_one(
     lease_id = request.lease_spec.lease_id
     if detach:
         metadata = [
-            (wire.SYNTHETIC_SECONDS_KEY, repr(float(task.seconds))),
-            (wire.SYNTHETIC_DETACH_KEY, "1"),
+            (convert.SYNTHETIC_SECONDS_KEY, repr(float(task.seconds))),
+            (convert.SYNTHETIC_DETACH_KEY, "1"),
         ]
         reply = await stub.RequestWorkerLease(request, metadata=metadata, timeout=30)
         _count_reply(reply, result, detached=True)
         return
     # attached too, the raylet is told the hold time: if this process vanishes (Ctrl-C, a
     # grant crossing a cancel on the wire) the raylet frees the lease itself
-    hold = [(wire.SYNTHETIC_SECONDS_KEY, repr(float(task.seconds)))]
+    hold = [(convert.SYNTHETIC_SECONDS_KEY, repr(float(task.seconds)))]
     try:
         while True:
             call = asyncio.ensure_future(stub.RequestWorkerLease(request, metadata=hold))

@@ -1,13 +1,16 @@
-"""The one table from domain errors (:mod:`gcs.errors`) and store errors to gRPC statuses.
+"""The one table from domain errors (:mod:`gcs.errors`, store errors included) to gRPC
+statuses and Ray's in-reply status codes.
 
 Servicers never let an exception escape as gRPC UNKNOWN: Ray's C++ client retries UNKNOWN
-silently, which looks like a hang to users (reference gcs-server.md §1).  Anything not in
-the table becomes INTERNAL (and the wrapper logs it).
+silently, which looks like a hang to users.  Anything not in the table becomes INTERNAL
+(and the wrapper logs it).
 
 The domain error classes are re-exported here for older import sites.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import grpc
 
@@ -23,6 +26,13 @@ from gcs.errors import (
     Unauthenticated,
     Unavailable,
 )
+from gcs.store.errors import (
+    StoreConflict,
+    StoreError,
+    StoreFull,
+    StoreOutcomeUnknown,
+    StoreUnavailable,
+)
 
 __all__ = [
     "AlreadyExists",
@@ -35,29 +45,78 @@ __all__ = [
     "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
+    "as_ray_status",
     "grpc_details",
     "ray_code_for",
     "status_for",
 ]
 
-# Most specific first: the first isinstance match wins.
-_TABLE: tuple[tuple[type[GcsError], grpc.StatusCode, RayStatusCode], ...] = (
-    (RayStatusError, grpc.StatusCode.ABORTED, RayStatusCode.UnknownError),
-    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT, RayStatusCode.InvalidArgument),
-    (NotFound, grpc.StatusCode.NOT_FOUND, RayStatusCode.NotFound),
-    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS, RayStatusCode.AlreadyExists),
-    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION, RayStatusCode.Invalid),
-    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED, RayStatusCode.AuthError),
-    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED, RayStatusCode.OutOfResource),
-    (Unavailable, grpc.StatusCode.UNAVAILABLE, RayStatusCode.IOError),
+Details = Callable[[GcsError], str]
+
+
+def _message(err: GcsError) -> str:
+    return err.message
+
+
+def _prefixed(prefix: str) -> Details:
+    return lambda err: f"{prefix}: {err.message}"
+
+
+def _ray_style(err: GcsError) -> str:
+    code = err.ray_code if isinstance(err, RayStatusError) else RayStatusCode.UnknownError
+    return f"{code.name}: {err.message}" if err.message else code.name
+
+
+# Most specific first: the first isinstance match wins.  Store rows keep what a client may
+# conclude apart: "nothing was written" (retry is safe) vs "may have been applied".
+_TABLE: tuple[tuple[type[GcsError], grpc.StatusCode, RayStatusCode, Details], ...] = (
+    (RayStatusError, grpc.StatusCode.ABORTED, RayStatusCode.UnknownError, _ray_style),
+    (
+        StoreOutcomeUnknown,
+        grpc.StatusCode.UNAVAILABLE,
+        RayStatusCode.IOError,
+        _prefixed("store unavailable; the write may have been applied, retry to learn"),
+    ),
+    (
+        StoreFull,
+        grpc.StatusCode.UNAVAILABLE,
+        RayStatusCode.IOError,
+        _prefixed("store full, nothing was written"),
+    ),
+    (
+        StoreUnavailable,
+        grpc.StatusCode.UNAVAILABLE,
+        RayStatusCode.IOError,
+        _prefixed("store unavailable, nothing was written"),
+    ),
+    (
+        StoreConflict,
+        grpc.StatusCode.ABORTED,
+        RayStatusCode.UnknownError,
+        _prefixed("concurrent update, retry"),
+    ),
+    (StoreError, grpc.StatusCode.INTERNAL, RayStatusCode.UnknownError, _prefixed("store error")),
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT, RayStatusCode.InvalidArgument, _message),
+    (NotFound, grpc.StatusCode.NOT_FOUND, RayStatusCode.NotFound, _message),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS, RayStatusCode.AlreadyExists, _message),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION, RayStatusCode.Invalid, _message),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED, RayStatusCode.AuthError, _message),
+    (
+        ResourceExhausted,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        RayStatusCode.OutOfResource,
+        _message,
+    ),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE, RayStatusCode.IOError, _message),
 )
+_INTERNAL = (grpc.StatusCode.INTERNAL, RayStatusCode.UnknownError, _message)
 
 
-def _row(err: GcsError) -> tuple[grpc.StatusCode, RayStatusCode]:
-    for cls, code, ray_code in _TABLE:
+def _row(err: GcsError) -> tuple[grpc.StatusCode, RayStatusCode, Details]:
+    for cls, code, ray_code, details in _TABLE:
         if isinstance(err, cls):
-            return code, ray_code
-    return grpc.StatusCode.INTERNAL, RayStatusCode.UnknownError
+            return code, ray_code, details
+    return _INTERNAL
 
 
 def ray_code_for(err: GcsError) -> RayStatusCode:
@@ -67,27 +126,22 @@ def ray_code_for(err: GcsError) -> RayStatusCode:
     return _row(err)[1]
 
 
-def grpc_details(err: GcsError) -> str:
+def as_ray_status(err: GcsError) -> RayStatusError:
+    """``err`` the way Ray's AutoscalerStateService and pubsub handlers answer it: gRPC
+    ABORTED with details "<StatusCode name>: message" (servicers of those services call
+    this; managers raise the plain domain error)."""
     if isinstance(err, RayStatusError):
-        return f"{err.ray_code.name}: {err.message}" if err.message else err.ray_code.name
-    return err.message
+        return err
+    return RayStatusError(ray_code_for(err), err.message)
+
+
+def grpc_details(err: GcsError) -> str:
+    return _row(err)[2](err)
 
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     """The status for ``exc``, or None when it is not ours (the caller answers INTERNAL)."""
-    from gcs.store.errors import StoreConflict, StoreError, StoreOutcomeUnknown, StoreUnavailable
-
-    if isinstance(exc, GcsError):
-        return _row(exc)[0], grpc_details(exc)
-    if isinstance(exc, StoreUnavailable):
-        return grpc.StatusCode.UNAVAILABLE, f"store unavailable, nothing was written: {exc}"
-    if isinstance(exc, StoreOutcomeUnknown):
-        return (
-            grpc.StatusCode.UNAVAILABLE,
-            f"store unavailable; the write may have been applied, retry to learn: {exc}",
-        )
-    if isinstance(exc, StoreConflict):
-        return grpc.StatusCode.ABORTED, f"concurrent update, retry: {exc}"
-    if isinstance(exc, StoreError):
-        return grpc.StatusCode.INTERNAL, f"store error: {exc}"
-    return None
+    if not isinstance(exc, GcsError):
+        return None
+    code, _, details = _row(exc)
+    return code, details(exc)

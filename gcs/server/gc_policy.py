@@ -21,6 +21,14 @@ import gc
 import os
 from collections.abc import Callable
 
+import structlog
+
+from gcs.clock import Clock
+
+log = structlog.get_logger("gcs.server")
+
+RECLAIM_CHECK_S = 1.0
+
 
 def resident_bytes() -> int:
     """This process's resident set size (Linux ``/proc``); 0 where unavailable."""
@@ -70,3 +78,45 @@ class SurvivorFreezer:
         self.baseline = self._rss()
         self.reclaims += 1
         return True
+
+
+class GcTuning:
+    """The GC policy as a component.  ``load()`` (after everything else loaded): freeze
+    what start-up loaded, collect young objects in small batches, and freeze what survives a
+    generation-1 collection (``SurvivorFreezer``), so no automatic collection scans the
+    long-lived heap.  ``run()``: the safety valve, one full collection when resident memory
+    doubled, checked every second of the injected clock.  ``close()``: unhook the freezer.
+    ``gen0_threshold`` 0 leaves Python's GC as it is."""
+
+    name = "gc"
+
+    def __init__(
+        self, clock: Clock, *, gen0_threshold: int, gen1_threshold: int, freeze_survivors: bool
+    ) -> None:
+        self._clock = clock
+        self._gen0 = gen0_threshold
+        self._gen1 = gen1_threshold
+        self._freeze_survivors = freeze_survivors
+        self.freezer: SurvivorFreezer | None = None
+
+    async def load(self) -> None:
+        if self._gen0 <= 0:
+            return
+        if gc.get_freeze_count() == 0:  # once per process: only what start-up loaded
+            gc.collect()
+            gc.freeze()
+        _, _, gen2 = gc.get_threshold()
+        gc.set_threshold(self._gen0, self._gen1, max(gen2, 100))
+        if self._freeze_survivors:
+            self.freezer = SurvivorFreezer()
+            gc.callbacks.append(self.freezer)
+
+    async def run(self) -> None:
+        while True:
+            if self.freezer is not None and self.freezer.reclaim_if_grown():
+                log.info("gc.reclaimed_frozen", resident_bytes=self.freezer.baseline)
+            await self._clock.sleep(RECLAIM_CHECK_S)
+
+    async def close(self) -> None:
+        if self.freezer is not None and self.freezer in gc.callbacks:
+            gc.callbacks.remove(self.freezer)

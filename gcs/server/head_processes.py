@@ -39,6 +39,7 @@ import contextlib
 import itertools
 import os
 import pathlib
+import shlex
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -47,8 +48,9 @@ from typing import Protocol
 
 import structlog
 
-from gcs.autoscaler.providers.processes import pid_alive
 from gcs.managers.head import HEAD_RAYLET_LABEL
+from gcs.processes import pid_alive
+from gcs.server.addresses import advertised_host
 
 log = structlog.get_logger("gcs.head_processes")
 
@@ -373,3 +375,109 @@ def child_env(python: str, base: Mapping[str, str]) -> dict[str, str]:
     bin_dir = os.path.dirname(python)
     path = base.get("PATH", "")
     return {**base, "PATH": f"{bin_dir}{os.pathsep}{path}" if path else bin_dir}
+
+
+class HeadChildren:
+    """``--dashboard`` / ``--head-raylet`` as a component: started once the GCS serves
+    (they call it), stopped first when it stops (the head raylet unregisters and the
+    dashboard exits while the GCS still answers them)."""
+
+    name = "head_children"
+
+    def __init__(
+        self,
+        *,
+        head: bool,
+        dashboard: bool,
+        head_raylet: bool,
+        ray_python: str,
+        temp_dir: str,
+        dashboard_host: str,
+        dashboard_port: int,
+        head_raylet_args: str,
+        session_name: Callable[[], str],
+        cluster_id_hex: Callable[[], str],
+        gcs_address: Callable[[], str],
+        node_ip: str,
+        serving: Callable[[], Awaitable[object]],
+    ) -> None:
+        """``session_name``, ``cluster_id_hex``, ``gcs_address``: read once serving."""
+        self._wanted = head and (dashboard or head_raylet)
+        self._dashboard = dashboard
+        self._head_raylet = head_raylet
+        self._python = ray_python
+        self._temp_dir = temp_dir
+        self._dashboard_host = dashboard_host
+        self._dashboard_port = dashboard_port
+        self._head_raylet_args = head_raylet_args
+        self._session_name = session_name
+        self._cluster_id_hex = cluster_id_hex
+        self._gcs_address = gcs_address
+        self._node_ip = node_ip
+        self._serving = serving
+        self.children: list[SupervisedChild] = []
+
+    async def load(self) -> None:
+        return None
+
+    async def run(self) -> None:
+        if not self._wanted:
+            return
+        await self._serving()
+        for spec in await self._specs():
+            child = SupervisedChild(spec)
+            child.start()
+            self.children.append(child)
+
+    async def _specs(self) -> list[ChildSpec]:
+        python = default_python(self._python)
+        env = child_env(python, os.environ)
+        session = session_dir(self._temp_dir, self._session_name())
+        logs = session / "logs"
+        await asyncio.to_thread(logs.mkdir, parents=True, exist_ok=True)
+        address = self._gcs_address()
+        specs = []
+        if self._dashboard:
+            argv = dashboard_argv(
+                python,
+                host=self._dashboard_host,
+                port=self._dashboard_port,
+                gcs_address=address,
+                cluster_id_hex=self._cluster_id_hex(),
+                node_ip=self._node_ip,
+                temp_dir=self._temp_dir,
+                session_dir=session,
+            )
+            specs.append(ChildSpec("dashboard", argv, str(logs / "dashboard.out"), env))
+            log.info(
+                "dashboard.starting",
+                url=f"http://{advertised_host(self._dashboard_host)}:{self._dashboard_port}",
+                log=str(logs / DASHBOARD_LOG),
+            )
+            if not self._head_raylet:
+                log.warning(
+                    "dashboard.no_head_raylet",
+                    hint="`ray job submit` waits for a head node's agent: add --head-raylet",
+                )
+        if self._head_raylet:
+            argv = head_raylet_argv(
+                python,
+                gcs_address=address,
+                node_ip=self._node_ip,
+                temp_dir=self._temp_dir,
+                extra_args=shlex.split(self._head_raylet_args),
+            )
+            specs.append(
+                ChildSpec(
+                    "head-raylet",
+                    argv,
+                    str(logs / "gcs_head_raylet.out"),
+                    env,
+                    pidfile=str(logs / "gcs_head_raylet.pid"),
+                )
+            )
+        return specs
+
+    async def close(self) -> None:
+        children, self.children = self.children, []
+        await asyncio.gather(*(child.stop() for child in reversed(children)))

@@ -164,6 +164,8 @@ class GcsMetrics:
             registry=self.registry,
         )
         self._http: object | None = None
+        self.port = 0
+        """The /metrics endpoint's port once served (0: not served)."""
         self._call_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         """(method, code) -> metric children: ``labels()`` costs ~5 us, paid once here."""
 
@@ -191,7 +193,8 @@ class GcsMetrics:
                 err.errno, f"cannot serve metrics on {host}:{port}: {reason or err}"
             ) from None
         self._http = server
-        return int(server.server_port)
+        self.port = int(server.server_port)
+        return self.port
 
     def close(self) -> None:
         http, self._http = self._http, None

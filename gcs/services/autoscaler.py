@@ -9,7 +9,13 @@ from gcs.config import RequestLimits
 from gcs.ids import require_node_id
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.proto import autoscaler_pb2
-from gcs.rpc.errors import InvalidArgument, RayStatusCode, RayStatusError
+from gcs.rpc.errors import (
+    InvalidArgument,
+    NotFound,
+    RayStatusCode,
+    RayStatusError,
+    as_ray_status,
+)
 from gcs.wire_encoding import varint
 
 A = autoscaler_pb2
@@ -22,9 +28,9 @@ class AutoscalerStateServicer:
         self._limits = limits
 
     async def GetClusterResourceState(self, request: Any, context: Any) -> bytes:
-        state = await self._m.cluster_resource_state_bytes(
-            request.last_seen_cluster_resource_state_version
-        )
+        last_seen = request.last_seen_cluster_resource_state_version
+        validate.non_negative(last_seen, "last_seen_cluster_resource_state_version")
+        state = await self._m.cluster_resource_state_bytes(last_seen)
         return _GET_STATE_REPLY_FIELD + varint(len(state)) + state
 
     async def GetClusterStatus(self, request: Any, context: Any) -> Any:
@@ -68,12 +74,17 @@ class AutoscalerStateServicer:
         require_node_id(request.node_id)
         validate.enum_value(request.reason, A.DrainNodeReason.DESCRIPTOR, "reason")
         validate.text(request.reason_message, "reason_message", self._limits.max_text_bytes)
+        if request.deadline_timestamp_ms < 0:  # Ray answers ABORTED "Invalid" here
+            raise RayStatusError(
+                RayStatusCode.Invalid,
+                f"deadline_timestamp_ms must be >= 0, got {request.deadline_timestamp_ms}",
+            )
         return await self._m.drain_node(request)
 
     async def ResizeRayletResourceInstances(self, request: Any, context: Any) -> Any:
-        try:
+        try:  # Ray answers ABORTED "InvalidArgument" / "NotFound" here
             require_node_id(request.node_id)
             validate.resource_map(request.resources, "resources", self._limits)
-        except InvalidArgument as err:  # Ray answers ABORTED "InvalidArgument" here
-            raise RayStatusError(RayStatusCode.InvalidArgument, err.message) from None
-        return await self._m.resize(request)
+            return await self._m.resize(request)
+        except (InvalidArgument, NotFound) as err:
+            raise as_ray_status(err) from None

@@ -21,7 +21,7 @@ _OK_STATUS = Req.InternalKVGetReply(status=ok_status()).SerializeToString()
 _VALUE_TAG = b"\x12"  # InternalKVGetReply.value: field 2, length-delimited
 
 
-# What a real raylet's GetInternalConfig expects (gcs-server.md §8.1 step 6).
+# What a real raylet's GetInternalConfig expects (it reads this JSON at start-up).
 DEFAULT_INTERNAL_CONFIG = {"automatic_object_spilling_enabled": False}
 
 

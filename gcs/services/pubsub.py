@@ -1,8 +1,9 @@
 """Servicers for ``ray.rpc.ControlPlanePubSubGcsService`` and ``ObservabilityPubSubService``.
 
 Thin: decode the request, call the :class:`~gcs.pubsub.publisher.Publisher`, encode.
-Errors are domain errors (``RayStatusError`` → gRPC ABORTED "InvalidArgument", as Ray's
-pubsub handlers answer); cluster-id metadata is checked by the server interceptor.
+Validation and the publisher raise plain domain errors; this servicer answers them as Ray's
+pubsub handlers do, gRPC ABORTED "<StatusCode name>: ..." (:func:`gcs.rpc.errors.as_ray_status`).
+Cluster-id metadata is checked by the server interceptor.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import grpc
 
 from gcs import validate
 from gcs.config import RequestLimits
-from gcs.errors import InvalidArgument, RayStatusCode, RayStatusError
+from gcs.errors import GcsError, InvalidArgument
 from gcs.proto import gcs_service_pb2
 from gcs.pubsub.channels import RAY_ERROR_INFO_CHANNEL
 from gcs.pubsub.publisher import PollReply, Publisher
+from gcs.rpc.errors import as_ray_status
 
 
 class PubSubServicer:
@@ -30,15 +32,7 @@ class PubSubServicer:
     def _ids(self, field: str, *values: bytes) -> None:
         """Subscriber, sender and publisher ids (Ray's are 28 bytes) are bounded."""
         for value in values:
-            self._pubsub_check(validate.blob, value, field, self._limits.max_id_bytes)
-
-    @staticmethod
-    def _pubsub_check(check: Any, *args: Any) -> None:
-        """Ray's pubsub handlers answer a bad request ABORTED "InvalidArgument: ..."."""
-        try:
-            check(*args)
-        except InvalidArgument as err:
-            raise RayStatusError(RayStatusCode.InvalidArgument, err.message) from None
+            validate.blob(value, field, self._limits.max_id_bytes)
 
     async def GcsPublish(
         self, request: gcs_service_pb2.GcsPublishRequest, context: grpc.aio.ServicerContext
@@ -49,34 +43,31 @@ class PubSubServicer:
         self, request: gcs_service_pb2.GcsPublishRequest
     ) -> gcs_service_pb2.GcsPublishReply:
         """GcsPublish without a context (also called by the front server, gcs.rpc.front)."""
-        self._check_publish(request)  # all or nothing: every check before any publish
-        for msg in request.pub_messages:
-            self.publisher.publish_message(msg)
+        try:
+            self._check_publish(request)  # all or nothing: every check before any publish
+            for msg in request.pub_messages:
+                self.publisher.publish_message(msg)
+        except GcsError as err:
+            raise as_ray_status(err) from None
         return _ok(gcs_service_pb2.GcsPublishReply())
 
     def _check_publish(self, request: gcs_service_pb2.GcsPublishRequest) -> None:
         """Size limits and hosted channels, each error naming the field (Ray's status style)."""
         cfg = self.publisher.config
         lim = self._limits
-        self._pubsub_check(
-            validate.entries, request.pub_messages, "pub_messages", lim.max_repeated_entries
-        )
+        validate.entries(request.pub_messages, "pub_messages", lim.max_repeated_entries)
         total = request.ByteSize()
         if total > cfg.max_publish_request_bytes:
-            raise RayStatusError(
-                RayStatusCode.InvalidArgument,
+            raise InvalidArgument(
                 f"GcsPublishRequest is {total} bytes; the limit is "
                 f"{cfg.max_publish_request_bytes} (max_publish_request_bytes)",
             )
         for i, msg in enumerate(request.pub_messages):
             self.publisher.check_channel(msg.channel_type)
-            self._pubsub_check(
-                validate.blob, msg.key_id, f"pub_messages[{i}].key_id", lim.max_name_bytes
-            )
+            validate.blob(msg.key_id, f"pub_messages[{i}].key_id", lim.max_name_bytes)
             size = msg.ByteSize()
             if size > cfg.max_message_bytes:
-                raise RayStatusError(
-                    RayStatusCode.InvalidArgument,
+                raise InvalidArgument(
                     f"GcsPublishRequest.pub_messages[{i}] is {size} bytes; the limit is "
                     f"{cfg.max_message_bytes} (max_message_bytes)",
                 )
@@ -90,11 +81,14 @@ class PubSubServicer:
 
     def poll(self, request: gcs_service_pb2.GcsSubscriberPollRequest) -> asyncio.Future[PollReply]:
         """Validate and register the long poll; the future resolves with its reply."""
-        self._ids("subscriber_id", request.subscriber_id)
-        self._ids("publisher_id", request.publisher_id)
-        return self.publisher.poll(
-            request.subscriber_id, request.max_processed_sequence_id, request.publisher_id
-        )
+        try:
+            self._ids("subscriber_id", request.subscriber_id)
+            self._ids("publisher_id", request.publisher_id)
+            return self.publisher.poll(
+                request.subscriber_id, request.max_processed_sequence_id, request.publisher_id
+            )
+        except GcsError as err:
+            raise as_ray_status(err) from None
 
     async def GcsSubscriberCommandBatch(
         self,
@@ -107,27 +101,29 @@ class PubSubServicer:
         self, request: gcs_service_pb2.GcsSubscriberCommandBatchRequest
     ) -> gcs_service_pb2.GcsSubscriberCommandBatchReply:
         """GcsSubscriberCommandBatch without a context (also the front server's)."""
+        try:
+            self._check_commands(request)  # validate the whole batch first
+        except GcsError as err:
+            raise as_ray_status(err) from None
         sub_id = request.subscriber_id
         sender = request.sender_id or sub_id
-        self._ids("subscriber_id", sub_id)
-        self._ids("sender_id", request.sender_id)
-        lim = self._limits
-        self._pubsub_check(validate.entries, request.commands, "commands", lim.max_repeated_entries)
-        for i, cmd in enumerate(request.commands):  # validate the whole batch first
-            if cmd.WhichOneof("command_message_one_of") is None:
-                raise RayStatusError(
-                    RayStatusCode.InvalidArgument, "command is neither subscribe nor unsubscribe"
-                )
-            self.publisher.check_channel(cmd.channel_type)
-            self._pubsub_check(
-                validate.blob, cmd.key_id, f"commands[{i}].key_id", lim.max_name_bytes
-            )
         for cmd in request.commands:
             if cmd.HasField("subscribe_message"):
                 self.publisher.subscribe(sub_id, cmd.channel_type, cmd.key_id, sender)
             else:
                 self.publisher.unsubscribe(sub_id, cmd.channel_type, cmd.key_id)
         return _ok(gcs_service_pb2.GcsSubscriberCommandBatchReply())
+
+    def _check_commands(self, request: gcs_service_pb2.GcsSubscriberCommandBatchRequest) -> None:
+        self._ids("subscriber_id", request.subscriber_id)
+        self._ids("sender_id", request.sender_id)
+        lim = self._limits
+        validate.entries(request.commands, "commands", lim.max_repeated_entries)
+        for i, cmd in enumerate(request.commands):
+            if cmd.WhichOneof("command_message_one_of") is None:
+                raise InvalidArgument("command is neither subscribe nor unsubscribe")
+            self.publisher.check_channel(cmd.channel_type)
+            validate.blob(cmd.key_id, f"commands[{i}].key_id", lim.max_name_bytes)
 
 
 class ObservabilityPubSubServicer(PubSubServicer):
@@ -137,8 +133,11 @@ class ObservabilityPubSubServicer(PubSubServicer):
         self, request: gcs_service_pb2.ReportJobErrorRequest, context: grpc.aio.ServicerContext
     ) -> gcs_service_pb2.ReportJobErrorReply:
         error = request.job_error
-        self._ids("job_error.job_id", error.job_id)
-        self._pubsub_check(validate.strings_in, error, "job_error", self._limits.max_text_bytes)
+        try:
+            self._ids("job_error.job_id", error.job_id)
+            validate.strings_in(error, "job_error", self._limits.max_text_bytes)
+        except GcsError as err:
+            raise as_ray_status(err) from None
         self.publisher.publish(RAY_ERROR_INFO_CHANNEL, error.job_id.hex().encode(), error)
         return gcs_service_pb2.ReportJobErrorReply()
 

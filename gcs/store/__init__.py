@@ -5,6 +5,7 @@ from gcs.store.errors import (
     StoreConflict,
     StoreCorrupt,
     StoreError,
+    StoreFull,
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "StoreConflict",
     "StoreCorrupt",
     "StoreError",
+    "StoreFull",
     "StoreOutcomeUnknown",
     "StoreUnavailable",
     "WriteBatch",

@@ -1,24 +1,51 @@
 """Store errors, translated at the backend boundary (redis / SQLAlchemy never leak out).
 
+They are domain errors (:class:`gcs.errors.GcsError`), so callers catch one family, and
+what a client may conclude stays apart:
+
 StoreError                  base: anything the store could not do
-├── StoreUnavailable        backend unreachable / timed out; the write was NOT applied
-├── StoreOutcomeUnknown     the write may or may not have landed (see Store.landed)
+├── StoreUnavailable        (an ``Unavailable``) backend unreachable / timed out / refused;
+│   │                       the write was NOT applied ("nothing was written")
+│   └── StoreFull           the backend refused the write for want of space (Redis at
+│                           ``maxmemory`` with noeviction, SQLite / PostgreSQL disk full)
+├── StoreOutcomeUnknown     (an ``Unavailable``) the write may or may not have landed
+│                           (see Store.landed)
 ├── StoreConflict           a compare-and-set condition did not hold; nothing applied
 └── StoreCorrupt            stored bytes or schema are not what we wrote
 """
 
 from __future__ import annotations
 
+from gcs.errors import GcsError, Unavailable
 
-class StoreError(Exception):
+__all__ = [
+    "StoreConflict",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreFull",
+    "StoreOutcomeUnknown",
+    "StoreUnavailable",
+]
+
+
+class StoreError(GcsError):
     """Base class of every error raised by a :class:`gcs.store.Store`."""
 
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
 
-class StoreUnavailable(StoreError):
-    """The backend could not be reached; the operation was not applied."""
+
+class StoreUnavailable(StoreError, Unavailable):
+    """The backend could not be reached or refused; the operation was not applied."""
 
 
-class StoreOutcomeUnknown(StoreError):
+class StoreFull(StoreUnavailable):
+    """The backend refused the write because it is out of memory or disk; nothing was
+    written.  Counted apart (``gcs_store_failures{outcome="full"}``): an operator must free
+    space or raise the limit, retrying alone will not help."""
+
+
+class StoreOutcomeUnknown(StoreError, Unavailable):
     """The backend failed after the write may have reached it (timeout, dropped connection).
 
     ``write_id`` names the batch; :meth:`gcs.store.Store.landed` answers whether it landed

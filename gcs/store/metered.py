@@ -1,8 +1,9 @@
 """A store that times and counts what passes through it (``gcs_store_*`` metrics).
 
 Wraps any :class:`Store`; the GCS hands the wrapped store to its managers.  Failures are
-counted by what they mean for a client: ``unavailable`` (nothing written), ``unknown`` (may
-have been written; resolved later), ``conflict`` (a compare-and-set lost), ``error``.
+counted by what they mean for a client: ``unavailable`` (nothing written), ``full`` (nothing
+written: the backend is out of memory or disk, an operator must act), ``unknown`` (may have
+been written; resolved later), ``conflict`` (a compare-and-set lost), ``error``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gcs.store.base import Store, WriteBatch
-from gcs.store.errors import StoreConflict, StoreOutcomeUnknown, StoreUnavailable
+from gcs.store.errors import StoreConflict, StoreFull, StoreOutcomeUnknown, StoreUnavailable
 
 __all__ = ["MeteredStore"]
 
@@ -26,6 +27,8 @@ _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5)
 def _outcome(err: BaseException) -> str:
     if isinstance(err, StoreOutcomeUnknown):
         return "unknown"
+    if isinstance(err, StoreFull):
+        return "full"
     if isinstance(err, StoreUnavailable):
         return "unavailable"
     if isinstance(err, StoreConflict):

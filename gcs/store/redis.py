@@ -91,6 +91,7 @@ from gcs.store.errors import (
     StoreConflict,
     StoreCorrupt,
     StoreError,
+    StoreFull,
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
@@ -367,6 +368,8 @@ class RedisStore(Store):
         """Map a redis-py error onto the StoreError tree."""
         if isinstance(err, redis_errors.ResponseError):
             code = _reply_code(err)
+            if _out_of_memory(err):
+                return StoreFull(f"{self._safe_url}: {what} refused, Redis is full: {err}")
             if code in _REFUSED:
                 return StoreUnavailable(f"{self._safe_url}: {what} failed: {code} {err}")
             if code == "WRONGTYPE":
@@ -581,6 +584,8 @@ class RedisStore(Store):
             if isinstance(err, redis_errors.AskError):  # MOVED too: not run here
                 hop = await self._topology_redirect(err)
                 raise _NotSent(hop) from err
+            if _out_of_memory(err):  # refused at the first write: the script wrote nothing
+                raise StoreFull(f"{self._safe_url}: write refused, Redis is full: {err}") from err
             if code in _REFUSED:
                 raise _NotSent() from err  # refused before running: nothing applied
             if code == "WRONGTYPE":
@@ -713,6 +718,13 @@ def _connected_replicas(info: Any) -> int:
             except ValueError:
                 return 0
     return 0
+
+
+def _out_of_memory(err: redis_errors.ResponseError) -> bool:
+    """Redis at ``maxmemory`` with noeviction ("OOM command not allowed when used memory >
+    'maxmemory'"; redis-py strips the OOM prefix into the class).  Redis refuses a script at
+    its first write and a plain command before it runs, so nothing was written."""
+    return isinstance(err, redis_errors.OutOfMemoryError) or "> 'maxmemory'" in str(err)
 
 
 def _socket_readable(conn: Any) -> bool:

@@ -56,6 +56,7 @@ from gcs.store.errors import (
     StoreConflict,
     StoreCorrupt,
     StoreError,
+    StoreFull,
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
@@ -451,6 +452,10 @@ class SqlStore(Store):
                 try:
                     async with self._translate("commit"):
                         await commit(conn)
+                except StoreFull:  # the database refused the COMMIT: it did not land
+                    with contextlib.suppress(exc.SQLAlchemyError, OSError):
+                        await conn.invalidate()
+                    raise
                 except StoreError as err:
                     with contextlib.suppress(exc.SQLAlchemyError, OSError):
                         await conn.invalidate()
@@ -480,7 +485,8 @@ class SqlStore(Store):
         except (exc.DisconnectionError, exc.TimeoutError, OSError, TimeoutError) as err:
             raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
         except sqlite3.OperationalError as err:  # our one-trip BEGIN bypasses SQLAlchemy
-            raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
+            kind = StoreFull if _is_full(err, str(err).lower(), "") else StoreUnavailable
+            raise kind(f"{self._safe_url}: {what} failed: {err}") from err
         except CommandError as err:
             raise StoreCorrupt(f"{self._safe_url}: {what}: schema problem: {err}") from err
         except exc.SQLAlchemyError as err:
@@ -498,6 +504,21 @@ def _now_ms() -> int:
 # SQLSTATE classes meaning "the server is not able to serve now": connection exception,
 # operator intervention (shutdown, cannot connect now), insufficient resources.
 _TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "57", "53"})
+# "Out of space": PostgreSQL disk_full (53100) / out_of_memory (53200); SQLite SQLITE_FULL
+# ("database or disk is full": the disk, or the database's max_page_count).  The statement
+# or COMMIT that hit it was refused and rolled back: nothing was written.
+_FULL_SQLSTATES = frozenset({"53100", "53200"})
+_SQLITE_FULL = 13
+
+
+def _is_full(orig: BaseException | None, message: str, sqlstate: str) -> bool:
+    if sqlstate in _FULL_SQLSTATES:
+        return True
+    return getattr(orig, "sqlite_errorcode", None) == _SQLITE_FULL or (
+        "database or disk is full" in message
+    )
+
+
 # SQLite reports schema trouble as OperationalError; tell it apart from "locked" / I/O errors.
 _SQLITE_SCHEMA_MESSAGES = ("no such table", "no such column", "has no column named")
 
@@ -506,6 +527,8 @@ def _classify(err: exc.DBAPIError) -> type[StoreError]:
     """Which StoreError a driver error becomes (most specific first, as httpx does)."""
     message = str(err.orig).lower()
     sqlstate = str(getattr(err.orig, "sqlstate", None) or getattr(err.orig, "pgcode", "") or "")
+    if _is_full(err.orig, message, sqlstate):
+        return StoreFull
     if err.connection_invalidated or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES:
         return StoreUnavailable
     if isinstance(err, exc.ProgrammingError) or message.startswith(_SQLITE_SCHEMA_MESSAGES):

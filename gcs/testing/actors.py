@@ -3,7 +3,8 @@
 By default every lease is granted at once with a fresh worker on the asked node and every
 PushTask succeeds.  Tests script the next answers per node (``lease_script[node_id]``: a
 reply or an exception, consumed in order) and for pushes (``push_script``), or hold pushes
-until an event is set (``push_gate``) to observe the actor mid-creation.
+until an event is set (``push_gate``) to observe the actor mid-creation.  Every recorded
+call notifies :attr:`FakeActorGateway.changes` (tests wait for calls, not for time).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
+from gcs.changes import Changes
 from gcs.proto import common_pb2, core_worker_pb2, node_manager_pb2
 
 __all__ = ["FakeActorGateway", "LeaseCall"]
@@ -44,6 +46,7 @@ class FakeActorGateway:
     )
     push_script: deque[core_worker_pb2.PushTaskReply | Exception] = field(default_factory=deque)
     push_gate: asyncio.Event | None = None
+    changes: Changes = field(default_factory=Changes)
     _workers: int = 0
 
     def worker_on(self, node_id: bytes) -> common_pb2.Address:
@@ -62,6 +65,7 @@ class FakeActorGateway:
         timeout_s: float | None,
     ) -> LeaseReply:
         self.leases.append(LeaseCall(node_id, address, request))
+        self.changes.notify()
         gate = self.lease_gate.get(node_id)
         if gate is not None:
             await gate.wait()
@@ -79,6 +83,7 @@ class FakeActorGateway:
         self, worker: common_pb2.Address, request: core_worker_pb2.PushTaskRequest
     ) -> core_worker_pb2.PushTaskReply:
         self.pushes.append((worker, request))
+        self.changes.notify()
         if self.push_gate is not None:
             await self.push_gate.wait()
         await asyncio.sleep(0)
@@ -97,16 +102,19 @@ class FakeActorGateway:
         timeout_s: float,
     ) -> None:
         self.kills.append((node_id, request))
+        self.changes.notify()
 
     async def cancel_worker_lease(
         self, node_id: bytes, address: str, lease_id: bytes, timeout_s: float
     ) -> None:
         self.cancelled.append((node_id, lease_id))
+        self.changes.notify()
 
     async def release_unused_actor_workers(
         self, node_id: bytes, address: str, in_use: list[bytes], timeout_s: float
     ) -> None:
         self.released.append((node_id, sorted(in_use)))
+        self.changes.notify()
 
     def forget_worker(self, worker: common_pb2.Address) -> None:
         self.forgotten.append(worker.worker_id)

@@ -9,13 +9,16 @@
     StalePlan                   a plan was committed onto a registry that moved on
 
 Every VC RPC answers with ``GcsStatus{code, message}`` in its reply, so these never become gRPC
-errors; the servicer copies ``code``/``message`` (and the payloads) into the reply.
+errors; the servicer copies ``code``/``message`` (and the payloads) into the reply.  They are
+domain errors (:class:`gcs.errors.GcsError`) like every other error below the RPC layer.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
+
+from gcs.errors import GcsError
 
 
 class VcStatusCode(enum.IntEnum):
@@ -30,7 +33,7 @@ class VcStatusCode(enum.IntEnum):
     Ant clients only test ``code != 0``."""
 
 
-class VcError(Exception):
+class VcError(GcsError):
     code: VcStatusCode = VcStatusCode.Invalid
 
     def __init__(

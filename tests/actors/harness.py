@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
+from gcs.changes import Changes
 from gcs.clock import FakeClock
 from gcs.managers.actor_scheduler import ActorScheduler, RetryPolicy
 from gcs.managers.actor_view import LiveClusterView
@@ -82,6 +84,8 @@ class Harness:
     published: list[Actor] = field(default_factory=list)
     worker_events: WorkerEvents = field(default_factory=WorkerEvents)
     max_dead_cached: int = 100_000
+    changes: Changes = field(default_factory=Changes)
+    """Notified on every actor change published (what the manager applied)."""
     virtual_cluster: frozenset[bytes] | None = None
     """When set, every job runs in a virtual cluster of these nodes."""
 
@@ -106,12 +110,12 @@ class Harness:
             self.gateway,
             self.nodes.alive,
             publish=self._publish,
-            node_events=self.node_events,
-            job_events=self.job_events,
-            worker_events=self.worker_events,
             job_is_dead=self._job_is_dead,
             max_dead_cached=self.max_dead_cached,
         )
+        self.node_events.subscribe(self.actors.node_listener)
+        self.job_events.subscribe(self.actors.job_listener)
+        self.worker_events.subscribe(self.actors.worker_listener)
 
     def _job_is_dead(self, job_id: bytes) -> bool:
         job = self.jobs.jobs.get(job_id)
@@ -121,6 +125,11 @@ class Harness:
         assert channel == GCS_ACTOR_CHANNEL
         assert isinstance(message, Actor) and key_id == message.actor_id
         self.published.append(message)
+        self.changes.notify()
+
+    async def until(self, predicate: Callable[[], object]) -> None:
+        """Until ``predicate()`` holds, re-checked after every actor change published."""
+        await self.changes.until(predicate)
 
     async def start(self, *nodes: int) -> Harness:
         await self.nodes.load()
@@ -149,10 +158,10 @@ class Harness:
         exit_type: int = common_pb2.SYSTEM_ERROR,
         detail: str = "killed",
     ) -> None:
-        self.worker_events.worker_dead(
-            gcs_pb2.WorkerTableData(
-                worker_address=worker,
-                exit_type=exit_type,
-                exit_detail=detail,  # type: ignore[arg-type]
-            )
+        failure = gcs_pb2.WorkerTableData(
+            worker_address=worker,
+            exit_type=exit_type,
+            exit_detail=detail,  # type: ignore[arg-type]
         )
+        for listener in self.worker_events:
+            listener.on_worker_dead(failure)

@@ -14,7 +14,6 @@ from gcs.proto import common_pb2, core_worker_pb2, gcs_pb2, node_manager_pb2
 from gcs.store import WriteBatch
 from gcs.store.base import TABLE_JOB
 from tests.actors.harness import DRIVER, JOB, Actor, Harness, actor_spec, node_id, node_info
-from tests.conftest import eventually
 
 Reason = common_pb2.ActorDiedErrorContext.Reason
 NodeReason = common_pb2.NodeDeathInfo.Reason
@@ -91,7 +90,7 @@ class TestCreation:
         spec = actor_spec(1, cpus=8)
         await h.actors.register(spec)
         creating = asyncio.ensure_future(h.actors.create(spec))
-        await eventually(lambda: len(h.gateway.leases) == 1)
+        await h.gateway.changes.until(lambda: len(h.gateway.leases) == 1)
         queued = h.gateway.leases[0]
         assert queued.node_id == node_id(1)
         assert dict(queued.request.lease_spec.required_resources) == {"CPU": 8}
@@ -234,14 +233,14 @@ class TestRestarts:
         actor_id = actor.actor_id
         for expected in (1, 2):
             h.worker_failure(h.actors.actors[actor_id].address)
-            await eventually(
+            await h.until(
                 lambda n=expected: (
                     h.actors.actors[actor_id].state == states.ALIVE
                     and h.actors.actors[actor_id].num_restarts == n
                 )
             )
         h.worker_failure(h.actors.actors[actor_id].address)
-        await eventually(lambda: h.actors.actors[actor_id].state == states.DEAD)
+        await h.until(lambda: h.actors.actors[actor_id].state == states.DEAD)
         dead = h.actors.actors[actor_id]
         assert dead.num_restarts == 2
         ctx = dead.death_cause.actor_died_error_context
@@ -257,7 +256,7 @@ class TestRestarts:
         actor_id = (await h.create(actor_spec(1, max_restarts=-1))).actor_id
         for n in range(1, 6):
             h.worker_failure(h.actors.actors[actor_id].address)
-            await eventually(
+            await h.until(
                 lambda n=n: (
                     h.actors.actors[actor_id].state == states.ALIVE
                     and h.actors.actors[actor_id].num_restarts == n
@@ -268,7 +267,7 @@ class TestRestarts:
         h = await Harness().start(1)
         actor_id = (await h.create(actor_spec(1, max_restarts=5))).actor_id
         h.worker_failure(h.actors.actors[actor_id].address, common_pb2.INTENDED_USER_EXIT)
-        await eventually(lambda: h.actors.actors[actor_id].state == states.DEAD)
+        await h.until(lambda: h.actors.actors[actor_id].state == states.DEAD)
         assert h.actors.actors[actor_id].num_restarts == 0
 
     async def test_worker_dying_during_creation_restarts_the_creation(self) -> None:
@@ -277,10 +276,10 @@ class TestRestarts:
         spec = actor_spec(1, max_restarts=1)
         await h.actors.register(spec)
         creating = asyncio.ensure_future(h.actors.create(spec))
-        await eventually(lambda: len(h.gateway.pushes) == 1)
+        await h.gateway.changes.until(lambda: len(h.gateway.pushes) == 1)
         leased = h.gateway.pushes[0][0]
         h.worker_failure(leased)
-        await eventually(lambda: len(h.gateway.pushes) == 2)
+        await h.gateway.changes.until(lambda: len(h.gateway.pushes) == 2)
         h.gateway.push_gate.set()
         reply = await asyncio.wait_for(creating, 10)
         assert reply.actor_address == h.gateway.pushes[1][0]
@@ -294,7 +293,7 @@ class TestRestarts:
             actor_spec(3, owner_node=2, owner=b"\x02" * 28, detached=True, max_restarts=1)
         )
         await h.nodes.mark_dead(node_id(2), NodeReason.UNEXPECTED_TERMINATION, "gone")
-        await eventually(
+        await h.until(
             lambda: (
                 h.actors.actors[on_two.actor_id].state == states.ALIVE
                 and h.actors.actors[on_two.actor_id].node_id == node_id(1)
@@ -306,9 +305,7 @@ class TestRestarts:
         ctx = h.actors.actors[owned_on_two.actor_id].death_cause.actor_died_error_context
         assert ctx.reason == Reason.OWNER_DIED
         # detached: its owner's death does not kill it; its node's death restarts it
-        await eventually(
-            lambda: h.actors.actors[detached_owned_on_two.actor_id].state == states.ALIVE
-        )
+        await h.until(lambda: h.actors.actors[detached_owned_on_two.actor_id].state == states.ALIVE)
         assert h.actors.actors[detached_owned_on_two.actor_id].node_id == node_id(1)
         died = "The actor died because its node has died."
         assert any(
@@ -322,7 +319,7 @@ class TestRestarts:
         strategy = soft_affinity(2)
         actor = await h.create(actor_spec(1, max_restarts=0, strategy=strategy))
         await h.nodes.mark_dead(node_id(2), NodeReason.AUTOSCALER_DRAIN_PREEMPTED, "spot")
-        await eventually(
+        await h.until(
             lambda: (
                 h.actors.actors[actor.actor_id].state == states.ALIVE
                 and h.actors.actors[actor.actor_id].node_id == node_id(1)
@@ -358,7 +355,7 @@ class TestDeaths:
         assert len(h.gateway.kills) == 1
         assert h.actors.actors[actor.actor_id].state == states.ALIVE  # until the worker dies
         h.worker_failure(actor.address)
-        await eventually(
+        await h.until(
             lambda: (
                 h.actors.actors[actor.actor_id].num_restarts == 1
                 and h.actors.actors[actor.actor_id].state == states.ALIVE
@@ -392,7 +389,7 @@ class TestDeaths:
         owned = await h.create(actor_spec(1))
         detached = await h.create(actor_spec(2, detached=True))
         h.worker_failure(common_pb2.Address(node_id=node_id(1), worker_id=DRIVER))
-        await eventually(lambda: h.actors.actors[owned.actor_id].state == states.DEAD)
+        await h.until(lambda: h.actors.actors[owned.actor_id].state == states.DEAD)
         ctx = h.actors.actors[owned.actor_id].death_cause.actor_died_error_context
         assert ctx.reason == Reason.OWNER_DIED
         assert ctx.error_message.startswith("The actor is dead because its owner has died.")
@@ -406,7 +403,7 @@ class TestDeaths:
         spec = actor_spec(1, cpus=64)
         await h.actors.register(spec)
         creating = asyncio.ensure_future(h.actors.create(spec))
-        await eventually(lambda: len(h.gateway.leases) == 1)
+        await h.gateway.changes.until(lambda: len(h.gateway.leases) == 1)
         actor_id = spec.actor_creation_task_spec.actor_id
         await h.actors.kill(actor_id, force_kill=True, no_restart=True)
         reply = await asyncio.wait_for(creating, 10)
@@ -427,7 +424,7 @@ class TestLineage:
         assert dead.death_cause.actor_died_error_context.reason == Reason.OUT_OF_SCOPE
         assert actor.actor_id in h.actors.specs  # restartable: the spec is kept
         await h.actors.restart_for_lineage(actor.actor_id, 1)
-        await eventually(lambda: h.actors.actors[actor.actor_id].state == states.ALIVE)
+        await h.until(lambda: h.actors.actors[actor.actor_id].state == states.ALIVE)
         assert h.actors.actors[actor.actor_id].num_restarts_due_to_lineage_reconstruction == 1
         await h.actors.restart_for_lineage(actor.actor_id, 1)  # stale: ignored
         with pytest.raises(FailedPrecondition, match="is not an out-of-scope dead actor"):
@@ -445,7 +442,7 @@ class TestPersistence:
         await h.actors.register(pending)
         creating = asyncio.ensure_future(h.actors.create(pending))
         pending_id = pending.actor_creation_task_spec.actor_id
-        await eventually(lambda: len(h.gateway.leases) == 2)
+        await h.gateway.changes.until(lambda: len(h.gateway.leases) == 2)
         await h.actors.close()
         creating.cancel()
         del h.gateway.lease_gate[node_id(1)]
@@ -456,7 +453,7 @@ class TestPersistence:
         assert back == detached and back.state == states.ALIVE
         assert again.actors.specs[detached.actor_id] == actor_spec(1, detached=True, name="keeper")
         # the creation that was in flight is scheduled again
-        await eventually(lambda: again.actors.actors[pending_id].state == states.ALIVE)
+        await again.until(lambda: again.actors.actors[pending_id].state == states.ALIVE)
         assert len(h.gateway.leases) == 3
         await again.actors.close()
 

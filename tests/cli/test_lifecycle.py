@@ -12,7 +12,7 @@ from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.workload import TaskSpec, submit
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
-from tests.conftest import eventually, fast_config
+from tests.conftest import fast_config
 
 SHORT_LOAD = (
     ({"CPU": 2.0}, 6, 0.5),  # more than fits: a backlog
@@ -46,7 +46,11 @@ class TestDemoLoad:
                 assert waiting == 0  # every request still waiting was withdrawn
                 # a lease whose grant crossed the timeout on the wire is freed by the raylet
                 # within the task's hold time: nothing is held for good
-                await eventually(lambda: _leftover(demo) == (0, 0), timeout_s=120)
+                for agent in demo.agents:  # no new work: each raylet only frees from here
+                    await agent.resources.changes.until(
+                        lambda a=agent: not a.resources.granted_ids() and not a.resources.load()[1]
+                    )
+                assert _leftover(demo) == (0, 0)
             assert demo.cycles == 2
         finally:
             await demo.stop()
@@ -61,12 +65,12 @@ class TestDemoLoad:
         demo = DemoCluster(server.address, nodes=1, cycle_s=0.5, load=SHORT_LOAD, clock=clock)
         task = asyncio.create_task(demo._keep_load())
         try:
-            await eventually(lambda: demo.idle_cycles == 1)
+            await demo.changes.until(lambda: demo.idle_cycles == 1)
             for _ in range(20):
                 await asyncio.sleep(0)
             assert demo.idle_cycles == 1 and demo.cycles == 1  # asleep, not spinning
             clock.advance(1.0)
-            await eventually(lambda: demo.idle_cycles == 2)
+            await demo.changes.until(lambda: demo.idle_cycles == 2)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

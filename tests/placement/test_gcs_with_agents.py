@@ -16,7 +16,7 @@ from gcs.proto import gcs_service_pb2 as G
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
-from tests.conftest import Stubs, eventually, fast_config
+from tests.conftest import Stubs, fast_config
 
 PG_ID = bytes(range(1, 19))
 PG = gcs_pb2.PlacementGroupTableData
@@ -90,16 +90,14 @@ async def test_pending_gang_until_placed_then_resources_move(cluster) -> None:  
             for n in reply.cluster_resource_state.node_states
         )
 
-    await eventually(labelled)
+    assert await labelled()  # CREATED: the labels are in the very next snapshot
     await stubs.pgs.RemovePlacementGroup(G.RemovePlacementGroupRequest(placement_group_id=PG_ID))
-
-    def returned() -> bool:
-        return all(
-            dict(a.servicer.resources_data().resources_total) == {"CPU": 2.0}  # type: ignore[attr-defined]
-            for a in agents
-        )
-
-    await eventually(returned)
+    for agent in agents:  # each raylet is told to return its bundle
+        await agent.resources.changes.until(lambda a=agent: a.resources.total == {"CPU": 2.0})
+    assert all(
+        dict(a.servicer.resources_data().resources_total) == {"CPU": 2.0}  # type: ignore[attr-defined]
+        for a in agents
+    )
 
 
 async def test_restart_keeps_created_groups_and_releases_stale_bundles() -> None:
@@ -139,10 +137,9 @@ async def test_restart_keeps_created_groups_and_releases_stale_bundles() -> None
         pg = restarted.managers.placement_groups.groups[PG_ID]
         assert pg.state == PG.CREATED
 
-        def released() -> bool:
-            return stale not in agents[0].resources.bundles()
-
-        await eventually(released, timeout_s=15)
+        await agents[0].resources.changes.until(
+            lambda: stale not in agents[0].resources.bundles()  # ReleaseUnusedBundles
+        )
         for agent in agents:
             held = agent.resources.bundles()
             assert list(held.values()) == [True] and next(iter(held))[0] == PG_ID

@@ -4,25 +4,28 @@ restart, node death, job finish, waiting, names and virtual clusters."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+import structlog
 
 from gcs.clock import FakeClock
 from gcs.errors import FailedPrecondition, NotFound
 from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
 from gcs.managers.jobs import JobManager
+from gcs.managers.lane import ResolvePolicy
 from gcs.managers.nodes import NodeManager
 from gcs.managers.pg_scheduler import PlacementConfig, PlacementGroupScheduler
 from gcs.managers.placement_groups import PG, PlacementGroupManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import common_pb2, gcs_pb2
-from gcs.store import WriteBatch
+from gcs.store import Store, StoreOutcomeUnknown, WriteBatch
 from gcs.store.base import TABLE_JOB
 from gcs.store.memory import MemoryStore
 from gcs.testing.raylets import FakeRayletGateway
-from tests.conftest import eventually
+from gcs.testing.stores import FaultyStore, UnsureStore, WriteFault
 
 JOB = (1).to_bytes(4, "little")
 STRICT_SPREAD = common_pb2.STRICT_SPREAD
@@ -48,7 +51,7 @@ def spec(n: int, strategy: int, *cpus: float, **kw: object) -> common_pb2.Placem
 
 @dataclass
 class Gcs:
-    store: MemoryStore
+    store: Store
     clock: FakeClock
     raylets: FakeRayletGateway
     nodes: NodeManager
@@ -79,11 +82,12 @@ class Gcs:
 
 
 async def make_gcs(
-    store: MemoryStore,
+    store: Store,
     raylets: FakeRayletGateway | None = None,
     *,
     cluster: str = "",
     cluster_nodes: Callable[[str], frozenset[bytes] | None] = lambda _c: None,
+    lane_policy: ResolvePolicy | None = None,
 ) -> Gcs:
     clock = FakeClock()
     raylets = raylets or FakeRayletGateway()
@@ -98,6 +102,7 @@ async def make_gcs(
         job_cluster=lambda _j: cluster,
         job_namespace=jobs.namespace_of,
         job_is_dead=jobs.is_dead,
+        lane_policy=lane_policy,
     )
     scheduler = PlacementGroupScheduler(
         pgs,
@@ -105,12 +110,12 @@ async def make_gcs(
         cache,
         raylets,
         clock,
-        node_events=node_events,
-        job_events=job_events,
-        pg_events=pg_events,
         cluster_nodes=cluster_nodes,
         config=PlacementConfig(retry_interval_s=5.0),
     )
+    node_events.subscribe(scheduler)
+    job_events.subscribe(scheduler)
+    pg_events.subscribe(scheduler)
     await nodes.load()
     await pgs.load()
     await jobs.load()
@@ -184,14 +189,11 @@ class TestTwoPhaseCommit:
         gcs.scheduler.config = PlacementConfig(retry_interval_s=3600.0)
         loop = asyncio.ensure_future(gcs.scheduler.run())
         try:
-            await eventually(lambda: gcs.scheduler.passes == 1)  # now waiting an hour
+            await gcs.scheduler.changes.until(lambda: gcs.scheduler.passes == 1)  # waits 1 h
             await gcs.pgs.create(spec(1, common_pb2.PACK, 1))
-
-            async def created() -> bool:
-                await gcs.scheduler.settle()
-                return gcs.pgs.groups[pg_id(1)].state == PG.CREATED
-
-            await eventually(created, timeout_s=10)
+            await gcs.scheduler.changes.until(
+                lambda: gcs.pgs.groups[pg_id(1)].state == PG.CREATED  # no time moved
+            )
         finally:
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
@@ -205,14 +207,12 @@ class TestTwoPhaseCommit:
         gcs.scheduler.config = PlacementConfig(retry_interval_s=3600.0, max_in_flight=1)
         loop = asyncio.ensure_future(gcs.scheduler.run())
         try:
-            await eventually(lambda: gcs.scheduler.passes == 1)  # now waiting an hour
+            await gcs.scheduler.changes.until(lambda: gcs.scheduler.passes == 1)  # waits 1 h
             for n in (1, 2, 3):
                 await gcs.pgs.create(spec(n, common_pb2.PACK, 1))
-
-            async def created() -> bool:
-                return all(gcs.pgs.groups[pg_id(n)].state == PG.CREATED for n in (1, 2, 3))
-
-            await eventually(created, timeout_s=10)
+            await gcs.scheduler.changes.until(  # no time moved: each freed slot is used at once
+                lambda: all(gcs.pgs.groups[pg_id(n)].state == PG.CREATED for n in (1, 2, 3))
+            )
         finally:
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
@@ -239,6 +239,120 @@ class TestTwoPhaseCommit:
         await gcs.add_node("b")  # node added -> the retry wait ends
         await gcs.place()
         assert gcs.pgs.groups[pg_id(1)].state == PG.CREATED
+
+
+class _LosingStore(UnsureStore):
+    """``lose_next``: the next write fails ambiguously without landing."""
+
+    lose_next = False
+
+    async def write(self, batch: WriteBatch) -> None:
+        if self.lose_next:
+            self.lose_next = False
+            raise StoreOutcomeUnknown(batch.write_id, "lost on the way to the store")
+        await super().write(batch)
+
+
+ASK_ONCE = ResolvePolicy(attempts=1)
+
+
+async def _bundles_committed_then_record(
+    gcs: Gcs, fail: Callable[[], None]
+) -> asyncio.Future[list[object]]:
+    """Two nodes, a STRICT_SPREAD group; ``fail()`` arms the store just before the pass
+    (the group's creation was written already).  Returns the pass, still running."""
+    for name in "ab":
+        await gcs.add_node(name)
+    await gcs.pgs.create(spec(1, STRICT_SPREAD, 1, 1))
+    fail()
+    return asyncio.ensure_future(gcs.scheduler.place_once())
+
+
+class TestStoreFailures:
+    async def test_a_store_failure_recording_the_placement_gives_the_committed_bundles_back(
+        self,
+    ) -> None:
+        """Both raylets committed, then the store refused the record: nothing recorded, so
+        the raylets must not keep the bundles (old code: the StoreUnavailable escaped the
+        two-phase task and the bundles stayed reserved until a restart)."""
+        store = FaultyStore(MemoryStore())
+        gcs = await make_gcs(store)
+        await (
+            await _bundles_committed_then_record(gcs, lambda: store.fail_next(WriteFault.BEFORE))
+        )
+        await gcs.scheduler.settle()
+        assert len(gcs.raylets.calls_to("CommitBundleResources")) == 2
+        removed = {c.node_id for c in gcs.raylets.calls_to("RemovePlacementGroupBundles")}
+        assert removed == {node_id("a"), node_id("b")}
+        assert all(not held for held in gcs.raylets.bundles.values())
+        assert gcs.pgs.groups[pg_id(1)].state == PG.PENDING
+        gcs.clock.advance(5.0)  # the retry interval: placed again, recorded this time
+        await gcs.place()
+        assert gcs.pgs.groups[pg_id(1)].state == PG.CREATED
+
+    async def test_an_unresolved_record_that_landed_keeps_the_bundles(self) -> None:
+        """The record may have landed and the store cannot tell: the group keeps its slot
+        until the store can; it had landed, so the group is CREATED and nothing is given
+        back."""
+        store = UnsureStore(MemoryStore())
+        gcs = await make_gcs(store, lane_policy=ASK_ONCE)
+
+        def unsure_after() -> None:
+            store.fail_next(WriteFault.AFTER)
+            store.unsure = 3  # the lane's ask, then the scheduler's first two
+
+        await (await _bundles_committed_then_record(gcs, unsure_after))
+        await gcs.clock.advance_until(
+            lambda: gcs.pgs.groups[pg_id(1)].state == PG.CREATED, step_s=5.0
+        )
+        await gcs.scheduler.settle()
+        assert store.asked >= 3
+        assert not gcs.raylets.calls_to("RemovePlacementGroupBundles")
+        assert all(all(held.values()) for held in gcs.raylets.bundles.values() if held)
+
+    async def test_an_unresolved_record_that_did_not_land_gives_the_bundles_back(self) -> None:
+        """Same, but the record never reached the store: once that is known the committed
+        bundles are returned and the group waits for a later pass (old code: they stayed
+        reserved)."""
+        store = _LosingStore(MemoryStore())
+        gcs = await make_gcs(store, lane_policy=ASK_ONCE)
+
+        def lose() -> None:
+            store.lose_next = True
+            store.unsure = 3
+
+        await (await _bundles_committed_then_record(gcs, lose))
+        await gcs.clock.advance_until(
+            lambda: len(gcs.raylets.calls_to("RemovePlacementGroupBundles")) == 2, step_s=5.0
+        )
+        await gcs.scheduler.settle()
+        assert all(not held for held in gcs.raylets.bundles.values())
+        assert gcs.pgs.groups[pg_id(1)].state == PG.PENDING
+
+    async def test_a_store_failure_in_a_follow_up_is_logged_never_unretrieved(self) -> None:
+        """A node dies while the store is down: marking its bundles lost fails in the
+        scheduler's background task; the failure is a warning naming the task, not an
+        exception asyncio reports as never retrieved (old code: store errors were not
+        domain errors and escaped the follow-up)."""
+        unretrieved: list[object] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _l, c: unretrieved.append(c))
+        store = FaultyStore(MemoryStore())
+        gcs = await make_gcs(store)
+        for name in "ab":
+            await gcs.add_node(name)
+        await gcs.pgs.create(spec(1, STRICT_SPREAD, 1, 1))
+        await gcs.place()
+        victim = gcs.placed_nodes(1)[0]
+        with structlog.testing.capture_logs() as logs:
+            store.fail_next(WriteFault.BEFORE)  # the bundles-lost follow-up's write fails
+            gcs.scheduler.on_node_dead(gcs.nodes.alive[victim])  # as the node manager tells
+            await gcs.scheduler.settle()
+        gc.collect()
+        await asyncio.sleep(0)
+        assert unretrieved == []
+        [failed] = [e for e in logs if e["event"] == "background.failed"]
+        assert failed["task"] == "pg_scheduler:bundles-lost"
+        assert failed["log_level"] == "warning"
 
 
 class TestRestart:

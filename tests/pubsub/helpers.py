@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+from gcs.changes import Changes
 from gcs.clock import FakeClock
 from gcs.proto import gcs_pb2
 from gcs.pubsub import Publisher, PublisherConfig
@@ -30,3 +34,22 @@ def observability(clock: FakeClock | None = None, **overrides: object) -> Publis
 
     cfg = dataclasses.replace(PublisherConfig.observability(), **overrides)  # type: ignore[arg-type]
     return Publisher(cfg, clock or FakeClock(), publisher_id=PID)
+
+
+def watch_polls(pub: Publisher) -> Changes:
+    """Notified whenever the publisher takes a poll (acks are applied by polls) and when a
+    poll it returned ends (answered, or cancelled by the client going away): tests wait for
+    ``pub.held_poll_count()`` or ``pub.queued(...)`` on this, not on time."""
+    polled = Changes()
+    poll = pub.poll
+
+    def poll_and_tell(*args: Any) -> asyncio.Future[Any]:
+        try:
+            future = poll(*args)
+        finally:
+            polled.notify()
+        future.add_done_callback(lambda _: polled.notify())
+        return future
+
+    pub.poll = poll_and_tell  # type: ignore[method-assign]
+    return polled

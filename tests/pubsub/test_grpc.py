@@ -26,7 +26,8 @@ from gcs.pubsub.subscriber import (
 )
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import CONTROL_PLANE_PUBSUB, OBSERVABILITY_PUBSUB
-from tests.pubsub.helpers import node, sub_id
+from tests.conftest import Seen
+from tests.pubsub.helpers import node, sub_id, watch_polls
 
 FAST = SubscriberConfig(initial_backoff_s=0.05, max_backoff_s=0.2)
 
@@ -72,13 +73,6 @@ async def channel(gcs: Gcs) -> AsyncIterator[grpc.aio.Channel]:
     await ch.close()
 
 
-async def wait_until(pred, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    """Poll a condition that network I/O will make true (gRPC tests only)."""
-    async with asyncio.timeout(timeout_s):
-        while not pred():  # noqa: ASYNC110 - the condition is not an event we own
-            await asyncio.sleep(0.01)
-
-
 class TestServicers:
     async def test_publish_then_poll_returns_the_message_with_a_publisher_sequence_id(
         self, gcs: Gcs, channel: grpc.aio.Channel
@@ -121,7 +115,7 @@ class TestServicers:
         self, gcs: Gcs, channel: grpc.aio.Channel
     ) -> None:
         """ReportJobError goes out on RAY_ERROR_INFO with key = job id hex."""
-        got: list[pubsub_pb2.PubMessage] = []
+        got = Seen()
         sub = GcsSubscriber(
             channel, on_message=got.append, service=OBSERVABILITY_PUBSUB, config=FAST
         )
@@ -133,7 +127,7 @@ class TestServicers:
                     job_error=gcs_pb2.ErrorTableData(job_id=b"\x01\0\0\0", type="t")
                 )
             )
-            await wait_until(lambda: len(got) == 1)
+            await got.until(lambda: len(got) == 1)
         assert got[0].key_id == b"01000000"
         assert got[0].error_info_message.type == "t"
 
@@ -143,10 +137,11 @@ class TestSubscriberClient:
         self, gcs: Gcs, channel: grpc.aio.Channel
     ) -> None:
         """Key filter, all-keys, ordering and acking through the real services."""
-        got: list[tuple[int, bytes]] = []
+        got = Seen()
         sub = GcsSubscriber(
             channel, on_message=lambda m: got.append((m.sequence_id, m.key_id)), config=FAST
         )
+        polled = watch_polls(gcs.pubsub.control_plane)
         async with sub:
             await sub.subscribe(GCS_NODE_INFO_CHANNEL)
             await sub.subscribe(GCS_JOB_CHANNEL, b"j1")
@@ -155,8 +150,8 @@ class TestSubscriberClient:
             pub.publish(GCS_JOB_CHANNEL, b"j2", gcs_pb2.JobTableData(job_id=b"j2"))
             pub.publish(GCS_JOB_CHANNEL, b"j1", gcs_pb2.JobTableData(job_id=b"j1"))
             pub.publish(GCS_NODE_INFO_CHANNEL, b"n2", node("b"))
-            await wait_until(lambda: len(got) == 3)
-            await wait_until(lambda: pub.queued(sub.subscriber_id) == ())
+            await got.until(lambda: len(got) == 3)
+            await polled.until(lambda: pub.queued(sub.subscriber_id) == ())  # acked
         assert got == [(1, b"n1"), (3, b"j1"), (4, b"n2")]
 
     async def test_unsubscribe_stops_delivery(self, gcs: Gcs, channel: grpc.aio.Channel) -> None:
@@ -183,7 +178,7 @@ class TestSubscriberClient:
         self, gcs: Gcs, channel: grpc.aio.Channel
     ) -> None:
         """A log monitor's GcsPublish(RAY_LOG) on the observability service is delivered."""
-        got: list[pubsub_pb2.PubMessage] = []
+        got = Seen()
         sub = GcsSubscriber(
             channel, on_message=got.append, service=OBSERVABILITY_PUBSUB, config=FAST
         )
@@ -193,7 +188,7 @@ class TestSubscriberClient:
             msg.log_batch_message.CopyFrom(logging_pb2.LogBatch(lines=["hello"]))
             stub = ServiceStub(channel, OBSERVABILITY_PUBSUB, timeout_s=30)
             await stub.GcsPublish(gcs_service_pb2.GcsPublishRequest(pub_messages=[msg]))
-            await wait_until(lambda: len(got) == 1)
+            await got.until(lambda: len(got) == 1)
         assert list(got[0].log_batch_message.lines) == ["hello"]
 
 
@@ -204,8 +199,7 @@ class TestPublisherRestart:
         await first.start()
         port = first.port
         ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=FAST_RECONNECT_OPTIONS)
-        got: list[tuple[int, str]] = []
-        restarts: list[bytes] = []
+        got, restarts = Seen(), Seen()
         sub = GcsSubscriber(
             ch,
             on_message=lambda m: got.append((m.sequence_id, m.node_info_message.node_name)),
@@ -217,20 +211,20 @@ class TestPublisherRestart:
             await sub.start()
             await sub.subscribe(GCS_NODE_INFO_CHANNEL)
             first.pubsub.control_plane.publish(GCS_NODE_INFO_CHANNEL, b"n", node("a"))
-            await wait_until(lambda: got == [(1, "a")])
+            await got.until(lambda: got == [(1, "a")])
             old_id = sub.publisher_id
             assert old_id == first.pubsub.control_plane.publisher_id
 
             await first.stop()
             await second.start(port)
             new_id = second.pubsub.control_plane.publisher_id
-            await wait_until(lambda: restarts == [new_id], timeout_s=60)
+            await restarts.until(lambda: restarts == [new_id])
             # Resubscribed before the callback: a publish on the new GCS arrives with seq 1.
             assert second.pubsub.control_plane.subscriptions_of(sub.subscriber_id) == {
                 (GCS_NODE_INFO_CHANNEL, b"")
             }
             second.pubsub.control_plane.publish(GCS_NODE_INFO_CHANNEL, b"n", node("b"))
-            await wait_until(lambda: len(got) == 2)
+            await got.until(lambda: len(got) == 2)
             assert got == [(1, "a"), (1, "b")]
             assert sub.publisher_id == new_id != old_id
         finally:
@@ -249,7 +243,7 @@ class TestFairness:
         pub.subscribe(sub_id(99), GCS_NODE_INFO_CHANNEL)  # never polls
         pub.subscribe(sub_id(98), GCS_NODE_INFO_CHANNEL)
         stuck_poll = pub.poll(sub_id(98), 0, b"")  # held, then answered; never polls again
-        got: list[int] = []
+        got = Seen()
         async with GcsSubscriber(
             channel, on_message=lambda m: got.append(m.sequence_id), config=FAST
         ) as sub:
@@ -258,7 +252,7 @@ class TestFairness:
                 pub.publish(GCS_NODE_INFO_CHANNEL, b"n", node(str(i)))
                 if i % 50 == 0:
                     await asyncio.sleep(0)  # let replies flow while publishing
-            await wait_until(lambda: len(got) == 500)
+            await got.until(lambda: len(got) == 500)
         assert got == list(range(1, 501))
         assert len(pub.queued(sub_id(99))) == 500
         assert len(pub.queued(sub_id(98))) == 500
@@ -280,8 +274,8 @@ class TestLifecycle:
         assert held.done() and held.result().messages == ()
 
     async def test_the_background_task_sweeps(self) -> None:
-        """The task sweeps on its interval; an idle subscriber goes once the (fake) clock
-        passes its timeout, and not before, however many sweeps ran."""
+        """The task sweeps on its interval of the (fake) clock; an idle subscriber goes once
+        the clock passes its timeout, and not before, however many sweeps ran."""
         import dataclasses
 
         from gcs.clock import FakeClock
@@ -300,12 +294,16 @@ class TestLifecycle:
 
         pubsub.sweep = counted  # type: ignore[method-assign]
         pubsub.control_plane.subscribe(b"s", GCS_NODE_INFO_CHANNEL)
+        start_s = clock.monotonic_s()
         await pubsub.start()
         try:
-            await wait_until(lambda: sweeps >= 3)
-            assert pubsub.control_plane.has_subscriber(b"s")  # swept, but time stood still
-            clock.advance(1.001)
-            await wait_until(lambda: not pubsub.control_plane.has_subscriber(b"s"))
+            await clock.advance_until(lambda: sweeps >= 3, step_s=0.01)
+            assert clock.monotonic_s() - start_s < 1.0
+            assert pubsub.control_plane.has_subscriber(b"s")  # swept, not yet timed out
+            await clock.advance_until(
+                lambda: not pubsub.control_plane.has_subscriber(b"s"), step_s=0.01
+            )
+            assert clock.monotonic_s() - start_s >= 1.0
         finally:
             await pubsub.stop()
 
@@ -326,8 +324,7 @@ class TestClientRecovery:
         await g.start()
         ch = grpc.aio.insecure_channel(f"127.0.0.1:{g.port}", options=FAST_RECONNECT_OPTIONS)
         release = asyncio.Event()
-        got: list[str] = []
-        restarts: list[bytes] = []
+        got, restarts = Seen(), Seen()
 
         async def slow(msg: pubsub_pb2.PubMessage) -> None:
             got.append(msg.node_info_message.node_name)
@@ -335,19 +332,20 @@ class TestClientRecovery:
 
         sub = GcsSubscriber(ch, on_message=slow, on_publisher_restart=restarts.append, config=FAST)
         pub = g.pubsub.control_plane
+        polled = watch_polls(pub)
         try:
             await sub.start()
             await sub.subscribe(GCS_NODE_INFO_CHANNEL)
             pub.publish(GCS_NODE_INFO_CHANNEL, b"n", node("first"))
-            await wait_until(lambda: got == ["first"])  # now stuck in the callback
+            await got.until(lambda: got == ["first"])  # now stuck in the callback
             for i in range(4):
                 pub.publish(GCS_NODE_INFO_CHANNEL, b"n", node(str(i)))
             assert not pub.has_subscriber(sub.subscriber_id)
             release.set()
-            await wait_until(lambda: restarts == [pub.publisher_id])
-            await wait_until(lambda: pub.held_poll_count() == 1)
+            await restarts.until(lambda: restarts == [pub.publisher_id])
+            await polled.until(lambda: pub.held_poll_count() == 1)
             pub.publish(GCS_NODE_INFO_CHANNEL, b"n", node("after"))
-            await wait_until(lambda: got[-1:] == ["after"])
+            await got.until(lambda: got[-1:] == ["after"])
         finally:
             await sub.close()
             await ch.close()

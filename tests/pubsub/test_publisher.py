@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gcs.clock import FakeClock
-from gcs.proto import gcs_pb2, pubsub_pb2
+from gcs.proto import gcs_pb2, gcs_service_pb2, pubsub_pb2
 from gcs.pubsub import (
     GCS_ACTOR_CHANNEL,
     GCS_JOB_CHANNEL,
@@ -19,7 +19,8 @@ from gcs.pubsub import (
     PublisherConfig,
     SubscriberDropped,
 )
-from gcs.rpc.errors import RayStatusError, grpc_details, status_for
+from gcs.rpc.errors import InvalidArgument, RayStatusError, as_ray_status, grpc_details, status_for
+from gcs.services.pubsub import PubSubServicer
 from tests.pubsub.helpers import OTHER_PID, PID, control_plane, node, observability, sub_id
 
 A, B = sub_id(1), sub_id(2)
@@ -214,18 +215,24 @@ class TestSubscriptions:
         assert seqs(await pub.poll(A, 0, PID)) == [2]
 
     def test_subscribing_to_a_channel_not_hosted_is_aborted_invalid_argument(self) -> None:
-        """Ray answers gRPC ABORTED with details starting "InvalidArgument"."""
+        """The publisher raises the domain error; the servicer answers it as Ray does, gRPC
+        ABORTED with details starting "InvalidArgument"."""
         pub = control_plane()
-        with pytest.raises(RayStatusError) as info:
+        with pytest.raises(InvalidArgument) as info:
             pub.subscribe(A, RAY_LOG_CHANNEL)
-        assert grpc_details(info.value).startswith("InvalidArgument")
-        assert status_for(info.value)[0].name == "ABORTED"  # type: ignore[index]
+        assert grpc_details(as_ray_status(info.value)).startswith("InvalidArgument")
+        assert status_for(as_ray_status(info.value))[0].name == "ABORTED"  # type: ignore[index]
+        command = gcs_service_pb2.GcsSubscriberCommandBatchRequest(subscriber_id=A)
+        command.commands.add(channel_type=RAY_LOG_CHANNEL).subscribe_message.SetInParent()
+        with pytest.raises(RayStatusError) as wire:
+            PubSubServicer(pub).command_batch(command)
+        assert grpc_details(wire.value).startswith("InvalidArgument: channel")
 
     def test_virtual_cluster_channel_is_hosted_only_when_configured(self) -> None:
         """Channel 11 can be added by configuration."""
         assert RAY_VIRTUAL_CLUSTER_CHANNEL == 11
         plain = control_plane()
-        with pytest.raises(RayStatusError):
+        with pytest.raises(InvalidArgument):
             plain.subscribe(A, RAY_VIRTUAL_CLUSTER_CHANNEL)
         cfg = PublisherConfig.control_plane().with_channels(RAY_VIRTUAL_CLUSTER_CHANNEL)
         Publisher(cfg, FakeClock()).subscribe(A, RAY_VIRTUAL_CLUSTER_CHANNEL)
@@ -282,7 +289,7 @@ class TestBuffers:
         assert pub.stats().dropped_subscribers == 1
         with pytest.raises(SubscriberDropped) as info:
             pub.poll(A, 0, PID)
-        assert grpc_details(info.value).startswith("NotFound")
+        assert grpc_details(as_ray_status(info.value)).startswith("NotFound")
         assert not pub.poll(A, 0, PID).done()  # then it is a fresh subscriber
         assert seqs(await pub.poll(B, 3, PID)) == [4]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -17,17 +16,6 @@ from gcs.rpc.services import NODE_MANAGER
 
 FAST = {"liveness_check_interval_ms": 50, "reconnect_backoff_initial_ms": 20,
         "reconnect_backoff_max_ms": 100, "register_timeout_s": 5.0}  # fmt: skip
-
-
-async def eventually(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    """Poll a condition driven by real sockets (not time-based logic) until it holds; the
-    deadline only bounds a hang, so it is generous (a loaded machine at ``-n 4``)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2, common_pb2, node_manager_pb2
 from gcs.raylet.agent import ExitReason
 from gcs.raylet.servicer import IDLE_DRAIN_REJECTED
-from tests.conftest import advance_until
-from tests.raylet.conftest import eventually
+from tests.raylet.conftest import FAST
 
+TICK = FAST["liveness_check_interval_ms"] / 1000
+"""Step of the agent's clock: each step may start one liveness check."""
 IDLE = autoscaler_pb2.DRAIN_NODE_REASON_IDLE_TERMINATION
 PREEMPT = autoscaler_pb2.DRAIN_NODE_REASON_PREEMPTION
 
@@ -68,55 +69,71 @@ class TestRegistration:
         [md] = fake_gcs.servicer.register_metadata
         assert md["ray_cluster_id"] == fake_gcs.servicer.cluster_id.hex()
 
-    async def test_liveness_self_check_sends_own_node_id(self, fake_gcs, make_agent) -> None:
-        """CheckAlive runs on the configured interval with the agent's id."""
+    async def test_liveness_self_check_sends_own_node_id(
+        self, fake_gcs, make_agent, clock: FakeClock
+    ) -> None:
+        """CheckAlive runs on the configured interval (of the agent's clock) with its id."""
         agent = await make_agent()
-        await eventually(lambda: len(fake_gcs.servicer.check_alive_calls) >= 2)
+        assert fake_gcs.servicer.check_alive_calls == []  # not before the interval
+        await clock.advance_until(lambda: len(fake_gcs.servicer.check_alive_calls) >= 2, TICK)
         assert fake_gcs.servicer.check_alive_calls[0] == [agent.node_id]
 
-    async def test_agent_exits_when_the_gcs_says_it_is_dead(self, fake_gcs, make_agent) -> None:
+    async def test_agent_exits_when_the_gcs_says_it_is_dead(
+        self, fake_gcs, make_agent, clock: FakeClock
+    ) -> None:
         """Ray semantics: raylet_alive=false makes the raylet exit."""
         agent = await make_agent()
         fake_gcs.servicer.dead.add(agent.node_id)
-        assert await asyncio.wait_for(agent.wait(), 30) is ExitReason.DECLARED_DEAD
+        await clock.advance_until(lambda: agent.exit_reason is not None, TICK)
+        assert await agent.wait() is ExitReason.DECLARED_DEAD
 
-    async def test_agent_reregisters_when_dead_if_configured(self, fake_gcs, make_agent) -> None:
+    async def test_agent_reregisters_when_dead_if_configured(
+        self, fake_gcs, make_agent, clock: FakeClock
+    ) -> None:
         """reregister_when_dead turns a dead verdict into a new RegisterNode."""
         agent = await make_agent(reregister_when_dead=True)
         fake_gcs.servicer.dead.add(agent.node_id)
-        await eventually(lambda: agent.registrations >= 2)
+        await clock.advance_until(lambda: agent.registrations >= 2, TICK)
         assert agent.exit_reason is None
 
 
 class TestGcsRestart:
     """Same cluster id → re-register; different cluster id → fate-share."""
 
-    async def test_agent_reregisters_after_the_gcs_comes_back(self, fake_gcs, make_agent) -> None:
-        """The agent notices the GCS is gone, retries, and registers again."""
+    async def test_agent_reregisters_after_the_gcs_comes_back(
+        self, fake_gcs, make_agent, clock: FakeClock
+    ) -> None:
+        """The agent notices the GCS is gone (its next liveness check), retries on its
+        back-off, and registers again."""
         agent = await make_agent()
         await fake_gcs.stop()
-        await eventually(lambda: not agent.gcs_connected)
+        await clock.advance_until(lambda: not agent.gcs_connected, TICK)
         await fake_gcs.start()
-        await eventually(lambda: agent.registrations == 2)
+        await clock.advance_until(lambda: agent.registrations == 2, TICK)
         assert len(fake_gcs.servicer.registered) == 2
         assert fake_gcs.servicer.registered[1].node_id == agent.node_id
 
-    async def test_agent_exits_when_the_cluster_id_changes(self, fake_gcs, make_agent) -> None:
+    async def test_agent_exits_when_the_cluster_id_changes(
+        self, fake_gcs, make_agent, clock: FakeClock
+    ) -> None:
         """A new non-persistent GCS has a new cluster id: the raylet fate-shares."""
         agent = await make_agent()
         await fake_gcs.stop()
-        await eventually(lambda: not agent.gcs_connected)
+        await clock.advance_until(lambda: not agent.gcs_connected, TICK)
         await fake_gcs.restart(new_cluster=True)
-        assert await asyncio.wait_for(agent.wait(), 30) is ExitReason.CLUSTER_CHANGED
+        await clock.advance_until(lambda: agent.exit_reason is not None, TICK)
+        assert await agent.wait() is ExitReason.CLUSTER_CHANGED
         assert fake_gcs.servicer.registered == []
 
-    async def test_agent_joins_the_new_cluster_when_told_to(self, fake_gcs, make_agent) -> None:
+    async def test_agent_joins_the_new_cluster_when_told_to(
+        self, fake_gcs, make_agent, clock: FakeClock
+    ) -> None:
         """rejoin_new_cluster registers with the new cluster id instead of exiting."""
         agent = await make_agent(rejoin_new_cluster=True)
         await fake_gcs.stop()
-        await eventually(lambda: not agent.gcs_connected)
+        await clock.advance_until(lambda: not agent.gcs_connected, TICK)
         await fake_gcs.restart(new_cluster=True)
-        await eventually(lambda: len(fake_gcs.servicer.registered) == 1)
+        await clock.advance_until(lambda: len(fake_gcs.servicer.registered) == 1, TICK)
         assert agent.cluster_id == fake_gcs.servicer.cluster_id
 
     async def test_notify_gcs_restart_triggers_reregistration(
@@ -125,7 +142,7 @@ class TestGcsRestart:
         """NotifyGCSRestart makes the agent check the cluster id and register again."""
         agent = await make_agent(liveness_check_interval_ms=60_000)
         await node_manager(agent).NotifyGCSRestart(node_manager_pb2.NotifyGCSRestartRequest())
-        await eventually(lambda: agent.registrations == 2)
+        await agent.changes.until(lambda: agent.registrations == 2)  # no time passes
 
 
 class TestResourceLoad:
@@ -170,7 +187,7 @@ class TestResourceLoad:
             asyncio.ensure_future(stub.RequestWorkerLease(lease_request(b"b", CPU=1))),
             asyncio.ensure_future(stub.RequestWorkerLease(lease_request(b"c", CPU=4))),
         ]
-        await eventually(lambda: len(agent.resources.load()[1]) == 2)
+        await agent.resources.changes.until(lambda: len(agent.resources.load()[1]) == 2)
         data = await load(stub)
         assert dict(data.resource_load) == {"CPU": 5.0}
         rows = data.resource_load_by_shape.resource_demands
@@ -196,7 +213,7 @@ class TestResourceLoad:
             ]
         )
         fut = asyncio.ensure_future(stub.RequestWorkerLease(lease_request(b"a", selector, CPU=1)))
-        await eventually(lambda: bool(agent.resources.load()[1]))
+        await agent.resources.changes.until(lambda: agent.resources.load()[1])
         [row] = (await load(stub)).resource_load_by_shape.resource_demands
         assert row.num_infeasible_requests_queued == 1
         assert list(row.label_selectors) == [selector]
@@ -226,9 +243,11 @@ class TestLeases:
         stub = node_manager(agent)
         await stub.RequestWorkerLease(lease_request(b"a", CPU=2))
         b = asyncio.ensure_future(stub.RequestWorkerLease(lease_request(b"b", CPU=2)))
-        await eventually(lambda: bool(agent.resources.load()[1]))
+        await agent.resources.changes.until(lambda: agent.resources.load()[1])
         c = asyncio.ensure_future(stub.RequestWorkerLease(lease_request(b"c", CPU=1)))
-        await eventually(lambda: sum(r.ready for r in agent.resources.load()[1]) == 2)
+        await agent.resources.changes.until(
+            lambda: sum(r.ready for r in agent.resources.load()[1]) == 2
+        )
         assert not b.done() and not c.done()
         await stub.ReturnWorkerLease(node_manager_pb2.ReturnWorkerLeaseRequest(lease_id=b"a"))
         assert (await b).HasField("worker_address")
@@ -244,7 +263,7 @@ class TestLeases:
         agent = await make_agent()
         stub = node_manager(agent)
         fut = asyncio.ensure_future(stub.RequestWorkerLease(lease_request(b"x", GPU=1)))
-        await eventually(lambda: bool(agent.resources.load()[1]))
+        await agent.resources.changes.until(lambda: agent.resources.load()[1])
         await stub.CancelWorkerLease(node_manager_pb2.CancelWorkerLeaseRequest(lease_id=b"x"))
         reply = await fut
         assert reply.canceled
@@ -266,9 +285,9 @@ class TestLeases:
         fut = asyncio.ensure_future(
             node_manager(agent).RequestWorkerLease(lease_request(b"a", CPU=2))
         )
-        await eventually(lambda: bool(agent.resources.load()[1]))
+        await agent.resources.changes.until(lambda: agent.resources.load()[1])
         fut.cancel()
-        await eventually(lambda: not agent.resources.load()[1])
+        await agent.resources.changes.until(lambda: not agent.resources.load()[1])
 
     async def test_synthetic_hold_frees_the_lease_by_itself(
         self, make_agent, node_manager, clock: FakeClock
@@ -280,11 +299,10 @@ class TestLeases:
             lease_request(b"a", CPU=1), metadata=[("gcs-synthetic-seconds", "5")]
         )
         assert reply.HasField("worker_address")
-        await eventually(lambda: clock.sleepers == 1)  # the hold is timed
-        clock.advance(4.9)
-        assert clock.sleepers == 1 and agent.resources.busy  # not due: nothing woke
-        clock.advance(0.1)
-        await eventually(lambda: not agent.resources.busy)
+        await clock.run_for(4.9, step_s=TICK)  # the agent's loops run; the hold is not due
+        assert agent.resources.busy
+        clock.advance(0.2)  # past the 5 s (steps of 0.05 s add up to a hair under 4.9)
+        await agent.resources.changes.until(lambda: not agent.resources.busy)
 
     async def test_detached_requests_reply_at_once_and_stay_queued(
         self, make_agent, node_manager, clock: FakeClock
@@ -298,10 +316,8 @@ class TestLeases:
         assert first.HasField("worker_address")
         assert not second.HasField("worker_address") and not second.rejected
         assert agent.resources.state_of(b"b") is not None
-        await advance_until(
-            clock,
-            lambda: agent.resources.state_of(b"b") is None and not agent.resources.busy,
-            step_s=0.05,
+        await clock.advance_until(
+            lambda: agent.resources.state_of(b"b") is None and not agent.resources.busy, TICK
         )
 
 

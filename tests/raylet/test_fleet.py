@@ -15,7 +15,7 @@ from gcs.proto import node_manager_pb2
 from gcs.raylet.fleet import FleetConfig, RayletFleet, loopback_ip, split_counts
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import NODE_MANAGER
-from tests.raylet.conftest import eventually
+from tests.conftest import eventually
 
 
 async def poll_all(fleet: RayletFleet) -> list[bytes]:
@@ -103,7 +103,7 @@ class TestProcesses:
             env={**os.environ, "PYTHONPATH": os.getcwd()},
         )  # fmt: skip
         try:
-            await eventually(lambda: len(fake_gcs.servicer.registered) == 30, timeout_s=120)
+            await fake_gcs.changes.until(lambda: len(fake_gcs.servicer.registered) == 30)
             names = {n.node_name for n in fake_gcs.servicer.registered}
             assert names == {f"fleet-{i}" for i in range(30)}
             children = child_pids(parent.pid)
@@ -111,4 +111,5 @@ class TestProcesses:
         finally:
             parent.terminate()
             await parent.wait()
+        # wall clock: the fleet's children are not ours to wait for; only /proc shows them go
         await eventually(lambda: not any(os.path.exists(f"/proc/{c}") for c in children))

@@ -7,10 +7,10 @@ from typing import Any
 
 from gcs.proto import ray_syncer_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
-from gcs.raylet.syncer import view_fingerprint
+from gcs.raylet.sync_link import view_fingerprint
 from gcs.server.app import GcsServer
 from tests.conftest import fast_config
-from tests.raylet.conftest import FAST, eventually
+from tests.raylet.conftest import FAST
 
 
 async def _agent(gcs_server: GcsServer, **overrides: Any) -> RayletAgent:
@@ -36,8 +36,9 @@ class TestAgentSyncer:
         hub = gcs_server.managers.syncer  # type: ignore[union-attr]
         try:
             assert agent.syncer is not None
-            await eventually(lambda: hub.live_version(agent.node_id) == 1)
-            assert agent.syncer.stats.sent == 1
+            await hub.changes.until(lambda: hub.live_version(agent.node_id) == 1)
+            # the agent counts a view once its write returned (the hub may have it first)
+            await agent.syncer.changes.until(lambda: agent.syncer.stats.sent == 1)  # type: ignore[union-attr]
             # nothing changed: idle raylets send nothing (however often they are told)
             for _ in range(3):
                 agent.on_view_changed()
@@ -46,15 +47,15 @@ class TestAgentSyncer:
             # a granted lease: busy, one CPU used -> version 2 with the node's activity
             lease_id = servicer.hold({"CPU": 1.0})
             assert lease_id is not None
-            await eventually(lambda: hub.live_version(agent.node_id) == 2)
-            assert agent.syncer.stats.sent == 2
+            await hub.changes.until(lambda: hub.live_version(agent.node_id) == 2)
+            await agent.syncer.changes.until(lambda: agent.syncer.stats.sent == 2)  # type: ignore[union-attr]
             held = _held_view(gcs_server, agent)
             assert held.resources_available["CPU"] == 1.0 and held.idle_duration_ms == 0
             snapshot = gcs_server.managers.nodes.alive[agent.node_id].state_snapshot  # type: ignore[union-attr]
             assert list(snapshot.node_activity) == ["Resource: CPU currently in use."]
             # released: idle again -> version 3
             servicer.free(lease_id)
-            await eventually(lambda: hub.live_version(agent.node_id) == 3)
+            await hub.changes.until(lambda: hub.live_version(agent.node_id) == 3)
             assert _held_view(gcs_server, agent).idle_duration_ms >= 1
         finally:
             await agent.stop()
@@ -64,8 +65,8 @@ class TestAgentSyncer:
         b = await _agent(gcs_server)
         try:
             assert a.syncer is not None and b.syncer is not None
-            await eventually(lambda: a.syncer.views.get(b.node_id) == 1)  # type: ignore[union-attr]
-            await eventually(lambda: b.syncer.views.get(a.node_id) == 1)  # type: ignore[union-attr]
+            await a.syncer.changes.until(lambda: a.syncer.views.get(b.node_id) == 1)  # type: ignore[union-attr]
+            await b.syncer.changes.until(lambda: b.syncer.views.get(a.node_id) == 1)  # type: ignore[union-attr]
             assert a.node_id not in a.syncer.views  # never its own view back
             assert a.syncer.stats.received >= 1
         finally:
@@ -79,12 +80,12 @@ class TestAgentSyncer:
         hub = gcs_server.managers.syncer  # type: ignore[union-attr]
         try:
             assert agent.syncer is not None
-            await eventually(lambda: hub.live_version(agent.node_id) == 1)
+            await hub.changes.until(lambda: hub.live_version(agent.node_id) == 1)
             sent = agent.syncer.stats.sent
             hub.peers[agent.node_id].close()  # the GCS ends the stream
-            await eventually(lambda: agent.syncer.stats.connects == 2)  # type: ignore[union-attr]
-            await eventually(lambda: agent.syncer.stats.sent == sent + 1)  # type: ignore[union-attr]
-            await eventually(lambda: hub.live_version(agent.node_id) == 1)
+            await agent.syncer.changes.until(lambda: agent.syncer.stats.connects == 2)  # type: ignore[union-attr]
+            await agent.syncer.changes.until(lambda: agent.syncer.stats.sent == sent + 1)  # type: ignore[union-attr]
+            await hub.changes.until(lambda: hub.live_version(agent.node_id) == 1)
         finally:
             await agent.stop()
 
@@ -105,10 +106,10 @@ async def test_the_grpc_aio_path_serves_the_agent_too() -> None:
         a = await _agent(server)
         b = await _agent(server)
         try:
-            await eventually(lambda: a.syncer.views.get(b.node_id) == 1)  # type: ignore[union-attr]
+            await a.syncer.changes.until(lambda: a.syncer.views.get(b.node_id) == 1)  # type: ignore[union-attr]
             lease_id = b.servicer.hold({"CPU": 2.0})  # type: ignore[union-attr]
             assert lease_id is not None
-            await eventually(lambda: a.syncer.views.get(b.node_id) == 2)  # type: ignore[union-attr]
+            await a.syncer.changes.until(lambda: a.syncer.views.get(b.node_id) == 2)  # type: ignore[union-attr]
         finally:
             await a.stop()
             await b.stop()

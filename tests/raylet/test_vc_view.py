@@ -6,7 +6,7 @@ from gcs.proto import virtual_cluster_data_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.vc_view import VirtualClusterView
 from gcs.server import GcsServer
-from tests.conftest import eventually, fast_config
+from tests.conftest import fast_config
 
 TableData = virtual_cluster_data_pb2.VirtualClusterTableData
 
@@ -49,30 +49,25 @@ class TestAgentSubscription:
             watcher = agents[0]
             vcs = server.managers.virtual_clusters
             created = await vcs.create_or_update("vc1", False, {"4c8g": 2}, 0)
-            await eventually(lambda: "vc1" in watcher.virtual_clusters.clusters)
+            view = watcher.virtual_clusters
+            await view.changes.until(lambda: "vc1" in view.clusters)
             held = watcher.virtual_clusters.clusters["vc1"]
             assert held.revision == created.revision and len(held.node_instances) == 2
             updated = await vcs.create_or_update("vc1", False, {"4c8g": 3}, created.revision)
-            await eventually(
-                lambda: watcher.virtual_clusters.clusters["vc1"].revision == updated.revision
-            )
+            await view.changes.until(lambda: view.clusters["vc1"].revision == updated.revision)
             assert len(watcher.virtual_clusters.clusters["vc1"].node_instances) == 3
             assert watcher.virtual_clusters.cluster_of(watcher.node_id.hex()) == "vc1"
 
             await server.stop()
             server = GcsServer(fast_config(port=port), store=memory_store)
             await server.start()
-            await eventually(
-                lambda: (
-                    watcher._vc_subscriber is not None
-                    and watcher._vc_subscriber.publisher_id
-                    == server.managers.pubsub.control_plane.publisher_id
-                ),
-                timeout_s=15,
-            )
-            await eventually(lambda: "vc1" in watcher.virtual_clusters.clusters, timeout_s=60)
+            # the subscriber's next poll meets the new publisher: it resubscribes and
+            # refetches the snapshot (replace_all), which has vc1 from the store
+            refetched = view.changes.count
+            await view.changes.until(lambda: view.changes.count > refetched)
+            assert "vc1" in view.clusters
             await server.managers.virtual_clusters.remove("vc1")
-            await eventually(lambda: "vc1" not in watcher.virtual_clusters.clusters, timeout_s=60)
+            await view.changes.until(lambda: "vc1" not in view.clusters)
         finally:
             for agent in agents:
                 await agent.stop()

@@ -12,13 +12,11 @@ from click.testing import CliRunner
 from gcs.proto import gcs_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.cli import cli
+from gcs.raylet.convert import parse_selector
 from gcs.raylet.resources import LABEL_IN
 from gcs.raylet.testing import FakeGcs
-from gcs.raylet.wire import parse_selector
 from gcs.raylet.workload import NodeTarget, TaskSpec, plan, submit
 from gcs.testing.servers import free_port
-from tests.conftest import advance_until
-from tests.raylet.conftest import eventually
 
 
 def node(i: int, cpu: float, **labels: str) -> NodeTarget:
@@ -79,10 +77,8 @@ class TestSubmit:
         assert (result.granted, result.queued) == (1, 1)
         assert agent.resources.busy
         assert agent.resources.load()[1][0].ready == 1
-        await advance_until(
-            clock,
-            lambda: not agent.resources.busy and not agent.resources.load()[1],
-            step_s=0.1,
+        await clock.advance_until(
+            lambda: not agent.resources.busy and not agent.resources.load()[1], step_s=0.1
         )
 
     async def test_infeasible_tasks_show_up_as_infeasible_demand(self, fake_gcs, make_agent):
@@ -98,7 +94,7 @@ class TestSubmit:
         agent = await make_agent(resources={"CPU": 1.0})
         result = await submit(fake_gcs.address, TaskSpec({"GPU": 1.0}, 1), 2, timeout_s=0.2)
         assert result.granted == 0
-        await eventually(lambda: not agent.resources.load()[1])
+        await agent.resources.changes.until(lambda: not agent.resources.load()[1])
 
     async def test_a_gone_raylet_is_counted_not_left_as_a_task_exception(
         self, fake_gcs, make_agent

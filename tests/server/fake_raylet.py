@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from gcs.changes import Changes
 from gcs.proto import gcs_pb2, node_manager_pb2
 from gcs.rpc import service_handler
 from gcs.rpc.services import NODE_MANAGER
@@ -36,15 +37,19 @@ class FakeRaylet:
         self.committed: list[tuple[bytes, int]] = []
         """Bundles committed here (placement group id, index); no resource accounting."""
         self._server: grpc.aio.Server | None = None
+        self.changes = Changes()
+        """Notified on every call received and when a held call ends."""
 
     async def _held(self) -> None:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.changes.notify()
         try:
             if self.gate is not None:
                 await self.gate.wait()
         finally:
             self.in_flight -= 1
+            self.changes.notify()
 
     async def GetResourceLoad(self, request: Any, context: Any) -> Any:
         self.polls += 1
@@ -61,6 +66,7 @@ class FakeRaylet:
 
     async def DrainRaylet(self, request: Any, context: Any) -> Any:
         self.drains.append(request)
+        self.changes.notify()
         if self.drain_reply_lost:
             await asyncio.Event().wait()
         if self.drain_accept:
@@ -81,6 +87,7 @@ class FakeRaylet:
     async def CommitBundleResources(self, request: Any, context: Any) -> Any:
         for b in request.bundle_specs:
             self.committed.append((b.bundle_id.placement_group_id, b.bundle_id.bundle_index))
+        self.changes.notify()
         return node_manager_pb2.CommitBundleResourcesReply()
 
     async def NotifyGCSRestart(self, request: Any, context: Any) -> Any:

@@ -29,7 +29,6 @@ def test_the_server_hands_children_and_the_head_record_a_dialable_address() -> N
     """Before: the virtual head's ``node_manager_address`` and the dashboard's
     ``--node-ip-address`` were ``0.0.0.0`` under ``--host 0.0.0.0``."""
     server = GcsServer(fast_config(host="0.0.0.0", head=True))
-    server.port = 6379
     assert server.advertised_host not in WILDCARD_HOSTS
-    assert server.advertised_address == f"{server.advertised_host}:6379"
+    assert server.advertised_address == f"{server.advertised_host}:{server.port}"
     assert GcsServer(fast_config(host="127.0.0.3")).advertised_host == "127.0.0.3"

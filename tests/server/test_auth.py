@@ -17,6 +17,7 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gcs.auth import AuthConfigError, default_token_path, load_token, parse_mode
+from gcs.clock import FakeClock
 from gcs.config import ConfigError, load_config
 from gcs.proto import autoscaler_pb2, gcs_pb2, pubsub_pb2
 from gcs.proto import gcs_service_pb2 as G
@@ -367,7 +368,8 @@ class TestOurClientsSendTheToken:
             auth_token_path=token_file,
             load_poll=LoadPollConfig(period_ms=100, timeout_ms=5_000, transport=transport),
         )
-        server = GcsServer(cfg, store=MemoryStore())
+        clock = FakeClock()
+        server = GcsServer(cfg, store=MemoryStore(), clock=clock)
         await server.start()
         security = Security.for_server("token", token_file)
         agent = RayletAgent(
@@ -376,7 +378,7 @@ class TestOurClientsSendTheToken:
         try:
             await agent.start()
             stats = server.managers.poller.stats
-            await eventually(lambda: stats.polls_ok >= 3, timeout_s=60)
+            await clock.advance_until(lambda: stats.polls_ok >= 3, step_s=0.1)  # 3 periods
             assert stats.polls_failed == 0
             async with grpc.aio.insecure_channel(f"127.0.0.1:{agent.port}") as ch:
                 stub = ServiceStub(ch, NODE_MANAGER, timeout_s=30)
@@ -539,6 +541,7 @@ async def test_serve_flags_alone_secure_the_demo_cluster(clean_env, token_file) 
             states = reply.cluster_resource_state.node_states
             return len(states) == 2 and all(s.total_resources for s in states)
 
+        # wall clock: a GCS and its demo raylets in another process (time not ours to move)
         await eventually(two_nodes_reported, timeout_s=60, interval_s=0.3)
         from gcs.sdk import GcsSdkError
 

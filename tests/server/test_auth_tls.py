@@ -10,12 +10,14 @@ import subprocess
 import grpc
 import pytest
 
+from gcs.clock import FakeClock
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import NODE_INFO
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
-from tests.conftest import eventually, fast_config
+from tests.conftest import fast_config
+from tests.pubsub.helpers import watch_polls
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 
@@ -76,7 +78,8 @@ async def test_tls_round_trip_sdk_agent_and_refusals(pki) -> None:
     from gcs.raylet.agent import RayletAgent, RayletConfig
     from gcs.sdk import get_cluster_status_async
 
-    server = GcsServer(fast_config(auth_mode="token"), store=MemoryStore())
+    clock = FakeClock()
+    server = GcsServer(fast_config(auth_mode="token"), store=MemoryStore(), clock=clock)
     await server.start()
     agent = RayletAgent(RayletConfig(gcs_address=server.address, resources={"CPU": 1.0}))
     try:
@@ -88,7 +91,7 @@ async def test_tls_round_trip_sdk_agent_and_refusals(pki) -> None:
         await get_cluster_status_async(address=server.address)  # SDK over mTLS + token
         await agent.start()  # registers over TLS; the GCS polls it over TLS (grpc transport)
         stats = server.managers.poller.stats
-        await eventually(lambda: stats.polls_ok >= 2, timeout_s=60)
+        await clock.advance_until(lambda: stats.polls_ok >= 2, step_s=0.1)
         assert stats.polls_failed == 0
 
         request = G.GetClusterIdRequest()
@@ -128,6 +131,8 @@ async def test_pubsub_served_by_the_front_server_over_mutual_tls(pki) -> None:
 
     server = GcsServer(fast_config(auth_mode="token"), store=MemoryStore())
     await server.start()
+    assert server.managers is not None
+    polled = watch_polls(server.managers.pubsub.control_plane)
     try:
         assert server.config.front_server
         sub = b"t" * 28
@@ -144,7 +149,7 @@ async def test_pubsub_served_by_the_front_server_over_mutual_tls(pki) -> None:
                 poll.SerializeToString(), timeout=10
             )
             publisher = server.managers.pubsub.control_plane
-            await eventually(lambda: publisher.held_poll_count() > 0, timeout_s=10)
+            await polled.until(lambda: publisher.held_poll_count() > 0)
             publisher.publish(GCS_NODE_INFO_CHANNEL, sub, gcs_pb2.GcsNodeInfo(node_id=sub))
             reply = G.GcsSubscriberPollReply.FromString(await held)
             assert len(reply.pub_messages) == 1

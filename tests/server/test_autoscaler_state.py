@@ -10,7 +10,7 @@ import pytest
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
-from tests.conftest import eventually
+from tests.conftest import poll_rounds
 
 S = A.NodeStatus
 
@@ -42,7 +42,9 @@ def demand(shape, *, ready=0, infeasible=0, backlog=0, selector=None) -> gcs_pb2
 
 
 class TestNodeStates:
-    async def test_statuses_from_the_polled_load(self, stubs, raylets) -> None:
+    async def test_statuses_from_the_polled_load(
+        self, stubs, raylets, gcs_server, gcs_clock
+    ) -> None:
         """RUNNING, IDLE (with growing idle time), DRAINING and DEAD come out as Ray's."""
         busy, idle, draining, gone = [await raylets() for _ in range(4)]
         idle.load = gcs_pb2.ResourcesData(idle_duration_ms=5000)
@@ -50,7 +52,7 @@ class TestNodeStates:
         for r in (busy, idle, draining, gone):
             await register(stubs, r)
         await stubs.node_info.UnregisterNode(G.UnregisterNodeRequest(node_id=gone.node_id))
-        await eventually(lambda: idle.polls > 0 and draining.polls > 0)
+        await poll_rounds(gcs_server, gcs_clock)
         s = await state(stubs)
         by_id = {n.node_id: n for n in s.node_states}
         assert by_id[busy.node_id].status == S.RUNNING
@@ -76,7 +78,9 @@ class TestNodeStates:
 
 
 class TestPendingDemand:
-    async def test_demand_aggregated_by_shape_and_selector(self, stubs, raylets) -> None:
+    async def test_demand_aggregated_by_shape_and_selector(
+        self, stubs, raylets, gcs_server, gcs_clock
+    ) -> None:
         """ready + infeasible + backlog summed across nodes per (shape, selector)."""
         a, b = await raylets(), await raylets()
         zone = common_pb2.LabelSelector(
@@ -96,7 +100,7 @@ class TestPendingDemand:
         )
         for r in (a, b):
             await register(stubs, r)
-        await eventually(lambda: a.polls > 1 and b.polls > 1)
+        await poll_rounds(gcs_server, gcs_clock)
         got = {}
         for by_count in (await state(stubs)).pending_resource_requests:
             key = (
@@ -115,17 +119,18 @@ class TestPendingDemand:
             ((("CPU", 1.0),), ("zone",)): 4,
         }
 
-    async def test_demand_disappears_when_work_is_scheduled(self, stubs, raylets) -> None:
+    async def test_demand_disappears_when_work_is_scheduled(
+        self, stubs, raylets, gcs_server, gcs_clock
+    ) -> None:
         """A node whose queue drains stops contributing; a dead node's demand is dropped."""
         a = await raylets()
         a.load = gcs_pb2.ResourcesData()
         a.load.resource_load_by_shape.resource_demands.append(demand({"CPU": 2}, backlog=5))
         await register(stubs, a)
-        await eventually(lambda: a.polls > 1)
+        await poll_rounds(gcs_server, gcs_clock)
         assert (await state(stubs)).pending_resource_requests[0].count == 5
         a.load = None
-        polls = a.polls
-        await eventually(lambda: a.polls > polls + 1)
+        await poll_rounds(gcs_server, gcs_clock)
         assert not (await state(stubs)).pending_resource_requests
 
 
@@ -292,7 +297,7 @@ class TestDrainAndResize:
                 )
             )
         )
-        await eventually(lambda: len(r.drains) == 1)
+        await r.changes.until(lambda: len(r.drains) == 1)
         assert not call.done()
         await stubs.node_info.UnregisterNode(
             G.UnregisterNodeRequest(

@@ -126,7 +126,7 @@ async def test_a_request_declaring_too_much_is_refused_before_its_body(
             async with asyncio.timeout(BOUND_S):
                 await conn.answer_event.wait()
             answer = _answer(conn, sid)
-            front = server._front
+            front = server.front
             assert front is not None
             assert sum(c.buffered_input for c in front.connections) == 0
         finally:
@@ -174,7 +174,7 @@ async def test_unread_replies_are_bounded_server_wide(server: GcsServer) -> None
             namespace=b"bench", key=b"large", value=b"v" * (2 << 20)
         )
         await put(request.SerializeToString(), timeout=60)
-    front = server._front
+    front = server.front
     assert front is not None
     host, port = _host_port(server)
     block = request_block(method_path(paths["InternalKVMultiGet"]))

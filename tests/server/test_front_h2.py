@@ -482,8 +482,8 @@ async def test_random_frames_never_hit_an_internal_error(seed: int) -> None:
     from gcs.clock import SystemClock
     from gcs.pubsub.runtime import GcsPubSub
     from gcs.rpc.front import Forwarder, GrpcRouter, hot_methods, native_methods
+    from gcs.rpc.interceptors import CallGuard
     from gcs.rpc.wire import method_path
-    from gcs.server.interceptors import CallGuard
 
     rng = random.Random(seed)
     pubsub = GcsPubSub.create(SystemClock())

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import hpack
 
+from gcs.changes import Changes
 from gcs.rpc import services as svc
 from gcs.rpc.front import Forwarder, GrpcRouter, H2Limits, native_methods
 from gcs.rpc.front.h2 import H2ServerConnection
@@ -24,10 +25,9 @@ from gcs.rpc.h2wire import (
     SETTINGS,
     frame,
 )
+from gcs.rpc.interceptors import CallGuard
 from gcs.rpc.server import service_handler
 from gcs.rpc.wire import method_path
-from gcs.server.interceptors import CallGuard
-from tests.conftest import eventually
 from tests.server.test_front_h2 import FakeTransport, frames
 
 GET_ID = method_path(svc.NODE_INFO.methods_by_name["GetClusterId"])
@@ -56,6 +56,18 @@ class Blocking:
             raise
 
 
+class Transport(FakeTransport):
+    """Tells when the connection wrote (tests wait for answers, not for time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changes = Changes()
+
+    def write(self, data: Any) -> None:
+        super().write(data)
+        self.changes.notify()
+
+
 class Client:
     def __init__(self, servicer: object) -> None:
         self.calls: list[tuple[str, str]] = []
@@ -73,7 +85,7 @@ class Client:
             max_message_bytes=1 << 20,
         )
         self.conn = H2ServerConnection(self.router, H2Limits())
-        self.transport = FakeTransport()
+        self.transport = Transport()
         self.conn.connection_made(self.transport)
         self.encoder = hpack.Encoder()
         self.conn.data_received(PREFACE + frame(SETTINGS, 0, 0))
@@ -115,7 +127,8 @@ async def test_the_server_enforces_grpc_timeout_and_cancels_the_handler() -> Non
     client = Client(servicer)
     try:
         client.call(1, GET_ID, [("grpc-timeout", "200m"), ("x-trace", "t1")])
-        await eventually(servicer.cancelled.is_set, 10.0)
+        await servicer.cancelled.wait()
+        await client.transport.changes.until(lambda: client.answers(1))
         (answer,) = client.answers(1)
         assert answer["grpc-status"] == str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])
         assert answer["grpc-message"] == "Deadline Exceeded"
@@ -132,10 +145,10 @@ async def test_rst_stream_from_the_client_cancels_the_handler() -> None:
     client = Client(servicer)
     try:
         client.call(1, GET_ID, [])
-        await eventually(servicer.started.is_set, 10.0)
+        await servicer.started.wait()
         assert servicer.seen["remaining"] is None  # no grpc-timeout: no deadline
         client.conn.data_received(frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)))
-        await eventually(servicer.cancelled.is_set, 10.0)
+        await servicer.cancelled.wait()
         assert client.answers(1) == []  # nothing is sent on a reset stream
         assert client.calls == [(GET_ID, "CANCELLED")]
     finally:
@@ -148,7 +161,7 @@ async def test_methods_the_servicer_lacks_are_unimplemented_natively() -> None:
     try:
         path = method_path(svc.NODE_INFO.methods_by_name["RegisterNode"])
         client.call(1, path, [])
-        await eventually(lambda: client.answers(1), 10.0)
+        await client.transport.changes.until(lambda: client.answers(1))
         (answer,) = client.answers(1)
         assert answer["grpc-status"] == str(grpc.StatusCode.UNIMPLEMENTED.value[0])
         assert "is not implemented" in answer["grpc-message"]

@@ -14,6 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from gcs.changes import Changes
 from gcs.config import RequestLimits
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2
 from gcs.pubsub import GCS_NODE_INFO_CHANNEL
@@ -23,6 +24,7 @@ from gcs.rpc.wire import method_path
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import eventually, fast_config
+from tests.pubsub.helpers import watch_polls
 
 POLL = "/ray.rpc.ControlPlanePubSubGcsService/GcsSubscriberPoll"
 COMMANDS = "/ray.rpc.ControlPlanePubSubGcsService/GcsSubscriberCommandBatch"
@@ -153,6 +155,7 @@ async def test_a_cancelled_held_poll_leaves_nothing_held(
     front, _ = pair
     assert front.managers is not None
     publisher = front.managers.pubsub.control_plane
+    polled = watch_polls(publisher)
     sub = b"c" * 28
     async with grpc.aio.insecure_channel(front.address) as channel:
         await channel.unary_unary(COMMANDS)(
@@ -160,12 +163,12 @@ async def test_a_cancelled_held_poll_leaves_nothing_held(
         )
         poll = gcs_service_pb2.GcsSubscriberPollRequest(subscriber_id=sub)
         call = channel.unary_unary(POLL)(poll.SerializeToString(), metadata=_auth())
-        await eventually(lambda: publisher.held_poll_count() > 0, 10.0)
+        await polled.until(lambda: publisher.held_poll_count() > 0)
         call.cancel()
-        await eventually(lambda: not publisher.held_poll_count(), 10.0)
+        await polled.until(lambda: not publisher.held_poll_count())
         # the subscriber still works: a publish reaches the next poll
         poll2 = channel.unary_unary(POLL)(poll.SerializeToString(), metadata=_auth(), timeout=10)
-        await eventually(lambda: publisher.held_poll_count() > 0, 10.0)
+        await polled.until(lambda: publisher.held_poll_count() > 0)
         publisher.publish(GCS_NODE_INFO_CHANNEL, b"n" * 28, gcs_pb2.GcsNodeInfo(node_id=b"n" * 28))
         reply = gcs_service_pb2.GcsSubscriberPollReply.FromString(await poll2)
         assert len(reply.pub_messages) == 1
@@ -218,6 +221,8 @@ async def test_streams_are_relayed_to_grpc_aio(pair: tuple[GcsServer, GcsServer]
 async def test_stop_answers_held_polls(tmp_path) -> None:
     server = GcsServer(fast_config(), store=MemoryStore())
     await server.start()
+    assert server.managers is not None
+    polled = watch_polls(server.managers.pubsub.control_plane)
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:
             sub = b"g" * 28
@@ -225,9 +230,8 @@ async def test_stop_answers_held_polls(tmp_path) -> None:
             poll = gcs_service_pb2.GcsSubscriberPollRequest(subscriber_id=sub).SerializeToString()
             call = channel.unary_unary(POLL)(poll, timeout=30)
             assert server.managers is not None
-            await eventually(
-                lambda: server.managers.pubsub.control_plane.held_poll_count() > 0, 10.0
-            )
+            publisher = server.managers.pubsub.control_plane
+            await polled.until(lambda: publisher.held_poll_count() > 0)
             await server.stop()
             reply = gcs_service_pb2.GcsSubscriberPollReply.FromString(await call)
             assert not reply.pub_messages  # answered empty, not reset
@@ -262,6 +266,7 @@ def _frame_types(data: bytes) -> list[int]:
 async def test_a_held_poll_past_its_deadline_is_released(gcs_server: GcsServer) -> None:
     assert gcs_server.managers is not None
     publisher = gcs_server.managers.pubsub.control_plane
+    polled = watch_polls(publisher)
     sub = b"d" * 28
     async with grpc.aio.insecure_channel(gcs_server.address) as channel:
         await channel.unary_unary(COMMANDS)(_subscribe(sub, GCS_NODE_INFO_CHANNEL), timeout=10)
@@ -269,7 +274,7 @@ async def test_a_held_poll_past_its_deadline_is_released(gcs_server: GcsServer) 
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await channel.unary_unary(POLL)(poll, timeout=0.3)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        await eventually(lambda: not publisher.held_poll_count(), 10.0)
+        await polled.until(lambda: not publisher.held_poll_count())
 
 
 def _every_unary_method() -> list[str]:
@@ -397,8 +402,8 @@ async def test_many_concurrent_calls_on_one_connection(pair: tuple[GcsServer, Gc
             return bytes(gcs_service_pb2.InternalKVGetReply.FromString(reply).value)
 
         values = await asyncio.gather(*(one(i) for i in range(n)))
-        assert front._front is not None
-        assert len(front._front.connections) == 1
+        assert front.wiring is not None and front.wiring.rpc.front is not None
+        assert len(front.wiring.rpc.front.connections) == 1
     assert values == [b"k%d" % i * 3 for i in range(n)]
 
 
@@ -425,10 +430,17 @@ async def test_a_held_unary_method_is_answered_and_past_its_deadline_cancelled(
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await wait(wait_body, metadata=_auth(), timeout=0.3)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        held = wait(wait_body, metadata=_auth(), timeout=30)
         assert front.managers is not None
-        waiters = front.managers.placement_groups._waiters
-        await eventually(lambda: pg_id in waiters, 10.0)  # held on the server
+        manager = front.managers.placement_groups
+        entered, wait_ready = Changes(), manager.wait_ready
+
+        async def told(group: bytes) -> None:
+            entered.notify()
+            await wait_ready(group)
+
+        manager.wait_ready = told  # type: ignore[method-assign]
+        held = wait(wait_body, metadata=_auth(), timeout=30)
+        await entered.until(lambda: pg_id in manager._waiters)  # held on the server
         removal = gcs_service_pb2.RemovePlacementGroupRequest(placement_group_id=pg_id)
         await remove(removal.SerializeToString(), metadata=_auth(), timeout=10)
         reply = gcs_service_pb2.WaitPlacementGroupUntilReadyReply.FromString(await held)
@@ -446,4 +458,5 @@ async def test_a_held_unary_method_is_answered_and_past_its_deadline_cancelled(
             and s.labels["code"] == "CANCELLED"
         )
 
+    # wall clock: grpc.aio reports the client's cancellation to the handler on its own time
     await eventually(lambda: cancelled() == 1, 10.0)

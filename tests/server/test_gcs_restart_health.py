@@ -26,7 +26,8 @@ async def _restarted(
 ) -> tuple[NodeManager, HealthChecker]:
     events = NodeEvents()
     nodes = NodeManager(store, clock, events=events)
-    health = HealthChecker(nodes, raylets, clock, CONFIG, node_events=events, rng=random.Random(7))
+    health = HealthChecker(nodes, raylets, clock, CONFIG, rng=random.Random(7))
+    events.subscribe(health)
     await nodes.load()
     return nodes, health
 

@@ -50,9 +50,9 @@ class Gcs:
             self.clock,
             events=JobEvents(self),
             publish=self._publish,
-            node_events=node_events,
-            node_is_dead=lambda node_id: node_id in self.nodes.dead,
+            node_is_dead=self.nodes.is_dead,
         )
+        node_events.subscribe(self.jobs.node_listener)
 
     def check_job(self, job: gcs_pb2.JobTableData) -> None:
         return None

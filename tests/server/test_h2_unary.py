@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 import pytest
 
+from gcs.clock import FakeClock
 from gcs.config import ConfigError, LoadPollConfig, load_config
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import gcs_pb2, node_manager_pb2
@@ -19,7 +20,7 @@ from gcs.rpc.raylets.h2_unary import H2CallError, H2UnaryClient
 from gcs.rpc.services import NODE_MANAGER
 from gcs.server.app import GcsServer
 from gcs.store.memory import MemoryStore
-from tests.conftest import Stubs, eventually, fast_config
+from tests.conftest import Stubs, fast_config, poll_rounds
 from tests.server.fake_raylet import FakeRaylet
 
 PATH = "/ray.rpc.NodeManagerService/GetResourceLoad"
@@ -255,7 +256,8 @@ class TestPollerOverH2:
         config = fast_config(
             load_poll=LoadPollConfig(period_ms=100, timeout_ms=5_000, transport="h2")
         )
-        server = GcsServer(config, store=MemoryStore())
+        clock = FakeClock()
+        server = GcsServer(config, store=MemoryStore(), clock=clock)
         await server.start()
         try:
             async with grpc.aio.insecure_channel(server.address) as channel:
@@ -280,7 +282,7 @@ class TestPollerOverH2:
                     )
                     return list(reply.cluster_resource_state.pending_resource_requests)
 
-                await eventually(pending)
+                await poll_rounds(server, clock)
                 (request,) = await pending()
                 assert dict(request.request.resources_bundle) == {"CPU": 2.0}
                 assert request.count == 3
@@ -306,11 +308,10 @@ class TestConfig:
 
 class TestFallback:
     async def test_a_raylet_the_h2_client_cannot_read_is_polled_with_grpc(
-        self, gcs_server, raylets, monkeypatch
+        self, gcs_server, gcs_clock, raylets, monkeypatch
     ) -> None:
         """A protocol-level failure (INTERNAL) moves that node to grpc; its polls succeed."""
         from gcs.rpc.raylets.pool import RayletClient
-        from tests.conftest import eventually
 
         class Broken:
             async def call(self, message: bytes, timeout_s: float, path: object = None) -> bytes:
@@ -322,5 +323,5 @@ class TestFallback:
         monkeypatch.setattr(RayletClient, "h2", lambda self: Broken())
         raylet = await raylets()
         await gcs_server.managers.nodes.register(raylet.node_info())
-        await eventually(lambda: raylet.polls >= 2)
+        await gcs_clock.advance_until(lambda: raylet.polls >= 2, step_s=0.1)
         assert raylet.node_id in gcs_server.managers.raylets.grpc_only

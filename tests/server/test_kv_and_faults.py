@@ -10,7 +10,7 @@ from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
-from tests.conftest import Stubs, advance_until, fast_config
+from tests.conftest import Stubs, fast_config
 
 
 class TestInternalKV:
@@ -269,7 +269,7 @@ class TestRestart:
         await second.start()
         try:
             assert b"\x01" * 28 in second.managers.nodes.alive  # no check is due yet
-            await advance_until(clock, lambda: not second.managers.nodes.alive, step_s=0.1)
+            await clock.advance_until(lambda: not second.managers.nodes.alive, step_s=0.1)
             assert b"\x01" * 28 in second.managers.nodes.dead
             assert second.managers.health.failures == fast_config().health.failure_threshold
         finally:

@@ -261,7 +261,6 @@ class TestHealthCheckerDeath:
         written: the checker's death is a no-op and the node leaves its rotation (old code:
         KeyError; the checker logged it and put the dead node back to be checked again)."""
         from gcs.clock import FakeClock
-        from gcs.managers.events import NodeEvents
         from gcs.managers.health import HealthChecker
         from gcs.testing.raylets import FakeRayletGateway
 
@@ -277,7 +276,6 @@ class TestHealthCheckerDeath:
             raylets,
             clock,
             HealthCheckConfig(initial_delay_ms=0, failure_threshold=1),
-            node_events=NodeEvents(),
         )
         checker.on_node_added(node)
         clock.advance(checker._period_s)  # past the jittered first check
@@ -286,7 +284,7 @@ class TestHealthCheckerDeath:
         async def verdict() -> None:
             await asyncio.sleep(0)
             raylets.release()
-            await asyncio.gather(*list(checker._tasks))
+            await checker.settle()
 
         exited = common_pb2.NodeDeathInfo(reason=Reason.EXPECTED_TERMINATION)
         results = await asyncio.gather(nodes.unregister(node.node_id, exited), verdict())

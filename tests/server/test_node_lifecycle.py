@@ -9,7 +9,7 @@ from gcs.proto import common_pb2, gcs_pb2, pubsub_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import NODE_INFO
-from tests.conftest import eventually
+from tests.conftest import Seen
 
 ALIVE, DEAD = gcs_pb2.GcsNodeInfo.ALIVE, gcs_pb2.GcsNodeInfo.DEAD
 
@@ -156,7 +156,7 @@ class TestDeath:
 
         clock = FakeClock()
         config = fast_config()
-        period_s = config.health.period_ms / 1000
+        tick_s = 0.2  # the checker's loop: it starts the checks due at each tick
         server = GcsServer(config, store=memory_store, clock=clock)
         await server.start()
         try:
@@ -173,15 +173,11 @@ class TestDeath:
                     return reply.node_info_list[0].state
 
                 assert checker.checks == 0  # nothing is due before the clock moves
-                # first check: initial delay plus up to one period of jitter
-                clock.advance(config.health.initial_delay_ms / 1000 + period_s)
                 for failed in range(1, config.health.failure_threshold + 1):
-                    if failed > 1:
-                        clock.advance(period_s)
-                    await eventually(lambda n=failed: checker.failures == n)
+                    await clock.advance_until(lambda n=failed: checker.failures == n, tick_s)
                     if failed < config.health.failure_threshold:
                         assert await state() == ALIVE
-                await eventually(lambda: r.node_id not in checker_nodes.alive)
+                await clock.advance_until(lambda: r.node_id not in checker_nodes.alive, tick_s)
                 assert await state() == DEAD
                 node = (
                     await stubs.node_info.GetAllNodeInfo(G.GetAllNodeInfoRequest())
@@ -229,7 +225,7 @@ class TestNodePubsub:
         an unregister publishes the death delta on both channels."""
         from gcs.pubsub.subscriber import GcsSubscriber
 
-        got: list[pubsub_pb2.PubMessage] = []
+        got = Seen()
         async with grpc.aio.insecure_channel(gcs_server.address) as ch:
             sub = GcsSubscriber(ch, on_message=got.append)
             await sub.start()
@@ -242,7 +238,7 @@ class TestNodePubsub:
                     node_id=r.node_id, node_death_info=common_pb2.NodeDeathInfo(reason=1)
                 )
             )
-            await eventually(lambda: len(got) == 4)
+            await got.until(lambda: len(got) == 4)
             await sub.close()
         info = [m.node_info_message for m in got if m.HasField("node_info_message")]
         live = [

@@ -20,7 +20,7 @@ from gcs.store import WriteBatch
 from gcs.store.base import TABLE_NODE
 from gcs.store.memory import MemoryStore
 from gcs.testing.raylets import FakeRayletGateway
-from tests.conftest import Stubs, eventually
+from tests.conftest import Stubs
 from tests.server.fake_raylet import FakeRaylet
 
 
@@ -117,7 +117,7 @@ class TestGateway:
                 asyncio.create_task(gw.get_resource_load(os.urandom(28), address, 5.0))
                 for _ in range(40)
             ]
-            await eventually(lambda: raylet.in_flight == 5)
+            await raylet.changes.until(lambda: raylet.in_flight == 5)
             raylet.gate.set()
             await asyncio.gather(*polls)
             assert raylet.max_in_flight == 5
@@ -181,11 +181,11 @@ class TestRestartAtScale:
         try:
             # the raylet holds every call: once the budget is full nothing more can start,
             # so the connections open now are the most there will be until the release
-            await eventually(lambda: raylet.in_flight == 8, timeout_s=60)
+            await raylet.changes.until(lambda: raylet.in_flight == 8)
             # each connection is two fds here (both ends are in this process)
             assert open_fds() - baseline <= 2 * 16 + 40
             raylet.gate.set()
-            await eventually(lambda: raylet.notified == 300, timeout_s=60)
+            await raylet.changes.until(lambda: raylet.notified == 300)
             assert raylet.max_in_flight <= 8  # over the whole restart
         finally:
             raylet.gate.set()

@@ -15,16 +15,15 @@ import grpc
 import pytest
 
 from gcs.clock import FakeClock
-from gcs.managers.events import JobEvents
 from gcs.managers.jobs import JobManager
 from gcs.managers.runtime_env import RuntimeEnvPins
-from gcs.managers.syncer import GCS_SYNCER_NODE_ID, RESOURCE_VIEW
+from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID, RESOURCE_VIEW
 from gcs.managers.workers import WorkerManager
 from gcs.proto import common_pb2, gcs_pb2, pubsub_pb2, ray_syncer_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
-from tests.conftest import Stubs, eventually, fast_config
+from tests.conftest import Stubs, fast_config
 
 START_SYNC = "/ray.rpc.syncer.RaySyncer/StartSync"
 HEAD = G.GetAllNodeInfoRequest.NodeSelector(is_head_node=True)
@@ -301,11 +300,10 @@ class TestTasksOverTheWire:
 class TestRuntimeEnvPins:
     def test_an_expired_pin_frees_a_gcs_package_unless_a_live_job_uses_it(self) -> None:
         clock = FakeClock()
-        events = JobEvents()
         job = gcs_pb2.JobTableData(job_id=b"\x01\x00\x00\x00")
         job.config.runtime_env_info.uris.working_dir_uri = "gcs://_ray_pkg_a.zip"
         jobs = [job]
-        pins = RuntimeEnvPins(lambda: jobs, clock, job_events=events)
+        pins = RuntimeEnvPins(lambda: jobs, clock)
         pins.pin("gcs://_ray_pkg_a.zip", 10)
         pins.pin("gcs://_ray_pkg_b.zip", 10)
         pins.pin("s3://bucket/c.zip", 10)
@@ -317,11 +315,11 @@ class TestRuntimeEnvPins:
         finished.CopyFrom(job)
         finished.is_dead = True
         jobs[0] = finished
-        events.finished(finished)
+        pins.on_job_finished(finished)  # a job listener
         assert pins.expire() == ["gcs://_ray_pkg_a.zip"]
 
     async def test_pinned_package_is_deleted_from_kv_after_expiry(
-        self, gcs_server: GcsServer, stubs: Stubs
+        self, gcs_server: GcsServer, stubs: Stubs, gcs_clock: FakeClock
     ) -> None:
         uri = b"gcs://_ray_pkg_test.zip"
         await stubs.kv.InternalKVPut(G.InternalKVPutRequest(key=uri, value=b"zip", overwrite=True))
@@ -333,4 +331,4 @@ class TestRuntimeEnvPins:
             got = await stubs.kv.InternalKVGet(G.InternalKVGetRequest(key=uri))
             return got.status.code == 17
 
-        await eventually(gone, timeout_s=30, interval_s=0.1)
+        await gcs_clock.advance_until(gone, step_s=1.0)  # the expiry loop's period

@@ -1,10 +1,13 @@
-"""FakeClock.sleep: sleepers wake only when the test moves time past theirs, in time order."""
+"""FakeClock: sleepers wake only when the test moves time past theirs, in time order; the
+helpers tests drive loops with (run_for, advance_until); wait_event on either clock."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gcs.clock import FakeClock, SystemClock
+import pytest
+
+from gcs.clock import FakeClock, SystemClock, wait_event
 
 
 async def test_a_sleeper_wakes_only_once_time_has_passed() -> None:
@@ -42,3 +45,92 @@ async def test_the_system_clock_sleeps_in_real_time() -> None:
     started = loop.time()
     await SystemClock().sleep(0.01)
     assert loop.time() - started >= 0.01
+
+
+async def test_one_advance_wakes_a_periodic_loop_once_run_for_wakes_it_every_period() -> None:
+    """A loop that sleeps a period at a time: one big ``advance`` runs it once (each sleeper
+    wakes at most once), ``run_for`` in period steps runs it once per period."""
+    clock = FakeClock()
+    rounds = 0
+
+    async def loop() -> None:
+        nonlocal rounds
+        while True:
+            await clock.sleep(1.0)
+            rounds += 1
+
+    task = asyncio.create_task(loop())
+    try:
+        await asyncio.sleep(0)
+        clock.advance(5.0)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert rounds == 1
+        await clock.run_for(5.0, step_s=1.0)
+        assert rounds == 6
+    finally:
+        task.cancel()
+
+
+async def test_advance_until_moves_time_only_until_the_condition_holds() -> None:
+    clock = FakeClock()
+    done = asyncio.Event()
+
+    async def later() -> None:
+        await clock.sleep(3.0)
+        done.set()
+
+    task = asyncio.create_task(later())
+    await asyncio.sleep(0)  # asleep now
+    start = clock.monotonic_s()
+    await clock.advance_until(done.is_set, step_s=0.5)
+    assert 3.0 <= clock.monotonic_s() - start < 3.5
+    await task
+
+    async def already() -> bool:
+        return True
+
+    before = clock.monotonic_s()
+    await clock.advance_until(already, step_s=1.0)  # async predicates too; holds: no step
+    assert clock.monotonic_s() == before
+
+
+async def test_advance_until_fails_when_the_condition_never_holds() -> None:
+    clock = FakeClock()
+    with pytest.raises(AssertionError, match="not met"):
+        await clock.advance_until(lambda: False, step_s=1.0, timeout_s=0.05)
+
+
+async def test_next_wake_is_the_earliest_live_sleeper() -> None:
+    clock = FakeClock()
+    assert clock.next_wake_s is None
+    early = asyncio.create_task(clock.sleep(1.0))
+    late = asyncio.create_task(clock.sleep(2.5))
+    await asyncio.sleep(0)
+    assert clock.next_wake_s == 1.0
+    early.cancel()
+    await asyncio.gather(early, return_exceptions=True)
+    assert clock.next_wake_s == 2.5  # the cancelled one is skipped
+    clock.advance(2.5)
+    await late
+    assert clock.next_wake_s is None
+
+
+async def test_wait_event_returns_on_the_event_or_after_the_clocks_timeout() -> None:
+    clock = FakeClock()
+    event = asyncio.Event()
+    waiter = asyncio.create_task(wait_event(clock, event, 10.0))
+    await asyncio.sleep(0)
+    event.set()
+    assert await waiter is True
+    assert clock.sleepers == 0  # its timer went with it
+    event.clear()
+    waiter = asyncio.create_task(wait_event(clock, event, 10.0))
+    for _ in range(3):  # the waiter, then its timer, are asleep
+        await asyncio.sleep(0)
+    assert clock.sleepers == 1
+    clock.advance(9.9)
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    clock.advance(0.1)
+    assert await waiter is False

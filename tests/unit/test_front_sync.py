@@ -9,14 +9,14 @@ from collections import deque
 
 import grpc
 
+from gcs.changes import Changes
 from gcs.config import RequestLimits
-from gcs.managers.syncer import GCS_SYNCER_NODE_ID
+from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID
 from gcs.proto import ray_syncer_pb2
 from gcs.rpc.front.grpc_wire import OK_TRAILERS, message_frame, trailers_only
 from gcs.rpc.front.h2 import Stream
 from gcs.rpc.front.sync import SyncCall, SyncDispatcher
-from tests.conftest import eventually
-from tests.unit.test_syncer_hub import A, B, C, Hub, _node, _view
+from tests.unit.test_sync_hub import A, B, C, Hub, _node, _view
 
 
 class FakeConn:
@@ -26,6 +26,7 @@ class FakeConn:
         self.data: list[tuple[int, bytes]] = []
         self.trailers: list[tuple[int, bytes]] = []
         self.corks = 0
+        self.changes = Changes()
 
     def stream(self, sid: int, node_id: bytes | None) -> Stream:
         headers = [(b":path", b"/ray.rpc.syncer.RaySyncer/StartSync")]
@@ -39,6 +40,7 @@ class FakeConn:
 
     def send_data(self, stream: Stream, data: bytes) -> None:
         self.data.append((stream.id, data))
+        self.changes.notify()
 
     def send_trailers(self, stream: Stream, block: bytes) -> None:
         self.trailers.append((stream.id, block))
@@ -105,7 +107,7 @@ async def test_a_raylet_that_does_not_read_gets_only_the_newest_views() -> None:
     assert conn.received(3) == []
     assert len(h.hub.peers[B]) == 1  # bounded: one entry per (node, type)
     b.stream.out = None  # it reads again: the blocked peer's retry writes the newest view
-    await eventually(lambda: conn.received(3) == [(A, 49)])
+    await conn.changes.until(lambda: conn.received(3) == [(A, 49)])
 
 
 async def test_a_bad_batch_ends_the_stream_naming_the_field() -> None:

@@ -62,9 +62,7 @@ class TestHealthAfterRestart:
     async def test_first_checks_are_spread_over_a_period(self) -> None:
         """1,000 nodes loaded at once are first checked across one period, not on one tick."""
         clock, gateway = FakeClock(), FakeRayletGateway()
-        checker = HealthChecker(
-            None, gateway, clock, HEALTH, node_events=NodeEvents(), rng=random.Random(7)
-        )  # type: ignore[arg-type]
+        checker = HealthChecker(None, gateway, clock, HEALTH, rng=random.Random(7))  # type: ignore[arg-type]
         await restarted_nodes(1000, clock, [checker])
         clock.advance(4.99)
         assert checker.tick() == 0
@@ -79,9 +77,7 @@ class TestHealthAfterRestart:
     async def test_unreachable_nodes_die_spread_out_after_threshold_checks_made(self) -> None:
         """Every death follows `failure_threshold` failed checks actually made; not all at once."""
         clock, gateway = FakeClock(), FakeRayletGateway()
-        checker = HealthChecker(
-            None, gateway, clock, HEALTH, node_events=NodeEvents(), rng=random.Random(3)
-        )  # type: ignore[arg-type]
+        checker = HealthChecker(None, gateway, clock, HEALTH, rng=random.Random(3))  # type: ignore[arg-type]
         nodes = await restarted_nodes(300, clock, [checker])
         checker._nodes = nodes  # the NodeManager above needed the checker first
         gateway.unreachable.update(nodes.alive)
@@ -104,9 +100,7 @@ class TestHealthAfterRestart:
             initial_delay_ms=0, period_ms=1000, timeout_ms=1000, failure_threshold=1,
             max_concurrent=10,
         )  # fmt: skip
-        checker = HealthChecker(
-            None, gateway, clock, config, node_events=NodeEvents(), rng=random.Random(1)
-        )  # type: ignore[arg-type]
+        checker = HealthChecker(None, gateway, clock, config, rng=random.Random(1))  # type: ignore[arg-type]
         nodes = await restarted_nodes(100, clock, [checker])
         checker._nodes = nodes
         gateway.hold()
@@ -119,7 +113,7 @@ class TestHealthAfterRestart:
         assert len(nodes.alive) == 100
         gateway.unreachable.update(nodes.alive)
         gateway.release()
-        await asyncio.gather(*list(checker._tasks))  # the checks and the deaths they cause
+        await checker.settle()  # the checks and the deaths they cause
         assert len(nodes.alive) == 90  # exactly the ten checks that were made
         await checker.close()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from gcs.clock import FakeClock
-from gcs.managers.events import JobEvents, NodeEvents, WorkerEvents
+from gcs.managers.events import JobEvents, NodeEvents
 from gcs.managers.jobs import JobManager
 from gcs.managers.task_failures import TaskFailureMarker
 from gcs.managers.tasks import TaskEventStore, latest_state
@@ -116,18 +116,10 @@ async def _settle() -> None:
 
 async def test_the_marker_waits_rays_delays_on_the_clock() -> None:
     clock = FakeClock()
-    worker_events, job_events = WorkerEvents(), JobEvents()
     store = _store(_task(1, worker=W1), _task(2, job=J2))
-    marker = TaskFailureMarker(
-        store,
-        clock,
-        worker_events=worker_events,
-        job_events=job_events,
-        worker_dead_delay_ms=1000,
-        job_done_delay_ms=15000,
-    )
-    worker_events.worker_dead(_failure(W1))
-    job_events.finished(gcs_pb2.JobTableData(job_id=J2, is_dead=True, end_time=9_000))
+    marker = TaskFailureMarker(store, clock, worker_dead_delay_ms=1000, job_done_delay_ms=15000)
+    marker.on_worker_dead(_failure(W1))  # a worker and job listener
+    marker.on_job_finished(gcs_pb2.JobTableData(job_id=J2, is_dead=True, end_time=9_000))
     await _settle()
     clock.advance(0.999)
     await _settle()
@@ -148,10 +140,9 @@ async def test_the_marker_waits_rays_delays_on_the_clock() -> None:
 
 async def test_events_arriving_within_the_delay_win_and_close_cancels_pending_marks() -> None:
     clock = FakeClock()
-    worker_events, job_events = WorkerEvents(), JobEvents()
     store = _store(_task(1, worker=W1))
-    marker = TaskFailureMarker(store, clock, worker_events=worker_events, job_events=job_events)
-    worker_events.worker_dead(_failure(W1))
+    marker = TaskFailureMarker(store, clock)
+    marker.on_worker_dead(_failure(W1))
     await _settle()
     store.add(
         gcs_pb2.TaskEventData(events_by_task=[_task(1, worker=W1, state=FINISHED)], job_id=J1)
@@ -159,7 +150,7 @@ async def test_events_arriving_within_the_delay_win_and_close_cancels_pending_ma
     clock.advance(1.0)
     await _settle()
     assert latest_state(_by_name(store)["t1"]) == FINISHED
-    job_events.finished(gcs_pb2.JobTableData(job_id=J1, is_dead=True, end_time=9_000))
+    marker.on_job_finished(gcs_pb2.JobTableData(job_id=J1, is_dead=True, end_time=9_000))
     await _settle()
     assert marker.pending == 1
     await marker.close()
@@ -169,16 +160,19 @@ async def test_events_arriving_within_the_delay_win_and_close_cancels_pending_ma
 async def test_a_dead_drivers_node_finishes_its_jobs_and_then_their_tasks_fail() -> None:
     """Ray's GcsJobManager::OnNodeDead: no raylet is left to report the driver's exit."""
     clock = FakeClock()
-    node_events, job_events, worker_events = NodeEvents(), JobEvents(), WorkerEvents()
-    jobs = JobManager(MemoryStore(), clock, events=job_events, node_events=node_events)
+    job_events = JobEvents()
+    jobs = JobManager(MemoryStore(), clock, events=job_events)
+    node_events = NodeEvents(jobs.node_listener)
     on_node, elsewhere = b"\x0a" * 28, b"\x0b" * 28
     for job_id, node_id in ((J1, on_node), (J2, elsewhere)):
         await jobs.add(
             gcs_pb2.JobTableData(job_id=job_id, driver_address=common_pb2.Address(node_id=node_id))
         )
     store = _store(_task(1, job=J1), _task(2, job=J2))
-    marker = TaskFailureMarker(store, clock, worker_events=worker_events, job_events=job_events)
-    node_events.node_dead(gcs_pb2.GcsNodeInfo(node_id=on_node))
+    marker = TaskFailureMarker(store, clock)
+    job_events.subscribe(marker)
+    for listener in node_events:
+        listener.on_node_dead(gcs_pb2.GcsNodeInfo(node_id=on_node))
     await _settle()
     assert jobs.jobs[J1].is_dead and not jobs.jobs[J2].is_dead
     clock.advance(15)

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from gcs.clock import FakeClock
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.virtual_clusters import NodeInstance, RevisionSource, VirtualClusterRegistry, replay
 from gcs.virtual_clusters.plan import CreateJobClusterResult, CreateOrUpdateResult, Plan
@@ -139,7 +140,7 @@ async def memory_env():
     from gcs.store.memory import MemoryStore
     from tests.virtual_clusters.service_env import VcEnv
 
-    env = await VcEnv(MemoryStore()).start()
+    env = await VcEnv(MemoryStore(), clock=FakeClock()).start()
     env.small = await env.add_nodes("4c8g", 3)
     env.large = await env.add_nodes("8c16g", 2, cpus=8)
     try:

@@ -6,6 +6,7 @@ from typing import Any
 
 import grpc
 
+from gcs.clock import Clock, FakeClock, SystemClock
 from gcs.config import GcsConfig
 from gcs.proto import common_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.rpc import ServiceStub
@@ -30,15 +31,22 @@ def quiet_config(**overrides: Any) -> GcsConfig:
 
 
 class VcEnv:
-    def __init__(self, store: Store, config: GcsConfig | None = None) -> None:
+    """``clock``: the GCS's; a :class:`FakeClock` makes polls, health checks and VC passes
+    move only when the test moves it (the system clock by default)."""
+
+    def __init__(
+        self, store: Store, config: GcsConfig | None = None, *, clock: FakeClock | None = None
+    ) -> None:
         self.store = store
         self.config = config or quiet_config()
+        self.fake_clock = clock
+        self.clock: Clock = clock or SystemClock()
         self.server: GcsServer | None = None
         self.channel: grpc.aio.Channel | None = None
         self.raylets: list[FakeRaylet] = []
 
     async def start(self) -> VcEnv:
-        self.server = GcsServer(self.config, store=self.store)
+        self.server = GcsServer(self.config, store=self.store, clock=self.clock)
         await self.server.start()
         assert self.server.meta is not None
         self.channel = grpc.aio.insecure_channel(self.server.address)

@@ -7,9 +7,9 @@ import os
 import grpc
 import pytest
 
+from gcs.clock import FakeClock
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.store.memory import MemoryStore
-from tests.conftest import eventually
 from tests.virtual_clusters.service_env import VcEnv, quiet_config
 
 V = virtual_cluster_pb2
@@ -140,8 +140,9 @@ class TestJobClusterLifecycle:
     async def test_busy_job_cluster_is_collected_once_idle(self) -> None:
         """A job cluster whose node is busy when the job ends is kept, then removed by the
         periodic GC after the node reports idle."""
+        clock = FakeClock()
         env = await VcEnv(
-            MemoryStore(), quiet_config(expired_job_clusters_gc_interval_ms=100)
+            MemoryStore(), quiet_config(expired_job_clusters_gc_interval_ms=100), clock=clock
         ).start()
         try:
             (node,) = await env.add_nodes("4c8g", 1)
@@ -150,19 +151,19 @@ class TestJobClusterLifecycle:
             raylet = env.raylet(node)
             raylet.load = gcs_pb2.ResourcesData(resources_available={"CPU": 1})
             cache = env.server.managers.resources
-            await eventually(lambda: not cache.is_idle(raylet.node_id))
+            await clock.advance_until(lambda: not cache.is_idle(raylet.node_id), 0.1)
             job_id = b"\x07\x00\x00\x00"
             await add_job(env, job_id, jcid)
             await env.stubs.jobs.MarkJobFinished(Req.MarkJobFinishedRequest(job_id=job_id))
             await env.manager.settle()
             assert jcid in await env.clusters()
             raylet.load = None
-            await eventually(lambda: cache.is_idle(raylet.node_id))
+            await clock.advance_until(lambda: cache.is_idle(raylet.node_id), 0.1)
 
             async def gone() -> bool:
                 return jcid not in await env.clusters()
 
-            await eventually(gone)
+            await clock.advance_until(gone, 0.1)  # the periodic job-cluster GC
         finally:
             await env.close()
 
@@ -186,7 +187,8 @@ class TestPlacementGroups:
         )
         pgs = memory_env.server.managers.placement_groups
         created = gcs_pb2.PlacementGroupTableData.CREATED
-        await eventually(lambda: pgs.groups[b"\x01" * 18].state == created, timeout_s=10)
+        scheduler = memory_env.server.managers.pg_scheduler
+        await scheduler.changes.until(lambda: pgs.groups[b"\x01" * 18].state == created)
         placed = {b.node_id.hex() for b in pgs.groups[b"\x01" * 18].bundles}
         assert placed == members
         for node_hex in members:

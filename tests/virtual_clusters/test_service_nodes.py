@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import grpc
 
+from gcs.clock import FakeClock
 from gcs.proto import autoscaler_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2, virtual_cluster_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.pubsub.subscriber import GcsSubscriber
 from gcs.store.memory import MemoryStore
 from gcs.virtual_clusters import PRIMARY_CLUSTER_ID
-from tests.conftest import eventually
+from tests.conftest import Seen
 from tests.virtual_clusters.service_env import VcEnv, quiet_config
 
 Req = gcs_service_pb2
@@ -21,8 +22,9 @@ class TestReplenish:
     ) -> None:
         """A node of an indivisible cluster dies; the next replenish pass swaps in a spare of
         the same type, persists it, and the dead node goes back to the primary."""
+        clock = FakeClock()
         env = await VcEnv(
-            MemoryStore(), quiet_config(node_instances_replenish_interval_ms=100)
+            MemoryStore(), quiet_config(node_instances_replenish_interval_ms=100), clock=clock
         ).start()
         try:
             await env.add_nodes("4c8g", 2)
@@ -36,7 +38,7 @@ class TestReplenish:
                 members = registry.get("ind").members
                 return victim not in members and len(members) == 1
 
-            await eventually(replaced)
+            await clock.advance_until(replaced, step_s=0.1)  # the next periodic pass
             rows = await env.store.get_all("VIRTUAL_CLUSTER")
             data = VirtualClusterTableData.FromString(rows[b"ind"])
             assert victim not in data.node_instances and len(data.node_instances) == 1
@@ -107,7 +109,8 @@ class TestAutoscalerState:
             ind = state.virtual_cluster_states.get("ind")
             return ind is not None and bool(ind.pending_resource_requests)
 
-        await eventually(has_demand)
+        clock = memory_env.fake_clock
+        await clock.advance_until(has_demand, step_s=0.1)  # the next load poll
         state = (await stub.GetClusterResourceState(request)).cluster_resource_state
         states = state.virtual_cluster_states
         assert set(states) == {"ind", "div", PRIMARY_CLUSTER_ID}
@@ -128,7 +131,7 @@ class TestPublish:
     ) -> None:
         """A real subscriber on channel 11 gets indivisible creates and removals (with
         is_removed) as full snapshots keyed by id, and nothing for divisible clusters."""
-        got: list[pubsub_pb2.PubMessage] = []
+        got = Seen()
         async with grpc.aio.insecure_channel(memory_env.server.address) as channel:
             sub = GcsSubscriber(channel, on_message=got.append)
             await sub.start()
@@ -141,11 +144,10 @@ class TestPublish:
             # a sentinel published last: the channel is ordered, so once it arrives anything
             # else published before it (e.g. for the divisible cluster) would have too
             await memory_env.create("sentinel", {"4c8g": 1})
-            await eventually(lambda: any(m.key_id == b"sentinel" for m in got))
+            await got.until(lambda: any(m.key_id == b"sentinel" for m in got))
             await sub.close()
         assert [m.key_id for m in got] == [b"ind", b"ind", b"sentinel"]
-        got = got[:2]
-        first, second = (m.virtual_cluster_message for m in got)
+        first, second = (m.virtual_cluster_message for m in got[:2])
         assert (first.id, first.is_removed, first.revision) == ("ind", False, created.revision)
         assert set(first.node_instances) == set(created.node_instances)
         assert second.is_removed and set(second.node_instances) == set(created.node_instances)

@@ -22,6 +22,7 @@ import structlog
 
 from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import CloudInstance
+from gcs.processes import pid_alive
 
 log = structlog.get_logger("gcs.autoscaler.providers")
 
@@ -35,25 +36,6 @@ class ProcessRecord:
     pid: int
     started_s: float
     log_path: str
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child counts as gone
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            return False
-    return True
 
 
 class ProcessRecords:

@@ -31,10 +31,10 @@ from gcs.rpc.front.sync import SyncCall, SyncDispatcher
 from gcs.rpc.h2wire import PROTOCOL_ERROR
 from gcs.rpc.server import CallHook
 from gcs.rpc.warnings import WarningSampler
-from gcs.services.syncer import START_SYNC_PATH
+from gcs.services.ray_syncer import START_SYNC_PATH
 
 if TYPE_CHECKING:  # gcs.server imports this package
-    from gcs.server.interceptors import CallGuard
+    from gcs.rpc.interceptors import CallGuard
 
 log = structlog.get_logger("gcs.rpc.front")
 

@@ -1,6 +1,6 @@
 """``ray.rpc.syncer.RaySyncer/StartSync`` served on the front server itself, onto the same
-:class:`~gcs.managers.syncer.SyncHub` and with the same checks as the grpc.aio servicer
-(:mod:`gcs.services.syncer`: metadata ``node_id``, batch bounds, INVALID_ARGUMENT naming the
+:class:`~gcs.managers.sync_hub.SyncHub` and with the same checks as the grpc.aio servicer
+(:mod:`gcs.services.ray_syncer`: metadata ``node_id``, batch bounds, INVALID_ARGUMENT naming the
 field).
 
 Why: relayed through grpc.aio over the private socket, every view the hub sends to a raylet
@@ -23,7 +23,7 @@ import grpc
 import structlog
 
 from gcs.config import RequestLimits
-from gcs.managers.syncer import GCS_SYNCER_NODE_ID, Peer, SyncHub
+from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID, Peer, SyncHub
 from gcs.rpc.errors import InvalidArgument
 from gcs.rpc.front.grpc_wire import (
     OK_TRAILERS,
@@ -39,7 +39,7 @@ from gcs.rpc.front.grpc_wire import (
 from gcs.rpc.front.h2 import H2ServerConnection, Stream
 from gcs.rpc.server import CallHook
 from gcs.rpc.warnings import WarningSampler
-from gcs.services.syncer import (
+from gcs.services.ray_syncer import (
     MAX_BATCH_MESSAGES,
     START_SYNC_PATH,
     decode_batch,

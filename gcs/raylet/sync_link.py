@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
 import structlog
 
+from gcs.changes import Changes
+from gcs.clock import Clock, SystemClock
 from gcs.proto import ray_syncer_pb2
 
-log = structlog.get_logger("gcs.raylet.syncer")
+log = structlog.get_logger("gcs.raylet.sync_link")
 
 START_SYNC_PATH = "/ray.rpc.syncer.RaySyncer/StartSync"
 REPORT_PERIOD_S = 0.1
@@ -74,8 +75,11 @@ class SyncerLink:
         period_s: float = REPORT_PERIOD_S,
         backoff_initial_s: float = 0.2,
         backoff_max_s: float = 5.0,
+        clock: Clock | None = None,
     ) -> None:
+        """``clock``: the report period and the reconnect back-off run on it."""
         self.node_id = node_id
+        self._clock = clock or SystemClock()
         self._channel = channel
         self._view = view
         self._metadata = (("node_id", node_id.hex()), *metadata)
@@ -91,14 +95,17 @@ class SyncerLink:
         self.views: dict[bytes, int] = {}
         """Other nodes' newest RESOURCE_VIEW version, as relayed by the GCS."""
         self.stats = LinkStats()
+        self.changes = Changes()
+        """Notified on every (re)connect, view sent and batch of views received."""
 
     def changed(self) -> None:
         self._dirty.set()
 
     async def run(self) -> None:
         backoff_s = self._backoff_initial_s
+        clock = self._clock
         while True:
-            started = time.monotonic()
+            started = clock.monotonic_s()
             try:
                 await self._stream()
             except asyncio.CancelledError:
@@ -108,9 +115,9 @@ class SyncerLink:
             except Exception:  # a bug of ours: reconnect rather than lose the link, say why
                 log.exception("raylet.syncer_failed", node_id=self.node_id.hex())
             self.connected.clear()
-            if time.monotonic() - started > self._backoff_max_s:
+            if clock.monotonic_s() - started > self._backoff_max_s:
                 backoff_s = self._backoff_initial_s  # it had been up: start over
-            await asyncio.sleep(backoff_s)
+            await clock.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, self._backoff_max_s)
 
     async def _stream(self) -> None:
@@ -119,6 +126,7 @@ class SyncerLink:
         )
         call = method(metadata=self._metadata)
         self.stats.connects += 1
+        self.changes.notify()
         self._sent_fingerprint = None  # a new stream (maybe a new GCS): send the view again
         reader = asyncio.get_running_loop().create_task(self._read(call))
         try:
@@ -130,7 +138,7 @@ class SyncerLink:
                 if reader in done:
                     dirty.cancel()
                     break
-                await asyncio.sleep(self._period_s)  # coalesce, as Ray's 100 ms pull does
+                await self._clock.sleep(self._period_s)  # coalesce, as Ray's 100 ms pull does
                 await self._send_view(call)
             await reader  # raises the stream's error, if any
         finally:
@@ -157,6 +165,7 @@ class SyncerLink:
         await call.write(ray_syncer_pb2.RaySyncMessageBatch(messages=[message]).SerializeToString())
         self._sent_fingerprint = fingerprint
         self.stats.sent += 1
+        self.changes.notify()
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         views, stats = self.views, self.stats
@@ -172,3 +181,4 @@ class SyncerLink:
                     message.version > views.get(message.node_id, -1)
                 ):
                     views[message.node_id] = message.version
+            self.changes.notify()

@@ -6,8 +6,8 @@
   in token mode answers ``Health/Check`` without a token (observed) while refusing
   ``GetClusterId``; liveness probes (kubelet gRPC probes, load balancers) carry no
   credentials and the answer reveals nothing.
-* Cluster id (gcs-server.md §1): absent metadata is accepted (first ``GetClusterId``);
-  present and different -> UNAUTHENTICATED with Ray's message.
+* Cluster id (Ray's ``ray_cluster_id`` metadata): absent metadata is accepted (first
+  ``GetClusterId``); present and different -> UNAUTHENTICATED with Ray's message.
 
 Both checks share one pass over the metadata: a second interceptor would cost a second
 coroutine per RPC.  The same class guards the raylet agent's server (no cluster id there).

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from gcs.config import RequestLimits
 from gcs.ids import NODE_ID_SIZE
-from gcs.managers.syncer import GCS_SYNCER_NODE_ID, MESSAGE_TYPES, Peer, SyncHub
+from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID, MESSAGE_TYPES, Peer, SyncHub
 from gcs.proto import ray_syncer_pb2
 from gcs.rpc.errors import InvalidArgument
 from gcs.rpc.wire import method_path, wire_service_name

@@ -24,13 +24,14 @@ health checker (any syncer message counts as a heartbeat, as in Ray).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import structlog
 from google.protobuf.message import DecodeError
 
-from gcs.managers.events import NodeEvents
+from gcs.changes import Changes
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2, ray_syncer_pb2
@@ -127,7 +128,6 @@ class SyncHub:
         nodes: NodeManager,
         resources: ResourceCache,
         *,
-        node_events: NodeEvents,
         on_heartbeat: Callable[[bytes], None],
     ) -> None:
         self._nodes = nodes
@@ -138,7 +138,8 @@ class SyncHub:
         """The held messages, encoded as batch entries (what peers are sent)."""
         self._peers: dict[bytes, Peer] = {}
         self.stats = SyncStats()
-        node_events.subscribe(self)
+        self.changes = Changes()
+        """Notified when a stream opens or a message is accepted."""
 
     # -- NodeListener ------------------------------------------------------------------
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
@@ -156,8 +157,9 @@ class SyncHub:
 
     # -- queries -------------------------------------------------------------------------
     @property
-    def peers(self) -> dict[bytes, Peer]:
-        return self._peers
+    def peers(self) -> Mapping[bytes, Peer]:
+        """Connected raylets by node id (read-only)."""
+        return MappingProxyType(self._peers)
 
     def version(self, node_id: bytes, kind: int = RESOURCE_VIEW) -> int | None:
         held = self._views.get((node_id, kind))
@@ -182,6 +184,7 @@ class SyncHub:
             if key[0] != node_id:
                 peer.offer(key, entry)
         self._peers[node_id] = peer
+        self.changes.notify()
         log.debug("syncer.connected", node_id=node_id.hex(), queued=len(peer))
         return peer
 
@@ -219,6 +222,7 @@ class SyncHub:
         for peer in self._peers.values():
             if peer is not sender and peer.node_id != node_id:
                 peer.offer(key, entry)
+        self.changes.notify()
         return True
 
 

@@ -9,7 +9,7 @@ from gcs.clock import FakeClock
 from gcs.managers.events import NodeEvents
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
-from gcs.managers.syncer import COMMANDS, RESOURCE_VIEW, SyncHub
+from gcs.managers.sync_hub import COMMANDS, RESOURCE_VIEW, SyncHub
 from gcs.proto import gcs_pb2, ray_syncer_pb2
 from gcs.store.memory import MemoryStore
 
@@ -43,9 +43,8 @@ class Hub:
         self.events = NodeEvents(self.cache)
         self.nodes = NodeManager(MemoryStore(), self.clock, events=self.events)
         self.beats: list[bytes] = []
-        self.hub = SyncHub(
-            self.nodes, self.cache, node_events=self.events, on_heartbeat=self.beats.append
-        )
+        self.hub = SyncHub(self.nodes, self.cache, on_heartbeat=self.beats.append)
+        self.events.subscribe(self.hub)
 
     async def register(self, *ids: bytes) -> None:
         for node_id in ids:

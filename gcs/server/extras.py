@@ -1,0 +1,114 @@
+"""What ``gcs serve`` runs beside the GCS: the embedded autoscaler and the demo cluster.
+
+Each is a component of the wiring's list (:mod:`gcs.server.wiring`), started once the GCS
+port serves and closed before it (they are its clients), built from narrow ports -- the
+GCS address, the store, the security to dial with, a data directory, the metrics registry
+-- never from the server itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gcs.clock import Clock
+from gcs.lifecycle import Component, Part
+from gcs.rpc.security import Security
+from gcs.server.metrics import GcsMetrics, on_loop
+from gcs.store import Store
+
+if TYPE_CHECKING:
+    from gcs.autoscaler.config import ClusterConfig
+
+__all__ = ["Extras", "autoscaler_component", "demo_component"]
+
+Serving = Callable[[], Awaitable[object]]
+"""Returns once the GCS port accepts calls."""
+
+
+@dataclass(frozen=True, slots=True)
+class Extras:
+    """What ``gcs serve`` adds beside the GCS itself (components after the server's)."""
+
+    autoscaler: ClusterConfig | None = None
+    """A cluster config: run the embedded autoscaler."""
+    demo_nodes: int = 0
+    """Start this many local raylet agents with synthetic load."""
+
+
+def autoscaler_component(
+    cluster: ClusterConfig,
+    *,
+    gcs_address: Callable[[], str],
+    store: Store,
+    security: Security,
+    data_dir: str,
+    metrics: GcsMetrics,
+    clock: Clock,
+    serving: Serving,
+) -> Component:
+    """The embedded autoscaler (``gcs serve --autoscaler-config``), given narrow ports: the
+    GCS address (once serving), the store for its instances, the security to dial with, a
+    state directory, the metrics registry and the clock.  The one place the server reaches
+    into ``gcs.autoscaler``: the runtime is itself a component, built once the port serves
+    (it dials the GCS)."""
+    from gcs.autoscaler.runtime import AutoscalerRuntime, embedded_autoscaler
+
+    state: dict[str, AutoscalerRuntime] = {}
+
+    async def run() -> None:
+        await serving()
+        loop = asyncio.get_running_loop()
+        runtime = embedded_autoscaler(
+            cluster,
+            gcs_address=gcs_address(),
+            store=store,
+            security=security,
+            data_dir=data_dir,
+            # read on the loop that owns the state (the scrape runs on the HTTP thread)
+            register_metrics=lambda source: metrics.add_source(on_loop(loop, source)),
+            clock=clock,
+        )
+        state["runtime"] = runtime
+        await runtime.load()
+        await runtime.run()
+
+    async def close() -> None:
+        runtime = state.pop("runtime", None)
+        if runtime is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await runtime.close()
+
+    return Part("autoscaler", run=run, close=close)
+
+
+def demo_component(
+    nodes: int,
+    *,
+    gcs_address: Callable[[], str],
+    security: Security,
+    agents: bool,
+    serving: Serving,
+) -> Component:
+    """``gcs serve --demo N``: local raylet agents (unless an autoscaler provides the nodes)
+    and the demo's synthetic load (:mod:`gcs.demo`), once the GCS serves."""
+    from gcs.demo import DemoCluster
+
+    state: dict[str, DemoCluster] = {}
+
+    async def run() -> None:
+        await serving()
+        demo = DemoCluster(gcs_address(), nodes=nodes, security=security)
+        state["demo"] = demo
+        await demo.start(agents=agents)
+        await asyncio.Event().wait()  # runs until the supervisor stops it
+
+    async def close() -> None:
+        demo = state.pop("demo", None)
+        if demo is not None:
+            await demo.stop()
+
+    return Part("demo", run=run, close=close)

@@ -1,0 +1,49 @@
+"""The managers of one GCS as the wiring built them (:mod:`gcs.server.wiring`): what the
+servicers, the metric families and tests reach through ``GcsServer.managers``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gcs.managers.actors import ActorManager
+from gcs.managers.autoscaler_state import AutoscalerStateManager
+from gcs.managers.events import WorkerEvents
+from gcs.managers.health import HealthChecker
+from gcs.managers.jobs import JobManager
+from gcs.managers.kv import KvManager
+from gcs.managers.nodes import NodeManager
+from gcs.managers.pg_scheduler import PlacementGroupScheduler
+from gcs.managers.placement_groups import PlacementGroupManager
+from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.runtime_env import RuntimeEnvPins
+from gcs.managers.sync_hub import SyncHub
+from gcs.managers.tasks import TaskEventStore
+from gcs.managers.virtual_clusters import VirtualClusterManager
+from gcs.managers.workers import WorkerManager
+from gcs.pubsub.runtime import GcsPubSub
+from gcs.rpc.raylets.gateway import RayletGateway
+
+__all__ = ["Managers"]
+
+
+@dataclass(slots=True)
+class Managers:
+    kv: KvManager
+    nodes: NodeManager
+    resources: ResourceCache
+    placement_groups: PlacementGroupManager
+    pg_scheduler: PlacementGroupScheduler
+    jobs: JobManager
+    autoscaler: AutoscalerStateManager
+    health: HealthChecker
+    poller: LoadPoller
+    raylets: RayletGateway
+    pubsub: GcsPubSub
+    virtual_clusters: VirtualClusterManager
+    syncer: SyncHub
+    workers: WorkerManager
+    tasks: TaskEventStore
+    runtime_envs: RuntimeEnvPins
+    actors: ActorManager
+    worker_events: WorkerEvents
+    """Emit worker deaths here (``ReportWorkerFailure``): the actor manager listens."""

@@ -1,0 +1,479 @@
+"""Every collaborator of one GCS, built and connected here, with no I/O.
+
+:func:`build` constructs the managers, the raylet I/O layer, pubsub and the RPC server,
+subscribes every event listener in one visible list per kind of event (the order the events
+reach them), and returns the component list the supervisor runs: ``load()`` in list order,
+``run()`` all at once, ``close()`` in reverse order.  Nothing here reads the store, binds a
+port or starts a task; that is what ``load()`` and ``run()`` are for.
+
+Listener order (each list is the order of delivery; written down in docs/architecture.md):
+
+* node events (NodeManager): resource cache (the node's report row exists before anyone
+  reads it) -> raylet client pool (a dead node's channels close) -> health checker ->
+  jobs (a dead driver's jobs finish) -> virtual clusters -> placement-group scheduler ->
+  autoscaler state (a drained node's DrainNode call ends) -> syncer -> actors;
+* job events (JobManager): virtual clusters (``check_job`` may refuse the job first) ->
+  placement-group scheduler -> task-failure marker -> runtime-env pins -> actors;
+* placement-group events: virtual clusters -> placement-group scheduler;
+* worker events (WorkerManager): task-failure marker -> actors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gcs.clock import Clock
+from gcs.config import GcsConfig
+from gcs.lifecycle import Component, Part
+from gcs.managers.actor_scheduler import ActorScheduler
+from gcs.managers.actor_view import LiveClusterView
+from gcs.managers.actors import ActorManager
+from gcs.managers.autoscaler_state import AutoscalerStateManager
+from gcs.managers.cluster_meta import ClusterIdentity
+from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents, WorkerEvents
+from gcs.managers.health import HealthChecker
+from gcs.managers.jobs import JobManager
+from gcs.managers.kv import KvManager
+from gcs.managers.lane import ResolvePolicy
+from gcs.managers.nodes import NodeManager
+from gcs.managers.pg_scheduler import PlacementConfig, PlacementGroupScheduler
+from gcs.managers.placement_groups import PlacementGroupManager
+from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.restart_notice import RestartNotice
+from gcs.managers.runtime_env import RuntimeEnvPins
+from gcs.managers.sync_hub import SyncHub
+from gcs.managers.task_failures import TaskFailureMarker
+from gcs.managers.tasks import TaskEventStore
+from gcs.managers.virtual_clusters import VirtualClusterManager
+from gcs.managers.workers import WorkerManager
+from gcs.proto import gcs_pb2
+from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
+from gcs.pubsub.config import PublisherConfig
+from gcs.pubsub.runtime import GcsPubSub
+from gcs.rpc.raylets.actors import ActorGateway, GrpcActorGateway
+from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
+from gcs.rpc.raylets.gateway import RayletGateway
+from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
+from gcs.rpc.raylets.pool import RayletClientPool
+from gcs.rpc.security import Security
+from gcs.rpc.warnings import WarningSampler
+from gcs.server.extras import Extras, autoscaler_component, demo_component
+from gcs.server.families import gcs_families
+from gcs.server.gc_policy import GcTuning
+from gcs.server.head_processes import HeadChildren
+from gcs.server.managers import Managers
+from gcs.server.metrics import GcsMetrics, on_loop
+from gcs.server.rpc_server import RpcServer
+from gcs.store import Store
+from gcs.store.factory import open_with_retry
+from gcs.store.metered import MeteredStore
+
+__all__ = ["Extras", "Wiring", "build"]
+
+
+@dataclass(slots=True)
+class Wiring:
+    managers: Managers
+    identity: ClusterIdentity
+    rpc: RpcServer
+    gc: GcTuning
+    children: HeadChildren
+    components: list[Component]
+    """In load order; the supervisor closes them in reverse."""
+    node_events: NodeEvents
+    job_events: JobEvents
+    pg_events: PlacementGroupEvents
+    worker_events: WorkerEvents
+
+
+def build(
+    config: GcsConfig,
+    *,
+    store: Store,
+    owns_store: bool,
+    clock: Clock,
+    security: Security,
+    metrics: GcsMetrics,
+    advertised_host: str,
+    lane_policy: ResolvePolicy | None = None,
+    raylets: RayletGateway | None = None,
+    actor_gateway: ActorGateway | None = None,
+    extras: Extras | None = None,
+) -> Wiring:
+    """``store``: the backend, opened at load (``owns_store``: closed at the end too);
+    managers get it metered.  ``raylets`` / ``actor_gateway``: fakes in tests."""
+    cfg = config
+    extras = extras or Extras()
+    metered = MeteredStore(store, metrics.registry)
+    kv = KvManager(metered)
+    identity = ClusterIdentity(
+        metered, kv, session_name=cfg.session_name, python_version=cfg.python_version
+    )
+
+    # -- raylet I/O ------------------------------------------------------------------------
+    load_poll = cfg.load_poll
+    if security.tls is not None and load_poll.transport == "h2":
+        load_poll = dataclasses.replace(load_poll, transport="grpc")  # h2 client: no TLS
+    if raylets is None:
+        raylets = GrpcRayletGateway(
+            budget_for(cfg.raylet_io, nofile_soft_limit()),
+            poll_transport=load_poll.transport,
+            security=security,
+        )
+    actor_io = _actor_io(raylets, actor_gateway, security)
+    timeout_s = cfg.raylet_rpc_timeout_ms / 1000
+
+    # -- managers --------------------------------------------------------------------------
+    pubsub = GcsPubSub.create(
+        clock,
+        control_plane=PublisherConfig.control_plane().with_channels(RAY_VIRTUAL_CLUSTER_CHANNEL),
+    )
+    publish = pubsub.control_plane.publish
+    node_events, job_events = NodeEvents(), JobEvents()
+    pg_events, worker_events = PlacementGroupEvents(), WorkerEvents()
+    cache = ResourceCache(clock)
+    nodes = NodeManager(
+        metered,
+        clock,
+        events=node_events,
+        publish=publish,
+        max_dead_cached=cfg.max_dead_nodes_cached,
+        lane_policy=lane_policy,
+    )
+    health = HealthChecker(nodes, raylets, clock, cfg.health)
+    jobs = JobManager(
+        metered,
+        clock,
+        events=job_events,
+        publish=publish,
+        lane_policy=lane_policy,
+        node_is_dead=nodes.is_dead,
+    )
+    pgs = PlacementGroupManager(
+        metered,
+        clock,
+        events=pg_events,
+        job_cluster=jobs.virtual_cluster_of,
+        job_namespace=jobs.namespace_of,
+        job_is_dead=jobs.is_dead,
+        lane_policy=lane_policy,
+    )
+    virtual_clusters = VirtualClusterManager(
+        metered, clock, nodes, jobs, pgs, cache, publish=publish, lane_policy=lane_policy
+    )
+    pg_scheduler = PlacementGroupScheduler(
+        pgs,
+        nodes,
+        cache,
+        raylets,
+        clock,
+        cluster_nodes=virtual_clusters.schedulable_nodes,
+        config=PlacementConfig(rpc_timeout_s=timeout_s),
+    )
+    autoscaler = AutoscalerStateManager(
+        metered,
+        kv,
+        clock,
+        nodes,
+        cache,
+        pgs,
+        raylets,
+        session_name=identity.session_name,
+        raylet_timeout_s=timeout_s,
+        virtual_cluster_section=virtual_clusters.autoscaler_section,
+        lane_policy=lane_policy,
+    )
+    syncer = SyncHub(nodes, cache, on_heartbeat=health.mark_healthy)
+    poller = LoadPoller(
+        nodes,
+        cache,
+        raylets,
+        clock,
+        load_poll,
+        on_report=health.mark_healthy,
+        view_version=syncer.live_version,
+    )
+    workers = WorkerManager(
+        metered,
+        clock,
+        publish=publish,
+        worker_events=worker_events,
+        max_dead_cached=cfg.max_dead_workers_cached,
+        lane_policy=lane_policy,
+    )
+    tasks = TaskEventStore(
+        max_tasks=cfg.task_events_max_num_task_in_gcs,
+        max_profile_events_per_task=cfg.task_events_max_num_profile_events_per_task,
+    )
+    task_failures = TaskFailureMarker(
+        tasks,
+        clock,
+        worker_dead_delay_ms=cfg.mark_task_failed_on_worker_dead_delay_ms,
+        job_done_delay_ms=cfg.mark_task_failed_on_job_done_delay_ms,
+    )
+
+    async def delete_package(uri: str) -> None:
+        await kv.delete(b"", uri.encode(), by_prefix=False)
+
+    runtime_envs = RuntimeEnvPins(jobs.all_jobs, clock, delete=delete_package)
+    actors = ActorManager(
+        metered,
+        clock,
+        ActorScheduler(
+            actor_io.gateway,
+            LiveClusterView(
+                nodes.alive,
+                cache,
+                pgs.groups,
+                job_cluster=jobs.virtual_cluster_of,
+                cluster_nodes=virtual_clusters.node_filter,
+            ),
+            sleep=clock.sleep,  # the retry back-off of a creation waiting for a node
+        ),
+        actor_io.gateway,
+        nodes.alive,
+        publish=publish,
+        job_is_dead=jobs.is_dead,
+        max_dead_cached=cfg.max_dead_actors_cached,
+        kill_timeout_s=timeout_s,
+        lane_policy=lane_policy,
+    )
+
+    # -- listeners, in delivery order (see the module docstring) --------------------------
+    node_events.subscribe(
+        cache,
+        _ForgetRaylet(raylets),
+        health,
+        jobs.node_listener,
+        virtual_clusters,
+        pg_scheduler,
+        autoscaler,
+        syncer,
+        actors.node_listener,
+    )
+    job_events.subscribe(
+        virtual_clusters, pg_scheduler, task_failures, runtime_envs, actors.job_listener
+    )
+    pg_events.subscribe(virtual_clusters, pg_scheduler)
+    worker_events.subscribe(task_failures, actors.worker_listener)
+
+    managers = Managers(
+        kv,
+        nodes,
+        cache,
+        pgs,
+        pg_scheduler,
+        jobs,
+        autoscaler,
+        health,
+        poller,
+        raylets,
+        pubsub,
+        virtual_clusters,
+        syncer,
+        workers,
+        tasks,
+        runtime_envs,
+        actors,
+        worker_events,
+    )
+
+    # -- serving ---------------------------------------------------------------------------
+    rpc_warnings = WarningSampler(clock)  # repeated per-request warnings: counted, sampled
+    rpc = RpcServer(
+        cfg,
+        managers,
+        identity,
+        security,
+        clock,
+        advertised_host=advertised_host,
+        on_call=metrics.on_call,
+        warnings=rpc_warnings,
+    )
+
+    def bind_address() -> str:
+        return f"{cfg.host}:{rpc.port}"
+
+    def advertised_address() -> str:
+        return f"{advertised_host}:{rpc.port}"
+
+    gc = GcTuning(
+        clock,
+        gen0_threshold=cfg.gc_gen0_threshold,
+        gen1_threshold=cfg.gc_gen1_threshold,
+        freeze_survivors=cfg.gc_freeze_survivors,
+    )
+    children = HeadChildren(
+        head=cfg.head,
+        dashboard=cfg.dashboard,
+        head_raylet=cfg.head_raylet,
+        ray_python=cfg.ray_python,
+        temp_dir=cfg.temp_dir,
+        dashboard_host=cfg.dashboard_host or cfg.host,
+        dashboard_port=cfg.dashboard_port,
+        head_raylet_args=cfg.head_raylet_args,
+        session_name=identity.session_name,
+        cluster_id_hex=lambda: identity.meta.cluster_id_hex,
+        gcs_address=advertised_address,
+        node_ip=advertised_host,
+        serving=rpc.serving,
+    )
+
+    async def load_metrics() -> None:
+        """Figures read from their owners at scrape time, on the loop that owns them."""
+        loop = asyncio.get_running_loop()
+        metrics.add_source(on_loop(loop, lambda: gcs_families(managers)))
+        metrics.add_source(on_loop(loop, rpc_warnings.metric_families))
+        if cfg.metrics_port >= 0:
+            metrics.serve(cfg.host, cfg.metrics_port)
+
+    async def open_store() -> None:  # a given store too: opening an open store is a no-op
+        await open_with_retry(store, clock)
+
+    async def close_store() -> None:
+        if owns_store:
+            await store.close()
+
+    def once_serving(run: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        """Raylets are reached only once the GCS answers them (load -> serve -> reach)."""
+
+        async def go() -> None:
+            await rpc.serving()
+            await run()
+
+        return go
+
+    async def close_metrics() -> None:
+        metrics.close()
+
+    components: list[Component] = [
+        Part("store", load=open_store, close=close_store),
+        Part("metrics", load=load_metrics, close=close_metrics),
+        Part("raylets", close=raylets.close),
+        Part("actor_io", close=actor_io.close),
+        identity,
+        Part("nodes", load=nodes.load),
+        Part("placement_groups", load=pgs.load),
+        Part("jobs", load=jobs.load, close=jobs.close),
+        Part("workers", load=workers.load),
+        Part("autoscaler_state", load=autoscaler.load),
+        Part(  # replays from the node table loaded above; periodic passes on the clock
+            "virtual_clusters",
+            load=virtual_clusters.load,
+            run=lambda: _all(
+                virtual_clusters.run_periodic(
+                    cfg.node_instances_replenish_interval_ms,
+                    virtual_clusters.replenish_once,
+                    "replenish",
+                ),
+                virtual_clusters.run_periodic(
+                    cfg.expired_job_clusters_gc_interval_ms,
+                    virtual_clusters.collect_expired_once,
+                    "job-cluster-gc",
+                ),
+            ),
+            close=virtual_clusters.close,
+        ),
+        Part("actors", load=actors.load, close=actors.close),  # after nodes: dead owners' nodes
+        Part("task_failures", close=task_failures.close),
+        Part("load_poller", run=once_serving(poller.run)),
+        Part("health", run=once_serving(health.run), close=health.close),
+        Part("pg_scheduler", run=once_serving(pg_scheduler.run), close=pg_scheduler.close),
+        Part("runtime_envs", run=runtime_envs.run),
+        Part("pubsub", run=pubsub.run, close=pubsub.stop),
+        gc,  # after every load: freezes what start-up loaded
+        rpc,
+        RestartNotice(
+            nodes,
+            poller,
+            raylets,
+            actors,
+            clock,
+            contacts_per_s=cfg.raylet_io.startup_contacts_per_s,
+            max_concurrent=cfg.health.max_concurrent,
+            serving=rpc.serving,
+        ),
+        children,
+    ]
+    if extras.autoscaler is not None:
+        components.append(
+            autoscaler_component(
+                extras.autoscaler,
+                gcs_address=bind_address,
+                store=store,
+                security=security,
+                data_dir=cfg.data_dir,
+                metrics=metrics,
+                clock=clock,
+                serving=rpc.serving,
+            )
+        )
+    if extras.demo_nodes:
+        components.append(
+            demo_component(
+                extras.demo_nodes,
+                gcs_address=bind_address,
+                security=security,
+                agents=extras.autoscaler is None,  # else the autoscaler's provider runs them
+                serving=rpc.serving,
+            )
+        )
+    return Wiring(
+        managers,
+        identity,
+        rpc,
+        gc,
+        children,
+        components,
+        node_events,
+        job_events,
+        pg_events,
+        worker_events,
+    )
+
+
+async def _all(*loops: Awaitable[None]) -> None:
+    """Run loops together; the first to fail cancels the others and is raised."""
+    async with asyncio.TaskGroup() as group:
+        for loop in loops:
+            group.create_task(loop)  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class _ActorIo:
+    gateway: ActorGateway
+    owned: list[Callable[[], Awaitable[None]]]
+
+    async def close(self) -> None:
+        for close in self.owned:
+            await close()
+
+
+def _actor_io(raylets: RayletGateway, given: ActorGateway | None, security: Security) -> _ActorIo:
+    """The actor gateway: given (tests), or over the raylet gateway's client pool (a raylet
+    gateway given by the caller: actor calls get a pool of their own)."""
+    if given is not None:
+        return _ActorIo(given, [])
+    if isinstance(raylets, GrpcRayletGateway):
+        pool, owned = raylets.pool, []
+    else:
+        pool = RayletClientPool(64, security)
+        owned = [pool.close]
+    gateway = GrpcActorGateway(pool, security=security)
+    return _ActorIo(gateway, [gateway.close, *owned])
+
+
+class _ForgetRaylet:
+    """Node listener: a dead node's raylet connections are closed."""
+
+    def __init__(self, raylets: RayletGateway) -> None:
+        self._raylets = raylets
+
+    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        return None
+
+    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        self._raylets.forget(node.node_id)

@@ -1,0 +1,273 @@
+"""Imports only point down the layers of docs/architecture.md.
+
+Every module of ``gcs`` belongs to one layer (the longest matching prefix in
+:data:`LAYERS`); a module may import modules of its own layer or of layers below, never
+above.  Pure policy (placement, the virtual-cluster model, the autoscaler's scheduler)
+additionally imports no I/O at all.  The autoscaler's own internal order is checked by its
+own test; the cross-package rules are here.  A new module must be placed in a layer (the
+test fails on an unplaced one), so the picture stays true.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "gcs"
+
+# Lowest first.  Prefixes are module names; the longest matching prefix wins.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        (
+            "gcs",  # the package root (version constants)
+            "gcs.errors",
+            "gcs.clock",
+            "gcs.changes",
+            "gcs.background",
+            "gcs.lifecycle",
+            "gcs.processes",
+            "gcs.units",
+            "gcs.ids",
+            "gcs.labels",
+            "gcs.wire_encoding",
+            "gcs.proto",
+            "gcs.auth",
+            "gcs.tls",
+            "gcs.pubsub.channels",
+        ),
+    ),
+    (
+        "policy",  # pure: values in, values out (see PURE below)
+        (
+            "gcs.placement",
+            "gcs.virtual_clusters",
+            "gcs.autoscaler.scheduler",
+            "gcs.autoscaler.model",  # the autoscaler's value types
+            "gcs.autoscaler.capacity",  # the unavailable-capacity cache: time is passed in
+        ),
+    ),
+    ("store", ("gcs.store",)),
+    ("config", ("gcs.config", "gcs.validate")),
+    ("rpc", ("gcs.rpc",)),  # gRPC plumbing, the raylet I/O layer (gcs.rpc.raylets)
+    (
+        "managers",
+        (
+            "gcs.managers",
+            "gcs.pubsub",  # the publishers own their state like managers
+        ),
+    ),
+    (
+        "protocol",
+        (
+            "gcs.services",
+            "gcs.rpc.front",  # serves the GCS port; answers from servicers and managers
+            "gcs.pubsub.runtime",  # the two publishers with their servicers
+        ),
+    ),
+    (
+        "clients",  # talk to a GCS over its port (or build what does)
+        (
+            "gcs.sdk",
+            "gcs.pubsub.subscriber",
+            "gcs.virtual_clusters.client",
+            "gcs.raylet",
+            "gcs.autoscaler",
+            "gcs.demo",
+            "gcs.status",
+            "gcs.json_output",
+            "gcs.testing",
+        ),
+    ),
+    ("server", ("gcs.server",)),  # the composition root: may build anything below
+    (
+        "entry",  # command lines
+        (
+            "gcs.__main__",
+            "gcs.cli",
+            "gcs.cli_support",
+            "gcs.cli_validation",
+            "gcs.config_reference",
+            "gcs.metrics_reference",
+            "gcs.store.cli",
+            "gcs.virtual_clusters.cli",
+            "gcs.raylet.cli",
+            "gcs.autoscaler.cli",
+            "gcs.autoscaler.run_cli",
+        ),
+    ),
+)
+
+PURE = (
+    "gcs.placement",
+    "gcs.virtual_clusters",
+    "gcs.autoscaler.scheduler",
+    "gcs.autoscaler.model",
+    "gcs.autoscaler.capacity",
+)
+"""Policy: no I/O, no hidden clock or randomness (time and ids are injected)."""
+PURE_EXCEPT = ("gcs.virtual_clusters.client", "gcs.virtual_clusters.cli")
+IO_MODULES = (
+    "asyncio", "socket", "subprocess", "grpc", "redis", "sqlalchemy", "asyncpg", "aiosqlite",
+    "kubernetes_asyncio", "aiohttp", "httpx", "time", "random", "uuid", "os",
+    "gcs.store", "gcs.rpc", "gcs.managers", "gcs.services", "gcs.server", "gcs.raylet",
+    "gcs.sdk", "gcs.pubsub",
+)  # fmt: skip
+
+ALLOWED: dict[tuple[str, str], str] = {
+    # (importer, imported): why it is still there.  Empty this list, do not grow it.
+}
+
+_RANK = {prefix: rank for rank, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes}
+_NAME = {rank: name for rank, (name, _) in enumerate(LAYERS)}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _prefix(module: str, prefixes: object) -> str | None:
+    best = None
+    for prefix in prefixes:  # type: ignore[attr-defined]
+        if (module == prefix or module.startswith(prefix + ".")) and (
+            best is None or len(prefix) > len(best)
+        ):
+            best = prefix
+    return best
+
+
+def layer_of(module: str) -> int | None:
+    prefix = _prefix(module, _RANK)
+    return _RANK[prefix] if prefix is not None and (prefix != "gcs" or module == "gcs") else None
+
+
+def _imports(path: pathlib.Path) -> list[str]:
+    """Modules imported by ``path`` (absolute imports; ``from gcs.x import y`` counts as
+    ``gcs.x.y`` when that is a module, else ``gcs.x``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                as_path = ROOT / pathlib.Path(*candidate.split("."))
+                out.append(
+                    candidate
+                    if as_path.with_suffix(".py").exists() or as_path.is_dir()
+                    else node.module
+                )
+    return out
+
+
+MODULES = {
+    _module_name(path): path
+    for path in sorted(PACKAGE.rglob("*.py"))
+    if "proto" not in path.relative_to(PACKAGE).parts[:1]
+    and "migrations" not in path.relative_to(PACKAGE).parts
+}
+
+
+def test_every_module_is_placed_in_a_layer() -> None:
+    unplaced = [m for m in MODULES if layer_of(m) is None]
+    assert unplaced == [], "add these modules to LAYERS (docs/architecture.md too)"
+
+
+def violations(imports: dict[str, list[str]]) -> list[str]:
+    """Imports that point up the layers (and are not in ``ALLOWED``)."""
+    wrong = []
+    for module, imported_modules in imports.items():
+        own = layer_of(module)
+        assert own is not None, module
+        for imported in imported_modules:
+            target = layer_of(imported) if imported.startswith("gcs") else None
+            if target is None or target <= own or _allowed(module, imported):
+                continue
+            wrong.append(f"{module} ({_NAME[own]}) imports {imported} ({_NAME[target]})")
+    return wrong
+
+
+IMPORTS = {module: _imports(path) for module, path in MODULES.items()}
+
+
+def test_imports_point_down_the_layers() -> None:
+    assert violations(IMPORTS) == []
+
+
+def test_the_server_uses_the_autoscaler_through_its_component_only() -> None:
+    """The composition root builds the embedded autoscaler from its component and config;
+    it does not reach into providers, the reconciler or the scheduler."""
+    entry = ("gcs.autoscaler.runtime", "gcs.autoscaler.config")
+    wrong = [
+        f"{module} imports {imported}"
+        for module, imported_modules in IMPORTS.items()
+        if module.startswith("gcs.server")
+        for imported in imported_modules
+        if imported.startswith("gcs.autoscaler")
+        and _prefix(imported, entry) is None
+        and not _allowed(module, imported)
+    ]
+    assert wrong == []
+
+
+def _allowed(module: str, imported: str) -> bool:
+    return any(
+        (module == importer or module.startswith(importer + "."))
+        and (imported == target or imported.startswith(target + "."))
+        for importer, target in ALLOWED
+    )
+
+
+@pytest.mark.parametrize("rule", ["managers", "autoscaler", "store"])
+def test_cross_package_rules(rule: str) -> None:
+    """The rules the layers imply, spelled out: managers never import the protocol layer
+    or the server; nothing of the autoscaler imports the server, managers or servicers;
+    the store imports nothing of the GCS above it."""
+    forbidden = {
+        "managers": ("gcs.managers", ("gcs.services", "gcs.rpc.front", "gcs.server")),
+        "autoscaler": ("gcs.autoscaler", ("gcs.server", "gcs.managers", "gcs.services")),
+        "store": ("gcs.store", ("gcs.managers", "gcs.services", "gcs.server", "gcs.rpc")),
+    }[rule]
+    importer, targets = forbidden
+    wrong = [
+        f"{module} imports {imported}"
+        for module, imported_modules in IMPORTS.items()
+        if (module == importer or module.startswith(importer + "."))
+        and _NAME[layer_of(module)] != "entry"  # type: ignore[index]
+        for imported in imported_modules
+        if any(imported == t or imported.startswith(t + ".") for t in targets)
+        and not _allowed(module, imported)
+    ]
+    assert wrong == []
+
+
+def test_policy_imports_no_io() -> None:
+    wrong = []
+    for module, imported_modules in IMPORTS.items():
+        if _prefix(module, PURE) is None or _prefix(module, PURE_EXCEPT) is not None:
+            continue
+        for imported in imported_modules:
+            if _prefix(imported, IO_MODULES) is not None:
+                wrong.append(f"{module} imports {imported}")
+    assert wrong == []
+
+
+def test_the_checker_sees_a_wrong_import() -> None:
+    """The rule itself: imports up the layers are caught, down ones are not."""
+    assert violations(
+        {
+            "gcs.managers.nodes": ["gcs.services.node_info", "gcs.store.base"],
+            "gcs.store.redis": ["gcs.managers.lane"],
+            "gcs.autoscaler.reconciler": ["gcs.server.wiring", "gcs.rpc.client"],
+        }
+    ) == [
+        "gcs.managers.nodes (managers) imports gcs.services.node_info (protocol)",
+        "gcs.store.redis (store) imports gcs.managers.lane (managers)",
+        "gcs.autoscaler.reconciler (clients) imports gcs.server.wiring (server)",
+    ]
