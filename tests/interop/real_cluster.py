@@ -43,20 +43,12 @@ START_TIMEOUT_S = 240.0
 """Generous: raylets, their agents and our GCS start on a loaded 2-core machine."""
 NODE_STOP_GRACE_S = 10.0
 """SIGTERM to SIGKILL for drivers and nodes, all of them together: ``ray start --block``
-stops its raylet and agents with 1 s each (once the drain below is off); what takes longer
-on a loaded machine is killed."""
+stops its raylet and agents with 1 s each (its drain is off: ``RAY_TIMERS``); what takes
+longer on a loaded machine is killed."""
 GCS_STOP_GRACE_S = 20.0
 """Our GCS stops its supervised children (dashboard, head raylet) before it exits: the
 dashboard tests check that it did, so it gets the time to."""
 
-RAY_TIMERS = {
-    # Ray's 10 s for a raylet to register is short on 2 loaded cores (seen at load 27)
-    "RAY_raylet_start_wait_time_s": "120",
-    # On SIGTERM `ray start --block` first drains its node through the GCS and waits up to
-    # 30 s for the raylet to leave; the harness stops every node at once, nothing to drain.
-    "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
-}
-"""Ray's timers for every Ray process of a cluster (our GCS's children too)."""
 FAST_HEALTH_CHECKS = {
     # A node that dies is found in ~4 s (Ray's 5 s delay + 5 x 3 s: ~20 s).  A live raylet
     # still has Ray's 10 s per check and 3 in a row to miss, and a load-poll reply within a
@@ -124,14 +116,13 @@ class RealCluster:
 
     def __post_init__(self) -> None:
         if not self.env:
-            self.env = {**ray_env(self.tmp / "env"), **RAY_TIMERS}
+            self.env = ray_env(self.tmp / "env")
 
     @property
     def gcs_env(self) -> dict[str, str]:
-        """Our GCS's environment: its own, with the cluster's HOME and auth, its health
-        checks and the Ray timers its children (dashboard, head raylet) inherit."""
-        timers = {k: v for k, v in self.env.items() if k in RAY_TIMERS}
-        return {**our_env(self.env), **timers, **FAST_HEALTH_CHECKS}
+        """Our GCS's environment (:func:`our_env`, which its dashboard and head raylet
+        inherit) with its health checks."""
+        return {**our_env(self.env), **FAST_HEALTH_CHECKS}
 
     @property
     def address(self) -> str:
