@@ -16,6 +16,7 @@ import grpc
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
 from gcs.rpc import services as svc
+from gcs.server.head_processes import AdoptedProcess
 from gcs.testing.hermetic import LEAKED_SETTINGS, isolated_env
 
 RAY_TIMERS = {
@@ -94,24 +95,8 @@ async def stop_group(proc: asyncio.subprocess.Process) -> None:
 
 async def process_exit(pid: int, timeout_s: float) -> None:
     """Until process ``pid`` (a Ray worker: not our child, so no ``wait``) has exited, zombie
-    or reaped: its pidfd turns readable then (Linux >= 5.3), no polling."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    loop = asyncio.get_running_loop()
-    exited: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        if not exited.done():
-            exited.set_result(None)
-
-    loop.add_reader(fd, readable)
-    try:
-        await asyncio.wait_for(exited, timeout_s)
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
+    or reaped: its pidfd turns readable then (what our GCS waits on for an adopted child)."""
+    await asyncio.wait_for(AdoptedProcess(pid).wait(), timeout_s)
 
 
 async def set_full_python_version(address: str, ray_python: str) -> None:

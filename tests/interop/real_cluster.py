@@ -276,7 +276,7 @@ class RealCluster:
         while not predicate():
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what} not within {timeout_s} s\n{self.logs()}")
-            time.sleep(0.5)
+            time.sleep(0.2)
 
     def wait_exit(self, proc: subprocess.Popen[Any], timeout_s: float, what: str) -> int:
         """Until ``proc`` exits (its exit, not a poll); returns its exit code."""

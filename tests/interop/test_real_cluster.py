@@ -33,7 +33,9 @@ DRIVER = textwrap.dedent(
 
     @ray.remote(num_cpus=1)
     def where(i):
-        time.sleep(1.0)  # long enough that the other node's cold worker start wins
+        # 100 of them take the driver's node 15 s alone: longer than the other node's cold
+        # worker start, so the tasks spilled back to it run there
+        time.sleep(0.3)
         return ray.get_runtime_context().get_node_id()
 
     plain = collections.Counter(ray.get([where.remote(i) for i in range(100)], timeout=600))
