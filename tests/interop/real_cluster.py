@@ -272,6 +272,9 @@ class RealCluster:
             yield from (p for p in temp_dir.glob(f"session_*/logs/{pattern}") if p.is_file())
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Until ``predicate()`` holds, polled on the wall clock: real Ray processes run on
+        it, and what they do shows only in their logs and our GCS's tables (an exit is
+        awaited with :meth:`wait_exit`).  ``timeout_s`` only bounds a hang."""
         deadline = time.monotonic() + timeout_s
         while not predicate():
             if time.monotonic() > deadline:
