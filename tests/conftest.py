@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import structlog
@@ -23,6 +24,21 @@ from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from gcs.testing.hermetic import decoy_token, isolated_env
 from gcs.testing.servers import RedisServer
+
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.scheduler.protocol import Scheduling
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    """``--dist loadgroup`` (scripts/test.sh): one worker per interop module, see
+    :mod:`tests.interop.xdist_groups`."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.interop.xdist_groups import InteropModuleScheduling
+
+    return InteropModuleScheduling(config, log)
 
 
 def fast_config(**overrides: object) -> GcsConfig:

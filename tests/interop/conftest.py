@@ -11,7 +11,6 @@ set ``GCS_INTEROP_REQUIRED=1`` (CI) to turn that skip into a failure.
 from __future__ import annotations
 
 import os
-import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -63,13 +62,3 @@ class VenvWithGcs:
 def ray_venv_with_gcs(ray_venv: venvs.Venv) -> VenvWithGcs:
     _obtain(lambda: venvs.ensure_our_dependencies(ray_venv), "ray + gcs dependencies")
     return VenvWithGcs(ray_venv, venvs.with_our_package())
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (``--dist loadgroup``, scripts/test.sh) the tests of one interop module run
-    on one worker: their module-scoped clusters and servers start once, not once per worker,
-    and two clusters never race for the same loopback addresses and Ray's default ports."""
-    here = pathlib.Path(__file__).parent
-    for item in items:
-        if here in item.path.parents:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))

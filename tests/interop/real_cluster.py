@@ -41,6 +41,23 @@ GCS_HOST = "127.0.0.2"
 _RUNNING = "Ray runtime started"
 START_TIMEOUT_S = 240.0
 """Generous: raylets, their agents and our GCS start on a loaded 2-core machine."""
+NODE_STOP_GRACE_S = 10.0
+"""SIGTERM to SIGKILL for drivers and nodes, all of them together: ``ray start --block``
+stops its raylet and agents with 1 s each (its drain is off: ``RAY_TIMERS``); what takes
+longer on a loaded machine is killed."""
+GCS_STOP_GRACE_S = 20.0
+"""Our GCS stops its supervised children (dashboard, head raylet) before it exits: the
+dashboard tests check that it did, so it gets the time to."""
+
+FAST_HEALTH_CHECKS = {
+    # A node that dies is found in ~4 s (Ray's 5 s delay + 5 x 3 s: ~20 s).  A live raylet
+    # still has Ray's 10 s per check and 3 in a row to miss, and a load-poll reply within a
+    # period counts as a check (gcs.managers.health), so a loaded machine does not fail it.
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
+"""Our GCS's health checks (Ray's knob names, which ``gcs serve`` reads)."""
 
 
 @dataclass(frozen=True)
@@ -55,15 +72,26 @@ class Worker:
     args: tuple[str, ...] = ()
 
 
-def kill_group(proc: subprocess.Popen[Any], grace_s: float = 20) -> None:
+def stop_groups(procs: Sequence[subprocess.Popen[Any]], grace_s: float) -> None:
+    """Stop processes started with ``start_new_session=True`` and everything they started:
+    SIGTERM every process group at once, wait for their leaders ``grace_s`` in all (not per
+    process), then SIGKILL what is left of every group."""
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def kill_group(proc: subprocess.Popen[Any], grace_s: float = NODE_STOP_GRACE_S) -> None:
     """SIGTERM the process group, SIGKILL what is left after ``grace_s`` (raylets, agents)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    stop_groups([proc], grace_s)
 
 
 @dataclass
@@ -91,6 +119,12 @@ class RealCluster:
             self.env = ray_env(self.tmp / "env")
 
     @property
+    def gcs_env(self) -> dict[str, str]:
+        """Our GCS's environment (:func:`our_env`, which its dashboard and head raylet
+        inherit) with its health checks."""
+        return {**our_env(self.env), **FAST_HEALTH_CHECKS}
+
+    @property
     def address(self) -> str:
         return f"{self.gcs_host}:{self.port}"
 
@@ -115,7 +149,7 @@ class RealCluster:
                 "--port", str(self.port), "--storage", self.storage, "--metrics-port", "-1",
                 "--temp-dir", str(self.tmp / "head"), "--log-format", "json", *self.gcs_args,
             ],
-            stdout=log, stderr=subprocess.STDOUT, env=our_env(self.env), start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, env=self.gcs_env, start_new_session=True,
         )  # fmt: skip
         log.close()
         self.wait(self._gcs_serving, 60, "our GCS serving")
@@ -217,12 +251,10 @@ class RealCluster:
         return result
 
     def close(self) -> None:
-        for proc in reversed(self.others):
-            kill_group(proc)
-        for proc in reversed(self.workers):
-            kill_group(proc)
+        """Drivers and nodes together, then our GCS (a raylet told to stop reports to it)."""
+        stop_groups([*reversed(self.others), *reversed(self.workers)], NODE_STOP_GRACE_S)
         if self.gcs is not None:
-            kill_group(self.gcs)
+            stop_groups([self.gcs], GCS_STOP_GRACE_S)
         for temp_dir in self.temp_dirs:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
@@ -240,11 +272,21 @@ class RealCluster:
             yield from (p for p in temp_dir.glob(f"session_*/logs/{pattern}") if p.is_file())
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Until ``predicate()`` holds, polled on the wall clock: real Ray processes run on
+        it, and what they do shows only in their logs and our GCS's tables (an exit is
+        awaited with :meth:`wait_exit`).  ``timeout_s`` only bounds a hang."""
         deadline = time.monotonic() + timeout_s
         while not predicate():
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what} not within {timeout_s} s\n{self.logs()}")
-            time.sleep(0.5)
+            time.sleep(0.2)
+
+    def wait_exit(self, proc: subprocess.Popen[Any], timeout_s: float, what: str) -> int:
+        """Until ``proc`` exits (its exit, not a poll); returns its exit code."""
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{what} not within {timeout_s} s\n{self.logs()}") from None
 
     def alive_nodes(self) -> list[gcs_pb2.GcsNodeInfo]:
         """Alive nodes of our node table (the virtual head is not in it); [] when the GCS

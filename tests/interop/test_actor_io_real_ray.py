@@ -31,7 +31,7 @@ from gcs.rpc.raylets.actors import GrpcActorGateway
 from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.testing.servers import free_port
 from tests.conftest import eventually
-from tests.interop.ray_processes import ray_env, stop_group
+from tests.interop.ray_processes import process_exit, ray_env, stop_group
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -99,6 +99,7 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
             )
             return True
 
+        # wall clock: Ray's own GCS answering is the only readiness signal `ray start` gives
         await eventually(gcs_up, timeout_s=120, interval_s=0.5)
         assert head.returncode is None and stubs is not None, (tmp_path / "head.log").read_text()[
             -3000:
@@ -154,7 +155,7 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
         # forwarded call as failed: the manager treats this call as best effort too.
         with contextlib.suppress(RayletUnreachable):
             await gateway.kill_local_actor(node.node_id, raylet, kill, timeout_s=30)
-        await eventually(lambda: not _alive(pid), timeout_s=60, interval_s=0.2)
+        await process_exit(pid, timeout_s=60)
     finally:
         await channel.close()
         await gateway.close()

@@ -30,7 +30,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gcs.testing.servers import free_port
 from tests.conftest import eventually
-from tests.interop.ray_processes import our_env, ray_env, set_full_python_version, stop_group
+from tests.interop.ray_processes import (
+    our_env,
+    process_exit,
+    ray_env,
+    set_full_python_version,
+    stop_groups,
+)
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -97,14 +103,6 @@ print(json.dumps(out))
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "zombie" not in status.lower()
-
-
 def _head_supported() -> bool:
     help_text = subprocess.run(
         [sys.executable, "-m", "gcs.cli", "serve", "--help"],
@@ -160,6 +158,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
 
     try:
         await spawn("gcs", *serve, env=our_env(env))
+        # wall clock: our GCS's port answering is the only readiness signal it gives
         await eventually(lambda: _serves(channel, ""), timeout_s=60, interval_s=0.2)
         if not head:
             await spawn(
@@ -181,12 +180,13 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
             assert before["restarted"] is True
         scoped_pid = before["scoped_pid"]
         assert isinstance(scoped_pid, int)
-        await eventually(lambda: not _alive(scoped_pid), timeout_s=60, interval_s=0.2)
+        await process_exit(scoped_pid, timeout_s=60)
 
         gcs = procs[0]  # kill -9 our GCS; the same store and port bring it back
         gcs.kill()
         await gcs.wait()
         await spawn("gcs-restarted", *serve, env=our_env(env))
+        # wall clock: as above, the restarted GCS serving
         await eventually(lambda: _serves(channel, ""), timeout_s=60, interval_s=0.2)
         after = await driver(DRIVER_AFTER)
         # the detached actor kept its state: 2 calls (or 1 after its restart) then this one
@@ -195,8 +195,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
         assert after["name_after_kill"] == "free"
     finally:
         await channel.close()
-        for proc in reversed(procs):
-            await stop_group(proc)
+        await stop_groups(procs)
         for log in logs:
             log.close()
         shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -87,6 +87,7 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
     )
     driver = None
     try:
+        # wall clock: Ray's own GCS answering is the only readiness signal `ray start` gives
         await eventually(
             lambda: head.returncode is not None or _gcs_up(address), timeout_s=120, interval_s=0.5
         )
@@ -104,6 +105,7 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
         assert workers, "no worker was launched for the pending tasks"
         assert any(i.status is S.RAY_RUNNING or i.node_id for i in workers)
         # the worker goes idle, Ray's raylet accepts the idle drain and exits, we stop it
+        # (wall clock: the real raylet's idle time and exit, read through the runtime's loop)
         await eventually(
             lambda: all(
                 i.status in (S.TERMINATED, S.TERMINATING)
@@ -119,6 +121,7 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
         async def no_worker_left() -> bool:
             return not await runtime.provider.get_non_terminated()
 
+        # wall clock: the command provider's stop of a real `ray start` process
         await eventually(no_worker_left, timeout_s=60, interval_s=0.5)
         assert not [e for e in runtime.events.recent(100) if e.kind.endswith("failed")]
     finally:

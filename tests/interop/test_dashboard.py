@@ -90,13 +90,11 @@ def cluster(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
         f"--num-cpus=1 --dashboard-agent-listen-port={free_port()}",
     )  # fmt: skip
     with real_cluster(ray_default_venv, gcs_args=args, storage="sqlite:///{tmp}/gcs.db") as c:
-        # one at a time: Ray gives a raylet 30 s to register, on a loaded 2-core machine
-        c.wait(lambda: c.synced_raylets() >= 1, 240, "the head raylet synced")
-        c.dashboard = f"http://{GCS_HOST}:{port}"
-        c.wait(lambda: _http_ok(f"{c.dashboard}/api/version"), 240, "the dashboard")
-        c.add_worker(Worker("127.0.0.3"))
+        c.add_worker(Worker("127.0.0.3"))  # while our GCS starts its head raylet
         c.wait_workers()
         c.wait(lambda: c.synced_raylets() >= 2, 240, "the head raylet and the worker synced")
+        c.dashboard = f"http://{GCS_HOST}:{port}"
+        c.wait(lambda: _http_ok(f"{c.dashboard}/api/version"), 240, "the dashboard")
         yield c
         children = [start["pid"] for start in child_starts(c)]
     # our GCS stopped its dashboard and head raylet, each with its whole process group

@@ -79,7 +79,7 @@ THREE_PENDING = """
 ray.init(address=sys.argv[1], namespace="pgs", logging_level="ERROR")
 pg = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD", name="three",
                      lifetime="detached")
-ready = pg.wait(timeout_seconds=10)
+ready = pg.wait(timeout_seconds=1)  # 3 distinct nodes of 2: it cannot be ready, however long
 print(json.dumps({"ready": ready, "id": pg.id.hex(),
                   "state": placement_group_table(pg)["state"]}))
 """

@@ -89,6 +89,7 @@ async def test_ray_clients_with_and_without_the_token(ray_venv, tmp_path) -> Non
 
     try:
         await agent.start()
+        # wall clock: the GCS's load poll reaching the agent over real gRPC with the token
         await eventually(polled_idle, timeout_s=60, interval_s=0.2)
         good = await asyncio.to_thread(
             run_ray,

@@ -87,6 +87,7 @@ class TestRay260Clients:
                     and idle_entry.data.idle_duration_ms > 0
                 )
 
+            # wall clock: the GCS's load polls of two agents over real gRPC (demand, idle time)
             await eventually(polled, timeout_s=60)
             out = await asyncio.to_thread(
                 run_script, ray_venv, address, busy.node_id.hex(), idle.node_id.hex()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,9 @@ DRIVER = textwrap.dedent(
 
     @ray.remote(num_cpus=1)
     def where(i):
-        time.sleep(1.0)  # long enough that the other node's cold worker start wins
+        # 100 of them take the driver's node 15 s alone: longer than the other node's cold
+        # worker start, so the tasks spilled back to it run there
+        time.sleep(0.3)
         return ray.get_runtime_context().get_node_id()
 
     plain = collections.Counter(ray.get([where.remote(i) for i in range(100)], timeout=600))
@@ -55,10 +58,16 @@ def cluster(ray_venv: venvs.Venv) -> Iterator[RealCluster]:
         yield c
 
 
-def test_tasks_spread_over_both_workers_spread_and_node_affinity(cluster: RealCluster) -> None:
+@pytest.fixture(scope="module")
+def job(cluster: RealCluster) -> dict[str, Any]:
+    """The driver's job, run once for the module: what it printed."""
+    return cluster.driver(DRIVER)
+
+
+def test_tasks_spread_over_both_workers_spread_and_node_affinity(job: dict[str, Any]) -> None:
     """100 tasks run on both nodes, SPREAD uses both, a hard NodeAffinity to the node the
     driver is not on runs there (each needs the raylets to see each other's resources)."""
-    out = cluster.driver(DRIVER)
+    out = job
     assert len(out["alive"]) == 2, out
     assert sum(out["plain"].values()) == 100
     assert set(out["plain"]) == set(out["alive"]), f"every node runs some: {out['plain']}"
@@ -73,9 +82,9 @@ def test_ray_status_shows_both_workers(cluster: RealCluster) -> None:
     assert "/4.0 CPU" in done.stdout, done.stdout
 
 
+@pytest.mark.usefixtures("job")
 def test_no_process_logs_unimplemented_worker_or_task_rpcs(cluster: RealCluster) -> None:
     """After a job ran, no Ray process logged a GCS method we do not serve."""
-    cluster.driver(DRIVER)
     offending = []
     for path in cluster.ray_logs():
         for line in path.read_text(errors="replace").splitlines():
