@@ -112,4 +112,7 @@ class HaStore(abc.ABC):
     async def read_changes(
         self, after: ChangeCursor, *, block_ms: int = 0, limit: int = 10_000
     ) -> tuple[ChangeCursor, list[Change]]:
-        """Changes after ``after`` in write order and the cursor after the last one."""
+        """Changes after ``after`` in write order and the cursor after the last one.
+
+        ``limit`` bounds the changes returned, in whole batches (a batch bigger than
+        ``limit`` comes alone): a follower never sees half a batch."""
