@@ -577,7 +577,8 @@ class SqlStore(Store, HaStore):
                 if found is not None or remaining_s <= 0:
                     return found or (after, [])
                 if waiter is not None:
-                    await asyncio.wait({waiter}, timeout=remaining_s)
+                    # bounded: a LISTEN connection that died unseen costs seconds, not the wait
+                    await asyncio.wait({waiter}, timeout=min(remaining_s, _LISTEN_RECHECK_S))
                 else:
                     await asyncio.sleep(min(self._options.changes_poll_interval_s, remaining_s))
             finally:
@@ -714,6 +715,8 @@ _PG_HA_BATCH = text(
 )
 _CHANGES_READ = 1000
 """Stream rows (batches) one read asks for at most."""
+_LISTEN_RECHECK_S = 5.0
+"""A reader waiting for a notification reads again at least this often."""
 
 
 class _AmbiguousCommit(Exception):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import structlog
@@ -22,6 +23,9 @@ from gcs.store.sql_schema import LEASE
 __all__ = ["CHANNEL", "LeaseStatements", "PgNotifications"]
 
 log = structlog.get_logger("gcs.store.sql")
+
+_RETRY_S = 5.0
+"""After a failed LISTEN connection, poll this long before trying again."""
 
 CHANNEL = "gcs_changes"
 """PostgreSQL ``NOTIFY`` channel of every namespace; the payload is the namespace."""
@@ -103,17 +107,21 @@ class PgNotifications:
         self._conn: Any = None
         self._waiters: set[asyncio.Future[None]] = set()
         self._lock = asyncio.Lock()
+        self._retry_at = 0.0
 
     async def _listening(self) -> bool:
         async with self._lock:
             if self._conn is not None and not self._conn.is_closed():
                 return True
+            if time.monotonic() < self._retry_at:
+                return False
             import asyncpg
 
             try:
                 conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout_s)
                 await conn.add_listener(CHANNEL, self._notified)
             except (TimeoutError, OSError, asyncpg.PostgresError) as err:
+                self._retry_at = time.monotonic() + _RETRY_S
                 log.warning("sql_changes_listen_failed", error=str(err), fallback="polling")
                 return False
             conn.add_termination_listener(self._terminated)
