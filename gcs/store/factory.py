@@ -20,14 +20,14 @@ def store_from_url(
 
     ``namespace`` separates clusters that share one backend; ``redis`` tunes a Redis store
     (credentials, replica acknowledgements); ``ha`` (``gcs serve --ha``) makes a Redis or
-    SQL store fence its writes and feed the change stream (``gcs.store.ha``; the memory
-    store always does, and refusing ``--ha`` on memory / SQLite is the server's call).
+    SQL store fence its writes and feed the change stream, and a memory store keep one
+    (``gcs.store.ha``; refusing ``--ha`` on memory / SQLite is the server's call).
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
         from gcs.store.memory import MemoryStore
 
-        return MemoryStore(url)
+        return MemoryStore(url, ha=ha)
     if scheme in REDIS_SCHEMES:
         from gcs.store.redis import RedisStore
 

@@ -90,7 +90,9 @@ class HaStore(abc.ABC):
     @abc.abstractmethod
     async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
         """Extend the lease by ``ttl_ms`` from now (store clock); False if ``(holder,
-        epoch)`` no longer holds it (lost: expired and taken, or never held)."""
+        epoch)`` no longer holds it (lost: expired and taken, or never held).  A lease that
+        lapsed with nobody taking it since is still held (no newer epoch exists) and is
+        renewed."""
 
     @abc.abstractmethod
     async def release_lease(self, holder: str, epoch: int) -> None:

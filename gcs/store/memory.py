@@ -2,8 +2,9 @@
 
 There is no stored layout to migrate: every open starts empty, in the current layout.
 
-It is also the reference implementation of :class:`~gcs.store.ha.HaStore`, and the shared
-backend of in-process HA tests: :meth:`MemoryStore.handle` gives another *store object*
+It is also the reference implementation of :class:`~gcs.store.ha.HaStore` (unless built
+with ``ha=False``, as ``memory://`` without ``--ha`` is: then no change stream is kept), and
+the shared backend of in-process HA tests: :meth:`MemoryStore.handle` gives another *store object*
 over the same data (as a second GCS process connected to the same Redis would have), with
 its own fence and its own simulated outage.  Lease expiry follows the injected clock (a
 ``FakeClock`` in tests), which stands for the store's clock; so does the timeout of a
@@ -54,6 +55,7 @@ class _Shared:
 
     clock: Clock
     max_changes: int
+    ha: bool
     tables: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     landed: set[bytes] = field(default_factory=set)
@@ -108,10 +110,11 @@ class MemoryStore(Store, HaStore):
         *,
         clock: Clock | None = None,
         max_changes: int = DEFAULT_MAX_CHANGES,
+        ha: bool = True,
     ) -> None:
         if max_changes < 1:
             raise ValueError(f"max_changes must be >= 1, got {max_changes}")
-        self._attach(url, _Shared(clock or SystemClock(), max_changes))
+        self._attach(url, _Shared(clock or SystemClock(), max_changes, ha))
 
     def _attach(self, url: str, shared: _Shared) -> None:
         self.url = url
@@ -164,7 +167,7 @@ class MemoryStore(Store, HaStore):
             shared.table(table).pop(key, None)
         self.writes += 1
         shared.remember(batch.write_id)
-        if batch:
+        if batch and shared.ha:
             shared.append(batch_changes(batch))
 
     async def landed(self, write_id: bytes) -> bool:
@@ -176,7 +179,8 @@ class MemoryStore(Store, HaStore):
             raise ValueError("increment must be >= 1")
         counters = self._shared.counters
         counters[counter] = value = counters.get(counter, 0) + by
-        self._shared.append([counter_change(counter, value)])
+        if self._shared.ha:
+            self._shared.append([counter_change(counter, value)])
         return value
 
     async def read_counter(self, counter: str) -> int:
@@ -184,8 +188,13 @@ class MemoryStore(Store, HaStore):
 
     # -- HaStore ---------------------------------------------------------------------------
 
+    def _require_ha(self) -> None:
+        if not self._shared.ha:
+            raise RuntimeError("this MemoryStore was built with ha=False")
+
     def _lease_call(self) -> float:
         """A lease call may go ahead (no simulated outage): the clock's monotonic now."""
+        self._require_ha()
         if self.fail_writes:
             raise StoreUnavailable("memory store: simulated outage")
         return self._shared.clock.monotonic_s()
@@ -217,6 +226,7 @@ class MemoryStore(Store, HaStore):
             lease.expires_s = min(lease.expires_s, now)
 
     async def read_lease(self) -> LeaseInfo | None:
+        self._require_ha()
         lease = self._shared.lease
         if lease is None:
             return None
@@ -224,14 +234,17 @@ class MemoryStore(Store, HaStore):
         return LeaseInfo(lease.holder, lease.epoch, int(remaining_s * 1000))
 
     def fence(self, epoch: int) -> None:
+        self._require_ha()
         self._fence = check_fence_epoch(epoch)
 
     async def change_cursor(self) -> ChangeCursor:
+        self._require_ha()
         return cursor_of(self._shared.seq)
 
     async def read_changes(
         self, after: ChangeCursor, *, block_ms: int = 0, limit: int = 10_000
     ) -> tuple[ChangeCursor, list[Change]]:
+        self._require_ha()
         shared = self._shared
         start = seq_of(after)
         retained = shared.after(start, limit)

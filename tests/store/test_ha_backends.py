@@ -14,8 +14,9 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-from gcs.store import WriteBatch
+from gcs.store import WriteBatch, store_from_url
 from gcs.store.ha import Change
+from gcs.store.memory import MemoryStore
 from gcs.store.redis import RedisOptions, RedisStore
 from gcs.store.redis_ha import HaKeys
 from gcs.store.sql import SqlOptions, SqlStore
@@ -239,6 +240,25 @@ class TestWithoutHa:
             leases = raw.execute("SELECT count(*) FROM gcs_lease").fetchone()[0]
             changes = raw.execute("SELECT count(*) FROM gcs_changes").fetchone()[0]
         assert (leases, changes) == (0, 0)
+
+    async def test_memory_without_ha_keeps_no_stream_and_refuses_ha_calls(self) -> None:
+        """``memory://`` without --ha (the factory's default) records no changes; a
+        MemoryStore built directly (tests, the in-process HA rig) does."""
+        plain = store_from_url("memory://")
+        assert isinstance(plain, MemoryStore)
+        await plain.write(WriteBatch().put("KV", b"k", b"v"))
+        with pytest.raises(RuntimeError, match="ha=False"):
+            await plain.change_cursor()
+        with pytest.raises(RuntimeError, match="ha=False"):
+            await plain.try_acquire_lease("a", TTL_MS)
+        with pytest.raises(RuntimeError, match="ha=False"):
+            plain.fence(1)
+        assert not plain._shared.changes
+        ha = store_from_url("memory://", ha=True)
+        assert isinstance(ha, MemoryStore)
+        await ha.write(WriteBatch().put("KV", b"k", b"v"))
+        assert await ha.change_cursor() == b"1"
+        assert await MemoryStore().try_acquire_lease("a", TTL_MS) == 1
 
     async def test_redis_without_ha_warns_when_an_ha_leader_holds_the_namespace(
         self, redis_server: RedisServer
