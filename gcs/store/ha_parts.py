@@ -32,6 +32,7 @@ __all__ = [
     "counter_change",
     "cursor_of",
     "decode_changes",
+    "encode_batch",
     "encode_changes",
     "seq_of",
     "whole_batches",
@@ -71,13 +72,37 @@ def counter_change(counter: str, value: int) -> Change:
 
 
 def encode_changes(changes: Iterable[Change]) -> bytes:
+    return _encode((change.table, change.key, change.value) for change in changes)
+
+
+def encode_batch(batch: WriteBatch) -> bytes:
+    """``encode_changes(batch_changes(batch))`` without the Change objects (the HA write
+    path of Redis and SQL: half the cost)."""
+    final: dict[tuple[str, bytes], bytes | None] = {}
+    for table, key, value in batch.puts:
+        final[(table, key)] = value
+    for table, key in batch.deletes:
+        final[(table, key)] = None
+    return _encode((table, key, value) for (table, key), value in final.items())
+
+
+def _encode(changes: Iterable[tuple[str, bytes, bytes | None]]) -> bytes:
     parts: list[bytes] = []
-    for change in changes:
-        table = change.table.encode()
-        kind = _DELETE if change.value is None else _PUT
-        parts += (_HEAD.pack(kind, len(table), len(change.key)), table, change.key)
-        if change.value is not None:
-            parts += (_LEN.pack(len(change.value)), change.value)
+    names: dict[str, bytes] = {}
+    for table, key, value in changes:
+        name = names.get(table)
+        if name is None:
+            name = names[table] = table.encode()
+        if value is None:
+            parts += (_HEAD.pack(_DELETE, len(name), len(key)), name, key)
+        else:
+            parts += (
+                _HEAD.pack(_PUT, len(name), len(key)),
+                name,
+                key,
+                _LEN.pack(len(value)),
+                value,
+            )
     return b"".join(parts)
 
 

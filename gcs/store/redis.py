@@ -97,11 +97,10 @@ from gcs.store.errors import (
 )
 from gcs.store.ha import Change, ChangeCursor, HaStore, LeaseInfo, StoreFenced
 from gcs.store.ha_parts import (
-    batch_changes,
     check_fence_epoch,
     check_lease_args,
     cursor_of,
-    encode_changes,
+    encode_batch,
     seq_of,
 )
 from gcs.store.redis_options import WAIT_AUTO, RedisOptions
@@ -427,7 +426,7 @@ class RedisStore(Store, HaStore):
         ]
         fence = self._fence
         if self._ha:
-            changes = encode_changes(batch_changes(batch))
+            changes = encode_batch(batch)
             args += [fence, self._options.changes_max_entries, changes]
         for cond in batch.conditions:
             if cond.expected is None:

@@ -84,13 +84,13 @@ from gcs.store.errors import (
 )
 from gcs.store.ha import Change, ChangeCursor, HaStore, LeaseInfo, StoreFenced
 from gcs.store.ha_parts import (
-    batch_changes,
     check_contiguous,
     check_fence_epoch,
     check_lease_args,
     counter_change,
     cursor_of,
     decode_changes,
+    encode_batch,
     encode_changes,
     seq_of,
     whole_batches,
@@ -478,7 +478,7 @@ class SqlStore(Store, HaStore):
         if self._dialect != "postgresql":
             seq = await self._ha_claim(conn, 1 if batch else 0)
             if batch:
-                await self._ha_append(conn, seq, encode_changes(batch_changes(batch)))
+                await self._ha_append(conn, seq, encode_batch(batch))
             return
         fence, n = self._fence, 1 if batch else 0
         try:
@@ -490,7 +490,7 @@ class SqlStore(Store, HaStore):
                         "wid": batch.write_id,
                         "at": _now_ms(),
                         "n": n,
-                        "blob": encode_changes(batch_changes(batch)),
+                        "blob": encode_batch(batch),
                         "ch": CHANNEL,
                     },
                 )
