@@ -20,7 +20,7 @@ from gcs.store.memory import MemoryStore
 from gcs.store.redis import RedisOptions, RedisStore
 from gcs.store.redis_ha import HaKeys
 from gcs.store.sql import SqlOptions, SqlStore
-from gcs.testing.servers import PostgresServer, RedisSentinels, RedisServer
+from gcs.testing.servers import PostgresServer, RedisSentinels, RedisServer, redis_sentinels
 
 TTL_MS = 60_000
 
@@ -100,6 +100,44 @@ class TestRestart:
             return None
 
         await self._survives(lambda: SqlStore(url, namespace="n", ha=True), nothing)
+
+
+class TestSentinelFailover:
+    async def test_lease_epoch_and_stream_survive_kill_9_of_the_master(self) -> None:
+        """Lease grants and batches wait for the replica: after the master is killed and
+        the replica promoted, the lease, its epoch and every acknowledged batch are there,
+        and the next grant is a greater epoch (never one given out before)."""
+        with redis_sentinels() as sentinels:
+            namespace = _namespace()
+            options = RedisOptions(socket_timeout_s=1.0, connect_timeout_s=0.5)
+            leader = RedisStore(sentinels.url, namespace=namespace, options=options, ha=True)
+            await leader.open()
+            try:
+                epoch = await leader.try_acquire_lease("a", TTL_MS)
+                assert epoch is not None
+                leader.fence(epoch)
+                for i in range(20):
+                    await leader.put("KV", b"k%d" % i, b"v")
+                cursor = await leader.change_cursor()
+                old = sentinels.master()
+                old.stop(kill=True)
+                await asyncio.to_thread(sentinels.wait_for_new_master, old)
+                standby = RedisStore(sentinels.url, namespace=namespace, ha=True)
+                await standby.open()
+                try:
+                    info = await standby.read_lease()
+                    assert info is not None and (info.holder, info.epoch) == ("a", epoch)
+                    assert await standby.change_cursor() == cursor
+                    _, changes = await standby.read_changes(b"0")
+                    assert [c.key for c in changes] == [b"k%d" % i for i in range(20)]
+                    await standby.topology.client.delete(  # type: ignore[union-attr]
+                        HaKeys.of(f"RAY{namespace}@".encode()).lease
+                    )
+                    assert await standby.try_acquire_lease("b", TTL_MS) == epoch + 1
+                finally:
+                    await standby.close()
+            finally:
+                await leader.close()
 
 
 class TestPostgresNotifications:
