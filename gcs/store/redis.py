@@ -23,7 +23,13 @@ Layout (``namespace`` must not contain ``@``):
 Atomicity: a :class:`WriteBatch` is one Lua script (``EVALSHA``, reloaded with ``EVAL``
 after ``NOSCRIPT``) that checks every condition and only then applies every ``HSET``/``HDEL``;
 Redis runs a script without interleaving, so a batch is never half-applied and conditions
-cannot race (``gcs.store.redis_scripts``, which also marks where lease fencing goes).
+cannot race (``gcs.store.redis_scripts``).
+
+High availability (``ha=True``, ``gcs serve --ha``; ``gcs.store.ha``): the same scripts'
+HA variants also refuse a deposed leader's write (fencing) and append the batch to the
+namespace's change stream in the same atomic step; the lease is a hash and a ``PX`` key
+(layout in ``gcs.store.redis_scripts``, replies in ``gcs.store.redis_ha``).  Lease changes
+``WAIT`` for replicas like writes.  Without ``ha`` the ordinary scripts run unchanged.
 
 Durability: a write returns only after Redis replied to the script.  With
 ``appendonly yes`` + ``appendfsync always`` Redis (>= 7) replies only after the AOF write was
@@ -206,8 +212,8 @@ class RedisStore(Store, HaStore):
         self._ha = ha
         """``gcs serve --ha``: writes go through the fenced scripts and feed the change
         stream (``gcs.store.redis_scripts``); without it they cost what they always did."""
-        self._fence: int = 0
         self._ha_keys = redis_ha.HaKeys.of(self._prefix)
+        self._fence: int = 0
         """The epoch this store's writes carry (0: not fenced yet)."""
 
     @property
