@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from alembic.util.exc import CommandError
-from sqlalchemy import bindparam, delete, event, exc, func, or_, select, text
+from sqlalchemy import bindparam, delete, event, exc, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -504,20 +504,24 @@ class SqlStore(Store, HaStore):
             await self._ha_trim(conn, int(row[1]))
 
     async def _ha_trim(self, conn: AsyncConnection, seq: int) -> None:
+        """Every ``changes_trim_every`` batches: drop what is past the count bound, and
+        aged rows among the oldest few (bounded work: an index range, never a scan)."""
         opts = self._options
         if seq % opts.changes_trim_every:
             return
-        old = _now_ms() - int(opts.changes_max_age_s * 1000)
         mine = CHANGES.c.namespace == self.namespace
-        cut = (
-            select(func.max(CHANGES.c.seq))
-            .where(
-                mine, or_(CHANGES.c.seq <= seq - opts.changes_max_entries, CHANGES.c.at_ms < old)
-            )
-            .scalar_subquery()
+        oldest = (
+            select(CHANGES.c.seq, CHANGES.c.at_ms)
+            .where(mine)
+            .order_by(CHANGES.c.seq)
+            .limit(4 * opts.changes_trim_every)
+            .subquery()
         )
-        # a prefix (everything up to the newest trimmable row), so a gap is always visible
-        await conn.execute(delete(CHANGES).where(mine, CHANGES.c.seq <= cut))
+        old = _now_ms() - int(opts.changes_max_age_s * 1000)
+        aged = await conn.execute(select(func.max(oldest.c.seq)).where(oldest.c.at_ms < old))
+        cut = max(seq - opts.changes_max_entries, aged.scalar_one_or_none() or 0)
+        if cut > 0:  # a prefix, so a reader behind it always sees the gap
+            await conn.execute(delete(CHANGES).where(mine, CHANGES.c.seq <= cut))
 
     async def try_acquire_lease(self, holder: str, ttl_ms: int) -> int | None:
         self._require_ha()

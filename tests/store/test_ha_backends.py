@@ -15,7 +15,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from gcs.store import WriteBatch, store_from_url
-from gcs.store.ha import Change
+from gcs.store import sql as sql_module
+from gcs.store.ha import Change, ChangesTrimmed
 from gcs.store.memory import MemoryStore
 from gcs.store.redis import RedisOptions, RedisStore
 from gcs.store.redis_ha import HaKeys
@@ -138,6 +139,30 @@ class TestSentinelFailover:
                     await standby.close()
             finally:
                 await leader.close()
+
+
+class TestSqlTrimming:
+    async def test_batches_older_than_the_age_bound_are_trimmed_under_the_count_bound(
+        self, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Two hours later (the host clock the rows are stamped with), the next trim drops
+        every batch older than the hour the default keeps: an old cursor is trimmed, the
+        newest batch is still there."""
+        options = SqlOptions(changes_trim_every=1)
+        store = SqlStore(f"sqlite:///{tmp_path / 'age.db'}", options=options, ha=True)
+        await store.open()
+        try:
+            for i in range(5):
+                await store.put("KV", b"k%d" % i, b"v")
+            real = sql_module._now_ms
+            monkeypatch.setattr(sql_module, "_now_ms", lambda: real() + 7_200_000)
+            await store.put("KV", b"late", b"v")
+            with pytest.raises(ChangesTrimmed):
+                await store.read_changes(b"0")
+            _, changes = await store.read_changes(b"5")
+            assert changes == [Change("KV", b"late", b"v")]
+        finally:
+            await store.close()
 
 
 class TestPostgresNotifications:
