@@ -29,6 +29,7 @@ from gcs.errors import (
 from gcs.store.errors import (
     StoreConflict,
     StoreError,
+    StoreFenced,
     StoreFull,
     StoreOutcomeUnknown,
     StoreUnavailable,
@@ -76,6 +77,12 @@ _TABLE: tuple[tuple[type[GcsError], grpc.StatusCode, RayStatusCode, Details], ..
         grpc.StatusCode.UNAVAILABLE,
         RayStatusCode.IOError,
         _prefixed("store unavailable; the write may have been applied, retry to learn"),
+    ),
+    (
+        StoreFenced,
+        grpc.StatusCode.UNAVAILABLE,
+        RayStatusCode.IOError,
+        _prefixed("this GCS is no longer the leader, nothing was written"),
     ),
     (
         StoreFull,

@@ -10,6 +10,9 @@ StoreError                  base: anything the store could not do
 │                           ``maxmemory`` with noeviction, SQLite / PostgreSQL disk full)
 ├── StoreOutcomeUnknown     (an ``Unavailable``) the write may or may not have landed
 │                           (see Store.landed)
+├── StoreFenced             (an ``Unavailable``) an HA ex-leader's write: a newer lease
+│                           epoch exists; nothing was written (gcs.store.ha)
+├── ChangesTrimmed          a change-stream cursor older than what the stream holds
 ├── StoreConflict           a compare-and-set condition did not hold; nothing applied
 └── StoreCorrupt            stored bytes or schema are not what we wrote
 """
@@ -19,9 +22,11 @@ from __future__ import annotations
 from gcs.errors import GcsError, Unavailable
 
 __all__ = [
+    "ChangesTrimmed",
     "StoreConflict",
     "StoreCorrupt",
     "StoreError",
+    "StoreFenced",
     "StoreFull",
     "StoreOutcomeUnknown",
     "StoreUnavailable",
@@ -70,3 +75,19 @@ class StoreConflict(StoreError):
 
 class StoreCorrupt(StoreError):
     """Stored data or schema is not what this version of gcs expects."""
+
+
+class StoreFenced(StoreError, Unavailable):
+    """A write of a fenced store was refused: a newer lease epoch exists.  Nothing was
+    written; the caller is no longer the leader (:mod:`gcs.store.ha`)."""
+
+    def __init__(self, fence_epoch: int, current_epoch: int) -> None:
+        super().__init__(
+            f"write refused: lease epoch {fence_epoch} was superseded by {current_epoch}"
+        )
+        self.fence_epoch = fence_epoch
+        self.current_epoch = current_epoch
+
+
+class ChangesTrimmed(StoreError):
+    """The cursor points before the oldest change the stream still holds."""

@@ -39,6 +39,8 @@ class StoreSettings:
     """Separates clusters that share one backend."""
     redis: RedisOptions = field(default_factory=lambda: RedisOptions.default)
     """Credentials and replica acknowledgements for a Redis store."""
+    ha: bool = False
+    """``gcs serve --ha``: fence writes and keep the change stream (:mod:`gcs.store.ha`)."""
 
 
 StoreFactory = Callable[[str, StoreSettings], Store]
@@ -48,19 +50,19 @@ StoreFactory = Callable[[str, StoreSettings], Store]
 def _memory(url: str, settings: StoreSettings) -> Store:
     from gcs.store.memory import MemoryStore
 
-    return MemoryStore(url)
+    return MemoryStore(url, ha=settings.ha)
 
 
 def _redis(url: str, settings: StoreSettings) -> Store:
     from gcs.store.redis import RedisStore
 
-    return RedisStore(url, namespace=settings.namespace, options=settings.redis)
+    return RedisStore(url, namespace=settings.namespace, options=settings.redis, ha=settings.ha)
 
 
 def _sql(url: str, settings: StoreSettings) -> Store:
     from gcs.store.sql import SqlStore
 
-    return SqlStore(url, namespace=settings.namespace)
+    return SqlStore(url, namespace=settings.namespace, ha=settings.ha)
 
 
 STORES: dict[str, StoreFactory] = {
@@ -87,10 +89,16 @@ def store_from_url(
     *,
     namespace: str = "default",
     redis: RedisOptions | None = None,
+    ha: bool = False,
     stores: Mapping[str, StoreFactory] = STORES,
 ) -> Store:
-    """Build (not open) the store for ``url``; ``namespace`` separates clusters that share
-    one backend, ``redis`` tunes a Redis store."""
+    """Build (not open) the store for ``url``.
+
+    ``namespace`` separates clusters that share one backend; ``redis`` tunes a Redis store
+    (credentials, replica acknowledgements); ``ha`` (``gcs serve --ha``) makes a Redis or
+    SQL store fence its writes and feed the change stream, and a memory store keep one
+    (``gcs.store.ha``; refusing ``--ha`` on memory / SQLite is the server's call).
+    """
     factory = stores.get(scheme_of(url))
     if factory is None:
         raise ValueError(
@@ -98,13 +106,17 @@ def store_from_url(
             "postgresql+asyncpg://USER@HOST/DB, redis://HOST:PORT/DB or "
             "redis+sentinel://HOST:PORT,HOST:PORT/MASTER/DB"
         )
-    return factory(url, StoreSettings(namespace, redis or RedisOptions.default))
+    return factory(url, StoreSettings(namespace, redis or RedisOptions.default, ha))
 
 
 async def open_store(
-    url: str, *, namespace: str = "default", redis: RedisOptions | None = None
+    url: str,
+    *,
+    namespace: str = "default",
+    redis: RedisOptions | None = None,
+    ha: bool = False,
 ) -> Store:
-    store = store_from_url(url, namespace=namespace, redis=redis)
+    store = store_from_url(url, namespace=namespace, redis=redis, ha=ha)
     await store.open()
     return store
 

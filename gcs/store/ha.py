@@ -29,7 +29,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from gcs.store.errors import StoreError
+from gcs.store.errors import ChangesTrimmed, StoreFenced
 
 __all__ = [
     "Change",
@@ -63,22 +63,6 @@ class LeaseInfo:
     """Time left on the store's clock when it was read (0 or less: expired)."""
 
 
-class StoreFenced(StoreError):
-    """A write of a fenced store was refused: a newer lease epoch exists.  Nothing was
-    written; the caller is no longer the leader."""
-
-    def __init__(self, fence_epoch: int, current_epoch: int) -> None:
-        super().__init__(
-            f"write refused: lease epoch {fence_epoch} was superseded by {current_epoch}"
-        )
-        self.fence_epoch = fence_epoch
-        self.current_epoch = current_epoch
-
-
-class ChangesTrimmed(StoreError):
-    """The cursor points before the oldest change the stream still holds."""
-
-
 class HaStore(abc.ABC):
     """Mixin for :class:`gcs.store.Store` backends that support ``--ha``."""
 
@@ -90,7 +74,9 @@ class HaStore(abc.ABC):
     @abc.abstractmethod
     async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
         """Extend the lease by ``ttl_ms`` from now (store clock); False if ``(holder,
-        epoch)`` no longer holds it (lost: expired and taken, or never held)."""
+        epoch)`` no longer holds it (lost: expired and taken, or never held).  A lease that
+        lapsed with nobody taking it since is still held (no newer epoch exists) and is
+        renewed."""
 
     @abc.abstractmethod
     async def release_lease(self, holder: str, epoch: int) -> None:
@@ -112,4 +98,7 @@ class HaStore(abc.ABC):
     async def read_changes(
         self, after: ChangeCursor, *, block_ms: int = 0, limit: int = 10_000
     ) -> tuple[ChangeCursor, list[Change]]:
-        """Changes after ``after`` in write order and the cursor after the last one."""
+        """Changes after ``after`` in write order and the cursor after the last one.
+
+        ``limit`` bounds the changes returned, in whole batches (a batch bigger than
+        ``limit`` comes alone): a follower never sees half a batch."""

@@ -3,7 +3,8 @@
 Wraps any :class:`Store`; the GCS hands the wrapped store to its managers.  Failures are
 counted by what they mean for a client: ``unavailable`` (nothing written), ``full`` (nothing
 written: the backend is out of memory or disk, an operator must act), ``unknown`` (may have
-been written; resolved later), ``conflict`` (a compare-and-set lost), ``error``.
+been written; resolved later), ``conflict`` (a compare-and-set lost), ``fenced`` (an HA
+ex-leader's write refused: a newer lease epoch exists), ``error``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gcs.store.base import Store, WriteBatch
 from gcs.store.errors import StoreConflict, StoreFull, StoreOutcomeUnknown, StoreUnavailable
+from gcs.store.ha import StoreFenced
 
 __all__ = ["MeteredStore"]
 
@@ -25,6 +27,8 @@ _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5)
 
 
 def _outcome(err: BaseException) -> str:
+    if isinstance(err, StoreFenced):
+        return "fenced"
     if isinstance(err, StoreOutcomeUnknown):
         return "unknown"
     if isinstance(err, StoreFull):

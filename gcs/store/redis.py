@@ -23,7 +23,13 @@ Layout (``namespace`` must not contain ``@``):
 Atomicity: a :class:`WriteBatch` is one Lua script (``EVALSHA``, reloaded with ``EVAL``
 after ``NOSCRIPT``) that checks every condition and only then applies every ``HSET``/``HDEL``;
 Redis runs a script without interleaving, so a batch is never half-applied and conditions
-cannot race (``gcs.store.redis_scripts``, which also marks where lease fencing goes).
+cannot race (``gcs.store.redis_scripts``).
+
+High availability (``ha=True``, ``gcs serve --ha``; ``gcs.store.ha``): the same scripts'
+HA variants also refuse a deposed leader's write (fencing) and append the batch to the
+namespace's change stream in the same atomic step; the lease is a hash and a ``PX`` key
+(layout in ``gcs.store.redis_scripts``, replies in ``gcs.store.redis_ha``).  Lease changes
+``WAIT`` for replicas like writes.  Without ``ha`` the ordinary scripts run unchanged.
 
 Durability: a write returns only after Redis replied to the script.  With
 ``appendonly yes`` + ``appendfsync always`` Redis (>= 7) replies only after the AOF write was
@@ -77,6 +83,7 @@ import structlog
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
+from gcs.store import redis_ha
 from gcs.store import redis_scripts as scripts
 from gcs.store.base import (
     META_CLUSTER_ID,
@@ -94,6 +101,14 @@ from gcs.store.errors import (
     StoreFull,
     StoreOutcomeUnknown,
     StoreUnavailable,
+)
+from gcs.store.ha import Change, ChangeCursor, HaStore, LeaseInfo, StoreFenced
+from gcs.store.ha_parts import (
+    check_fence_epoch,
+    check_lease_args,
+    cursor_of,
+    encode_batch,
+    seq_of,
 )
 from gcs.store.redis_options import WAIT_AUTO, RedisOptions
 from gcs.store.redis_topology import Topology, TopologyError, connect
@@ -124,6 +139,14 @@ class _NotSent(Exception):
         super().__init__()
         self.redirect = redirect
         """Where to send it instead (client, ``ASKING`` first) after MOVED / ASK."""
+
+
+class _Fenced(Exception):
+    """The script refused a fenced store's write (``GCSFENCED``): nothing was applied."""
+
+    def __init__(self, current: int) -> None:
+        super().__init__(current)
+        self.current = current
 
 
 class _MaybeSent(Exception):
@@ -164,7 +187,7 @@ def _reply_code(err: redis_errors.RedisError) -> str:
     return code if code else str(err).split(" ", 1)[0]
 
 
-class RedisStore(Store):
+class RedisStore(Store, HaStore):
     """:class:`Store` over one Redis deployment (``redis://``, ``rediss://``, ``unix://``,
     ``redis+sentinel://``; a sentinel or cluster node behind a plain URL is recognised)."""
 
@@ -174,6 +197,7 @@ class RedisStore(Store):
         *,
         namespace: str = "default",
         options: RedisOptions = RedisOptions.default,
+        ha: bool = False,
     ) -> None:
         if "@" in namespace:
             raise ValueError(f"namespace {namespace!r} must not contain '@' (Ray's key layout)")
@@ -186,6 +210,12 @@ class RedisStore(Store):
         self._replicas: dict[object, tuple[int, float]] = {}
         """Per master address: (replicas to wait for, when we last looked at it)."""
         self._check_interval_s = options.replica_check_interval_s
+        self._ha = ha
+        """``gcs serve --ha``: writes go through the fenced scripts and feed the change
+        stream (``gcs.store.redis_scripts``); without it they cost what they always did."""
+        self._ha_keys = redis_ha.HaKeys.of(self._prefix)
+        self._fence: int = 0
+        """The epoch this store's writes carry (0: not fenced yet)."""
 
     @property
     def topology(self) -> Topology | None:
@@ -207,6 +237,7 @@ class RedisStore(Store):
             raise StoreError(f"{self._safe_url}: open failed: {err}") from err
         try:
             self._prefix = topology.key_prefix(self.namespace)
+            self._ha_keys = redis_ha.HaKeys.of(self._prefix)
             try:
                 await topology.bind(self._prefix)
             except TopologyError as err:
@@ -225,6 +256,8 @@ class RedisStore(Store):
             **topology.describe(),
         )
         await self._warn_if_not_durable(topology.client)
+        if not self._ha:
+            await self._warn_if_ha_namespace()
 
     async def _migrate_layout(self, topology: Topology) -> None:
         args: list[Any] = [_KV_LAYOUT]
@@ -242,6 +275,27 @@ class RedisStore(Store):
         )
         if int(moved):
             log.info("redis_kv_layout_migrated", url=self._safe_url, keys_rewritten=int(moved))
+
+    async def _warn_if_ha_namespace(self) -> None:
+        """A store without ``ha`` on a namespace an HA leader serves bypasses its fence and
+        its standbys' change stream: say so (every process on a namespace must agree)."""
+        keys = [self._ha_keys.state, self._ha_keys.lease]
+        try:
+            info = redis_ha.parse_lease(
+                await self._read_script("open", scripts.READ_LEASE, keys, [])
+            )
+        except StoreError:
+            return  # only a warning: never fail an open over it
+        if info is not None:
+            log.warning(
+                "redis_ha_namespace_without_ha",
+                url=self._safe_url,
+                namespace=self.namespace,
+                holder=info.holder,
+                epoch=info.epoch,
+                hint="an HA leader holds this namespace's lease; start every GCS on it "
+                "with --ha, or stop them first",
+            )
 
     async def close(self) -> None:
         topology, self._topology = self._topology, None
@@ -385,10 +439,12 @@ class RedisStore(Store):
         if not batch and not batch.conditions:
             return
         hashes: dict[bytes, int] = {}
+        # KEYS[1] is the marker (then, with ha, the HA hash and the stream), so hash
+        # number n is KEYS[n + first] (Lua is 1-based).
+        first = 4 if self._ha else 2
 
         def index(table: str) -> int:
-            # KEYS[1] is the marker, so hash number n is KEYS[n + 2] (Lua is 1-based).
-            return hashes.setdefault(self._hash(table), len(hashes) + 2)
+            return hashes.setdefault(self._hash(table), len(hashes) + first)
 
         args: list[Any] = [
             self._options.op_marker_ttl_s,
@@ -397,6 +453,10 @@ class RedisStore(Store):
             len(batch.puts),
             len(batch.deletes),
         ]
+        fence = self._fence
+        if self._ha:
+            changes = encode_batch(batch)
+            args += [fence, self._options.changes_max_entries, changes]
         for cond in batch.conditions:
             if cond.expected is None:
                 args += [index(cond.table), cond.key, 0, b""]
@@ -409,9 +469,15 @@ class RedisStore(Store):
         for table, key in batch.deletes:
             args += [index(table), key]
         keys = [self._write_marker(batch.write_id), *hashes]
+        script = scripts.BATCH
+        if self._ha:
+            keys[1:1] = [self._ha_keys.state, self._ha_keys.changes]
+            script = scripts.BATCH_HA
         write_id = batch.write_id
         try:
-            ran = await self._attempts(scripts.BATCH, keys, args, record_flag_at=1)
+            ran = await self._attempts(script, keys, args, record_flag_at=1)
+        except _Fenced as fenced:
+            raise StoreFenced(fence, fenced.current) from None
         except _Exhausted as failed:
             last = failed.last
             if not failed.maybe_sent:
@@ -461,8 +527,17 @@ class RedisStore(Store):
         if by < 1:
             raise ValueError("increment must be >= 1")
         keys = [self._key(counter), self._increment_marker()]
+        args: list[Any] = [by, self._options.op_marker_ttl_s]
+        script = scripts.INCREMENT
+        fence = self._fence
+        if self._ha:
+            keys += [self._ha_keys.state, self._ha_keys.changes]
+            args += [fence, self._options.changes_max_entries, counter.encode()]
+            script = scripts.INCREMENT_HA
         try:
-            ran = await self._attempts(scripts.INCREMENT, keys, [by, self._options.op_marker_ttl_s])
+            ran = await self._attempts(script, keys, args)
+        except _Fenced as fenced:
+            raise StoreFenced(fence, fenced.current) from None
         except _Exhausted as failed:
             raise StoreUnavailable(
                 f"{self._safe_url}: increment failed: {failed.reason}"
@@ -590,6 +665,8 @@ class RedisStore(Store):
                 raise _NotSent() from err  # refused before running: nothing applied
             if code == "WRONGTYPE":
                 raise StoreCorrupt(f"{self._safe_url}: unexpected key type: {err}") from err
+            if code == scripts.FENCED:
+                raise _Fenced(redis_ha.fenced_epoch(err)) from err
             raise StoreError(f"{self._safe_url}: script failed: {err}") from err
         except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
             with contextlib.suppress(Exception):
@@ -682,6 +759,92 @@ class RedisStore(Store):
                 log.info("redis_wait_replicas", master=_shown(address), wait_for=wanted)
         self._replicas[address] = (wanted, now)
         return wanted
+
+    # -- HaStore (gcs.store.ha; the scripts: gcs.store.redis_scripts) -----------------------
+
+    def _require_ha(self) -> None:
+        if not self._ha:
+            raise RuntimeError("this RedisStore was built without ha=True (gcs serve --ha)")
+
+    async def _lease_script(self, what: str, script: str, args: list[Any]) -> int:
+        """Run a lease script (with WAIT, like a write: a grant a failover could lose would
+        let two holders share an epoch); StoreUnavailable unless it is replicated."""
+        self._require_ha()
+        keys = [self._ha_keys.state, self._ha_keys.lease]
+        try:
+            ran = await self._attempts(script, keys, args)
+        except _Exhausted as failed:
+            raise StoreUnavailable(f"{self._safe_url}: {what} failed: {failed.reason}") from (
+                failed.last
+            )
+        if int(ran.result) and not ran.replicated:
+            raise StoreUnavailable(f"{self._safe_url}: {what} {self._short_of_replicas(ran)}")
+        return int(ran.result)
+
+    async def try_acquire_lease(self, holder: str, ttl_ms: int) -> int | None:
+        check_lease_args(holder, ttl_ms)
+        epoch = await self._lease_script("lease acquire", scripts.ACQUIRE_LEASE, [holder, ttl_ms])
+        return epoch or None
+
+    async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
+        check_lease_args(holder, ttl_ms)
+        args: list[Any] = [holder, epoch, ttl_ms]
+        return bool(await self._lease_script("lease renewal", scripts.RENEW_LEASE, args))
+
+    async def release_lease(self, holder: str, epoch: int) -> None:
+        await self._lease_script("lease release", scripts.RELEASE_LEASE, [holder, epoch])
+
+    async def read_lease(self) -> LeaseInfo | None:
+        self._require_ha()
+        keys = [self._ha_keys.state, self._ha_keys.lease]
+        return redis_ha.parse_lease(
+            await self._read_script("read_lease", scripts.READ_LEASE, keys, [])
+        )
+
+    def fence(self, epoch: int) -> None:
+        self._require_ha()
+        self._fence = check_fence_epoch(epoch)
+
+    async def change_cursor(self) -> ChangeCursor:
+        self._require_ha()
+        seq = await self._read("change_cursor", "HGET", self._ha_keys.state, "seq")
+        return cursor_of(int(seq) if seq is not None else 0)
+
+    async def read_changes(
+        self, after: ChangeCursor, *, block_ms: int = 0, limit: int = 10_000
+    ) -> tuple[ChangeCursor, list[Change]]:
+        self._require_ha()
+        start = seq_of(after)
+        keys = [self._ha_keys.state, self._ha_keys.changes]
+        args = [f"({start}-0", min(limit, redis_ha.READ_COUNT)]
+        reply = await self._read_script("read_changes", scripts.READ_CHANGES, keys, args)
+        deadline = time.monotonic() + block_ms / 1000
+        # XREAD BLOCK holds its connection: wait in slices well inside the socket timeout
+        slice_ms = max(1, int(self._options.socket_timeout_s * 500))
+        while not redis_ha.answered(reply, start):
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                break
+            block = min(remaining_ms, slice_ms)
+            stream = self._ha_keys.changes
+            await self._read(
+                "read_changes", "XREAD", "COUNT", 1, "BLOCK", block, "STREAMS", stream, f"{start}-0"
+            )
+            reply = await self._read_script("read_changes", scripts.READ_CHANGES, keys, args)
+        return redis_ha.parse_changes(reply, start, limit, self._safe_url)
+
+    async def _read_script(self, what: str, script: str, keys: list[bytes], args: list[Any]) -> Any:
+        """A read-only script on the master (EVALSHA, EVAL once after NOSCRIPT)."""
+        topology = self._topology
+        if topology is None:
+            raise StoreUnavailable(f"{self._safe_url}: store is not open")
+        sha = scripts.sha1(script)
+        try:
+            return await self._command(topology, what, "EVALSHA", sha, len(keys), *keys, *args)
+        except StoreError as err:
+            if not isinstance(err.__cause__, redis_errors.NoScriptError):
+                raise
+        return await self._command(topology, what, "EVAL", script, len(keys), *keys, *args)
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -45,6 +45,11 @@ class RedisOptions:
     """``wait_replicas=-1``: how often the master's replica count is looked at again (also
     at once whenever the master changes or a WAIT falls short)."""
 
+    changes_max_entries: int = 100_000
+    """HA (``gcs serve --ha``): batches the change stream keeps (``XADD MAXLEN ~``, so a
+    little more).  A standby that falls further behind reloads.  At ~500 batches/s (a
+    10,000-node cluster registering, jobs and actors churning) that is a few minutes."""
+
     default: ClassVar[RedisOptions]
 
     def __post_init__(self) -> None:
@@ -52,6 +57,8 @@ class RedisOptions:
             raise ValueError(f"wait_replicas must be >= -1 (auto), got {self.wait_replicas}")
         if self.wait_timeout_ms < 1:
             raise ValueError(f"wait_timeout_ms must be >= 1, got {self.wait_timeout_ms}")
+        if self.changes_max_entries < 1:
+            raise ValueError(f"changes_max_entries must be >= 1, got {self.changes_max_entries}")
         if self.username and not self.password:
             raise ValueError("a Redis username needs a password (Ray refuses it too)")
 

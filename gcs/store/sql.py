@@ -30,6 +30,29 @@ there, raises StoreUnavailable if not, StoreOutcomeUnknown if the database stays
 transaction, so a commit still in flight (PostgreSQL: it waits on the primary key) either
 came first (answer True) or can no longer succeed (answer False, final).  Rows older than
 ``SqlOptions.write_id_retention_s`` are pruned now and then inside a write transaction.
+
+High availability (``SqlStore(ha=True)``, ``gcs serve --ha``; the contract is
+``gcs.store.ha``; PostgreSQL in production, SQLite for tests): the namespace's row in
+``gcs_lease`` holds the last epoch granted (only ever incremented), its holder, its expiry
+on the database's clock, and ``seq``, the number of the last change-stream batch.  Every
+HA write transaction starts by updating that row (``seq = seq + 1``, or ``+ 0`` for a batch
+without puts or deletes) ``RETURNING epoch, seq``: the update takes the row lock (held to
+COMMIT), so
+
+* **fencing** is checked inside the write's own transaction: an acquisition (an update of
+  the same row) either commits before the write's update, which then sees the new epoch and
+  refuses (StoreFenced, rolled back), or waits until the write committed;
+* the **change stream** is gap-free and in commit order: ``seq`` is a transactional counter
+  (a refused or rolled-back batch takes no number, unlike a sequence), and batches of one
+  namespace commit one at a time.  Each applied batch inserts its row into ``gcs_changes``
+  in the same transaction; on PostgreSQL the insert, the write id and the lock are one
+  statement with ``pg_notify`` (delivered at COMMIT), so an HA write costs no extra round
+  trip.  The per-key advisory locks are not taken then: the row lock already serialises
+  every HA write of the namespace.
+* ``read_changes(block_ms)`` waits for a ``NOTIFY`` on a dedicated ``LISTEN`` connection
+  (``gcs.store.sql_ha``), polling when that is not possible (SQLite, a lost connection).
+* The stream is trimmed by count and age every ``changes_trim_every`` batches, always a
+  prefix, so a reader behind the trim sees the gap (ChangesTrimmed).
 """
 
 from __future__ import annotations
@@ -45,7 +68,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from alembic.util.exc import CommandError
-from sqlalchemy import bindparam, delete, event, exc, select, text
+from sqlalchemy import bindparam, delete, event, exc, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -60,7 +83,21 @@ from gcs.store.errors import (
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
-from gcs.store.sql_schema import COUNTERS, KV, WRITES
+from gcs.store.ha import Change, ChangeCursor, HaStore, LeaseInfo, StoreFenced
+from gcs.store.ha_parts import (
+    check_contiguous,
+    check_fence_epoch,
+    check_lease_args,
+    counter_change,
+    cursor_of,
+    decode_changes,
+    encode_batch,
+    encode_changes,
+    seq_of,
+    whole_batches,
+)
+from gcs.store.sql_ha import CHANNEL, LeaseStatements, PgNotifications
+from gcs.store.sql_schema import CHANGES, COUNTERS, KV, LEASE, WRITES
 from gcs.store.sql_url import normalize_sql_url
 
 __all__ = ["SqlOptions", "SqlStore"]
@@ -93,6 +130,15 @@ class SqlOptions:
     """After an ambiguous commit, ask ``landed()`` this many times before giving up."""
     resolve_backoff_s: float = 0.2
     """Wait between those attempts (doubling)."""
+    changes_max_entries: int = 100_000
+    """HA: batches the change stream keeps (a standby further behind reloads)."""
+    changes_max_age_s: float = 3600.0
+    """HA: batches older than this are trimmed too."""
+    changes_trim_every: int = 256
+    """HA: trim the change stream in every n-th batch's transaction."""
+    changes_poll_interval_s: float = 0.05
+    """HA: how often a blocked ``read_changes`` looks again when it cannot be notified
+    (SQLite, or PostgreSQL while its LISTEN connection is down)."""
 
     default: ClassVar[SqlOptions]
 
@@ -100,7 +146,7 @@ class SqlOptions:
 SqlOptions.default = SqlOptions()
 
 
-class SqlStore(Store):
+class SqlStore(Store, HaStore):
     """:class:`Store` over SQLite or PostgreSQL.  Build with a URL, then ``await open()``."""
 
     def __init__(
@@ -109,6 +155,7 @@ class SqlStore(Store):
         *,
         namespace: str = "default",
         options: SqlOptions = SqlOptions.default,
+        ha: bool = False,
     ) -> None:
         self.url = url
         self.namespace = namespace
@@ -121,6 +168,13 @@ class SqlStore(Store):
         # SQLite allows one writer; queue ours on the loop rather than in busy_timeout.
         self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
         self._writes_since_prune = 0
+        self._ha = ha
+        self._fence = 0
+        self._lease = LeaseStatements(self._dialect, namespace)
+        self._notifications: PgNotifications | None = None
+        if ha and self._dialect == "postgresql":
+            dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+            self._notifications = PgNotifications(dsn, namespace, options.connect_timeout_s)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -137,6 +191,12 @@ class SqlStore(Store):
                         {"k": _signed64(_MIGRATION_LOCK_KEY)},
                     )
                 await conn.run_sync(_upgrade_if_behind)
+                if self._ha:
+                    await conn.execute(
+                        _insert_for(self._dialect)(LEASE)
+                        .values(namespace=self.namespace, holder="", epoch=0, expires_ms=0, seq=0)
+                        .on_conflict_do_nothing(index_elements=[LEASE.c.namespace])
+                    )
         except BaseException:
             await engine.dispose()
             raise
@@ -148,6 +208,8 @@ class SqlStore(Store):
             return await conn.run_sync(migrate.current_revision)
 
     async def close(self) -> None:
+        if self._notifications is not None:
+            await self._notifications.close()
         engine, self._engine = self._engine, None
         if engine is not None:
             with contextlib.suppress(exc.SQLAlchemyError, OSError):
@@ -247,7 +309,9 @@ class SqlStore(Store):
             return
         try:
             async with self._write(commit=self._commit) as conn:
-                if self._dialect == "postgresql":
+                if self._ha:
+                    await self._ha_batch(conn, batch)  # first: the fence, the stream row
+                elif self._dialect == "postgresql":
                     await self._lock_keys_and_record(conn, batch)  # one round trip for both
                 await self._check_conditions(conn, batch.conditions)
                 await self._apply(conn, batch)
@@ -330,7 +394,11 @@ class SqlStore(Store):
             set_={"value": COUNTERS.c.value + insert.excluded.value},
         ).returning(COUNTERS.c.value)
         async with self._write() as conn:
-            return int((await conn.execute(upsert)).scalar_one())
+            seq = await self._ha_claim(conn, 1) if self._ha else 0
+            value = int((await conn.execute(upsert)).scalar_one())
+            if self._ha:
+                await self._ha_append(conn, seq, encode_changes([counter_change(counter, value)]))
+            return value
 
     async def _lock_keys_and_record(self, conn: AsyncConnection, batch: WriteBatch) -> None:
         """PostgreSQL: advisory-lock every touched key and insert the write-id row, in one
@@ -392,6 +460,176 @@ class SqlStore(Store):
                 for (t, k), v in final.items()
             ]
             await conn.execute(upsert, rows)
+
+    # -- HaStore --------------------------------------------------------------------------------
+
+    def _require_ha(self) -> None:
+        if not self._ha:
+            raise RuntimeError("this SqlStore was built without ha=True (gcs serve --ha)")
+
+    def _check_fence(self, fence: int, current: int) -> None:
+        if fence and current > fence:
+            raise StoreFenced(fence, current)
+
+    async def _ha_claim(self, conn: AsyncConnection, batches: int) -> int:
+        """Lock the lease row, check the fence, take ``batches`` (0 or 1) stream numbers:
+        the last one taken."""
+        fence = self._fence
+        row = (await conn.execute(self._lease.claim(batches))).first()
+        if row is None:
+            raise StoreCorrupt(f"{self._safe_url}: no lease row for namespace {self.namespace!r}")
+        self._check_fence(fence, int(row[0]))
+        return int(row[1])
+
+    async def _ha_append(self, conn: AsyncConnection, seq: int, changes: bytes) -> None:
+        """The stream row of batch ``seq`` (and its notification), in the write's
+        transaction; trims now and then."""
+        await conn.execute(
+            CHANGES.insert().values(
+                namespace=self.namespace, seq=seq, at_ms=_now_ms(), changes=changes
+            )
+        )
+        if self._dialect == "postgresql":
+            await conn.execute(
+                text("SELECT pg_notify(:ch, :ns)"), {"ch": CHANNEL, "ns": self.namespace}
+            )
+        await self._ha_trim(conn, seq)
+
+    async def _ha_batch(self, conn: AsyncConnection, batch: WriteBatch) -> None:
+        if self._dialect != "postgresql":
+            seq = await self._ha_claim(conn, 1 if batch else 0)
+            if batch:
+                await self._ha_append(conn, seq, encode_batch(batch))
+            return
+        fence, n = self._fence, 1 if batch else 0
+        try:
+            row = (
+                await conn.execute(
+                    _PG_HA_BATCH,
+                    {
+                        "ns": self.namespace,
+                        "wid": batch.write_id,
+                        "at": _now_ms(),
+                        "n": n,
+                        "blob": encode_batch(batch),
+                        "ch": CHANNEL,
+                    },
+                )
+            ).first()
+        except exc.IntegrityError as err:
+            raise self._fenced(batch.write_id) from err
+        if row is None:
+            raise StoreCorrupt(f"{self._safe_url}: no lease row for namespace {self.namespace!r}")
+        self._check_fence(fence, int(row[0]))
+        if n:
+            await self._ha_trim(conn, int(row[1]))
+
+    async def _ha_trim(self, conn: AsyncConnection, seq: int) -> None:
+        """Every ``changes_trim_every`` batches: drop what is past the count bound, and
+        aged rows among the oldest few (bounded work: an index range, never a scan)."""
+        opts = self._options
+        if seq % opts.changes_trim_every:
+            return
+        mine = CHANGES.c.namespace == self.namespace
+        oldest = (
+            select(CHANGES.c.seq, CHANGES.c.at_ms)
+            .where(mine)
+            .order_by(CHANGES.c.seq)
+            .limit(4 * opts.changes_trim_every)
+            .subquery()
+        )
+        old = _now_ms() - int(opts.changes_max_age_s * 1000)
+        aged = await conn.execute(select(func.max(oldest.c.seq)).where(oldest.c.at_ms < old))
+        cut = max(seq - opts.changes_max_entries, aged.scalar_one_or_none() or 0)
+        if cut > 0:  # a prefix, so a reader behind it always sees the gap
+            await conn.execute(delete(CHANGES).where(mine, CHANGES.c.seq <= cut))
+
+    async def try_acquire_lease(self, holder: str, ttl_ms: int) -> int | None:
+        self._require_ha()
+        check_lease_args(holder, ttl_ms)
+        async with self._write() as conn:
+            row = (await conn.execute(self._lease.acquire(holder, ttl_ms))).first()
+        return int(row[0]) if row is not None else None
+
+    async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
+        self._require_ha()
+        check_lease_args(holder, ttl_ms)
+        async with self._write() as conn:
+            result = await conn.execute(self._lease.renew(holder, epoch, ttl_ms))
+        return bool(result.rowcount)
+
+    async def release_lease(self, holder: str, epoch: int) -> None:
+        self._require_ha()
+        async with self._write() as conn:
+            await conn.execute(self._lease.release(holder, epoch))
+
+    async def read_lease(self) -> LeaseInfo | None:
+        self._require_ha()
+        async with self._read() as conn:
+            row = (await conn.execute(self._lease.read())).first()
+        if row is None or not row[1]:
+            return None
+        return LeaseInfo(str(row[0]), int(row[1]), int(row[2]))
+
+    def fence(self, epoch: int) -> None:
+        self._require_ha()
+        self._fence = check_fence_epoch(epoch)
+
+    async def change_cursor(self) -> ChangeCursor:
+        self._require_ha()
+        async with self._read() as conn:
+            return cursor_of(await self._last_seq(conn))
+
+    async def _last_seq(self, conn: AsyncConnection) -> int:
+        row = await conn.execute(select(LEASE.c.seq).where(LEASE.c.namespace == self.namespace))
+        return int(row.scalar_one_or_none() or 0)
+
+    async def read_changes(
+        self, after: ChangeCursor, *, block_ms: int = 0, limit: int = 10_000
+    ) -> tuple[ChangeCursor, list[Change]]:
+        self._require_ha()
+        start = seq_of(after)
+        deadline = time.monotonic() + block_ms / 1000
+        notifications = self._notifications
+        while True:
+            remaining_s = deadline - time.monotonic()
+            listening = (
+                remaining_s > 0 and notifications is not None and await notifications.ready()
+            )
+            waiter = notifications.watch() if listening and notifications else None
+            try:
+                found = await self._changes_after(start, limit)
+                if found is not None or remaining_s <= 0:
+                    return found or (after, [])
+                if waiter is not None:
+                    # bounded: a LISTEN connection that died unseen costs seconds, not the wait
+                    await asyncio.wait({waiter}, timeout=min(remaining_s, _LISTEN_RECHECK_S))
+                else:
+                    await asyncio.sleep(min(self._options.changes_poll_interval_s, remaining_s))
+            finally:
+                if waiter is not None and notifications is not None:
+                    notifications.unwatch(waiter)
+
+    async def _changes_after(
+        self, start: int, limit: int
+    ) -> tuple[ChangeCursor, list[Change]] | None:
+        """Whole batches after ``start``; None when there are none yet."""
+        async with self._read() as conn:
+            # the last number first: batches up to it have committed, so a gap after
+            # ``start`` in what the second statement sees is a trim, never a late commit
+            last = await self._last_seq(conn)
+            rows = await conn.execute(
+                select(CHANGES.c.seq, CHANGES.c.changes)
+                .where(CHANGES.c.namespace == self.namespace, CHANGES.c.seq > start)
+                .order_by(CHANGES.c.seq)
+                .limit(min(limit, _CHANGES_READ))
+            )
+            try:
+                batches = [(int(seq), decode_changes(bytes(blob))) for seq, blob in rows]
+            except ValueError as err:
+                raise StoreCorrupt(f"{self._safe_url}: undecodable change row: {err}") from err
+        check_contiguous(start, last, batches[0][0] if batches else None)
+        return whole_batches(batches, start, limit) if batches else None
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -491,6 +729,24 @@ class SqlStore(Store):
             raise StoreCorrupt(f"{self._safe_url}: {what}: schema problem: {err}") from err
         except exc.SQLAlchemyError as err:
             raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
+
+
+# One round trip for an HA batch on PostgreSQL: the write id, the lease row's lock and the
+# batch's stream number (the fence is checked on the epoch it returns), the stream row and
+# its notification (sent at COMMIT; a rolled-back batch sends none).  The row with the
+# number is the statement's result, so the data-modifying CTEs run after the row is locked.
+_PG_HA_BATCH = text(
+    "WITH w AS (INSERT INTO gcs_writes (namespace, write_id, at_ms, landed) "
+    "VALUES (:ns, :wid, :at, true)), "
+    "l AS (UPDATE gcs_lease SET seq = seq + :n WHERE namespace = :ns RETURNING epoch, seq), "
+    "c AS (INSERT INTO gcs_changes (namespace, seq, at_ms, changes) "
+    "SELECT :ns, seq, :at, :blob FROM l WHERE :n > 0) "
+    "SELECT epoch, seq, CASE WHEN :n > 0 THEN pg_notify(:ch, :ns) END FROM l"
+)
+_CHANGES_READ = 1000
+"""Stream rows (batches) one read asks for at most."""
+_LISTEN_RECHECK_S = 5.0
+"""A reader waiting for a notification reads again at least this often."""
 
 
 class _AmbiguousCommit(Exception):

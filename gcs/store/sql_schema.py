@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Boolean, Column, Index, LargeBinary, MetaData, String, Table
 
-__all__ = ["COUNTERS", "KV", "METADATA", "VERSION_TABLE", "WRITES"]
+__all__ = ["CHANGES", "COUNTERS", "KV", "LEASE", "METADATA", "VERSION_TABLE", "WRITES"]
 
 #: Alembic's bookkeeping table, named so it cannot clash with an application's own Alembic.
 VERSION_TABLE = "gcs_alembic_version"
@@ -45,4 +45,26 @@ WRITES = Table(
     Column("at_ms", BigInteger, nullable=False),
     Column("landed", Boolean, nullable=False),
     Index("ix_gcs_writes_at_ms", "at_ms"),
+)
+
+#: The HA leader lease of a namespace (revision 0004): last epoch granted, its holder, its
+#: expiry (ms, database clock), the number of the last change-stream batch.
+LEASE = Table(
+    "gcs_lease",
+    METADATA,
+    Column("namespace", String(255), primary_key=True),
+    Column("holder", String(255), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
+#: The change stream of an HA namespace (revision 0004): one row per applied batch.
+CHANGES = Table(
+    "gcs_changes",
+    METADATA,
+    Column("namespace", String(255), primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("changes", LargeBinary, nullable=False),
 )

@@ -10,6 +10,12 @@
   opens a store on a fresh per-test namespace (SQLite: a per-test file); reopening with the
   same namespace sees the same data.  Stores are closed at teardown.
 * ``store``: ``await backend.open()``.
+* ``ha_backend`` (the same six, ``gcs.store.ha``): an :class:`HaBackend` whose ``open()``
+  gives another HA store *handle* on one namespace (another process's store object; memory:
+  ``MemoryStore.handle()`` over one shared store on a ``FakeClock``), and whose
+  ``expire_lease()`` makes the live lease lapse on the store's own clock (memory: the fake
+  clock moves; Redis: the lease key goes, as PEXPIRE would make it; SQL: its expiry is set
+  in the past), so no test waits for a TTL.
 * ``outage_backend`` (sqlite / postgres / redis): a Backend with ``break_()`` / ``repair()``
   that really takes the backend away (Redis: its own server is stopped and started on the same
   port; PostgreSQL: the session server is stopped and started; SQLite: another connection
@@ -18,10 +24,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import pathlib
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -29,6 +37,7 @@ import pytest
 from gcs.store.base import Store
 from gcs.store.memory import MemoryStore
 from gcs.store.redis import RedisOptions, RedisStore
+from gcs.store.redis_ha import HaKeys
 from gcs.store.sql import SqlOptions, SqlStore
 from gcs.testing.servers import (
     PostgresServer,
@@ -38,6 +47,7 @@ from gcs.testing.servers import (
     redis_cluster,
     redis_sentinels,
 )
+from tests.autoscaler.clock import SteppedClock
 
 ALL_BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
 DURABLE_BACKENDS = ("sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
@@ -129,6 +139,129 @@ async def durable_backend(
 @pytest.fixture
 async def store(backend: Backend) -> Store:
     return await backend.open()
+
+
+AnyHaStore = MemoryStore | RedisStore | SqlStore
+"""A store implementing both Store and HaStore (the tests use both sides)."""
+
+
+@dataclass
+class HaBackend:
+    """An HA backend under test: store handles on one namespace, and store-side expiry.
+
+    ``changes_bound`` (first open of a namespace for memory; per handle elsewhere) bounds
+    the change stream, for trimming tests."""
+
+    name: str
+    make: Callable[[str, int | None], AnyHaStore]
+    expire: Callable[[AnyHaStore], Awaitable[None]]
+    clock: SteppedClock | None = None
+    namespace: str = field(default_factory=lambda: f"h{uuid.uuid4().hex[:12]}")
+    opened: list[AnyHaStore] = field(default_factory=list)
+
+    async def open(
+        self, *, namespace: str | None = None, changes_bound: int | None = None
+    ) -> AnyHaStore:
+        store = self.make(namespace or self.namespace, changes_bound)
+        await store.open()
+        self.opened.append(store)
+        return store
+
+    async def expire_lease(self, store: AnyHaStore) -> None:
+        """The live lease of ``store``'s namespace lapses now (on the store's clock)."""
+        await self.expire(store)
+
+    async def close_all(self) -> None:
+        for store in self.opened:
+            await store.close()
+
+
+def _memory_ha(clock: SteppedClock) -> Callable[[str, int | None], AnyHaStore]:
+    roots: dict[str, MemoryStore] = {}
+
+    def make(namespace: str, bound: int | None) -> AnyHaStore:
+        root = roots.get(namespace)
+        if root is None:
+            root = roots[namespace] = MemoryStore(clock=clock, max_changes=bound or 100_000)
+            return root
+        return root.handle()
+
+    return make
+
+
+async def _expire_redis_lease(store: AnyHaStore) -> None:
+    assert isinstance(store, RedisStore) and store.topology is not None
+    topology = store.topology
+    await topology.client.delete(HaKeys.of(topology.key_prefix(store.namespace)).lease)
+
+
+def _expire_sql_lease(url: str) -> Callable[[AnyHaStore], Awaitable[None]]:
+    async def expire(store: AnyHaStore) -> None:
+        assert isinstance(store, SqlStore)
+        if url.startswith("sqlite"):
+            # in a thread: a write transaction of ours may be waiting on this loop to commit
+            await asyncio.to_thread(_expire_sqlite_lease, url.removeprefix("sqlite:///"), store)
+            return
+        import asyncpg
+
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(
+                "UPDATE gcs_lease SET expires_ms = 0 WHERE namespace = $1", store.namespace
+            )
+        finally:
+            await conn.close()
+
+    return expire
+
+
+def _expire_sqlite_lease(path: str, store: SqlStore) -> None:
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as raw, raw:
+        raw.execute("UPDATE gcs_lease SET expires_ms = 0 WHERE namespace = ?", (store.namespace,))
+
+
+def make_ha_backend(name: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> HaBackend:
+    if name == "memory":
+        clock = SteppedClock()
+        return HaBackend(name, _memory_ha(clock), lambda _s: _advance(clock), clock=clock)
+    if name in ("sqlite", "postgres"):
+        if name == "sqlite":
+            url = f"sqlite:///{tmp_path / 'ha.db'}"
+        else:
+            url = request.getfixturevalue("postgres_server").url()
+
+        def make_sql(namespace: str, bound: int | None) -> AnyHaStore:
+            options = SqlOptions()
+            if bound is not None:
+                options = SqlOptions(changes_max_entries=bound, changes_trim_every=1)
+            return SqlStore(url, namespace=namespace, options=options, ha=True)
+
+        return HaBackend(name, make_sql, _expire_sql_lease(url))
+    deployment = {
+        "redis": "redis_server",
+        "redis_sentinel": "sentinel_deployment",
+        "redis_cluster": "cluster_deployment",
+    }[name]
+    redis_url: str = request.getfixturevalue(deployment).url
+
+    def make_redis(namespace: str, bound: int | None) -> AnyHaStore:
+        options = RedisOptions(changes_max_entries=bound or 100_000)
+        return RedisStore(redis_url, namespace=namespace, options=options, ha=True)
+
+    return HaBackend(name, make_redis, _expire_redis_lease)
+
+
+async def _advance(clock: SteppedClock) -> None:
+    clock.advance(3600.0)
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+async def ha_backend(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> AsyncIterator[HaBackend]:
+    handle = make_ha_backend(request.param, request, tmp_path)
+    yield handle
+    await handle.close_all()
 
 
 class _SqliteLockHolder:

@@ -96,7 +96,7 @@ class TestMigrations:
     def test_scripts_are_found_and_head_is_known(self) -> None:
         """The packaged migrations directory has env.py and a head revision."""
         assert (migrations_dir() / "env.py").is_file()
-        assert head_revision() == "0003"
+        assert head_revision() == "0004"
 
     async def test_open_migrates_a_fresh_database_to_head(self, tmp_path: pathlib.Path) -> None:
         """A new SQLite file ends up at head with both tables."""
@@ -126,7 +126,7 @@ class TestMigrations:
         """`db upgrade --storage URL` exits 0 and prints the revision."""
         result = CliRunner().invoke(db, ["upgrade", "--storage", f"sqlite:///{tmp_path / 'c.db'}"])
         assert result.exit_code == 0, result.output
-        assert "revision 0003" in result.output
+        assert "revision 0004" in result.output
 
     def test_db_upgrade_command_rejects_non_sql_urls(self) -> None:
         """Redis and memory URLs have no schema: a usage error."""
