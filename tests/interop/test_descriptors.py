@@ -41,6 +41,7 @@ RAY_MODULES = [
     )
 ]
 
+_OURS = "gcs's own extensions, numbered from 100 so that Ray's and ant-ray's stay free"
 _NEWER_ANT_RAY = "ant-ray after 2.44.1.1 (virtual-cluster autoscaling config, node removal)"
 ALLOWED = AllowList(
     fields={
@@ -56,6 +57,10 @@ ALLOWED = AllowList(
         ("ray.rpc.VirtualClusterTableData", "max_replica_sets"): 7,
         ("ray.rpc.VirtualClusterTableData", "max_nodes"): 8,
         ("ray.rpc.autoscaler.ClusterResourceState", "virtual_cluster_states"): 8,
+        # _OURS: gcs extensions at numbers from 100 up, which no Ray or ant-ray peer sends or
+        # reads (an old client leaves them unset and gets ant-ray's behaviour).
+        ("ray.rpc.CreateOrUpdateVirtualClusterRequest", "autoscaler_move"): 100,
+        ("ray.rpc.VirtualClusterTableData", "declared_replica_sets"): 100,
     },
     enum_values={("ray.rpc.ChannelType", "RAY_VIRTUAL_CLUSTER_CHANNEL"): 11},
     messages=frozenset(
@@ -76,6 +81,8 @@ ALLOWED = AllowList(
             "ray.rpc.autoscaler.VirtualClusterState",
             "ray.rpc.autoscaler.VirtualClusterState.MaxReplicaSetsEntry",
             "ray.rpc.autoscaler.VirtualClusterState.MinReplicaSetsEntry",
+            # _OURS
+            "ray.rpc.VirtualClusterTableData.DeclaredReplicaSetsEntry",
         }
     ),
     methods=frozenset(

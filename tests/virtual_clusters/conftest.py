@@ -35,7 +35,7 @@ class Harness:
         for key in plan.deletes:
             self.store.pop(key, None)
         for key, data in plan.puts.items():
-            self.store[key] = data.SerializeToString()
+            self.store[key] = data.SerializeToString(deterministic=True)
         self.registry.commit(plan)
         self.high_water = max(self.high_water, plan.revision_high_water)
         self.published.extend(plan.publishes)
@@ -85,7 +85,7 @@ class Harness:
         for key in outcome.deletes:
             self.store.pop(key, None)
         for key, data in outcome.puts.items():
-            self.store[key] = data.SerializeToString()
+            self.store[key] = data.SerializeToString(deterministic=True)
         self.registry = outcome.registry
         self.high_water = outcome.revision_high_water
         return outcome

@@ -154,10 +154,12 @@ class VirtualClusterMachine(RuleBasedStateMachine):
             return
         for i, (key, data) in enumerate(sorted(plan.puts.items())):
             if i in keep:
-                self.h.store[key] = data.SerializeToString()
+                self.h.store[key] = data.SerializeToString(deterministic=True)
         self.h.restart()
         self.h.sound()
-        self.h.store = {k: v.SerializeToString() for k, v in self.h.registry.records().items()}
+        self.h.store = {
+            k: v.SerializeToString(deterministic=True) for k, v in self.h.registry.records().items()
+        }
 
     @invariant()
     def sound(self) -> None:
@@ -165,7 +167,9 @@ class VirtualClusterMachine(RuleBasedStateMachine):
 
     @invariant()
     def store_mirrors_registry(self) -> None:
-        records = {k: v.SerializeToString() for k, v in self.h.registry.records().items()}
+        records = {
+            k: v.SerializeToString(deterministic=True) for k, v in self.h.registry.records().items()
+        }
         assert records == self.h.store
 
 
