@@ -441,6 +441,7 @@ def _mount_subcommands() -> None:
     """Each subsystem owns its commands; the top level only mounts them."""
     from gcs.autoscaler.cli import autoscaler
     from gcs.autoscaler.run_cli import run_command, simulate_command
+    from gcs.dropin.cli import install_into_ray
     from gcs.raylet.cli import raylet_command, raylet_fleet_command, submit_command
     from gcs.store.cli import db
     from gcs.virtual_clusters.cli import vcluster
@@ -453,6 +454,7 @@ def _mount_subcommands() -> None:
     main.add_command(raylet_command)
     main.add_command(raylet_fleet_command)
     main.add_command(submit_command)
+    main.add_command(install_into_ray)
 
 
 _mount_subcommands()

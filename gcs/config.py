@@ -7,6 +7,7 @@ Precedence: CLI flag > environment (``GCS_*``; Ray's ``RAY_<name>`` where Ray ha
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -26,13 +27,14 @@ class HealthCheckConfig:
     """GCS -> raylet gRPC health checks (Ray: ``health_check_*``)."""
 
     initial_delay_ms: int = 5000
-    """Wait after a node registers before its first health check."""
+    """Wait after a node registers before its first health check (0: at once)."""
     period_ms: int = 3000
-    """Time between health checks of one node."""
+    """Time between health checks of one node (0: back to back, at the checker's tick)."""
     timeout_ms: int = 10000
-    """Deadline of one health check."""
+    """Deadline of one health check (0: every check fails at once, as in Ray)."""
     failure_threshold: int = 5
-    """Consecutive failed checks before the node is marked dead."""
+    """Consecutive failed checks before the node is marked dead (0 acts as 1: Ray 2.60's
+    checker at 0 would fail a node on its first *successful* check)."""
     max_concurrent: int = 512
     """Health RPCs in flight at once (Ray has no cap; we bound it for 2,000+ nodes)."""
 
@@ -42,7 +44,8 @@ class LoadPollConfig:
     """``NodeManagerService.GetResourceLoad`` polling (Ray: gcs_pull_resource_loads_period)."""
 
     period_ms: int = 1000
-    """Time between load-poll rounds (every alive raylet once per round)."""
+    """Time between load-poll rounds (every alive raylet once per round); 0 = no polling,
+    as Ray's periodic runner skips a zero period (health checks still run)."""
     timeout_ms: int = 2000
     """Per-call deadline; a slow raylet only delays its own entry."""
     max_concurrent: int = 1024
@@ -263,9 +266,10 @@ class GcsConfig:
     """Dead workers kept in the WORKERS table (oldest dropped from memory and store first)."""
     task_events_max_num_task_in_gcs: int = 100_000
     """Task attempts whose events are kept (Ray's name and default); past it finished tasks
-    are evicted first, then actor tasks, then the rest, each counted as dropped."""
+    are evicted first, then actor tasks, then the rest, each counted as dropped.  0 or less:
+    no limit (Ray's meaning of -1, and of 0 in its ``> 0`` check)."""
     task_events_max_num_profile_events_per_task: int = 1000
-    """Profile events kept per task attempt (Ray's name and default)."""
+    """Profile events kept per task attempt (Ray's name and default); negative: no limit."""
     mark_task_failed_on_worker_dead_delay_ms: int = 1000
     """After a worker died, its task attempts still not finished are marked FAILED this
     much later (the worker's last task events may still arrive; Ray's default)."""
@@ -293,9 +297,11 @@ class GcsConfig:
     collection reclaims cycles among frozen objects each time resident memory doubles past
     512 MB (``gcs.server.gc_policy``)."""
     node_instances_replenish_interval_ms: int = 30000
-    """Period of virtual-cluster dead-node replenishment (ant-ray's name and default)."""
+    """Period of virtual-cluster dead-node replenishment (ant-ray's name and default; 0 =
+    off, as ant-ray's periodic runner skips a zero period)."""
     expired_job_clusters_gc_interval_ms: int = 30000
-    """Period of the GC of finished, idle job clusters (ant-ray's name and default)."""
+    """Period of the GC of finished, idle job clusters (ant-ray's name and default; 0 =
+    off)."""
     front_server: bool = True
     """Serve the GCS port with the front server (gcs.rpc.front): a lean HTTP/2 server answers
     every unary call itself (grpc.aio's own handlers) and relays streaming calls to grpc.aio
@@ -319,6 +325,11 @@ class GcsConfig:
     ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``.  From a config file it yields to
     those environment variables; from ``--auth-token-path`` it wins over them.  TLS is
     configured by Ray's environment only (``RAY_USE_TLS``, ``RAY_TLS_*``; :mod:`gcs.tls`)."""
+
+    ray_internal_config: str = ""
+    """JSON object ``GetInternalConfig`` serves to raylets: Ray's ``--config_list`` under
+    ``gcs-server`` (worker nodes adopt the head's system config from it).  Empty: the
+    minimal config a raylet needs."""
 
     def storage_url(self) -> str:
         if self.storage:
@@ -367,6 +378,7 @@ ENV_VARS: dict[str, str] = {
     "GCS_LOAD_POLL_SYNCER_MAX_STALENESS_MS": "load_poll.syncer_max_staleness_ms",
     "RAY_maximum_gcs_dead_node_cached_count": "max_dead_nodes_cached",
     "GCS_MAX_DEAD_WORKERS_CACHED": "max_dead_workers_cached",
+    "RAY_maximum_gcs_dead_worker_cached_count": "max_dead_workers_cached",
     "RAY_task_events_max_num_task_in_gcs": "task_events_max_num_task_in_gcs",
     "RAY_task_events_max_num_profile_events_per_task": (
         "task_events_max_num_profile_events_per_task"
@@ -400,20 +412,44 @@ RAY_FILE_KEYS: dict[str, str] = {
 """Ray's knob names accepted as top-level keys of a ``--config`` file too
 (``health_check_period_ms: 1000`` = ``health: {period_ms: 1000}``)."""
 
+RAY_UNSIGNED_BITS: dict[str, int] = {
+    "gcs_pull_resource_loads_period_milliseconds": 64,
+    "maximum_gcs_dead_node_cached_count": 32,
+    "maximum_gcs_destroyed_actor_cached_count": 32,
+    "maximum_gcs_dead_worker_cached_count": 32,
+    "gcs_mark_task_failed_on_worker_dead_delay_ms": 64,
+    "gcs_mark_task_failed_on_job_done_delay_ms": 64,
+    "node_instances_replenish_interval_ms": 64,
+    "expired_job_clusters_gc_interval_ms": 64,
+}
+"""Ray's knobs that Ray declares unsigned (``uint64_t`` / ``uint32_t`` in its
+``ray_config_def.h``): Ray reads a negative number for them wrapped (``-1`` = the type's
+largest value), so we do too (:func:`ray_knob_value`)."""
+
+
+def ray_knob_value(name: str, value: Any) -> Any:
+    """A value given for Ray's knob ``name`` (no ``RAY_`` prefix), as Ray reads it: a
+    negative integer for an unsigned knob wraps; anything else is left to validation."""
+    bits = RAY_UNSIGNED_BITS.get(name)
+    if bits is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if not (text.startswith("-") and text[1:].isdigit()):
+            return value
+        value = int(text)
+    if isinstance(value, int) and value < 0:
+        return value % (1 << bits)
+    return value
+
+
 _POSITIVE = (
-    "health.initial_delay_ms",
-    "health.period_ms",
-    "health.timeout_ms",
-    "health.failure_threshold",
     "health.max_concurrent",
-    "load_poll.period_ms",
     "load_poll.timeout_ms",
     "load_poll.max_concurrent",
     "raylet_rpc_timeout_ms",
     "load_poll.failure_backoff_max_ms",
     "grpc_max_message_bytes",
-    "node_instances_replenish_interval_ms",
-    "expired_job_clusters_gc_interval_ms",
     "front_max_concurrent_streams",
     "front_max_buffered_bytes",
     "front_buffer_budget_bytes",
@@ -426,17 +462,24 @@ _POSITIVE = (
     "http2.max_settings_entries",
     "http2.max_header_list_bytes",
     "http2.max_outbound_acks",
-    "task_events_max_num_task_in_gcs",
     "redis.wait_timeout_ms",
 )
-"""Periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
+"""Our own periods, timeouts and limits that must be > 0 (a zero period would spin a core)."""
 _NON_NEGATIVE = (
+    # Ray's knobs: Ray's GCS refuses negatives here (RAY_CHECK_GE in its health-check
+    # manager) or reads them unsigned; 0 is "now" / "off" / "none kept".
+    "health.initial_delay_ms",
+    "health.period_ms",
+    "health.timeout_ms",
+    "health.failure_threshold",
+    "load_poll.period_ms",
+    "node_instances_replenish_interval_ms",
+    "expired_job_clusters_gc_interval_ms",
     "max_dead_nodes_cached",
     "load_poll.syncer_max_staleness_ms",
     "max_dead_workers_cached",
     "max_dead_actors_cached",
     "gc_gen0_threshold",
-    "task_events_max_num_profile_events_per_task",
     "mark_task_failed_on_worker_dead_delay_ms",
     "mark_task_failed_on_job_done_delay_ms",
     "http2.max_continuations",
@@ -549,7 +592,7 @@ def load_config(
     env_tree: dict[str, Any] = {}
     for var, path in ENV_VARS.items():
         if var in env and env[var] != "":
-            _set_path(env_tree, path, env[var])
+            _set_path(env_tree, path, ray_knob_value(var.removeprefix("RAY_"), env[var]))
     tree = _merge(tree, env_tree)
     if any(env.get(var, "").strip() for var in TOKEN_ENV_VARS):
         tree.pop("auth_token_path", None)  # env > file; the flag (below) still wins
@@ -574,7 +617,7 @@ def _ray_keys_to_paths(loaded: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in loaded.items():
         if isinstance(key, str) and key in RAY_FILE_KEYS:
-            _set_path(out, RAY_FILE_KEYS[key], value)
+            _set_path(out, RAY_FILE_KEYS[key], ray_knob_value(key, value))
     rest = {k: v for k, v in loaded.items() if k not in RAY_FILE_KEYS}
     return _merge(rest, out)
 
@@ -661,6 +704,13 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         )
     if config.redis.username and not config.redis.password:
         raise ConfigError(f"{where}.{_names('redis.username')}: needs a password")
+    if config.ray_internal_config:
+        try:
+            internal = json.loads(config.ray_internal_config)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{where}.ray_internal_config: not JSON ({err.msg})") from None
+        if not isinstance(internal, dict):
+            raise ConfigError(f"{where}.ray_internal_config: must be a JSON object")
     if config.load_poll.slice_size < 1:
         raise ConfigError(f"{where}.load_poll.slice_size: must be >= 1")
     if not 0 <= config.load_poll.spread <= 1:

@@ -22,8 +22,10 @@ Generated from `gcs/config.py` by `python -m gcs.config_reference`; do not edit 
 Precedence: command-line flag > environment variable > `--config` YAML file > default.
 In the YAML file, nested keys are written nested (`health: {{period_ms: 1000}}`); Ray's
 flat names (the environment names without `RAY_`, e.g. `health_check_period_ms: 1000`) are
-accepted too.  Every value is validated once at start-up: a period, timeout or limit of 0
-(or below) is refused with the key and its environment variable named.
+accepted too.  Every value is validated once at start-up, and a bad one is refused with the
+key and its environment variable named.  Knobs with a Ray name take Ray's whole range with
+Ray's meaning (0 is "now", "off" or "no limit", as each row says); our own periods,
+timeouts and limits must be above 0.
 
 `gcs serve` exports metrics on port {DEFAULT_METRICS_PORT} unless `--metrics-port`,
 `GCS_METRICS_PORT` or the file say otherwise (0 = any free port, -1 = off); the dataclass

@@ -125,6 +125,10 @@ class Created:
 class Failed:
     cause: common_pb2.ActorDeathCause
     message: str
+    exiting_worker: common_pb2.Address | None = None
+    """The constructor raised on this worker, which now exits and reports the exception
+    (``creation_task_exception``, the serialized error the caller rebuilds); the cause
+    here has its text only."""
 
 
 _lease_counter = itertools.count(1)
@@ -342,7 +346,10 @@ class ActorScheduler:
             return None
         if reply.is_application_error:
             message = reply.task_execution_error or _APPLICATION_FAILURE
-            return Failed(states.creation_failed(message), message)
+            exception = common_pb2.RayException(
+                language=common_pb2.PYTHON, formatted_exception_string=message
+            )
+            return Failed(states.creation_failed(exception), message, exiting_worker=worker)
         return Created(
             worker=worker,
             node_id=worker.node_id,

@@ -186,9 +186,10 @@ def unschedulable(message: str) -> common_pb2.ActorDeathCause:
     return cause
 
 
-def creation_failed(formatted: str) -> common_pb2.ActorDeathCause:
-    """The constructor raised (PushTask answered with an application error)."""
+def creation_failed(exception: common_pb2.RayException) -> common_pb2.ActorDeathCause:
+    """The constructor raised: the whole exception, its serialized form included (the
+    caller's ``RayActorError`` deserializes it; without it Ray raises
+    ``UnserializableException`` instead)."""
     cause = common_pb2.ActorDeathCause()
-    cause.creation_task_failure_context.language = common_pb2.PYTHON
-    cause.creation_task_failure_context.formatted_exception_string = formatted
+    cause.creation_task_failure_context.CopyFrom(exception)
     return cause

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,9 +38,10 @@ from gcs.clock import Clock, now_ms
 from gcs.errors import AlreadyExists, FailedPrecondition, GcsError, InvalidArgument, NotFound
 from gcs.managers import actor_states as states
 from gcs.managers.actor_scheduler import ActorScheduler, Attempt, Created, Failed
+from gcs.managers.actor_warnings import detached_in_anonymous_namespace
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, node_manager_pb2
-from gcs.pubsub.channels import GCS_ACTOR_CHANNEL
+from gcs.pubsub.channels import GCS_ACTOR_CHANNEL, RAY_ERROR_INFO_CHANNEL
 from gcs.rpc.raylets.actors import ActorGateway
 from gcs.rpc.raylets.gateway import raylet_address
 from gcs.store import Store, WriteBatch
@@ -55,6 +56,8 @@ ACTOR_ID_SIZE = 16
 _NIL_ACTOR_ID = b"\xff" * ACTOR_ID_SIZE
 MAX_DEAD_CACHED = 100_000
 """Ray's ``maximum_gcs_destroyed_actor_cached_count``."""
+CREATION_EXIT_REPORT_GRACE_S = 10.0
+"""How long an actor whose constructor raised waits for its worker's exit report."""
 Actor = gcs_pb2.ActorTableData
 CreateOutcome = gcs_service_pb2.CreateActorReply
 _CANCELLED = 19  # Ray's StatusCode::SchedulingCancelled
@@ -91,7 +94,9 @@ class ActorManager:
         alive_nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo],
         *,
         publish: Publish = _no_publish,
+        publish_error: Publish = _no_publish,
         job_is_dead: Callable[[bytes], bool] = lambda job_id: False,
+        on_actor_dead: Callable[[bytes], Awaitable[object]] | None = None,
         max_dead_cached: int = MAX_DEAD_CACHED,
         kill_timeout_s: float = 10.0,
         lane_policy: ResolvePolicy | None = None,
@@ -102,7 +107,13 @@ class ActorManager:
         self._gateway = gateway
         self._alive_nodes = alive_nodes
         self._publish = publish
+        self._publish_error = publish_error
+        """The observability publisher (``RAY_ERROR_INFO``): warnings for the job's driver."""
         self._job_is_dead = job_is_dead
+        self._on_actor_dead = on_actor_dead
+        """Told each time an actor dies or restarts (Ray's
+        ``destroy_owned_placement_group_if_needed``: the placement groups it created are
+        removed once their job is dead too); runs as a task of its own, off the lane."""
         self._max_dead = max_dead_cached
         self._kill_timeout_s = kill_timeout_s
         self._lane = ApplyLane(store, "actors", policy=lane_policy)
@@ -116,6 +127,8 @@ class ActorManager:
         self._owned: dict[bytes, set[bytes]] = {}
         """owner worker id -> actor ids it owns (live ones)."""
         self._scheduling: dict[bytes, _Scheduling] = {}
+        self._raised_in_creation: dict[bytes, bytes] = {}
+        """worker id -> actor whose constructor raised there (waiting for its exit report)."""
         self._waiters: dict[bytes, list[asyncio.Future[CreateOutcome]]] = {}
         self._background = Background("actors")
         # listeners of node, job and worker events (the wiring subscribes them)
@@ -228,6 +241,17 @@ class ActorManager:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._scheduling.clear()
 
+    async def caught_up(self) -> None:
+        """Until the mutations already admitted to the lane are done (not later ones).
+
+        Ray's GCS answers one client's requests in the order they came: ``ray.kill`` sends
+        ``KillActorViaGcs`` without waiting for the reply, and the ``list_named_actors`` /
+        ``get_actor`` right after it must not see the actor's name any more.  The name
+        lookups call this first; when nothing is being applied it returns at once.
+        """
+        if self._lane.busy:
+            await self._lane.run(_nothing)
+
     # -- queries (never wait for the lane) -----------------------------------------------
     def get(self, actor_id: bytes) -> gcs_pb2.ActorTableData | None:
         return self.actors.get(actor_id)
@@ -305,11 +329,17 @@ class ActorManager:
             stored = common_pb2.TaskSpec()
             stored.CopyFrom(spec)
 
+            warning = detached_in_anonymous_namespace(actor, now_ms(self._clock))
+
             def apply() -> None:
                 self.actors[actor_id] = actor
                 self.specs[actor_id] = stored
                 self._index_live(actor)
                 self._publish(GCS_ACTOR_CHANNEL, actor_id, actor)
+                if warning is not None:
+                    self._publish_error(
+                        RAY_ERROR_INFO_CHANNEL, actor.job_id.hex().encode(), warning
+                    )
 
             await self._lane.commit(batch, apply)
             log.info("actor.registered", actor_id=actor_id.hex(), name=creation.name)
@@ -424,7 +454,11 @@ class ActorManager:
                 actor = self.actors[owned]
                 if not actor.is_detached and actor.state != states.DEAD:
                     await self._destroy(owned, states.owner_died(actor, exit_type, detail))
-            actor_id = self._by_worker.get(worker_id) or self._leased_to(worker_id)
+            actor_id = (
+                self._by_worker.get(worker_id)
+                or self._leased_to(worker_id)
+                or self._raised_in_creation.pop(worker_id, None)
+            )
             if actor_id is None:
                 return
             actor = self.actors[actor_id]
@@ -432,9 +466,7 @@ class ActorManager:
                 return
             cause = states.worker_died(actor, exit_type or "SYSTEM_ERROR", detail)
             if failure.HasField("creation_task_exception"):
-                cause = states.creation_failed(
-                    failure.creation_task_exception.formatted_exception_string
-                )
+                cause = states.creation_failed(failure.creation_task_exception)
             intended = failure.HasField("exit_type") and failure.exit_type in (
                 _EXIT.INTENDED_USER_EXIT,
                 _EXIT.USER_ERROR,
@@ -531,6 +563,7 @@ class ActorManager:
             self._start_scheduling(actor_id)
 
         await self._update(updated, WriteBatch(), apply)
+        self._creator_dead(actor_id)  # Ray's RestartActor does it whether or not it restarts
         log.info(
             "actor.restarting",
             actor_id=actor_id.hex(),
@@ -577,11 +610,16 @@ class ActorManager:
                     waiter.set_result(_cancelled_reply(updated))
 
         await self._update(updated, batch, apply)
+        self._creator_dead(actor_id)
         log.info(
             "actor.dead",
             actor_id=actor_id.hex(),
             reason=cause.WhichOneof("context"),
         )
+
+    def _creator_dead(self, actor_id: bytes) -> None:
+        if self._on_actor_dead is not None:
+            self._background.spawn(self._on_actor_dead(actor_id))  # type: ignore[arg-type]
 
     def _evictions(self) -> list[bytes]:
         over = len(self._dead) + 1 - max(self._max_dead, 1)
@@ -628,9 +666,32 @@ class ActorManager:
             del self._scheduling[actor_id]
             if isinstance(outcome, Failed):
                 log.info("actor.creation_failed", actor_id=actor_id.hex(), why=outcome.message)
+                if outcome.exiting_worker is not None:
+                    self._await_exit_report(actor_id, outcome)
+                    return
                 await self._destroy(actor_id, outcome.cause)
                 return
             await self._created(actor_id, outcome)
+
+    def _await_exit_report(self, actor_id: bytes, failed: Failed) -> None:
+        """The constructor raised: as Ray's GCS, let the worker's exit report (it carries
+        the serialized exception) make the actor DEAD; if none comes within
+        ``CREATION_EXIT_REPORT_GRACE_S``, die with the text alone."""
+        assert failed.exiting_worker is not None
+        worker_id = failed.exiting_worker.worker_id
+        self._raised_in_creation[worker_id] = actor_id
+
+        async def fallback() -> None:
+            await self._clock.sleep(CREATION_EXIT_REPORT_GRACE_S)
+            async with self._lane:
+                if self._raised_in_creation.get(worker_id) != actor_id:
+                    return
+                del self._raised_in_creation[worker_id]
+                actor = self.actors.get(actor_id)
+                if actor is not None and actor.state != states.DEAD:
+                    await self._destroy(actor_id, failed.cause, force=False)
+
+        self._spawn(fallback())
 
     async def _created(self, actor_id: bytes, created: Created) -> None:
         actor = self.actors[actor_id]
@@ -738,6 +799,10 @@ class ActorManager:
         reply = CreateOutcome(status=_ok())
         reply.actor_address.CopyFrom(actor.address)
         return reply
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -57,6 +57,13 @@ from gcs.store.errors import StoreOutcomeUnknown
 
 log = structlog.get_logger("gcs.placement_groups")
 
+_STATS_OF = {
+    Outcome.PLACED: gcs_pb2.PlacementGroupStats.SCHEDULING_STARTED,
+    Outcome.NO_RESOURCES: gcs_pb2.PlacementGroupStats.NO_RESOURCES,
+    Outcome.INFEASIBLE: gcs_pb2.PlacementGroupStats.INFEASIBLE,
+}
+"""A pass's answer as Ray's ``PlacementGroupStats.scheduling_state``."""
+
 ClusterNodes = Callable[[str], frozenset[bytes] | None]
 """virtual cluster id -> its node ids (None: no restriction)."""
 
@@ -135,6 +142,10 @@ class PlacementGroupScheduler:
     def on_placement_group_removed(
         self, pg: gcs_pb2.PlacementGroupTableData, virtual_cluster_id: str
     ) -> None:
+        # Its reservations end here: a raylet that committed and returned the bundles
+        # between two of its reports sends a view equal to the last one, so no new report
+        # would ever retire them (the freed room stayed invisible to later groups).
+        self._unreserve(pg.placement_group_id)
         placed = group_by_node([b for b in pg.bundles if is_placed(b)])
         if placed:
             give_back = self._reservations.give_back(pg.placement_group_id, placed)
@@ -206,6 +217,7 @@ class PlacementGroupScheduler:
         for pg, result in zip(due, results, strict=True):
             pg_id = pg.placement_group_id
             self.last_outcome[pg_id] = result
+            self._pgs.note_attempt(pg_id, _STATS_OF[result.outcome])
             if result.outcome is Outcome.PLACED:
                 self._reserve(pg, result.assignment)
                 task = self._background.spawn(

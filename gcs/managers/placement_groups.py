@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
+
+import structlog
 
 from gcs.clock import Clock, now_ms
 from gcs.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -37,9 +40,21 @@ from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_META, TABLE_PLACEMENT_GROUP
 
+log = structlog.get_logger("gcs.placement_groups")
+
 PG = gcs_pb2.PlacementGroupTableData
 STATS = gcs_pb2.PlacementGroupStats
 PENDING_STATES = (PG.PENDING, PG.RESCHEDULING)
+
+
+@dataclass(slots=True)
+class _Attempts:
+    started_ns: int
+    """When the first attempt started (Ray's ``scheduling_started_time_ns``)."""
+    count: int = 0
+    state: int = STATS.QUEUED
+
+
 MAX_LOAD_REPORT = 1000  # Ray: max_placement_group_load_report_size
 VC_SIDECAR_PREFIX = b"pg_vc:"
 NIL_NODE = b"\xff" * 28
@@ -96,6 +111,9 @@ class PlacementGroupManager:
         self.named: Mapping[tuple[str, str], bytes] = MappingProxyType(self._named)
         """(namespace, name) -> id of the live (not removed) group of that name."""
         self._waiters: dict[bytes, list[asyncio.Future[None]]] = {}
+        self._attempts: dict[bytes, _Attempts] = {}
+        """Scheduling attempts of pending groups (Ray's live ``PlacementGroupStats``): kept
+        in memory, shown by the reads, persisted with the group once it is CREATED."""
         self.version = 0
         """Bumped on every change (caches of pending gangs and PG labels key on it)."""
 
@@ -151,7 +169,11 @@ class PlacementGroupManager:
                 state=PG.PENDING,
                 creator_job_id=spec.creator_job_id,
                 creator_actor_id=spec.creator_actor_id,
-                creator_actor_dead=not any(spec.creator_actor_id.strip(b"\xff")),
+                # as the core worker sets them: a driver / task creator has no actor (dead),
+                # a detached actor's group counts its job as dead (it outlives the job)
+                creator_actor_dead=spec.creator_actor_dead
+                or not any(spec.creator_actor_id.strip(b"\xff")),
+                creator_job_dead=spec.creator_job_dead,
                 is_detached=spec.is_detached,
                 ray_namespace=namespace,
                 soft_target_node_id=spec.soft_target_node_id,
@@ -183,10 +205,13 @@ class PlacementGroupManager:
             await self._lane.commit(batch, apply)
 
     async def remove(self, pg_id: bytes) -> None:
+        """Idempotent, as Ray's GCS: an unknown id is a no-op answered OK (it may be a group
+        removed long ago; ``ray.util.remove_placement_group`` must not raise for it)."""
         async with self._lane:
             pg = self._groups.get(pg_id)
             if pg is None:
-                raise NotFound(f"placement group {pg_id.hex()} does not exist")
+                log.info("pg.remove_unknown", pg_id=pg_id.hex())
+                return
             if pg.state == PG.REMOVED:
                 return
             await self._remove_locked([pg])
@@ -195,17 +220,32 @@ class PlacementGroupManager:
         """Ray's lifetime rule: every live group of the job is marked ``creator_job_dead``;
         a non-detached one whose creator actor is dead too (a driver-created group has no
         actor) is removed.  Returns the removed ids."""
+        return await self._creator_dead(lambda pg: pg.creator_job_id == job_id, "creator_job_dead")
+
+    async def creator_actor_dead(self, actor_id: bytes) -> list[bytes]:
+        """The other half of the rule (Ray's ``CleanPlacementGroupIfNeededWhenActorDead``,
+        called when an actor dies *or restarts*): the actor's groups are marked
+        ``creator_actor_dead``; a non-detached one whose creator job is dead too is removed,
+        so its bundles return to the raylets.  Returns the removed ids."""
+        return await self._creator_dead(
+            lambda pg: pg.creator_actor_id == actor_id, "creator_actor_dead"
+        )
+
+    async def _creator_dead(
+        self, created_by: Callable[[gcs_pb2.PlacementGroupTableData], bool], mark: str
+    ) -> list[bytes]:
         async with self._lane:
             changed = []
             for pg in self._groups.values():
-                if pg.creator_job_id != job_id or pg.state == PG.REMOVED:
+                if not created_by(pg) or pg.state == PG.REMOVED:
                     continue
                 new = _copy(pg)
-                new.creator_job_dead = True
-                if not new.is_detached and new.creator_actor_dead:
+                setattr(new, mark, True)
+                if not new.is_detached and new.creator_actor_dead and new.creator_job_dead:
                     new.state = PG.REMOVED
                     new.stats.scheduling_state = STATS.REMOVED
-                changed.append(new)
+                if new != pg:
+                    changed.append(new)
             if changed:
                 await self._commit_changes(changed)
             return [pg.placement_group_id for pg in changed if pg.state == PG.REMOVED]
@@ -248,6 +288,7 @@ class PlacementGroupManager:
                 self._groups[pg_id] = new
                 if new.state != PG.REMOVED:
                     continue
+                self._attempts.pop(pg_id, None)
                 if self._named.get((new.ray_namespace, new.name)) == pg_id:
                     del self._named[(new.ray_namespace, new.name)]
                 self._wake(pg_id, NotFound(REMOVED_BEFORE_CREATED))
@@ -280,6 +321,7 @@ class PlacementGroupManager:
                 new.bundles[index].node_id = node_id
             if all(is_placed(b) for b in new.bundles):
                 new.state = PG.CREATED
+                self._fold_attempts(new)
                 new.stats.scheduling_state = STATS.FINISHED
                 received_ns = new.stats.creation_request_received_ns
                 if received_ns:
@@ -291,6 +333,7 @@ class PlacementGroupManager:
                 self._groups[pg_id] = new
                 self.version += 1
                 if new.state == PG.CREATED:
+                    self._attempts.pop(pg_id, None)
                     self._wake(pg_id, None)
 
             batch = WriteBatch().put(TABLE_PLACEMENT_GROUP, pg_id, new.SerializeToString())
@@ -368,14 +411,53 @@ class PlacementGroupManager:
             else:
                 fut.set_exception(error)
 
+    # -- scheduling stats (memory only) --------------------------------------------------------
+
+    def note_attempt(self, pg_id: bytes, outcome: int) -> None:
+        """The scheduler tried to place a pending group: one more attempt, and its outcome
+        (``SCHEDULING_STARTED`` when placed and being committed, ``NO_RESOURCES`` or
+        ``INFEASIBLE``), as Ray's ``placement_group_table()`` shows them."""
+        pg = self.groups.get(pg_id)
+        if pg is None or pg.state not in PENDING_STATES:
+            return
+        attempts = self._attempts.get(pg_id)
+        if attempts is None:
+            attempts = self._attempts[pg_id] = _Attempts(int(self._clock.now_s() * 1e9))
+        attempts.count += 1
+        attempts.state = outcome
+
+    def _fold_attempts(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
+        attempts = self._attempts.get(pg.placement_group_id)
+        if attempts is None:
+            return
+        stats = pg.stats
+        stats.scheduling_attempt += attempts.count
+        stats.scheduling_state = attempts.state  # type: ignore[assignment]
+        stats.scheduling_started_time_ns = attempts.started_ns
+        stats.scheduling_latency_us = max(
+            0, (int(self._clock.now_s() * 1e9) - attempts.started_ns) // 1000
+        )
+
+    def with_live_stats(
+        self, pg: gcs_pb2.PlacementGroupTableData
+    ) -> gcs_pb2.PlacementGroupTableData:
+        """``pg`` as a read shows it: a pending group with its scheduling attempts so far."""
+        if pg.placement_group_id not in self._attempts:
+            return pg
+        shown = _copy(pg)
+        self._fold_attempts(shown)
+        shown.stats.ClearField("scheduling_latency_us")
+        return shown
+
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, pg_id: bytes) -> gcs_pb2.PlacementGroupTableData | None:
-        return self._groups.get(pg_id)
+        pg = self._groups.get(pg_id)
+        return self.with_live_stats(pg) if pg is not None else None
 
     def get_named(self, name: str, namespace: str) -> gcs_pb2.PlacementGroupTableData | None:
         pg_id = self._named.get((namespace, name))
-        return self._groups.get(pg_id) if pg_id is not None else None
+        return self.get(pg_id) if pg_id is not None else None
 
     def count_by_state(self) -> dict[str, float]:
         """Groups by state name (metrics)."""

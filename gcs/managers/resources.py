@@ -493,6 +493,9 @@ class LoadPoller:
         period_s = self._config.period_ms / 1000
         clock = self._clock
         loop = asyncio.get_running_loop()
+        if period_s == 0:  # Ray's meaning of a zero period: no load pull at all
+            log.info("load_poll.off", reason="gcs_pull_resource_loads_period_milliseconds=0")
+            await loop.create_future()  # until cancelled
         pending: set[asyncio.Task[None]] = set()
         try:
             while True:

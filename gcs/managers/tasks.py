@@ -40,6 +40,8 @@ _TERMINAL = (common_pb2.FINISHED, common_pb2.FAILED)
 _PRIORITY_TERMINAL, _PRIORITY_ACTOR, _PRIORITY_OTHER = 0, 1, 2
 EQUAL = gcs_service_pb2.EQUAL
 _INT32_MAX = 2**31 - 1
+_DROPPED_TRACKED_UNLIMITED = 100_000
+"""Attempts remembered as dropped when the task limit is off (that index stays bounded)."""
 
 
 @dataclass(slots=True)
@@ -59,10 +61,13 @@ def latest_state(events: gcs_pb2.TaskEvents) -> int:
 
 class TaskEventStore:
     def __init__(self, *, max_tasks: int = 100_000, max_profile_events_per_task: int = 1000):
-        if max_tasks < 1:
-            raise ValueError("max_tasks must be >= 1")
-        self._max_tasks = max_tasks
-        self._max_profile = max_profile_events_per_task
+        """``max_tasks`` <= 0: no limit (Ray's -1, and 0 in its ``> 0`` check);
+        ``max_profile_events_per_task`` < 0: no limit, 0: none kept."""
+        self._max_tasks = max_tasks if max_tasks > 0 else None
+        self._max_profile = (
+            max_profile_events_per_task if max_profile_events_per_task >= 0 else None
+        )
+        self._max_dropped_tracked = self._max_tasks or _DROPPED_TRACKED_UNLIMITED
         self._events: dict[TaskKey, gcs_pb2.TaskEvents] = {}
         # one insertion-ordered index per eviction priority (oldest first)
         self._by_priority: tuple[OrderedDict[TaskKey, None], ...] = (
@@ -98,12 +103,12 @@ class TaskEventStore:
             self._remove(key)
             job_drops.status += 1
             self._dropped_attempts[key] = None
-            if len(self._dropped_attempts) > self._max_tasks:
+            if len(self._dropped_attempts) > self._max_dropped_tracked:
                 self._dropped_attempts.popitem(last=False)
         for events in data.events_by_task:
             if (events.task_id, events.attempt_number) not in self._dropped_attempts:
                 self._merge(events)
-        while len(self._events) > self._max_tasks:
+        while self._max_tasks is not None and len(self._events) > self._max_tasks:
             self._evict_one()
 
     def _drops_of(self, job_id: bytes) -> JobDrops:
@@ -121,7 +126,7 @@ class TaskEventStore:
             self._events[key] = held
         else:  # state timestamps merge by state, profile events append, info fills in
             held.MergeFrom(incoming)
-        if held.HasField("profile_events"):
+        if held.HasField("profile_events") and self._max_profile is not None:
             entries = held.profile_events.events
             excess = len(entries) - self._max_profile
             if excess > 0:

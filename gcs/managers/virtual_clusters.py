@@ -22,6 +22,7 @@ group is registered in it (PG ids are resolved to the creator job's cluster).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
@@ -300,7 +301,10 @@ class VirtualClusterManager:
         await self._run(lambda: self.registry.collect_expired_job_clusters(self.usage()))
 
     async def run_periodic(self, period_ms: int, step: Callable[[], object], name: str) -> None:
-        """A background loop on the injected clock; a store outage only skips a round."""
+        """A background loop on the injected clock; a store outage only skips a round.  A
+        zero period is off (as ant-ray's periodic runner skips one)."""
+        if period_ms <= 0:
+            await asyncio.get_running_loop().create_future()  # until cancelled
         while True:
             await self._clock.sleep(period_ms / 1000)
             try:

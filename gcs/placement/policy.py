@@ -10,8 +10,10 @@ Strategies, with Ray 2.60's soft / strict meaning:
   the remaining bundles wins (best fit breaks ties); spills over to more nodes if needed.
 * ``SPREAD`` (soft): each bundle on a node no other bundle of the group uses, when one
   fits; otherwise on the node that fits and holds the fewest of the group's bundles.
-* ``STRICT_PACK``: all bundles on one node (the sum must fit); ``soft_target_node_id`` is
-  preferred when it fits; bundles being rescheduled must join the node of the placed ones.
+* ``STRICT_PACK``: all bundles on one node (the sum must fit): Ray's choice, the node left
+  with the largest share of the demanded resources free (``LeastResourceScorer``);
+  ``soft_target_node_id`` is preferred when it fits; bundles being rescheduled must join
+  the node of the placed ones.
 * ``STRICT_SPREAD``: every bundle on its own node, never a node holding another bundle of
   the group (placed bundles included, so a rescheduled bundle avoids the survivors).
 
@@ -352,7 +354,7 @@ def _strict_pack(
         where = "the node of its placed bundles" if placed_on else "any node"
         return None, f"STRICT_PACK: the sum {_fmt(total)} of its bundles fits not on {where}"
     preferred = [p for p in ok if p in target and (not placed_on or p in placed_pos)]
-    pos = min(preferred or ok, key=lambda p: (_leftover(nodes[p], work.free(p), total), p))
+    pos = max(preferred or ok, key=lambda p: (_least_loaded(work.free(p), total), -p))
     return {b.index: pos for b in todo}, ""
 
 
@@ -387,6 +389,17 @@ def _leftover(node: NodeView, pool: Mapping[str, float], shape: Resources) -> fl
         if amount > 0:
             total = node.total.get(name, 0.0)
             score += (pool.get(name, 0.0) - amount) / total if total > 0 else 0.0
+    return score
+
+
+def _least_loaded(pool: Mapping[str, float], shape: Resources) -> float:
+    """Ray's bundle scorer (``LeastResourceScorer``): the share of each demanded resource
+    still available on the node afterwards, summed (higher wins: the emptiest node)."""
+    score = 0.0
+    for name, amount in shape.items():
+        available = pool.get(name, 0.0)
+        if amount > 0 and available > 0:
+            score += (available - amount) / available
     return score
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import json
 import shutil
 import tempfile
 
@@ -169,7 +170,14 @@ class RpcServer:
                     virtual_cluster_nodes=m.virtual_clusters.node_filter,
                 ),
             ),
-            (svc.INTERNAL_KV, InternalKVServicer(m.kv, limits=limits)),
+            (
+                svc.INTERNAL_KV,
+                InternalKVServicer(
+                    m.kv,
+                    limits=limits,
+                    internal_config=json.loads(cfg.ray_internal_config or "null"),
+                ),
+            ),
             (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, limits=limits)),
             (svc.JOB_INFO, JobInfoServicer(m.jobs, limits=limits)),
             (svc.WORKER_INFO, WorkerInfoServicer(m.workers, limits=limits)),

@@ -2,7 +2,8 @@
 
 Ray reports actor errors inside the reply's ``GcsStatus`` (gRPC OK): a name conflict is
 AlreadyExists, an unknown actor NotFound.  Undecodable or malformed requests are gRPC
-INVALID_ARGUMENT naming the field.
+INVALID_ARGUMENT naming the field.  Lookups first let the mutations already received finish
+(:meth:`ActorManager.caught_up`): Ray's clients send some writes without waiting for them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class ActorInfoServicer:
 
     async def GetActorInfo(self, request: Req.GetActorInfoRequest, context: Any) -> Any:
         validate.text(request.name, "name", self._limits.max_name_bytes)
+        await self._actors.caught_up()
         out = Req.GetActorInfoReply(status=ok_status())
         actor = self._actors.get(request.actor_id) if request.actor_id else None
         if actor is not None:
@@ -67,6 +69,7 @@ class ActorInfoServicer:
     async def GetNamedActorInfo(self, request: Req.GetNamedActorInfoRequest, context: Any) -> Any:
         validate.text(request.name, "name", self._limits.max_name_bytes)
         validate.text(request.ray_namespace, "ray_namespace", self._limits.max_name_bytes)
+        await self._actors.caught_up()
         try:
             actor = self._actors.get_named(request.name, request.ray_namespace)
         except NotFound as err:
@@ -80,6 +83,7 @@ class ActorInfoServicer:
 
     async def ListNamedActors(self, request: Req.ListNamedActorsRequest, context: Any) -> Any:
         validate.text(request.ray_namespace, "ray_namespace", self._limits.max_name_bytes)
+        await self._actors.caught_up()
         out = Req.ListNamedActorsReply(status=ok_status())
         size = ReplySize(self._limits.max_reply_bytes, "named actors")
         for namespace, name in self._actors.list_named(
@@ -100,6 +104,7 @@ class ActorInfoServicer:
         if job_id is not None:
             validate.fixed_id(job_id, "filters.job_id", JOB_ID_SIZE)
         state = filters.state if filters.HasField("state") else None
+        await self._actors.caught_up()
         actors, total, filtered = self._actors.list_all(
             actor_id=actor_id,
             job_id=job_id,

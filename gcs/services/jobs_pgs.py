@@ -121,8 +121,9 @@ class PlacementGroupInfoServicer:
         for pg in self._pgs.groups.values():
             if limit is not None and len(out.placement_group_table_data) >= limit:
                 break
-            size.add(pg)
-            out.placement_group_table_data.append(pg)
+            shown = self._pgs.with_live_stats(pg)
+            size.add(shown)
+            out.placement_group_table_data.append(shown)
         return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,7 +18,7 @@ from gcs.managers.jobs import JobManager
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import common_pb2, gcs_pb2
-from gcs.pubsub.channels import GCS_ACTOR_CHANNEL
+from gcs.pubsub.channels import GCS_ACTOR_CHANNEL, RAY_ERROR_INFO_CHANNEL
 from gcs.store import Store
 from gcs.store.memory import MemoryStore
 from gcs.testing.actors import FakeActorGateway
@@ -26,6 +27,15 @@ Actor = gcs_pb2.ActorTableData
 FAST = RetryPolicy(first_backoff_s=0.001, max_backoff_s=0.01)
 JOB = (1).to_bytes(4, "little")
 DRIVER = b"\xd0" * 28
+
+
+async def turns_until(condition: Callable[[], bool], turns: int = 10_000) -> None:
+    """Let the event loop run until ``condition`` holds (no wall time involved)."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition not reached")
 
 
 def node_id(n: int) -> bytes:
@@ -88,6 +98,10 @@ class Harness:
     """Notified on every actor change published (what the manager applied)."""
     virtual_cluster: frozenset[bytes] | None = None
     """When set, every job runs in a virtual cluster of these nodes."""
+    errors: list[tuple[bytes, gcs_pb2.ErrorTableData]] = field(default_factory=list)
+    """(key, message) published on the error channel."""
+    told_dead: list[bytes] = field(default_factory=list)
+    """Actor ids the manager reported dead or restarting (placement-group cleanup)."""
 
     def __post_init__(self) -> None:
         self.cache = ResourceCache(self.clock)
@@ -110,6 +124,8 @@ class Harness:
             self.gateway,
             self.nodes.alive,
             publish=self._publish,
+            publish_error=self._publish_error,
+            on_actor_dead=self._actor_dead,
             job_is_dead=self._job_is_dead,
             max_dead_cached=self.max_dead_cached,
         )
@@ -130,6 +146,13 @@ class Harness:
     async def until(self, predicate: Callable[[], object]) -> None:
         """Until ``predicate()`` holds, re-checked after every actor change published."""
         await self.changes.until(predicate)
+
+    def _publish_error(self, channel: int, key_id: bytes, message: Message) -> None:
+        assert channel == RAY_ERROR_INFO_CHANNEL and isinstance(message, gcs_pb2.ErrorTableData)
+        self.errors.append((key_id, message))
+
+    async def _actor_dead(self, actor_id: bytes) -> None:
+        self.told_dead.append(actor_id)
 
     async def start(self, *nodes: int) -> Harness:
         await self.nodes.load()

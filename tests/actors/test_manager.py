@@ -9,11 +9,20 @@ import pytest
 from gcs.errors import AlreadyExists, FailedPrecondition, NotFound, RayletUnreachable
 from gcs.managers import actor_states as states
 from gcs.managers.actor_scheduler import lease_request, pin_to_node
-from gcs.managers.actors import TABLE_ACTOR, TABLE_ACTOR_TASK_SPEC
+from gcs.managers.actors import CREATION_EXIT_REPORT_GRACE_S, TABLE_ACTOR, TABLE_ACTOR_TASK_SPEC
 from gcs.proto import common_pb2, core_worker_pb2, gcs_pb2, node_manager_pb2
 from gcs.store import WriteBatch
 from gcs.store.base import TABLE_JOB
-from tests.actors.harness import DRIVER, JOB, Actor, Harness, actor_spec, node_id, node_info
+from tests.actors.harness import (
+    DRIVER,
+    JOB,
+    Actor,
+    Harness,
+    actor_spec,
+    node_id,
+    node_info,
+    turns_until,
+)
 
 Reason = common_pb2.ActorDiedErrorContext.Reason
 NodeReason = common_pb2.NodeDeathInfo.Reason
@@ -165,17 +174,49 @@ class TestCreation:
     async def test_constructor_error_makes_the_actor_dead_and_create_answers_cancelled(
         self,
     ) -> None:
+        """As Ray's GCS: the worker's exit report makes it DEAD, with the whole exception
+        (the serialized form the caller rebuilds its error from), never restarted."""
         h = await Harness().start(1)
         h.gateway.push_script.append(
             core_worker_pb2.PushTaskReply(is_application_error=True, task_execution_error="boom")
         )
         spec = actor_spec(1, max_restarts=3)
         await h.actors.register(spec)
-        reply = await h.actors.create(spec)
+        create = asyncio.create_task(h.actors.create(spec))
+        await turns_until(lambda: len(h.gateway.pushes) == 1)
+        ((worker, _push),) = h.gateway.pushes
+        exception = common_pb2.RayException(
+            language=common_pb2.PYTHON,
+            serialized_exception=b"pickled RayTaskError",
+            formatted_exception_string="boom",
+        )
+        failure = gcs_pb2.WorkerTableData(
+            worker_address=worker,
+            exit_type=common_pb2.USER_ERROR,
+            creation_task_exception=exception,
+        )
+        for listener in h.worker_events:
+            listener.on_worker_dead(failure)
+        reply = await create
         assert reply.status.code == 19 and reply.status.message == "Actor creation cancelled."
+        assert reply.death_cause.creation_task_failure_context == exception
+        actor = h.actors.actors[spec.actor_creation_task_spec.actor_id]
+        assert actor.state == states.DEAD and actor.num_restarts == 0
+        assert actor.death_cause.creation_task_failure_context == exception
+
+    async def test_constructor_error_without_an_exit_report_dies_with_the_text(self) -> None:
+        h = await Harness().start(1)
+        h.gateway.push_script.append(
+            core_worker_pb2.PushTaskReply(is_application_error=True, task_execution_error="boom")
+        )
+        spec = actor_spec(1)
+        await h.actors.register(spec)
+        create = asyncio.create_task(h.actors.create(spec))
+        await turns_until(lambda: h.clock.sleepers > 0)
+        h.clock.advance(CREATION_EXIT_REPORT_GRACE_S)
+        reply = await create
         cause = reply.death_cause.creation_task_failure_context
-        assert cause.formatted_exception_string == "boom"
-        assert h.actors.actors[spec.actor_creation_task_spec.actor_id].state == states.DEAD
+        assert cause.formatted_exception_string == "boom" and not cause.serialized_exception
 
     async def test_unreachable_worker_is_leased_again(self) -> None:
         from gcs.errors import WorkerUnreachable

@@ -102,16 +102,18 @@ class TestValidation:
     @pytest.mark.parametrize(
         ("env", "needle"),
         [
-            ({"RAY_gcs_pull_resource_loads_period_milliseconds": "0"}, "load_poll.period_ms"),
+            ({"RAY_health_check_timeout_ms": "-1"}, "health.timeout_ms"),
             ({"RAY_health_check_period_ms": "-5"}, "RAY_health_check_period_ms"),
-            ({"RAY_health_check_failure_threshold": "0"}, "failure_threshold"),
+            ({"RAY_health_check_failure_threshold": "-1"}, "failure_threshold"),
+            ({"GCS_LOAD_POLL_SLICE_SIZE": "0"}, "slice_size"),
             ({"GCS_LOG_LEVEL": "LOUD"}, "log_level"),
             ({"GCS_METRICS_PORT": "-2"}, "metrics_port"),
             ({"GCS_PORT": "70000"}, "port"),
         ],
     )
     def test_out_of_range_knobs_are_refused(self, env, needle) -> None:
-        """A zero period would spin a core; every knob is checked once, the key named."""
+        """Below Ray's range (Ray's GCS refuses a negative health-check knob), or a zero
+        where only our own knob would spin; every knob is checked once, the key named."""
         with pytest.raises(ConfigError, match=needle):
             load_config(env=env)
 
@@ -151,7 +153,7 @@ class TestRealRayKeys:
             ({"GCS_HEAD": "maybe"}, "config.head: expected true or false"),
             ({"GCS_PYTHON_VERSION": "3.11"}, "python_version (GCS_PYTHON_VERSION)"),
             ({"GCS_TEMP_DIR": "tmp/ray"}, "temp_dir (GCS_TEMP_DIR): must be an absolute path"),
-            ({"RAY_task_events_max_num_task_in_gcs": "0"}, "task_events_max_num_task_in_gcs"),
+            ({"RAY_task_events_max_num_task_in_gcs": "lots"}, "task_events_max_num_task_in_gcs"),
             (
                 {"GCS_LOAD_POLL_SYNCER_MAX_STALENESS_MS": "-1"},
                 "load_poll.syncer_max_staleness_ms",

@@ -92,6 +92,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gcs.cli_validation",
             "gcs.config_reference",
             "gcs.metrics_reference",
+            "gcs.dropin",  # gcs-server, Ray's gcs_server command line over GcsServer
             "gcs.store.cli",
             "gcs.virtual_clusters.cli",
             "gcs.raylet.cli",

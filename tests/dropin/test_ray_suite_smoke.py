@@ -1,0 +1,47 @@
+"""A few of Ray's own test files, run by Ray 2.60 with ``gcs-server`` in place of its
+``gcs_server`` (``bench/ray_suite.py`` runs them all, on stock Ray too).  Every test of
+these files passes on stock Ray 2.60; each must pass here.  Ray's files are run, never
+copied into this repository (``/work/shared/ray-tests``, or ``$GCS_RAY_TESTS``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench import ray_suite
+from tests.interop import venvs
+
+pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("ray_suite_smoke")]
+
+SMOKE_FILES = (
+    "test_get_or_create_actor.py",
+    "test_list_actors_2.py",
+    "test_list_actors_3.py",
+    "test_list_actors_4.py",
+)
+"""Small files whose every test passes on stock Ray 2.60: clusters started by
+``ray.init()`` / ``ray_start_regular``, drivers in subprocesses, named and detached actors,
+``ray.kill`` with and without restart, ``get_if_exists``."""
+
+
+@pytest.fixture(scope="module")
+def ours() -> venvs.Venv:
+    if not (ray_suite.SUITE_SOURCE / "python" / "ray" / "tests").is_dir():
+        pytest.skip(f"Ray's test files are not at {ray_suite.SUITE_SOURCE} (GCS_RAY_TESTS)")
+    try:
+        return ray_suite.prepare("ours")
+    except venvs.VenvError as exc:
+        if os.environ.get("GCS_INTEROP_REQUIRED") == "1":
+            pytest.fail(f"cannot build the ray-suite venv: {exc}")
+        pytest.skip(f"cannot build the ray-suite venv: {exc}")
+
+
+@pytest.mark.parametrize("test_file", SMOKE_FILES)
+def test_rays_own_tests_pass_on_gcs_server(ours: venvs.Venv, test_file: str) -> None:
+    run = ray_suite.run_file(ours, test_file, test_timeout_s=120, file_timeout_s=170)
+    misses = {
+        t: f"[{r.outcome}] {r.message}" for t, r in run.tests.items() if r.outcome != "passed"
+    }
+    assert run.tests, run.note
+    assert misses == {}, run.note
