@@ -37,6 +37,7 @@ from gcs.rpc.front import (
     h2_limits,
     hot_methods,
     native_methods,
+    serves,
 )
 from gcs.rpc.front.sync import SyncDispatcher
 from gcs.rpc.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
@@ -267,6 +268,7 @@ class RpcServer:
                 warnings=self._warnings,
             ),
             warnings=self._warnings,
+            relayed=lambda path: serves(table.handlers, path),
         )
         tls = self._security.tls
         front = FrontServer(

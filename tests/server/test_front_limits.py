@@ -53,13 +53,14 @@ class Client:
         budget: ByteBudget | None = None,
         clock: FakeClock | None = None,
         release: bool = True,
+        transport: FakeTransport | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
         self.app = RecordingApp(release=release)
         self.conn = H2ServerConnection(
             self.app, limits or H2Limits(), budget=budget, clock=self.clock
         )
-        self.transport = FakeTransport()
+        self.transport = transport or FakeTransport()
         self.conn.connection_made(self.transport)
         self.encoder = hpack.Encoder()
         self.feed(PREFACE + frame(SETTINGS, 0, 0))
@@ -440,6 +441,55 @@ async def test_a_reply_waits_as_given_and_goes_out_as_the_socket_drains() -> Non
     got += b"".join(p for t, _, _, p in client.sent() if t == DATA)
     assert bytes(got) == reply
     assert client.conn.queued_output == 0
+
+
+class UndrainedSocket(FakeTransport):
+    """A socket whose peer reads nothing yet: every write waits in its buffer, and past the
+    high-water mark the protocol is paused, as asyncio's socket transports do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.high = 64 << 10
+        self.protocol: H2ServerConnection | None = None
+        self.largest_write = 0
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self.high = high if high is not None else self.high
+
+    def write(self, data: Any) -> None:
+        super().write(data)
+        self.largest_write = max(self.largest_write, len(data))
+        self.buffer_size += len(data)
+        if self.buffer_size > self.high and self.protocol is not None:
+            self.protocol.pause_writing()
+
+
+async def test_a_peer_allowing_huge_frames_still_gets_its_reply_in_socket_sized_writes() -> None:
+    """grpc C-core allows 16 MiB frames and opens its windows wide: the reply still goes out
+    in socket-sized writes, so a reply larger than the per-connection bound is read back
+    (before: one 6 MiB DATA frame in one write, over the bound at once: GOAWAY "peer does not
+    read its replies", 1 in 3 runs of test_front_attacks' 6 MiB read-back)."""
+    socket = UndrainedSocket()
+    client = Client(H2Limits(max_buffered_output=1 << 20), transport=socket)
+    socket.protocol = client.conn
+    client.feed(
+        frame(
+            SETTINGS,
+            0,
+            0,
+            struct.pack(">HI", S_INITIAL_WINDOW_SIZE, 2**31 - 1)
+            + struct.pack(">HI", S_MAX_FRAME_SIZE, 2**24 - 1),
+        )
+        + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 1 - 65535))
+    )
+    client.open(1, end=True)
+    reply = bytes(range(256)) * (6 << 12)  # 6 MiB
+    client.conn.send_reply(client.conn.streams[1], b"\x88", reply, b"t")
+    assert not client.conn.closed
+    assert client.goaway() is None
+    assert socket.buffer_size <= 1 << 20
+    assert socket.largest_write <= 512 << 10
+    assert client.conn.queued_output > 0  # the rest waits for the socket to drain
 
 
 async def test_many_unread_replies_on_one_connection_are_dropped() -> None:

@@ -6,7 +6,7 @@ from gcs.rpc.front.budget import ByteBudget
 from gcs.rpc.front.forward import Forwarder
 from gcs.rpc.front.h2 import H2Limits
 from gcs.rpc.front.hot import hot_methods
-from gcs.rpc.front.native import native_methods
+from gcs.rpc.front.native import native_methods, serves
 from gcs.rpc.front.server import FrontServer, GrpcRouter, h2_limits
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "h2_limits",
     "hot_methods",
     "native_methods",
+    "serves",
 ]

@@ -837,7 +837,16 @@ class H2ServerConnection(asyncio.Protocol):
             chunks: list[bytes | memoryview] = []
             batch = 0
             while pos < end and batch < _WRITE_BATCH:
-                size = min(end - pos, self._send_window, stream.send_window, max_frame)
+                # The batch bounds one write whatever frame size the peer allows (C-core
+                # allows 16 MiB frames: one frame could carry a whole window past the socket's
+                # high-water mark and the output bound at once).
+                size = min(
+                    end - pos,
+                    self._send_window,
+                    stream.send_window,
+                    max_frame,
+                    _WRITE_BATCH - batch,
+                )
                 if size <= 0:
                     break
                 chunks.append(frame_header(size, DATA, 0, sid))

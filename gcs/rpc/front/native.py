@@ -82,6 +82,12 @@ def native_methods(
     return out
 
 
+def serves(handlers: Iterable[grpc.GenericRpcHandler], path: str) -> bool:
+    """Whether one of ``handlers`` serves ``path`` (as grpc.aio looks it up)."""
+    details = _CallDetails(path, ())
+    return any(generic.service(details) is not None for generic in handlers)  # type: ignore[arg-type]
+
+
 class FrontContext:
     """What handlers use of ``grpc.aio.ServicerContext``."""
 

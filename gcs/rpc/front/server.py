@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import grpc
@@ -75,8 +75,10 @@ class GrpcRouter:
         max_message_bytes: int,
         syncer: SyncDispatcher | None = None,
         warnings: WarningSampler | None = None,
+        relayed: Callable[[str], bool] | None = None,
     ) -> None:
         self._hot = hot
+        self._relayed = relayed
         self._syncer = syncer
         self._native = native
         self._guard = guard
@@ -117,6 +119,16 @@ class GrpcRouter:
         hot = self._hot.get(method)
         native = self._native.get(method) if hot is None else None
         if hot is None and native is None and (self._syncer is None or method != START_SYNC_PATH):
+            if self._relayed is not None and not self._relayed(method):
+                # answered here: relayed, grpc.aio would end the call before reading the
+                # request, and a message written to an ended call can turn its
+                # UNIMPLEMENTED into INTERNAL "Internal error from Core" (a race in grpc.aio)
+                conn.send_headers(
+                    stream,
+                    trailers_only(grpc.StatusCode.UNIMPLEMENTED, "Method not found!"),
+                    end_stream=True,
+                )
+                return
             metadata = request_metadata(stream.headers)
             stream.app = self._forwarder.open(conn, stream, method, metadata, seconds, encoding)
             return
