@@ -536,7 +536,9 @@ def _set_path(tree: dict[str, Any], path: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
+def _build(cls: type, data: Mapping[str, Any], where: str, path: str = "") -> Any:
+    """``cls`` from ``data``; ``path`` is ``cls``'s place in the tree (``health.``), so an
+    error names a value's environment variable too."""
     known = {f.name: f for f in fields(cls)}
     unknown = set(data) - set(known)
     if unknown:
@@ -548,10 +550,12 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
         if dataclasses.is_dataclass(default):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{where}.{name}: expected a mapping")
-            kwargs[name] = _build(type(default), value, f"{where}.{name}")
+            kwargs[name] = _build(type(default), value, f"{where}.{name}", f"{path}{name}.")
         else:
             target = type(f.default) if f.default is not dataclasses.MISSING else str
-            kwargs[name] = _coerce(value, target, f"{where}.{name}")
+            env = [var for var, p in ENV_VARS.items() if p == f"{path}{name}"]
+            named = f"{where}.{name}" + (f" ({', '.join(env)})" if env else "")
+            kwargs[name] = _coerce(value, target, named)
     return cls(**kwargs)
 
 

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from gcs.cli_support import EXIT_BAD_INPUT, EXIT_FAILED, fail
 from gcs.dropin.install import InstallError, install, locate, uninstall
 
 
@@ -30,6 +31,9 @@ def install_into_ray(ray_python: str | None, remove: bool) -> None:
     """
     try:
         ray = locate(ray_python or sys.executable)
+    except InstallError as err:  # --ray-python names no usable Ray: bad input
+        fail(str(err), EXIT_BAD_INPUT)
+    try:
         click.echo(uninstall(ray) if remove else install(ray))
     except InstallError as err:
-        raise click.ClickException(str(err)) from None
+        fail(str(err), EXIT_FAILED)

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[bool, bool]] = {
     "health": (True, True),
     "submit": (True, True),
     "raylet": (True, True),
+    "install-into-ray": (False, False),  # changes a Ray install; says what it did
     "raylet-fleet": (True, True),
     "db upgrade": (False, True),
     "vcluster create": (True, True),
@@ -197,6 +198,7 @@ MISTAKES: list[tuple[tuple[str, ...], dict[str, str], int, str]] = [
     (("raylet", "--log-level", "loud", "--address", NOTHING), {}, 2, r"--log-level"),
     (("raylet-fleet", "--count", "0", "--address", NOTHING), {}, 2, r"--count"),
     (("db", "upgrade", "--storage", "redis://x"), {}, 2, r"--storage"),
+    (("install-into-ray", "--ray-python", "/nonexistent/python"), {}, 2, r"--ray-python"),
     (("vcluster", "create", "--id", "", "--address", NOTHING), {}, 2,
      r"--id.*the virtual cluster id is empty"),
     (("vcluster", "create", "--id", "bad id/x", "--address", NOTHING), {}, 2,

@@ -104,5 +104,5 @@ class TestRefusals:
         back = runner.invoke(gcs_cli, ["install-into-ray", "--ray-python", python, "--uninstall"])
         assert back.exit_code == 0 and "uninstalled:" in back.output
         bad = runner.invoke(gcs_cli, ["install-into-ray", "--ray-python", str(tmp_path / "x")])
-        assert bad.exit_code == 1
+        assert bad.exit_code == 2  # bad input: --ray-python names no Ray
         assert bad.output.strip().count("\n") == 0 and "no such interpreter" in bad.output

@@ -150,7 +150,7 @@ class TestRealRayKeys:
     @pytest.mark.parametrize(
         ("env", "needle"),
         [
-            ({"GCS_HEAD": "maybe"}, "config.head: expected true or false"),
+            ({"GCS_HEAD": "maybe"}, "config.head (GCS_HEAD): expected true or false"),
             ({"GCS_PYTHON_VERSION": "3.11"}, "python_version (GCS_PYTHON_VERSION)"),
             ({"GCS_TEMP_DIR": "tmp/ray"}, "temp_dir (GCS_TEMP_DIR): must be an absolute path"),
             ({"RAY_task_events_max_num_task_in_gcs": "lots"}, "task_events_max_num_task_in_gcs"),
