@@ -173,6 +173,11 @@ class GcsMetrics:
         """``source()`` is called at every scrape and yields metric families."""
         self._sources.sources.append(source)
 
+    def remove_source(self, source: MetricSource) -> None:
+        """Stop calling ``source`` (an HA leader's term ended: its managers are gone)."""
+        if source in self._sources.sources:
+            self._sources.sources.remove(source)
+
     def on_call(self, method: str, code: str, seconds: float) -> None:
         children = self._call_children.get((method, code))
         if children is None:

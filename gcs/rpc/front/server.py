@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import grpc
@@ -29,6 +29,7 @@ from gcs.rpc.front.hot import HotCall, HotDispatcher, HotMethod
 from gcs.rpc.front.native import NativeCall, NativeDispatcher, NativeMethod
 from gcs.rpc.front.sync import SyncCall, SyncDispatcher
 from gcs.rpc.h2wire import PROTOCOL_ERROR
+from gcs.rpc.interceptors import NOT_LEADER_MESSAGE
 from gcs.rpc.server import CallHook
 from gcs.rpc.warnings import WarningSampler
 from gcs.services.ray_syncer import START_SYNC_PATH
@@ -75,7 +76,12 @@ class GrpcRouter:
         max_message_bytes: int,
         syncer: SyncDispatcher | None = None,
         warnings: WarningSampler | None = None,
+        admit: Callable[[], bool] | None = None,
     ) -> None:
+        """``admit`` (``--ha``): False once this GCS may no longer be the leader (its lease
+        may have lapsed): each request is then refused UNAVAILABLE and its connection told
+        to go away, never answered from stale state."""
+        self._admit = admit
         self._hot = hot
         self._syncer = syncer
         self._native = native
@@ -99,6 +105,14 @@ class GrpcRouter:
                 encoding = value
         if path is None:
             conn.reset(stream, PROTOCOL_ERROR)
+            return
+        if self._admit is not None and not self._admit():
+            conn.send_headers(
+                stream,
+                trailers_only(grpc.StatusCode.UNAVAILABLE, NOT_LEADER_MESSAGE),
+                end_stream=True,
+            )
+            conn.goaway()
             return
         method = path.decode("ascii", "replace")
         try:
@@ -202,11 +216,18 @@ class FrontServer:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen; returns the bound port (an ``OSError`` if it is taken)."""
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
+        """Listen; returns the bound port (an ``OSError`` if it is taken).  ``reuse_port``
+        (``--ha``): members of an HA group on one host bind the same port."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._connection, host, port, ssl=self._ssl, backlog=4096, reuse_address=True
+            self._connection,
+            host,
+            port,
+            ssl=self._ssl,
+            backlog=4096,
+            reuse_address=True,
+            reuse_port=reuse_port or None,
         )
         self._keepalive = loop.create_task(self._keepalive_loop(), name="front-keepalive")
         return int(self._server.sockets[0].getsockname()[1])
