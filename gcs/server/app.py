@@ -262,7 +262,11 @@ class GcsServer:
         if self._running is None:
             return
         if self.ha is not None:
-            await asyncio.shield(self._running)
+            try:
+                await asyncio.shield(self._running)
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
             return
         try:
             await asyncio.shield(self._running)

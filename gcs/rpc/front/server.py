@@ -27,6 +27,7 @@ from gcs.rpc.front.grpc_wire import GrpcWireError, parse_timeout, request_metada
 from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream
 from gcs.rpc.front.hot import HotCall, HotDispatcher, HotMethod
 from gcs.rpc.front.native import NativeCall, NativeDispatcher, NativeMethod
+from gcs.rpc.front.reuseport import steer_to_newest
 from gcs.rpc.front.sync import SyncCall, SyncDispatcher
 from gcs.rpc.h2wire import PROTOCOL_ERROR
 from gcs.rpc.interceptors import NOT_LEADER_MESSAGE
@@ -229,6 +230,8 @@ class FrontServer:
             reuse_address=True,
             reuse_port=reuse_port or None,
         )
+        if reuse_port:  # new connections reach us, not a paused ex-leader still bound
+            steer_to_newest(self._server.sockets[0])
         self._keepalive = loop.create_task(self._keepalive_loop(), name="front-keepalive")
         return int(self._server.sockets[0].getsockname()[1])
 
