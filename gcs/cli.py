@@ -300,7 +300,7 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
     import time
 
     from gcs.json_output import message_to_dict
-    from gcs.sdk import get_autoscaler_events, get_cluster_status
+    from gcs.sdk import get_autoscaler_events, get_cluster_status, get_ha_leader
     from gcs.status import render, render_events, render_nodes, render_virtual_clusters
 
     resolved = resolve_address(address)
@@ -308,9 +308,12 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
         reply = get_cluster_status(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
         clusters = _virtual_cluster_rows(resolved) if verbose else None
         events = get_autoscaler_events(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
+        leader = get_ha_leader(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
         if fmt == "json":
             doc = message_to_dict(reply)
             doc["autoscaler_events"] = events
+            if leader is not None:
+                doc["ha"] = {"role": "leader", **leader}
             if clusters is not None:
                 doc["virtual_clusters"] = [
                     {"virtual_cluster_id": c, "divisible": d, "nodes": n, "replica_sets": r}
@@ -322,6 +325,11 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
             if verbose:
                 text += render_nodes(reply) + render_virtual_clusters(clusters or [])
             text += render_events(events)
+            if leader is not None:
+                text += (
+                    f"GCS: hot-standby group leader {leader.get('holder')} "
+                    f"(lease epoch {leader.get('epoch')})\n"
+                )
             if watch:
                 click.clear()
             click.echo(text, nl=False)

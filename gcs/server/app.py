@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Callable
 
 import structlog
@@ -25,6 +26,7 @@ from gcs.rpc.front import FrontServer
 from gcs.rpc.raylets.actors import ActorGateway
 from gcs.rpc.raylets.gateway import RayletGateway
 from gcs.rpc.security import Security
+from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.addresses import advertised_host
 from gcs.server.extras import Extras
 from gcs.server.gc_policy import SurvivorFreezer
@@ -242,6 +244,16 @@ class GcsServer:
                 raise _cause(failure)
             raise RuntimeError("the GCS term stopped before it served")
         self.wiring = wiring
+        assert self.ha is not None
+        record = {"holder": self.ha.settings.holder, "epoch": self.ha.epoch}
+        record["since"] = round(self.clock.now_s(), 3)
+        try:  # `gcs status` shows who leads (a fenced write here ends the term)
+            await wiring.managers.kv.put(
+                HA_NAMESPACE, HA_LEADER_KEY, json.dumps(record).encode(), overwrite=True
+            )
+        except BaseException:
+            await term.stop()
+            raise
         return term
 
     def _term_stopped(self, wiring: Wiring) -> None:

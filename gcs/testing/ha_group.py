@@ -150,7 +150,8 @@ class HaGroup:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def add(self, name: str) -> HaMember:
+    def add(self, name: str, env: dict[str, str] | None = None) -> HaMember:
+        """Start member ``name`` (``env``: more environment, e.g. ``GCS_HA_LEASE_TTL_MS``)."""
         member = HaMember(
             name,
             self.storage,
@@ -158,6 +159,7 @@ class HaGroup:
             self.namespace,
             self.directory / f"{name}.log",
             self.extra_args,
+            dict(env or {}),
         )
         self.members.append(member)
         return member.start()

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import pathlib
 import signal
+import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -84,6 +87,19 @@ async def _alive_nodes(address: str) -> set[bytes]:
         stub = ServiceStub(channel, svc.NODE_INFO, timeout_s=30)
         reply = await stub.GetAllNodeInfo(G.GetAllNodeInfoRequest())
         return {n.node_id for n in reply.node_info_list if n.state == gcs_pb2.GcsNodeInfo.ALIVE}
+
+
+async def _status_json(address: str) -> dict[str, Any]:
+    """``gcs status --format json`` of the tree under test."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gcs", "status", "--address", address, "--format", "json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    return doc
 
 
 class _Recorder:
@@ -199,6 +215,9 @@ async def test_racing_standbys_elect_exactly_one_leader(group: HaGroup) -> None:
     assert len(leaders) == 1, [m.name for m in leaders]
     assert sum(m.count("ha.leader") for m in members) == 1
     await _first_answer(group.address)
+    status = await _status_json(group.address)
+    assert status["ha"]["holder"] == leaders[0].events("ha.leader")[0]["holder"]
+    assert status["ha"]["epoch"] == leaders[0].events("ha.leader")[0]["epoch"]
 
     leaders[0].kill9()
     rest = [m for m in members if m is not leaders[0]]
