@@ -147,6 +147,12 @@ class HaCoordinator:
         """Whether a call may be answered now: leader, and the lease certainly still ours."""
         return self.role is Role.LEADER and self._clock.monotonic_s() < self._valid_until
 
+    @property
+    def serving(self) -> bool:
+        """Leader, with its term loaded and serving (``role`` turns leader before the term
+        loads, so that the term's first call is admitted)."""
+        return self._leading.is_set()
+
     async def warm(self) -> None:
         """Returns once the first mirror load finished (this member can take over)."""
         await self._warm.wait()
@@ -311,6 +317,7 @@ class HaCoordinator:
             await asyncio.wait({renew, fenced, failed}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.role = Role.STANDBY  # refuse every call from now on, before closing
+            self._leading.clear()
             for task in (renew, fenced, failed):
                 task.cancel()
             await asyncio.gather(renew, fenced, failed, return_exceptions=True)
@@ -328,7 +335,10 @@ class HaCoordinator:
         """Renew every interval; returns when the lease is lost or may have lapsed."""
         clock, settings = self._clock, self.settings
         while True:
-            await clock.sleep(settings.renew_interval_ms / 1000)
+            # wake at the trusted lease's end too: a leader whose renewals fail steps down
+            # then, before the store lets the lease lapse (the TTL's last 10%)
+            until_end_s = self._valid_until - clock.monotonic_s()
+            await clock.sleep(min(settings.renew_interval_ms / 1000, max(until_end_s, 0.0)))
             started = clock.monotonic_s()
             left_s = self._valid_until - started
             if left_s <= 0:
