@@ -283,18 +283,19 @@ class HaCoordinator:
         drained = await mirror.drain(self._ha)
         store = TakeoverStore(self._store, mirror, on_fenced=self._fenced.set)
         self.role = Role.LEADER  # admit() may answer True once the term serves
+        # renewals start now: loading a big state must not outlast the lease
+        renew = asyncio.create_task(self._renew_until_lost(epoch), name="ha-renew")
         try:
             term = self._term = await self._start_term(store, self.admit)
-        except Exception as err:
+        except BaseException as err:
             self.role = Role.STANDBY
-            if not self._fenced.is_set():
+            renew.cancel()
+            await asyncio.gather(renew, return_exceptions=True)
+            if not isinstance(err, Exception) or not self._fenced.is_set():
                 raise
             self.step_downs += 1
             log.warning("ha.step_down", epoch=epoch, reason="fenced while loading", error=repr(err))
             return
-        except BaseException:
-            self.role = Role.STANDBY
-            raise
         store.release_mirror()
         self.mirror = None
         took_s = clock.monotonic_s() - started
@@ -310,7 +311,6 @@ class HaCoordinator:
             takeover_s=round(took_s, 3),
             drained_changes=drained,
         )
-        renew = asyncio.create_task(self._renew_until_lost(epoch), name="ha-renew")
         fenced = asyncio.create_task(self._fenced.wait(), name="ha-fenced")
         failed = asyncio.create_task(term.wait(), name="ha-term")
         try:
@@ -332,22 +332,30 @@ class HaCoordinator:
         await self._stop_term()
 
     async def _renew_until_lost(self, epoch: int) -> None:
-        """Renew every interval; returns when the lease is lost or may have lapsed."""
+        """Renew every interval; returns (trust withdrawn: ``admit()`` is False) when the
+        lease is lost, or when the trusted lease ended with the last renewal failed.
+
+        A renewal merely late (the loop was busy, e.g. loading a term) is still tried past
+        the trusted end: the store renews a lapsed lease nobody took since, and then no
+        other member can have served or written in between."""
         clock, settings = self._clock, self.settings
+        interval_s = settings.renew_interval_ms / 1000
+        last_failed = False
         while True:
             # wake at the trusted lease's end too: a leader whose renewals fail steps down
             # then, before the store lets the lease lapse (the TTL's last 10%)
             until_end_s = self._valid_until - clock.monotonic_s()
-            await clock.sleep(min(settings.renew_interval_ms / 1000, max(until_end_s, 0.0)))
+            await clock.sleep(min(interval_s, max(until_end_s, 0.0)))
             started = clock.monotonic_s()
             left_s = self._valid_until - started
-            if left_s <= 0:
+            if left_s <= 0 and last_failed:
                 log.warning("ha.lease_lapsed", epoch=epoch, late_s=round(-left_s, 3))
+                self._valid_until = 0.0
                 return
             renewal = asyncio.ensure_future(
                 self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms)
             )
-            deadline = asyncio.ensure_future(clock.sleep(left_s))
+            deadline = asyncio.ensure_future(clock.sleep(left_s if left_s > 0 else interval_s))
             try:
                 await asyncio.wait({renewal, deadline}, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -355,16 +363,20 @@ class HaCoordinator:
             if not renewal.done():
                 renewal.cancel()
                 log.warning("ha.renew_timed_out", epoch=epoch)
-                return
+                last_failed = True
+                continue
             try:
                 renewed = renewal.result()
             except StoreError as err:
                 log.warning("ha.renew_failed", epoch=epoch, error=str(err))
-                continue  # the deadline above still bounds how long we serve
+                last_failed = True
+                continue
             if not renewed:
                 log.warning("ha.lease_lost", epoch=epoch)
+                self._valid_until = 0.0
                 return
             self._valid_until = started + self._trust_s()
+            last_failed = False
 
     async def _stop_term(self) -> None:
         term, self._term = self._term, None

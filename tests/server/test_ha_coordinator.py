@@ -36,9 +36,13 @@ class FakeTerm:
 
 
 class Member:
-    def __init__(self, name: str, store: MemoryStore, clock: FakeClock) -> None:
+    def __init__(
+        self, name: str, store: MemoryStore, clock: FakeClock, *, load_s: float = 0.0
+    ) -> None:
         self.name = name
         self.store = store
+        self.clock = clock
+        self.load_s = load_s
         self.terms: list[FakeTerm] = []
         self.loaded_nodes: list[dict[bytes, bytes]] = []
         self.coordinator = HaCoordinator(
@@ -52,6 +56,7 @@ class Member:
 
     async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> FakeTerm:
         self.loaded_nodes.append(await store.get_all(TABLE_NODE))  # from the mirror
+        await self.clock.sleep(self.load_s)  # a big state takes a while to load
         store.release_mirror()
         term = FakeTerm(store, admit)
         self.terms.append(term)
@@ -74,8 +79,8 @@ class Member:
 async def group() -> AsyncIterator[Callable[..., Member]]:
     members: list[Member] = []
 
-    def make(name: str, store: MemoryStore, clock: FakeClock) -> Member:
-        member = Member(name, store, clock)
+    def make(name: str, store: MemoryStore, clock: FakeClock, load_s: float = 0.0) -> Member:
+        member = Member(name, store, clock, load_s=load_s)
         members.append(member)
         return member
 
@@ -231,3 +236,19 @@ async def test_the_mirror_applies_only_mirrored_tables_and_its_own_writes() -> N
     await store.write(_node(4))
     assert b"n4" in await term.get_all(TABLE_NODE)
     assert not fenced
+
+
+async def test_a_term_that_loads_for_longer_than_the_lease_keeps_it(
+    group: Callable[..., Member],
+) -> None:
+    """Renewals run while the term loads (50,000 nodes take seconds): the lease does not
+    lapse under a loading leader, and a standby does not take it meanwhile."""
+    clock = FakeClock()
+    shared = MemoryStore(clock=clock)
+    a = group("a", shared.handle(), clock, load_s=3 * TTL_MS / 1000).start()
+    await clock.advance_until(lambda: a.coordinator.role is Role.LEADER, 0.05)
+    b = group("b", shared.handle(), clock).start()
+    await clock.advance_until(lambda: a.coordinator.serving, 0.05)
+    assert a.term.admit() and not b.leader
+    await clock.run_for(2 * TTL_MS / 1000, 0.05)
+    assert a.leader and not b.leader and a.coordinator.step_downs == 0

@@ -16,6 +16,7 @@ import pathlib
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +29,7 @@ from gcs.rpc import ServiceStub
 from gcs.rpc import services as svc
 from gcs.testing.ha_group import FAST_RECONNECT, GrpcKv, HaGroup, definitely_failed
 from gcs.testing.linearizability import History, Workload, check
-from gcs.testing.servers import RedisServer, free_port
+from gcs.testing.servers import PostgresServer, RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -143,9 +144,29 @@ class _Recorder:
         assert len(self.history.operations) > 50, "the workload ran"
 
 
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    yield server
+    server.cleanup()
+
+
 async def test_leader_kill9_the_standby_serves_at_the_same_address_within_the_bound(
     group: HaGroup,
 ) -> None:
+    await _kill9_takeover(group)
+
+
+async def test_leader_kill9_on_postgresql(postgres: PostgresServer, tmp_path: pathlib.Path) -> None:
+    url = postgres.create_database(f"ha_{uuid.uuid4().hex[:8]}")
+    group = HaGroup(url, free_port(), tmp_path)
+    try:
+        await _kill9_takeover(group)
+    finally:
+        group.stop()
+
+
+async def _kill9_takeover(group: HaGroup) -> None:
     a = group.add("a")
     a.wait_for("ha.leader")
     nodes = await _register_nodes(group.address, 5)
@@ -191,6 +212,7 @@ async def test_a_leader_paused_past_its_lease_is_refused_and_steps_down(group: H
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await late_put
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "no longer the leader" in (refused.value.details() or "")
     a.wait_for("ha.step_down", timeout_s=30)
     a.wait_for("ha.standby", count=2, timeout_s=30)  # a follows the store again
     await asyncio.sleep(0.5)
