@@ -355,7 +355,10 @@ class HaCoordinator:
             renewal = asyncio.ensure_future(
                 self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms)
             )
-            deadline = asyncio.ensure_future(clock.sleep(left_s if left_s > 0 else interval_s))
+            # past the trusted end admit() refuses calls anyway; an answer that comes late
+            # (a busy loop, a slow store) may still say the lease is ours: wait one TTL more
+            wait_s = max(left_s, 0.0) + settings.lease_ttl_ms / 1000
+            deadline = asyncio.ensure_future(clock.sleep(wait_s))
             try:
                 await asyncio.wait({renewal, deadline}, return_when=asyncio.FIRST_COMPLETED)
             finally:

@@ -69,7 +69,6 @@ from gcs.server.metrics import GcsMetrics, MetricSource, on_loop
 from gcs.server.rpc_server import RpcServer
 from gcs.store import Store
 from gcs.store.factory import open_with_retry
-from gcs.store.metered import MeteredStore
 
 __all__ = ["Extras", "Wiring", "build"]
 
@@ -110,7 +109,7 @@ def build(
     holds the lease; the port is then shared (SO_REUSEPORT)."""
     cfg = config
     extras = extras or Extras()
-    metered = MeteredStore(store, metrics.registry)
+    metered = metrics.metered(store)
     kv = KvManager(metered)
     identity = ClusterIdentity(
         metered, kv, session_name=cfg.session_name, python_version=cfg.python_version

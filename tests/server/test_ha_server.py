@@ -74,6 +74,14 @@ async def test_takeover_in_process_serves_the_leaders_state_on_the_same_port() -
         with pytest.raises(Exception, match="superseded"):  # a's writes are fenced
             a_store.fail_writes = False
             await a_store.put("KV", b"x", b"y")
+
+        # and back: a, a standby again, takes over in the same process (a second term)
+        b_store.fail_writes = True
+        await clock.advance_until(lambda: a.ha is not None and a.ha.serving, 0.05)
+        assert b.ha.role is Role.STANDBY and a.ha.takeovers == 2
+        assert await kv.get(b"ns", b"k2") == b"from-b"
+        families = {f.name for f in a.metrics.registry.collect()}
+        assert {"gcs_ha_role", "gcs_store_op_seconds", "gcs_nodes"} <= families
     finally:
         await kv.close()
         await b.stop()
