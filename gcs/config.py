@@ -222,6 +222,10 @@ class HaConfig:
     once without the lease lapsing)."""
     holder: str = ""
     """This member's name in the lease (empty: ``<hostname>:<pid>:<random>``)."""
+    status_port: int = -1
+    """A gRPC health port of this member's own, answered by standbys too: SERVING while it
+    leads, NOT_SERVING as a standby (the GCS port is the leader's alone).  -1 = none, 0 =
+    any free port."""
 
 
 HA_TTL_RANGE_MS = (200, 60_000)
@@ -425,6 +429,7 @@ ENV_VARS: dict[str, str] = {
     "GCS_HA_LEASE_TTL_MS": "ha.lease_ttl_ms",
     "GCS_HA_RENEW_INTERVAL_MS": "ha.renew_interval_ms",
     "GCS_HA_HOLDER": "ha.holder",
+    "GCS_HA_STATUS_PORT": "ha.status_port",
     "GCS_FRONT_MAX_CONCURRENT_STREAMS": "front_max_concurrent_streams",
     "GCS_FRONT_MAX_BUFFERED_BYTES": "front_max_buffered_bytes",
     "GCS_FRONT_BUFFER_BUDGET_BYTES": "front_buffer_budget_bytes",
@@ -770,6 +775,11 @@ def check_ha(config: GcsConfig, where: str = "config") -> None:
         raise ConfigError(
             f"{where}.{_names('ha.renew_interval_ms')}: must be in {HA_MIN_RENEW_MS}.."
             f"{ha.lease_ttl_ms // 2} (at most half of ha.lease_ttl_ms), got {ha.renew_interval_ms}"
+        )
+    if not -1 <= ha.status_port <= 65535:
+        raise ConfigError(
+            f"{where}.{_names('ha.status_port')}: must be -1 (none), 0 (any) or a port, "
+            f"got {ha.status_port}"
         )
     if not ha.enabled:
         return

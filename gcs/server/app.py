@@ -32,6 +32,7 @@ from gcs.server.extras import Extras
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.ha import HaCoordinator, HaSettings
 from gcs.server.ha_mirror import TakeoverStore
+from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
@@ -78,6 +79,8 @@ class GcsServer:
         self._stopping = False
         self.ha: HaCoordinator | None = None
         """With ``ha.enabled`` (``gcs serve --ha``): this member's lease loop and role."""
+        self.ha_status: HaStatusServer | None = None
+        """With ``ha.status_port``: the member's own health port."""
 
     # -- what tests, the CLI and benches read ----------------------------------------------
     @property
@@ -192,12 +195,16 @@ class GcsServer:
         await open_with_retry(store, self.clock)
         if cfg.metrics_port >= 0:  # across terms; each term's wiring serves none
             self.metrics.serve(cfg.host, cfg.metrics_port)
+        if cfg.ha.status_port >= 0:
+            self.ha_status = HaStatusServer()
+            await self.ha_status.start(cfg.host, cfg.ha.status_port)
         ha = self.ha = HaCoordinator(
             store,
             self.clock,
             HaSettings.of(cfg.ha),
             start_term=self._start_term,
             metrics=self.metrics,
+            on_serving=self.ha_status.set if self.ha_status is not None else None,
         )
         self._running = asyncio.create_task(ha.run(), name="gcs-ha")
         warm = asyncio.create_task(ha.warm())
@@ -313,6 +320,8 @@ class GcsServer:
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
         self.metrics.close()
+        if self.ha_status is not None:
+            await self.ha_status.close()
         if self._owns_store and self._store is not None:
             await self._store.close()
         log.info("gcs.stopped")

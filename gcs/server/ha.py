@@ -111,7 +111,11 @@ class HaCoordinator:
         *,
         start_term: StartTerm,
         metrics: GcsMetrics | None = None,
+        on_serving: Callable[[bool], None] | None = None,
     ) -> None:
+        """``on_serving(True)`` once a term serves, ``(False)`` as it ends (the HA status
+        port's health answer)."""
+        self._on_serving = on_serving
         if not isinstance(store, HaStore):
             raise TypeError(f"{type(store).__name__} has no lease (built without ha=True?)")
         self._store = store
@@ -304,6 +308,8 @@ class HaCoordinator:
         if self._histogram is not None:
             self._histogram.observe(took_s)
         self._leading.set()
+        if self._on_serving is not None:
+            self._on_serving(True)
         log.info(
             "ha.leader",
             holder=settings.holder,
@@ -318,6 +324,8 @@ class HaCoordinator:
         finally:
             self.role = Role.STANDBY  # refuse every call from now on, before closing
             self._leading.clear()
+            if self._on_serving is not None:
+                self._on_serving(False)
             for task in (renew, fenced, failed):
                 task.cancel()
             await asyncio.gather(renew, fenced, failed, return_exceptions=True)

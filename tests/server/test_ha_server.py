@@ -5,10 +5,12 @@ and close it when the lease is lost."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gcs.clock import FakeClock
 from gcs.config import GcsConfig, HaConfig
@@ -22,13 +24,31 @@ from gcs.store.memory import MemoryStore
 from gcs.testing.ha_group import FAST_RECONNECT, GrpcKv
 from gcs.testing.servers import free_port
 
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def _health(server: GcsServer) -> int:
+    """The member's own health port (``ha.status_port``): answered by standbys too."""
+    assert server.ha_status is not None
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.ha_status.port}") as channel:
+        for _ in range(100):  # set() lands on the next loop turns
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=10
+            )
+            expected = SERVING if server.ha is not None and server.ha.serving else NOT_SERVING
+            if reply.status == expected:
+                break
+            await asyncio.sleep(0.01)
+        return int(reply.status)
+
 
 def _config(port: int, holder: str) -> GcsConfig:
     return GcsConfig(
         port=port,
         metrics_port=-1,
         storage="memory://",
-        ha=HaConfig(enabled=True, holder=holder),
+        ha=HaConfig(enabled=True, holder=holder, status_port=0),
     )
 
 
@@ -61,12 +81,14 @@ async def test_takeover_in_process_serves_the_leaders_state_on_the_same_port() -
             )
         await b.start()  # warm: a standby, no port of its own
         assert b.ha is not None and b.ha.role is Role.STANDBY and b.port == 0
+        assert await _health(a) == SERVING and await _health(b) == NOT_SERVING
 
         a_store.fail_writes = True  # a loses the store: its renewals fail
         await clock.advance_until(lambda: b.ha is not None and b.ha.serving, 0.05)
         assert a.ha.role is Role.STANDBY and a.managers is None  # its term closed
         assert a.ha.step_downs == 1 and b.ha.epoch > a.ha.epoch
         assert b.port == port
+        assert await _health(a) == NOT_SERVING and await _health(b) == SERVING
         assert await kv.get(b"ns", b"k") == b"from-a"  # same address, the store's state
         assert await kv.put(b"ns", b"k2", b"from-b", overwrite=True)
         assert b.managers is not None
