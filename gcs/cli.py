@@ -174,6 +174,13 @@ def _check_storage(ctx: click.Context, param: click.Parameter, value: str | None
     default=None,
     help="Cluster YAML: run the embedded autoscaler (a local provider also starts the head).",
 )
+@click.option(
+    "--ha",
+    is_flag=True,
+    default=None,
+    help="Hot standby: serve while holding the store's lease, else follow the store and take "
+    "over when the leader's lease lapses (Redis or PostgreSQL storage; ha.* config keys).",
+)
 def serve(
     demo_nodes: int, config_file: str | None, autoscaler_config: str | None, **flags: Any
 ) -> None:
@@ -184,6 +191,7 @@ def serve(
     from gcs.server.extras import Extras
     from gcs.server.logging import configure_logging
 
+    flags["ha.enabled"] = flags.pop("ha")
     try:
         config = load_config(
             config_file=config_file,
@@ -211,7 +219,7 @@ def serve(
             cluster = load_cluster_config(autoscaler_config)
         except ClusterConfigError as err:
             raise bad_file("--autoscaler-config", err) from None
-    _check_port_free(config.host, config.port, "--port")
+    _check_port_free(config.host, config.port, "--port", shared=config.ha.enabled)
     _check_port_free(config.host, config.metrics_port, "--metrics-port")
     configure_logging(config.log_format, config.log_level)
     log = structlog.get_logger("gcs.cli")
@@ -225,15 +233,18 @@ def serve(
             loop.add_signal_handler(sig, stop.set)
         try:
             await server.start()
-            log.info(
-                "gcs.serving",
-                address=server.address,
-                storage=server.store.url,
-                metrics_port=server.metrics_port or None,
-                demo_nodes=demo_nodes,
-                autoscaler=cluster.provider.type if cluster is not None else None,
-                hint=f"gcs status --address {server.address}",
-            )
+            if server.ha is not None:  # a member of an HA group: serves once it leads
+                log.info("gcs.ha_serve", address=f"{config.host}:{config.port}")
+            else:
+                log.info(
+                    "gcs.serving",
+                    address=server.address,
+                    storage=server.store.url,
+                    metrics_port=server.metrics_port or None,
+                    demo_nodes=demo_nodes,
+                    autoscaler=cluster.provider.type if cluster is not None else None,
+                    hint=f"gcs status --address {server.address}",
+                )
             waiter = asyncio.create_task(server.wait())
             stopper = asyncio.create_task(stop.wait())
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -245,9 +256,10 @@ def serve(
     asyncio.run(run())
 
 
-def _check_port_free(host: str, port: int, flag: str) -> None:
+def _check_port_free(host: str, port: int, flag: str, *, shared: bool = False) -> None:
     """Fail before anything starts (or logs) when a fixed port is taken; the server still
-    reports a bind failure itself if it loses a race for the port."""
+    reports a bind failure itself if it loses a race for the port.  ``shared`` (``--ha``):
+    members of an HA group on one host share the port (SO_REUSEPORT)."""
     import socket
 
     if port <= 0:
@@ -259,6 +271,8 @@ def _check_port_free(host: str, port: int, flag: str) -> None:
     family, kind, proto, _name, sockaddr = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if shared:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             probe.bind(sockaddr)
         except OSError as err:
@@ -286,7 +300,7 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
     import time
 
     from gcs.json_output import message_to_dict
-    from gcs.sdk import get_autoscaler_events, get_cluster_status
+    from gcs.sdk import get_autoscaler_events, get_cluster_status, get_ha_leader
     from gcs.status import render, render_events, render_nodes, render_virtual_clusters
 
     resolved = resolve_address(address)
@@ -294,9 +308,12 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
         reply = get_cluster_status(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
         clusters = _virtual_cluster_rows(resolved) if verbose else None
         events = get_autoscaler_events(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
+        leader = get_ha_leader(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
         if fmt == "json":
             doc = message_to_dict(reply)
             doc["autoscaler_events"] = events
+            if leader is not None:
+                doc["ha"] = {"role": "leader", **leader}
             if clusters is not None:
                 doc["virtual_clusters"] = [
                     {"virtual_cluster_id": c, "divisible": d, "nodes": n, "replica_sets": r}
@@ -308,6 +325,11 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
             if verbose:
                 text += render_nodes(reply) + render_virtual_clusters(clusters or [])
             text += render_events(events)
+            if leader is not None:
+                text += (
+                    f"GCS: hot-standby group leader {leader.get('holder')} "
+                    f"(lease epoch {leader.get('epoch')})\n"
+                )
             if watch:
                 click.clear()
             click.echo(text, nl=False)

@@ -207,6 +207,34 @@ class RedisConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HaConfig:
+    """A hot standby (``gcs serve --ha``, :mod:`gcs.server.ha`): two or more GCS processes
+    on one Redis or PostgreSQL store; the one holding the store's lease serves, the others
+    follow the store's change stream and take over when the lease lapses."""
+
+    enabled: bool = False
+    """Run as a member of an HA group (Redis or PostgreSQL storage only)."""
+    lease_ttl_ms: int = 2000
+    """How long the leader's lease lasts without a renewal: after a leader dies, a standby
+    takes over within about this plus its load time (the default aims at <= 3 s)."""
+    renew_interval_ms: int = 500
+    """How often the leader renews its lease (at most half the TTL: a renewal may be late
+    once without the lease lapsing)."""
+    holder: str = ""
+    """This member's name in the lease (empty: ``<hostname>:<pid>:<random>``)."""
+    status_port: int = -1
+    """A gRPC health port of this member's own, answered by standbys too: SERVING while it
+    leads, NOT_SERVING as a standby (the GCS port is the leader's alone).  -1 = none, 0 =
+    any free port."""
+
+
+HA_TTL_RANGE_MS = (200, 60_000)
+"""Allowed ``ha.lease_ttl_ms``: shorter leases lapse on a slow store round trip; longer ones
+make a takeover wait that long."""
+HA_MIN_RENEW_MS = 50
+
+
+@dataclass(frozen=True, slots=True)
 class GcsConfig:
     host: str = "127.0.0.1"
     """Bind address of the gRPC server and the metrics endpoint."""
@@ -258,6 +286,7 @@ class GcsConfig:
     raylet; empty = the one running the GCS."""
     health: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
+    ha: HaConfig = field(default_factory=HaConfig)
     load_poll: LoadPollConfig = field(default_factory=LoadPollConfig)
     raylet_io: RayletIoConfig = field(default_factory=RayletIoConfig)
     max_dead_nodes_cached: int = 1000
@@ -396,6 +425,11 @@ ENV_VARS: dict[str, str] = {
     "GCS_REDIS_PASSWORD": "redis.password",
     "GCS_REDIS_WAIT_REPLICAS": "redis.wait_replicas",
     "GCS_REDIS_WAIT_TIMEOUT_MS": "redis.wait_timeout_ms",
+    "GCS_HA": "ha.enabled",
+    "GCS_HA_LEASE_TTL_MS": "ha.lease_ttl_ms",
+    "GCS_HA_RENEW_INTERVAL_MS": "ha.renew_interval_ms",
+    "GCS_HA_HOLDER": "ha.holder",
+    "GCS_HA_STATUS_PORT": "ha.status_port",
     "GCS_FRONT_MAX_CONCURRENT_STREAMS": "front_max_concurrent_streams",
     "GCS_FRONT_MAX_BUFFERED_BYTES": "front_max_buffered_bytes",
     "GCS_FRONT_BUFFER_BUDGET_BYTES": "front_buffer_budget_bytes",
@@ -720,12 +754,47 @@ def validate(config: GcsConfig, where: str = "config") -> None:
     if not 0 <= config.load_poll.spread <= 1:
         raise ConfigError(f"{where}.load_poll.spread: must be in [0, 1]")
     check_limits(config, where)
+    check_ha(config, where)
     io = config.raylet_io
     for name in ("max_open_clients", "max_in_flight", "max_calls_per_s"):
         if getattr(io, name) < 0:
             raise ConfigError(f"{where}.raylet_io.{name}: must be >= 0 (0 = automatic)")
     if io.startup_contacts_per_s <= 0:
         raise ConfigError(f"{where}.raylet_io.startup_contacts_per_s: must be > 0")
+
+
+HA_SCHEMES = frozenset({"redis", "rediss", "unix", "postgresql", "postgres"})
+"""Stores a second GCS process can share (memory and SQLite live in one process / host)."""
+
+
+def check_ha(config: GcsConfig, where: str = "config") -> None:
+    """``ha.*`` in range, and ``--ha`` only on a store other processes can reach."""
+    ha = config.ha
+    low, high = HA_TTL_RANGE_MS
+    if not low <= ha.lease_ttl_ms <= high:
+        raise ConfigError(
+            f"{where}.{_names('ha.lease_ttl_ms')}: must be in {low}..{high}, got {ha.lease_ttl_ms}"
+        )
+    if not HA_MIN_RENEW_MS <= ha.renew_interval_ms <= ha.lease_ttl_ms // 2:
+        raise ConfigError(
+            f"{where}.{_names('ha.renew_interval_ms')}: must be in {HA_MIN_RENEW_MS}.."
+            f"{ha.lease_ttl_ms // 2} (at most half of ha.lease_ttl_ms), got {ha.renew_interval_ms}"
+        )
+    if not -1 <= ha.status_port <= 65535:
+        raise ConfigError(
+            f"{where}.{_names('ha.status_port')}: must be -1 (none), 0 (any) or a port, "
+            f"got {ha.status_port}"
+        )
+    if not ha.enabled:
+        return
+    from gcs.store.factory import scheme_of
+
+    scheme = scheme_of(config.storage_url())
+    if scheme not in HA_SCHEMES:
+        raise ConfigError(
+            f"{where}.{_names('ha.enabled')}: --ha needs a store other GCS processes share "
+            f"(redis://... or postgresql+asyncpg://...), not {scheme or 'the embedded'} storage"
+        )
 
 
 REQUEST_OVERHEAD_BYTES = 64 * 1024

@@ -23,6 +23,7 @@ import grpc
 from gcs.auth import AUTHORIZATION_METADATA, UNAUTHENTICATED_MESSAGE, AuthToken
 
 WRONG_CLUSTER_ID = "WrongClusterID: Perhaps the client is accessing GCS after it has restarted."
+NOT_LEADER_MESSAGE = "this GCS is no longer the leader (HA): reconnect to reach the new one"
 CLUSTER_ID_METADATA = "ray_cluster_id"
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 _STREAMING_PREFIXES = (
@@ -60,8 +61,23 @@ class CallGuard:
 
 
 class CallGuardInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, cluster_id_hex: str | None = None, token: AuthToken | None = None) -> None:
+    def __init__(
+        self,
+        cluster_id_hex: str | None = None,
+        token: AuthToken | None = None,
+        *,
+        admit: Callable[[], bool] | None = None,
+    ) -> None:
+        """``admit`` (``--ha``): False once this GCS may no longer be the leader; its calls
+        are then refused UNAVAILABLE, never answered from stale state."""
         self.guard = CallGuard(cluster_id_hex, token)
+        self._admit = admit
+        self._not_leader = _reject(
+            NOT_LEADER_MESSAGE, streaming=False, code=grpc.StatusCode.UNAVAILABLE
+        )
+        self._not_leader_stream = _reject(
+            NOT_LEADER_MESSAGE, streaming=True, code=grpc.StatusCode.UNAVAILABLE
+        )
         self._wrong_cluster = _reject(WRONG_CLUSTER_ID, streaming=False)
         self._wrong_cluster_stream = _reject(WRONG_CLUSTER_ID, streaming=True)
         self._unauthenticated = _reject(UNAUTHENTICATED_MESSAGE, streaming=False)
@@ -79,6 +95,9 @@ class CallGuardInterceptor(grpc.aio.ServerInterceptor):
             elif key == CLUSTER_ID_METADATA:
                 cluster_id = value
         method = handler_call_details.method  # type: ignore[attr-defined]
+        if self._admit is not None and not self._admit():
+            streaming = method.startswith(_STREAMING_PREFIXES)
+            return self._not_leader_stream if streaming else self._not_leader
         refusal = self.guard.refusal(method, authorization, cluster_id)
         if refusal is None:
             return await continuation(handler_call_details)
@@ -88,11 +107,16 @@ class CallGuardInterceptor(grpc.aio.ServerInterceptor):
         return self._unauthenticated_stream if streaming else self._unauthenticated
 
 
-def _reject(message: str, *, streaming: bool) -> grpc.RpcMethodHandler:
+def _reject(
+    message: str,
+    *,
+    streaming: bool,
+    code: grpc.StatusCode = grpc.StatusCode.UNAUTHENTICATED,
+) -> grpc.RpcMethodHandler:
     if streaming:
 
         async def abort_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+            await context.abort(code, message)
             yield  # pragma: no cover - abort raises
 
         return grpc.stream_stream_rpc_method_handler(abort_stream)
@@ -100,7 +124,7 @@ def _reject(message: str, *, streaming: bool) -> grpc.RpcMethodHandler:
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
         # set the status and return (not context.abort: its exception keeps a reference
         # cycle that holds the request until a full GC; see gcs/rpc/server.py)
-        context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+        context.set_code(code)
         context.set_details(message)
         return b""
 

@@ -8,10 +8,13 @@ from gcs.sdk._address import resolve_address
 from gcs.sdk._client import AsyncGcsClient, GcsClient
 from gcs.sdk._errors import AddressNotFound, GcsSdkError, RpcError
 from gcs.sdk._resources import (
+    HA_LEADER_KEY,
+    HA_NAMESPACE,
     build_constraint_request,
     get_autoscaler_events,
     get_cluster_status,
     get_cluster_status_async,
+    get_ha_leader,
     request_resources,
     request_resources_async,
     validate_request,
@@ -19,6 +22,8 @@ from gcs.sdk._resources import (
 from gcs.sdk._status import ClusterStatusSummary, ResourceDemand
 
 __all__ = [
+    "HA_LEADER_KEY",
+    "HA_NAMESPACE",
     "AddressNotFound",
     "AsyncGcsClient",
     "ClusterStatusSummary",
@@ -30,6 +35,7 @@ __all__ = [
     "get_autoscaler_events",
     "get_cluster_status",
     "get_cluster_status_async",
+    "get_ha_leader",
     "request_resources",
     "request_resources_async",
     "resolve_address",

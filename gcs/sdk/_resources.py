@@ -160,6 +160,42 @@ AUTOSCALER_EVENTS_NAMESPACE = b"gcs_autoscaler"
 AUTOSCALER_EVENTS_KEY = b"events"
 
 
+HA_NAMESPACE = b"gcs_ha"
+HA_LEADER_KEY = b"leader"
+"""Where the leader of a ``gcs serve --ha`` group records itself at each takeover (JSON
+``{"holder", "epoch", "since"}``), for ``gcs status``."""
+
+
+def get_ha_leader(
+    address: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> dict[str, object] | None:
+    """The HA leader serving ``address`` as it recorded itself; None for a GCS without
+    ``--ha`` (or one that never recorded a leader)."""
+    import json
+
+    from gcs.proto import gcs_service_pb2
+    from gcs.rpc.services import INTERNAL_KV
+
+    with GcsClient(resolve_address(address), timeout_s=timeout_s) as client:
+        try:
+            reply = client.call(
+                INTERNAL_KV,
+                "InternalKVGet",
+                gcs_service_pb2.InternalKVGetRequest(namespace=HA_NAMESPACE, key=HA_LEADER_KEY),
+            )
+        except RpcError as err:
+            if err.status == grpc.StatusCode.UNIMPLEMENTED:
+                return None
+            raise
+    if reply.status.code != 0 or not reply.value:
+        return None
+    try:
+        leader = json.loads(reply.value)
+    except ValueError:
+        return None
+    return leader if isinstance(leader, dict) else None
+
+
 def get_autoscaler_events(
     address: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> list[dict[str, object]]:

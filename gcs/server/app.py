@@ -11,6 +11,9 @@ each manager's state and its repairs) finishes before any ``run()`` serves or lo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
+from collections.abc import Callable
 
 import structlog
 
@@ -23,14 +26,19 @@ from gcs.rpc.front import FrontServer
 from gcs.rpc.raylets.actors import ActorGateway
 from gcs.rpc.raylets.gateway import RayletGateway
 from gcs.rpc.security import Security
+from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.addresses import advertised_host
 from gcs.server.extras import Extras
 from gcs.server.gc_policy import SurvivorFreezer
+from gcs.server.ha import HaCoordinator, HaSettings
+from gcs.server.ha_mirror import TakeoverStore
+from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
 from gcs.server.wiring import Wiring, build
 from gcs.store import Store, store_from_url
+from gcs.store.factory import open_with_retry
 
 __all__ = ["GcsServer", "Managers"]
 
@@ -69,6 +77,10 @@ class GcsServer:
         self._supervisor: Supervisor | None = None
         self._running: asyncio.Task[None] | None = None
         self._stopping = False
+        self.ha: HaCoordinator | None = None
+        """With ``ha.enabled`` (``gcs serve --ha``): this member's lease loop and role."""
+        self.ha_status: HaStatusServer | None = None
+        """With ``ha.status_port``: the member's own health port."""
 
     # -- what tests, the CLI and benches read ----------------------------------------------
     @property
@@ -134,7 +146,11 @@ class GcsServer:
                 self.config.storage_url(),
                 namespace=self.config.namespace,
                 redis=self.config.redis.options(),
+                ha=self.config.ha.enabled,
             )
+        if self.config.ha.enabled:
+            await self._start_ha()
+            return
         self.wiring = build(
             self.config,
             store=self._store,
@@ -172,6 +188,85 @@ class GcsServer:
             new_cluster=meta.created,
         )
 
+    async def _start_ha(self) -> None:
+        """``--ha``: returns once this member is a warm standby (it may already lead);
+        :meth:`wait` runs its terms (``gcs.server.ha``)."""
+        cfg, store = self.config, self.store
+        await open_with_retry(store, self.clock)
+        if cfg.metrics_port >= 0:  # across terms; each term's wiring serves none
+            self.metrics.serve(cfg.host, cfg.metrics_port)
+        if cfg.ha.status_port >= 0:
+            self.ha_status = HaStatusServer()
+            await self.ha_status.start(cfg.host, cfg.ha.status_port)
+        ha = self.ha = HaCoordinator(
+            store,
+            self.clock,
+            HaSettings.of(cfg.ha),
+            start_term=self._start_term,
+            metrics=self.metrics,
+            on_serving=self.ha_status.set if self.ha_status is not None else None,
+        )
+        self._running = asyncio.create_task(ha.run(), name="gcs-ha")
+        warm = asyncio.create_task(ha.warm())
+        await asyncio.wait({self._running, warm}, return_when=asyncio.FIRST_COMPLETED)
+        if not warm.done():
+            warm.cancel()
+            await self._running  # raises what failed
+        log.info(
+            "gcs.ha_member", storage=store.url, metrics_port=self.metrics_port, **ha.describe()
+        )
+
+    async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> _LeaderTerm:
+        """One HA leader term: wire afresh on the term's store, load (from the standby's
+        mirror), run; returns once the shared port serves."""
+        wiring = build(
+            dataclasses.replace(self.config, metrics_port=-1),
+            store=store,
+            owns_store=False,
+            clock=self.clock,
+            security=self.security,
+            metrics=self.metrics,
+            advertised_host=self.advertised_host,
+            lane_policy=self._lane_policy,
+            raylets=self._raylets,
+            actor_gateway=self._actor_gateway,
+            extras=self._extras,
+            admit=admit,
+        )
+        supervisor = Supervisor(wiring.components)
+        try:
+            await supervisor.load()
+        except ComponentFailed as failed:
+            raise _cause(failed) from None
+        store.release_mirror()
+        running = asyncio.create_task(supervisor.run(), name="gcs-term")
+        term = _LeaderTerm(wiring, supervisor, running, on_stopped=self._term_stopped)
+        serving = asyncio.create_task(wiring.rpc.serving())
+        await asyncio.wait({running, serving}, return_when=asyncio.FIRST_COMPLETED)
+        serving.cancel()
+        if not wiring.rpc.is_serving:
+            failure = running.exception() if running.done() else None
+            await term.stop()
+            if isinstance(failure, ComponentFailed):
+                raise _cause(failure)
+            raise RuntimeError("the GCS term stopped before it served")
+        self.wiring = wiring
+        assert self.ha is not None
+        record = {"holder": self.ha.settings.holder, "epoch": self.ha.epoch}
+        record["since"] = round(self.clock.now_s(), 3)
+        try:  # `gcs status` shows who leads (a fenced write here ends the term)
+            await wiring.managers.kv.put(
+                HA_NAMESPACE, HA_LEADER_KEY, json.dumps(record).encode(), overwrite=True
+            )
+        except BaseException:
+            await term.stop()
+            raise
+        return term
+
+    def _term_stopped(self, wiring: Wiring) -> None:
+        if self.wiring is wiring:
+            self.wiring = None
+
     def _resolve_security(self) -> Security:
         """Before anything else, so a misconfiguration fails the start with one clear line."""
         if self._security is None:
@@ -185,6 +280,13 @@ class GcsServer:
         component was closed)."""
         if self._running is None:
             return
+        if self.ha is not None:
+            try:
+                await asyncio.shield(self._running)
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+            return
         try:
             await asyncio.shield(self._running)
         except ComponentFailed as failed:
@@ -193,6 +295,9 @@ class GcsServer:
 
     async def stop(self, grace_s: float = 2.0) -> None:
         """Close every component in reverse order; idempotent, safe before start."""
+        if self.ha is not None:
+            await self._stop_ha()
+            return
         if self._stopping or self._supervisor is None:
             self._stopping = True
             return
@@ -205,12 +310,58 @@ class GcsServer:
         await self._supervisor.close()
         log.info("gcs.stopped")
 
+    async def _stop_ha(self) -> None:
+        """The term closes, the lease is released, the store closed (if ours)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        running = self._running
+        if running is not None:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        self.metrics.close()
+        if self.ha_status is not None:
+            await self.ha_status.close()
+        if self._owns_store and self._store is not None:
+            await self._store.close()
+        log.info("gcs.stopped")
+
     async def __aenter__(self) -> GcsServer:
         await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+class _LeaderTerm:
+    """One running HA term (:class:`gcs.server.ha.Term`)."""
+
+    def __init__(
+        self,
+        wiring: Wiring,
+        supervisor: Supervisor,
+        running: asyncio.Task[None],
+        *,
+        on_stopped: Callable[[Wiring], None],
+    ) -> None:
+        self.wiring = wiring
+        self._supervisor = supervisor
+        self._running = running
+        self._on_stopped = on_stopped
+
+    async def wait(self) -> None:
+        try:
+            await asyncio.shield(self._running)
+        except ComponentFailed as failed:
+            raise _cause(failed) from None
+
+    async def stop(self) -> None:
+        self.wiring.rpc.grace_s = 0.0  # not the leader any more: nothing waits to finish
+        self._supervisor.stop()
+        await asyncio.gather(self._running, return_exceptions=True)
+        await self._supervisor.close()
+        self._on_stopped(self.wiring)
 
 
 def _cause(failed: ComponentFailed) -> BaseException:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from gcs.clock import Clock
 from gcs.lifecycle import Component, Part
 from gcs.rpc.security import Security
-from gcs.server.metrics import GcsMetrics, on_loop
+from gcs.server.metrics import GcsMetrics, MetricSource, on_loop
 from gcs.store import Store
 
 if TYPE_CHECKING:
@@ -58,18 +58,22 @@ def autoscaler_component(
     from gcs.autoscaler.runtime import AutoscalerRuntime, embedded_autoscaler
 
     state: dict[str, AutoscalerRuntime] = {}
+    sources: list[MetricSource] = []
+
+    def register(source: MetricSource) -> None:
+        # read on the loop that owns the state (the scrape runs on the HTTP thread)
+        sources.append(on_loop(asyncio.get_running_loop(), source))
+        metrics.add_source(sources[-1])
 
     async def run() -> None:
         await serving()
-        loop = asyncio.get_running_loop()
         runtime = embedded_autoscaler(
             cluster,
             gcs_address=gcs_address(),
             store=store,
             security=security,
             data_dir=data_dir,
-            # read on the loop that owns the state (the scrape runs on the HTTP thread)
-            register_metrics=lambda source: metrics.add_source(on_loop(loop, source)),
+            register_metrics=register,
             clock=clock,
         )
         state["runtime"] = runtime
@@ -81,6 +85,8 @@ def autoscaler_component(
         if runtime is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await runtime.close()
+        while sources:  # an HA term ended: the next one registers its own
+            metrics.remove_source(sources.pop())
 
     return Part("autoscaler", run=run, close=close)
 

@@ -31,6 +31,9 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from gcs.store import Store
+from gcs.store.metered import MeteredStore
+
 MetricSource = Callable[[], Iterable[Metric]]
 
 __all__ = [
@@ -166,12 +169,26 @@ class GcsMetrics:
         self._http: object | None = None
         self.port = 0
         """The /metrics endpoint's port once served (0: not served)."""
+        self._metered: MeteredStore | None = None
         self._call_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         """(method, code) -> metric children: ``labels()`` costs ~5 us, paid once here."""
+
+    def metered(self, store: Store) -> MeteredStore:
+        """``store`` counted in this registry's ``gcs_store_*`` metrics (created once: an
+        HA member wraps each leader term's store)."""
+        if self._metered is None:
+            self._metered = MeteredStore(store, self.registry)
+            return self._metered
+        return self._metered.sharing(store)
 
     def add_source(self, source: MetricSource) -> None:
         """``source()`` is called at every scrape and yields metric families."""
         self._sources.sources.append(source)
+
+    def remove_source(self, source: MetricSource) -> None:
+        """Stop calling ``source`` (an HA leader's term ended: its managers are gone)."""
+        if source in self._sources.sources:
+            self._sources.sources.remove(source)
 
     def on_call(self, method: str, code: str, seconds: float) -> None:
         children = self._call_children.get((method, code))

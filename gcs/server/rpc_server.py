@@ -16,6 +16,7 @@ import errno
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
@@ -63,7 +64,6 @@ HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"]
 _GRPC_OPTIONS = (
     ("grpc.keepalive_time_ms", 10000),
     ("grpc.keepalive_timeout_ms", 20000),
-    ("grpc.so_reuseport", 0),
     *LONG_POLL_SERVER_OPTIONS,
 )
 
@@ -86,7 +86,12 @@ class RpcServer:
         advertised_host: str,
         on_call: CallHook,
         warnings: WarningSampler,
+        admit: Callable[[], bool] | None = None,
     ) -> None:
+        """``admit`` (``--ha``): whether this GCS may still answer as the leader, asked per
+        call (``gcs.server.ha``); with it the port is bound SO_REUSEPORT, shared with the
+        other members of the group on this host."""
+        self._admit = admit
         self._config = config
         self._warnings = warnings
         self._m = managers
@@ -118,13 +123,17 @@ class RpcServer:
 
     async def run(self) -> None:
         cfg = self._config
-        interceptor = CallGuardInterceptor(self._identity.meta.cluster_id_hex, self._security.token)
+        interceptor = CallGuardInterceptor(
+            self._identity.meta.cluster_id_hex, self._security.token, admit=self._admit
+        )
         server = grpc.aio.server(
             interceptors=[interceptor],
             options=[
                 ("grpc.max_receive_message_length", cfg.grpc_max_message_bytes),
                 ("grpc.max_send_message_length", cfg.grpc_max_message_bytes),
                 *_GRPC_OPTIONS,
+                # --ha on grpc.aio alone: the group's members on this host share the port
+                ("grpc.so_reuseport", int(self._admit is not None)),
             ],
         )
         self._server = server
@@ -269,6 +278,7 @@ class RpcServer:
             ),
             warnings=self._warnings,
             relayed=lambda path: serves(table.handlers, path),
+            admit=self._admit,
         )
         tls = self._security.tls
         front = FrontServer(
@@ -281,7 +291,7 @@ class RpcServer:
             warnings=self._warnings,
         )
         try:
-            self.port = await front.start(cfg.host, cfg.port)
+            self.port = await front.start(cfg.host, cfg.port, reuse_port=self._admit is not None)
         except OSError:
             raise port_in_use(cfg.host, cfg.port) from None
         self.front = front

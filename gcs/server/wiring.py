@@ -65,11 +65,10 @@ from gcs.server.families import gcs_families
 from gcs.server.gc_policy import GcTuning
 from gcs.server.head_processes import HeadChildren
 from gcs.server.managers import Managers
-from gcs.server.metrics import GcsMetrics, on_loop
+from gcs.server.metrics import GcsMetrics, MetricSource, on_loop
 from gcs.server.rpc_server import RpcServer
 from gcs.store import Store
 from gcs.store.factory import open_with_retry
-from gcs.store.metered import MeteredStore
 
 __all__ = ["Extras", "Wiring", "build"]
 
@@ -102,12 +101,15 @@ def build(
     raylets: RayletGateway | None = None,
     actor_gateway: ActorGateway | None = None,
     extras: Extras | None = None,
+    admit: Callable[[], bool] | None = None,
 ) -> Wiring:
     """``store``: the backend, opened at load (``owns_store``: closed at the end too);
-    managers get it metered.  ``raylets`` / ``actor_gateway``: fakes in tests."""
+    managers get it metered.  ``raylets`` / ``actor_gateway``: fakes in tests.  ``admit``
+    (``--ha``, one leader term of ``gcs.server.ha``): asked per call whether this GCS still
+    holds the lease; the port is then shared (SO_REUSEPORT)."""
     cfg = config
     extras = extras or Extras()
-    metered = MeteredStore(store, metrics.registry)
+    metered = metrics.metered(store)
     kv = KvManager(metered)
     identity = ClusterIdentity(
         metered, kv, session_name=cfg.session_name, python_version=cfg.python_version
@@ -294,6 +296,7 @@ def build(
         advertised_host=advertised_host,
         on_call=metrics.on_call,
         warnings=rpc_warnings,
+        admit=admit,
     )
 
     def bind_address() -> str:
@@ -324,11 +327,15 @@ def build(
         serving=rpc.serving,
     )
 
+    sources: list[MetricSource] = []
+
     async def load_metrics() -> None:
         """Figures read from their owners at scrape time, on the loop that owns them."""
         loop = asyncio.get_running_loop()
-        metrics.add_source(on_loop(loop, lambda: gcs_families(managers)))
-        metrics.add_source(on_loop(loop, rpc_warnings.metric_families))
+        sources.append(on_loop(loop, lambda: gcs_families(managers)))
+        sources.append(on_loop(loop, rpc_warnings.metric_families))
+        for source in sources:
+            metrics.add_source(source)
         if cfg.metrics_port >= 0:
             metrics.serve(cfg.host, cfg.metrics_port)
 
@@ -349,7 +356,10 @@ def build(
         return go
 
     async def close_metrics() -> None:
-        metrics.close()
+        for source in sources:  # this wiring's managers are gone (an HA term ended)
+            metrics.remove_source(source)
+        if cfg.metrics_port >= 0:
+            metrics.close()
 
     components: list[Component] = [
         Part("store", load=open_store, close=close_store),

@@ -65,6 +65,15 @@ class MeteredStore(Store):
         )
         self._observe = {op: self._seconds.labels(op).observe for op in _OPS}
 
+    def sharing(self, inner: Store) -> MeteredStore:
+        """Another store counted in the same metrics (an HA member wraps each leader term's
+        store; a registry takes each metric name once)."""
+        twin = MeteredStore.__new__(MeteredStore)
+        twin.inner, twin.url = inner, inner.url
+        twin._seconds, twin._failures = self._seconds, self._failures
+        twin._batch_keys, twin._observe = self._batch_keys, self._observe
+        return twin
+
     async def _timed(self, op: str, call: Callable[[], Awaitable[R]]) -> R:
         start = time.perf_counter()
         try:

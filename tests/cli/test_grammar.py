@@ -215,6 +215,13 @@ MISTAKES: list[tuple[tuple[str, ...], dict[str, str], int, str]] = [
     (("autoscaler", "plan", "--config", "{cluster}", "--state", "{bad_json}",
       "--address", NOTHING), {}, 2, r"either --state or --address"),
     (("serve", "--port", "99999"), {}, 2, r"--port"),
+    # -- --ha: a store other processes share, and lease knobs in range ----------------------
+    (("serve", "--ha", "--storage", "memory://"), {}, 2, r"--ha needs a store.*not memory"),
+    (("serve", "--ha"), {}, 2, r"--ha needs a store.*not sqlite"),
+    (("serve", "--ha", "--storage", "redis://127.0.0.1:1/0"), {"GCS_HA_LEASE_TTL_MS": "100"}, 2,
+     r"ha\.lease_ttl_ms \(GCS_HA_LEASE_TTL_MS\): must be in 200\.\.60000, got 100"),
+    (("serve", "--ha", "--storage", "redis://127.0.0.1:1/0"),
+     {"GCS_HA_RENEW_INTERVAL_MS": "1500"}, 2, r"ha\.renew_interval_ms.*at most half"),
 ]  # fmt: skip
 
 

@@ -27,8 +27,10 @@ from gcs.rpc.front.grpc_wire import GrpcWireError, parse_timeout, request_metada
 from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream
 from gcs.rpc.front.hot import HotCall, HotDispatcher, HotMethod
 from gcs.rpc.front.native import NativeCall, NativeDispatcher, NativeMethod
+from gcs.rpc.front.reuseport import steer_to_newest
 from gcs.rpc.front.sync import SyncCall, SyncDispatcher
 from gcs.rpc.h2wire import PROTOCOL_ERROR
+from gcs.rpc.interceptors import NOT_LEADER_MESSAGE
 from gcs.rpc.server import CallHook
 from gcs.rpc.warnings import WarningSampler
 from gcs.services.ray_syncer import START_SYNC_PATH
@@ -76,7 +78,12 @@ class GrpcRouter:
         syncer: SyncDispatcher | None = None,
         warnings: WarningSampler | None = None,
         relayed: Callable[[str], bool] | None = None,
+        admit: Callable[[], bool] | None = None,
     ) -> None:
+        """``admit`` (``--ha``): False once this GCS may no longer be the leader (its lease
+        may have lapsed): each request is then refused UNAVAILABLE and its connection told
+        to go away, never answered from stale state."""
+        self._admit = admit
         self._hot = hot
         self._relayed = relayed
         self._syncer = syncer
@@ -101,6 +108,14 @@ class GrpcRouter:
                 encoding = value
         if path is None:
             conn.reset(stream, PROTOCOL_ERROR)
+            return
+        if self._admit is not None and not self._admit():
+            conn.send_headers(
+                stream,
+                trailers_only(grpc.StatusCode.UNAVAILABLE, NOT_LEADER_MESSAGE),
+                end_stream=True,
+            )
+            conn.goaway()
             return
         method = path.decode("ascii", "replace")
         try:
@@ -214,12 +229,21 @@ class FrontServer:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen; returns the bound port (an ``OSError`` if it is taken)."""
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
+        """Listen; returns the bound port (an ``OSError`` if it is taken).  ``reuse_port``
+        (``--ha``): members of an HA group on one host bind the same port."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._connection, host, port, ssl=self._ssl, backlog=4096, reuse_address=True
+            self._connection,
+            host,
+            port,
+            ssl=self._ssl,
+            backlog=4096,
+            reuse_address=True,
+            reuse_port=reuse_port or None,
         )
+        if reuse_port:  # new connections reach us, not a paused ex-leader still bound
+            steer_to_newest(self._server.sockets[0])
         self._keepalive = loop.create_task(self._keepalive_loop(), name="front-keepalive")
         return int(self._server.sockets[0].getsockname()[1])
 

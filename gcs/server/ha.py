@@ -1,0 +1,400 @@
+"""``gcs serve --ha``: one leader, hot standbys, fenced writes (issue 21 item 4).
+
+Every member runs an :class:`HaCoordinator` on the same Redis / PostgreSQL store:
+
+* **Standby.** Loads the tables the components load at start into a :class:`TableMirror`
+  and keeps it current from the store's change stream.  It binds no port (the GCS port is
+  the leader's: a standby's clients would be served stale state), so a health check on the
+  shared address reaches the leader or nothing.  Every ``renew_interval_ms`` -- sooner when
+  the lease says it lapses sooner -- it tries to take the lease.
+* **Takeover.** Lease taken (a new epoch) -> the store is fenced with it (from then on the
+  ex-leader's writes are refused inside the store's own atomic step) -> the mirror drains
+  the changes written before the fence -> one *term* starts: the server's components are
+  wired afresh and load from the mirror (:class:`TakeoverStore`), then run and bind the
+  shared port (SO_REUSEPORT).  Raylets see what they see at a restart: same address, node
+  table loaded (no node is dead for the gap; the restart grace applies), NotifyGCSRestart.
+* **Leader.** Renews the lease every ``renew_interval_ms``.  It answers a call only while
+  its lease is certainly still its own (:meth:`HaCoordinator.admit`, asked per call: the
+  local monotonic time of the last renewal's *start* plus 90% of the TTL), so a paused
+  leader resumed past its lease refuses at once, before its renewal loop even runs.
+  Losing the lease (a renewal refused, or not confirmed before that deadline) or any write
+  refused as fenced -> step down at once: the term's components close with no grace
+  (listeners and connections closed, held polls answered), and the member is a standby
+  again (a fresh mirror load: its own state may be ahead of what the store kept).
+* **Stop.** The term closes, the lease is released (a standby takes over without waiting
+  for the TTL).
+
+The coordinator does not know what a term is: the server hands it ``start_term`` (wire,
+load, run until serving) and gets back a :class:`Term` to wait on and stop.  Time is the
+injected clock (tests drive lease expiry with a ``FakeClock`` and ``MemoryStore(ha=True)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import secrets
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+from prometheus_client import Histogram
+from prometheus_client.core import Metric
+
+from gcs.clock import Clock
+from gcs.config import HaConfig
+from gcs.server.ha_mirror import TableMirror, TakeoverStore
+from gcs.server.metrics import GcsMetrics, counter, gauge
+from gcs.store import Store
+from gcs.store.errors import ChangesTrimmed, StoreError
+from gcs.store.ha import HaStore
+
+__all__ = ["HaCoordinator", "HaSettings", "Role", "Term", "default_holder"]
+
+log = structlog.get_logger("gcs.ha")
+
+LEASE_SAFETY = 0.9
+"""Fraction of the TTL a leader trusts its lease for after a renewal started (the store
+counts the TTL from when it processed the renewal, a little later: this is conservative,
+and leaves room for clock-rate drift between hosts)."""
+RETRY_S = 0.2
+"""Pause after a failed store call of a standby (before following / trying again)."""
+
+
+class Role(enum.StrEnum):
+    STANDBY = "standby"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class HaSettings:
+    holder: str
+    lease_ttl_ms: int
+    renew_interval_ms: int
+
+    @classmethod
+    def of(cls, config: HaConfig) -> HaSettings:
+        return cls(config.holder or default_holder(), config.lease_ttl_ms, config.renew_interval_ms)
+
+
+def default_holder() -> str:
+    """Unique per process: ``<hostname>:<pid>:<random>``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Term(Protocol):
+    """One leader term of the server: loaded and serving when handed over."""
+
+    async def wait(self) -> None:
+        """Until the term fails (raises) -- it never ends on its own otherwise."""
+
+    async def stop(self) -> None:
+        """Close everything at once (no grace: it must not serve any more)."""
+
+
+StartTerm = Callable[[TakeoverStore, Callable[[], bool]], Awaitable[Term]]
+"""(the term's store, the per-call admit check) -> the term, loaded and serving."""
+
+
+class HaCoordinator:
+    """The lease loop of one member (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        settings: HaSettings,
+        *,
+        start_term: StartTerm,
+        metrics: GcsMetrics | None = None,
+        on_serving: Callable[[bool], None] | None = None,
+    ) -> None:
+        """``on_serving(True)`` once a term serves, ``(False)`` as it ends (the HA status
+        port's health answer)."""
+        self._on_serving = on_serving
+        if not isinstance(store, HaStore):
+            raise TypeError(f"{type(store).__name__} has no lease (built without ha=True?)")
+        self._store = store
+        self._ha: HaStore = store
+        self._clock = clock
+        self.settings = settings
+        self._start_term = start_term
+        self.role = Role.STANDBY
+        self.epoch = 0
+        self.takeovers = 0
+        self.step_downs = 0
+        self.last_takeover_s = 0.0
+        self.mirror: TableMirror | None = None
+        self._valid_until = 0.0
+        self._fenced = asyncio.Event()
+        self._warm = asyncio.Event()
+        self._leading = asyncio.Event()
+        self._standing_by = asyncio.Event()
+        self._term: Term | None = None
+        self._stopped = False
+        self._histogram: Histogram | None = None
+        if metrics is not None:
+            self._histogram = Histogram(
+                "gcs_ha_takeover_seconds",
+                "From taking the lease to serving (fence, drain, load from the mirror, bind)",
+                buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30),
+                registry=metrics.registry,
+            )
+            metrics.add_source(self.metric_families)
+
+    # -- what the server, tests and metrics read ---------------------------------------------
+    def admit(self) -> bool:
+        """Whether a call may be answered now: leader, and the lease certainly still ours."""
+        return self.role is Role.LEADER and self._clock.monotonic_s() < self._valid_until
+
+    @property
+    def serving(self) -> bool:
+        """Leader, with its term loaded and serving (``role`` turns leader before the term
+        loads, so that the term's first call is admitted)."""
+        return self._leading.is_set()
+
+    async def warm(self) -> None:
+        """Returns once the first mirror load finished (this member can take over)."""
+        await self._warm.wait()
+
+    async def leading(self) -> None:
+        """Returns once this member serves as the leader."""
+        await self._leading.wait()
+
+    async def standing_by(self) -> None:
+        """Returns once this member is (again) a standby, its mirror loaded."""
+        await self._standing_by.wait()
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "role": str(self.role),
+            "holder": self.settings.holder,
+            "epoch": self.epoch,
+            "takeovers": self.takeovers,
+        }
+
+    def metric_families(self) -> Iterable[Metric]:
+        return [
+            gauge(
+                "gcs_ha_role",
+                "1 for this member's role (leader or standby) in the HA group",
+                {(str(role),): float(self.role is role) for role in Role},
+                labels=("role",),
+            ),
+            gauge("gcs_ha_epoch", "Lease epoch of this member's last term", float(self.epoch)),
+            counter("gcs_ha_takeovers", "Terms this member started", self.takeovers),
+            counter(
+                "gcs_ha_step_downs",
+                "Terms this member ended because its lease was lost or a write was fenced",
+                self.step_downs,
+            ),
+        ]
+
+    # -- the loop ------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Standby -> leader -> standby ... until cancelled (then the lease is released).
+        A term that fails for another reason than losing the lease raises here."""
+        try:
+            while True:
+                epoch = await self._stand_by()
+                await self._lead(epoch)
+        finally:
+            await self._stop_term()
+            await self._release()
+
+    async def _stand_by(self) -> int:
+        """Load and follow the mirror until the lease is ours: its epoch."""
+        settings = self.settings
+        self.role = Role.STANDBY
+        self._leading.clear()
+        mirror = self.mirror = TableMirror()
+        await self._load(mirror)
+        self._warm.set()
+        self._standing_by.set()
+        log.info(
+            "ha.standby",
+            holder=settings.holder,
+            rows=mirror.rows,
+            cursor=mirror.cursor.decode(),
+        )
+        while True:
+            try:
+                epoch = await self._ha.try_acquire_lease(settings.holder, settings.lease_ttl_ms)
+            except StoreError as err:
+                log.warning("ha.acquire_failed", error=str(err))
+                epoch = None
+            if epoch is not None:
+                self._valid_until = self._clock.monotonic_s() + self._trust_s()
+                return epoch
+            await self._follow_until(await self._next_attempt_s())
+
+    async def _load(self, mirror: TableMirror) -> None:
+        while True:
+            try:
+                await mirror.load(self._ha)
+                return
+            except StoreError as err:
+                log.warning("ha.mirror_load_failed", error=str(err))
+                await self._clock.sleep(RETRY_S)
+
+    async def _next_attempt_s(self) -> float:
+        """Seconds to the next try: the renewal interval, or sooner when the lease lapses
+        sooner (a dead leader's)."""
+        wait_s = self.settings.renew_interval_ms / 1000
+        try:
+            lease = await self._ha.read_lease()
+        except StoreError:
+            return wait_s
+        if lease is None:
+            return 0.0
+        return max(0.0, min(wait_s, lease.remaining_ms / 1000))
+
+    async def _follow_until(self, wait_s: float) -> None:
+        """Apply changes for ``wait_s`` seconds of the clock."""
+        mirror = self.mirror
+        assert mirror is not None
+        deadline = self._clock.monotonic_s() + wait_s
+        while (left_s := deadline - self._clock.monotonic_s()) > 0:
+            try:
+                await mirror.follow(self._ha, block_ms=max(1, int(left_s * 1000)))
+            except ChangesTrimmed as err:
+                log.warning("ha.mirror_reload", reason=str(err))
+                await self._load(mirror)
+            except StoreError as err:
+                log.warning("ha.follow_failed", error=str(err))
+                await self._clock.sleep(min(RETRY_S, left_s))
+        if wait_s <= 0:
+            await asyncio.sleep(0)
+
+    def _trust_s(self) -> float:
+        return self.settings.lease_ttl_ms / 1000 * LEASE_SAFETY
+
+    async def _lead(self, epoch: int) -> None:
+        """One term: fence, drain, load from the mirror, serve; returns once it ended by
+        losing the lease (or a fenced write)."""
+        clock, settings = self._clock, self.settings
+        started = clock.monotonic_s()
+        self.epoch = epoch
+        self._fenced.clear()
+        self._standing_by.clear()
+        self._ha.fence(epoch)
+        mirror = self.mirror
+        assert mirror is not None
+        drained = await mirror.drain(self._ha)
+        store = TakeoverStore(self._store, mirror, on_fenced=self._fenced.set)
+        self.role = Role.LEADER  # admit() may answer True once the term serves
+        # renewals start now: loading a big state must not outlast the lease
+        renew = asyncio.create_task(self._renew_until_lost(epoch), name="ha-renew")
+        try:
+            term = self._term = await self._start_term(store, self.admit)
+        except BaseException as err:
+            self.role = Role.STANDBY
+            renew.cancel()
+            await asyncio.gather(renew, return_exceptions=True)
+            if not isinstance(err, Exception) or not self._fenced.is_set():
+                raise
+            self.step_downs += 1
+            log.warning("ha.step_down", epoch=epoch, reason="fenced while loading", error=repr(err))
+            return
+        store.release_mirror()
+        self.mirror = None
+        took_s = clock.monotonic_s() - started
+        self.takeovers += 1
+        self.last_takeover_s = took_s
+        if self._histogram is not None:
+            self._histogram.observe(took_s)
+        self._leading.set()
+        if self._on_serving is not None:
+            self._on_serving(True)
+        log.info(
+            "ha.leader",
+            holder=settings.holder,
+            epoch=epoch,
+            takeover_s=round(took_s, 3),
+            drained_changes=drained,
+        )
+        fenced = asyncio.create_task(self._fenced.wait(), name="ha-fenced")
+        failed = asyncio.create_task(term.wait(), name="ha-term")
+        try:
+            await asyncio.wait({renew, fenced, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.role = Role.STANDBY  # refuse every call from now on, before closing
+            self._leading.clear()
+            if self._on_serving is not None:
+                self._on_serving(False)
+            for task in (renew, fenced, failed):
+                task.cancel()
+            await asyncio.gather(renew, fenced, failed, return_exceptions=True)
+        reason = "fenced" if self._fenced.is_set() else "lease lost"
+        if failed.done() and not failed.cancelled() and not self._fenced.is_set():
+            error = failed.exception()
+            if error is not None:
+                await self._stop_term()
+                raise error
+        self.step_downs += 1
+        log.warning("ha.step_down", holder=settings.holder, epoch=epoch, reason=reason)
+        await self._stop_term()
+
+    async def _renew_until_lost(self, epoch: int) -> None:
+        """Renew every interval; returns (trust withdrawn: ``admit()`` is False) when the
+        lease is lost, or when the trusted lease ended with the last renewal failed.
+
+        A renewal merely late (the loop was busy, e.g. loading a term) is still tried past
+        the trusted end: the store renews a lapsed lease nobody took since, and then no
+        other member can have served or written in between."""
+        clock, settings = self._clock, self.settings
+        interval_s = settings.renew_interval_ms / 1000
+        last_failed = False
+        while True:
+            # wake at the trusted lease's end too: a leader whose renewals fail steps down
+            # then, before the store lets the lease lapse (the TTL's last 10%)
+            until_end_s = self._valid_until - clock.monotonic_s()
+            await clock.sleep(min(interval_s, max(until_end_s, 0.0)))
+            started = clock.monotonic_s()
+            left_s = self._valid_until - started
+            if left_s <= 0 and last_failed:
+                log.warning("ha.lease_lapsed", epoch=epoch, late_s=round(-left_s, 3))
+                self._valid_until = 0.0
+                return
+            renewal = asyncio.ensure_future(
+                self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms)
+            )
+            # past the trusted end admit() refuses calls anyway; an answer that comes late
+            # (a busy loop, a slow store) may still say the lease is ours: wait one TTL more
+            wait_s = max(left_s, 0.0) + settings.lease_ttl_ms / 1000
+            deadline = asyncio.ensure_future(clock.sleep(wait_s))
+            try:
+                await asyncio.wait({renewal, deadline}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                deadline.cancel()
+            if not renewal.done():
+                renewal.cancel()
+                log.warning("ha.renew_timed_out", epoch=epoch)
+                last_failed = True
+                continue
+            try:
+                renewed = renewal.result()
+            except StoreError as err:
+                log.warning("ha.renew_failed", epoch=epoch, error=str(err))
+                last_failed = True
+                continue
+            if not renewed:
+                log.warning("ha.lease_lost", epoch=epoch)
+                self._valid_until = 0.0
+                return
+            self._valid_until = started + self._trust_s()
+            last_failed = False
+
+    async def _stop_term(self) -> None:
+        term, self._term = self._term, None
+        if term is not None:
+            await term.stop()
+
+    async def _release(self) -> None:
+        if self.epoch and self.takeovers:
+            with contextlib.suppress(StoreError, asyncio.CancelledError):
+                await self._ha.release_lease(self.settings.holder, self.epoch)

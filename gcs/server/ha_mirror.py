@@ -1,0 +1,198 @@
+"""A standby's warm copy of the store, and the store a new leader loads from.
+
+:class:`TableMirror` holds the tables the managers load at start (``load()`` of each
+component), kept current by following the store's change stream
+(:meth:`gcs.store.ha.HaStore.read_changes`): at a takeover the components load from memory
+instead of reading every table from Redis / PostgreSQL.  Tables read on demand (KV) and the
+autoscaler's are not copied: they are read from the store itself.
+
+:class:`TakeoverStore` is the store one leader term's managers get: while they load, reads
+of the mirrored tables come from the mirror (and the term's own writes are applied to it,
+so a later component's load sees an earlier one's repairs); once every component loaded,
+:meth:`TakeoverStore.release_mirror` drops the copy and every read goes to the store.
+Writes always go to the store, fenced; a :class:`StoreFenced` refusal tells the coordinator
+at once (``on_fenced``) before it is raised to the writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gcs.managers.actors import TABLE_ACTOR, TABLE_ACTOR_TASK_SPEC
+from gcs.store import Store
+from gcs.store.base import (
+    TABLE_JOB,
+    TABLE_META,
+    TABLE_NODE,
+    TABLE_PLACEMENT_GROUP,
+    TABLE_VIRTUAL_CLUSTER,
+    TABLE_WORKERS,
+    WriteBatch,
+)
+from gcs.store.errors import StoreFenced
+from gcs.store.ha import Change, ChangeCursor, HaStore
+
+__all__ = ["MIRRORED_TABLES", "TableMirror", "TakeoverStore"]
+
+MIRRORED_TABLES = (
+    TABLE_META,
+    TABLE_NODE,
+    TABLE_PLACEMENT_GROUP,
+    TABLE_JOB,
+    TABLE_WORKERS,
+    TABLE_VIRTUAL_CLUSTER,
+    TABLE_ACTOR,
+    TABLE_ACTOR_TASK_SPEC,
+)
+"""What the components' ``load()`` read whole (``get_all`` / ``get`` / ``scan_prefix``)."""
+
+FOLLOW_LIMIT = 10_000
+"""Changes applied per read of the stream (whole batches)."""
+
+
+class TableMirror:
+    """The mirrored tables as of :attr:`cursor` in the change stream."""
+
+    def __init__(self, tables: Iterable[str] = MIRRORED_TABLES) -> None:
+        self.tables: dict[str, dict[bytes, bytes]] = {table: {} for table in tables}
+        self.cursor: ChangeCursor = b"0"
+        self.applied = 0
+        """Changes applied since the last load (for logs and tests)."""
+
+    @property
+    def rows(self) -> int:
+        return sum(len(rows) for rows in self.tables.values())
+
+    async def load(self, store: HaStore) -> None:
+        """Read every mirrored table; changes after the cursor taken *before* the reads
+        are applied later (re-applying one already read is harmless: each carries its key's
+        final value)."""
+        assert isinstance(store, Store)
+        cursor = await store.change_cursor()
+        for table in self.tables:
+            self.tables[table] = await store.get_all(table)
+        self.cursor = cursor
+        self.applied = 0
+
+    def apply(self, changes: Iterable[Change]) -> None:
+        tables = self.tables
+        for change in changes:
+            rows = tables.get(change.table)
+            if rows is None:
+                continue  # not mirrored (KV, counters, the autoscaler's instances)
+            if change.value is None:
+                rows.pop(change.key, None)
+            else:
+                rows[change.key] = change.value
+            self.applied += 1
+
+    def apply_batch(self, batch: WriteBatch) -> None:
+        """A write this process made itself (conditions already held in the store)."""
+        tables = self.tables
+        for table, key, value in batch.puts:
+            rows = tables.get(table)
+            if rows is not None:
+                rows[key] = value
+        for table, key in batch.deletes:
+            rows = tables.get(table)
+            if rows is not None:
+                rows.pop(key, None)
+
+    async def follow(self, store: HaStore, *, block_ms: int = 0) -> int:
+        """Apply the next changes (waiting up to ``block_ms`` for some); how many.  Raises
+        ChangesTrimmed when the stream no longer holds what follows the cursor (reload)."""
+        cursor, changes = await store.read_changes(
+            self.cursor, block_ms=block_ms, limit=FOLLOW_LIMIT
+        )
+        self.apply(changes)
+        self.cursor = cursor
+        return len(changes)
+
+    async def drain(self, store: HaStore) -> int:
+        """Apply every change written so far (after a takeover's fence nothing else lands)."""
+        total = 0
+        while applied := await self.follow(store):
+            total += applied
+        return total
+
+
+class TakeoverStore(Store):
+    """One leader term's store (see the module docstring)."""
+
+    def __init__(
+        self, store: Store, mirror: TableMirror | None, *, on_fenced: Callable[[], None]
+    ) -> None:
+        self._store = store
+        self._mirror = mirror
+        self._on_fenced = on_fenced
+        self.url = store.url
+
+    @property
+    def backend(self) -> Store:
+        return self._store
+
+    def release_mirror(self) -> None:
+        """Every component loaded: from now on reads go to the store."""
+        self._mirror = None
+
+    def _rows(self, table: str) -> dict[bytes, bytes] | None:
+        mirror = self._mirror
+        return mirror.tables.get(table) if mirror is not None else None
+
+    async def open(self) -> None:
+        await self._store.open()  # idempotent: the coordinator opened it
+
+    async def close(self) -> None:
+        return None  # the coordinator's, across terms
+
+    async def get(self, table: str, key: bytes) -> bytes | None:
+        rows = self._rows(table)
+        if rows is None:
+            return await self._store.get(table, key)
+        return rows.get(key)
+
+    async def multi_get(self, table: str, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+        rows = self._rows(table)
+        if rows is None:
+            return await self._store.multi_get(table, keys)
+        return {key: rows[key] for key in keys if key in rows}
+
+    async def get_all(self, table: str) -> dict[bytes, bytes]:
+        rows = self._rows(table)
+        if rows is None:
+            return await self._store.get_all(table)
+        return dict(rows)
+
+    async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]:
+        rows = self._rows(table)
+        if rows is None:
+            return await self._store.scan_prefix(table, prefix)
+        return {key: value for key, value in rows.items() if key.startswith(prefix)}
+
+    async def scan_keys(self, table: str, prefix: bytes, *, max_bytes: int) -> list[bytes] | None:
+        if self._rows(table) is None:
+            return await self._store.scan_keys(table, prefix, max_bytes=max_bytes)
+        return await super().scan_keys(table, prefix, max_bytes=max_bytes)
+
+    async def write(self, batch: WriteBatch) -> None:
+        try:
+            await self._store.write(batch)
+        except StoreFenced:
+            self._on_fenced()
+            raise
+        mirror = self._mirror
+        if mirror is not None:
+            mirror.apply_batch(batch)
+
+    async def landed(self, write_id: bytes) -> bool:
+        return await self._store.landed(write_id)
+
+    async def increment(self, counter: str, by: int = 1) -> int:
+        try:
+            return await self._store.increment(counter, by)
+        except StoreFenced:
+            self._on_fenced()
+            raise
+
+    async def read_counter(self, counter: str) -> int:
+        return await self._store.read_counter(counter)

@@ -1,0 +1,52 @@
+"""The HA status port (``ha.status_port``): gRPC health that every member answers.
+
+The GCS port is the leader's alone (a standby binds nothing there), so a health check on it
+cannot tell a standby from a dead process.  This small gRPC server, on a port of each
+member's own, answers ``grpc.health.v1.Health``: SERVING while the member's term serves,
+NOT_SERVING on a standby (for monitoring, and for probes that must reach standbys).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+__all__ = ["HaStatusServer"]
+
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class HaStatusServer:
+    def __init__(self) -> None:
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self._pending: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> int:
+        """Bind and serve (NOT_SERVING until :meth:`set`); the bound port."""
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        bound = server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise OSError(f"cannot bind the HA status port {host}:{port} (in use?)")
+        await server.start()
+        self._server = server
+        await self._health.set("", _NOT_SERVING)
+        self.port = bound
+        return bound
+
+    def set(self, serving: bool) -> None:
+        """From the coordinator (on the loop): the member's term serves, or not."""
+        task = asyncio.ensure_future(self._health.set("", _SERVING if serving else _NOT_SERVING))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            await self._health.enter_graceful_shutdown()
+            await server.stop(0)
