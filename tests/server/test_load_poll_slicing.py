@@ -150,7 +150,10 @@ def test_slice_size_must_be_positive() -> None:
     [
         ({"GCS_LOAD_POLL_SLICE_SIZE": "0"}, "load_poll.slice_size: must be >= 1"),
         ({"GCS_LOAD_POLL_SPREAD": "1.5"}, "load_poll.spread: must be in [0, 1]"),
-        ({"GCS_LOAD_POLL_SPREAD": "half"}, "load_poll.spread: expected a number"),
+        (
+            {"GCS_LOAD_POLL_SPREAD": "half"},
+            "load_poll.spread (GCS_LOAD_POLL_SPREAD): expected a number",
+        ),
     ],
 )
 def test_bad_slicing_settings_are_refused(env: dict[str, str], message: str) -> None:
