@@ -426,13 +426,17 @@ class _Round:
         for note in self.notes:
             by_type[note.node_type].append(note)
         excluded = self.excluded()
+        texts: dict[int, str] = {}  # id(demand) -> its text: a few shapes, many notes
         for t, notes in by_type.items():
             if t not in launches:
                 continue
             placed: dict[str, int] = defaultdict(int)
             for note in notes:
                 for d, k in note.placed:
-                    placed[shape_text(d.resources)] += k
+                    text = texts.get(id(d))
+                    if text is None:
+                        text = texts[id(d)] = shape_text(d.resources)
+                    placed[text] += k
             what = ", ".join(f"{k} pending {s} requests" for s, k in placed.items())
             first = notes[0]
             others = {k: v for k, v in excluded.items() if k != t}
