@@ -76,6 +76,7 @@ async def collect_families() -> tuple[list[Any], dict[str, tuple[str, ...]]]:
     from gcs.rpc.services import NODE_INFO
     from gcs.sdk import AsyncGcsClient
     from gcs.server import GcsServer
+    from gcs.server.ha import HaCoordinator, HaSettings
     from gcs.store.memory import MemoryStore
 
     config = GcsConfig(host="127.0.0.1", port=0, storage="memory://", metrics_port=-1)
@@ -91,6 +92,14 @@ async def collect_families() -> tuple[list[Any], dict[str, tuple[str, ...]]]:
             )
             try:
                 server.metrics.add_source(runtime.metric_families)
+                # a hot-standby member's families (gcs serve --ha); it never runs here
+                HaCoordinator(
+                    MemoryStore(),
+                    server.clock,
+                    HaSettings("reference", 2000, 500),
+                    start_term=_no_term,
+                    metrics=server.metrics,
+                )
                 async with AsyncGcsClient(server.address) as client:
                     await client.call(
                         NODE_INFO, "GetAllNodeInfo", gcs_service_pb2.GetAllNodeInfoRequest()
@@ -101,6 +110,10 @@ async def collect_families() -> tuple[list[Any], dict[str, tuple[str, ...]]]:
                 await runtime.stop()
     finally:
         await server.stop()
+
+
+async def _no_term(*_: Any) -> Any:
+    raise AssertionError("the reference member never leads")
 
 
 def current_table() -> str:
