@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import pathlib
 from collections.abc import Callable
 
 import structlog
@@ -31,6 +32,7 @@ from gcs.server.addresses import advertised_host
 from gcs.server.extras import Extras
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.ha import HaCoordinator, HaSettings
+from gcs.server.ha_lock import LockDir, default_lock_dir
 from gcs.server.ha_mirror import TakeoverStore
 from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
@@ -205,6 +207,7 @@ class GcsServer:
             start_term=self._start_term,
             metrics=self.metrics,
             on_serving=self.ha_status.set if self.ha_status is not None else None,
+            locks=self._holder_locks(),
         )
         self._running = asyncio.create_task(ha.run(), name="gcs-ha")
         warm = asyncio.create_task(ha.warm())
@@ -215,6 +218,18 @@ class GcsServer:
         log.info(
             "gcs.ha_member", storage=store.url, metrics_port=self.metrics_port, **ha.describe()
         )
+
+    def _holder_locks(self) -> LockDir | None:
+        """Same-host death detection (``ha.lock_dir``; ``off``: none)."""
+        cfg = self.config
+        if cfg.ha.lock_dir == "off":
+            return None
+        directory = (
+            pathlib.Path(cfg.ha.lock_dir)
+            if cfg.ha.lock_dir
+            else default_lock_dir(cfg.storage_url(), cfg.namespace)
+        )
+        return LockDir(directory, self.clock)
 
     async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> _LeaderTerm:
         """One HA leader term: wire afresh on the term's store, load (from the standby's

@@ -4,7 +4,7 @@ standing for GCS processes on one store and a fake term standing for the served 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -35,9 +35,42 @@ class FakeTerm:
         self.stopped = True
 
 
+class FakeLocks:
+    """Same-host lock files (gcs.server.ha_lock) of every member of one host: a holder's
+    lock is held while its event is unset; :meth:`kill` is its process dying."""
+
+    def __init__(self, host: dict[str, asyncio.Event] | None = None) -> None:
+        self.host = {} if host is None else host
+        self.mine: str | None = None
+
+    def on_same_host(self) -> FakeLocks:
+        return FakeLocks(self.host)
+
+    def hold(self, holder: str) -> None:
+        self.host[holder] = asyncio.Event()
+        self.mine = holder
+
+    def release(self) -> None:
+        if self.mine is not None:
+            self.host.pop(self.mine).set()
+
+    def watch(self, holder: str) -> Awaitable[None] | None:
+        died = self.host.get(holder)
+        return None if died is None or died.is_set() else died.wait()
+
+    def kill(self, holder: str) -> None:
+        self.host[holder].set()
+
+
 class Member:
     def __init__(
-        self, name: str, store: MemoryStore, clock: FakeClock, *, load_s: float = 0.0
+        self,
+        name: str,
+        store: MemoryStore,
+        clock: FakeClock,
+        *,
+        load_s: float = 0.0,
+        locks: FakeLocks | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -51,6 +84,7 @@ class Member:
             HaSettings(name, TTL_MS, RENEW_MS),
             start_term=self._start_term,
             metrics=GcsMetrics(),
+            locks=locks,
         )
         self.task: asyncio.Task[None] | None = None
 
@@ -79,8 +113,14 @@ class Member:
 async def group() -> AsyncIterator[Callable[..., Member]]:
     members: list[Member] = []
 
-    def make(name: str, store: MemoryStore, clock: FakeClock, load_s: float = 0.0) -> Member:
-        member = Member(name, store, clock, load_s=load_s)
+    def make(
+        name: str,
+        store: MemoryStore,
+        clock: FakeClock,
+        load_s: float = 0.0,
+        locks: FakeLocks | None = None,
+    ) -> Member:
+        member = Member(name, store, clock, load_s=load_s, locks=locks)
         members.append(member)
         return member
 
@@ -252,3 +292,51 @@ async def test_a_term_that_loads_for_longer_than_the_lease_keeps_it(
     assert a.term.admit() and not b.leader
     await clock.run_for(2 * TTL_MS / 1000, 0.05)
     assert a.leader and not b.leader and a.coordinator.step_downs == 0
+
+
+async def test_a_leader_dead_on_the_same_host_is_replaced_before_its_ttl(
+    group: Callable[..., Member],
+) -> None:
+    """Its lock file released (the kernel does that when a process dies): the standby frees
+    the dead holder's lease and takes over at once, not after the TTL."""
+    clock = FakeClock()
+    shared = MemoryStore(clock=clock)
+    host = FakeLocks()
+    a = group("a", shared.handle(), clock, locks=host.on_same_host()).start()
+    await clock.advance_until(lambda: a.leader, 0.05)
+    b = group("b", shared.handle(), clock, locks=host.on_same_host()).start()
+    await b.coordinator.warm()
+    await clock.run_for(1.0, 0.05)  # b watches a's lock meanwhile
+    a_epoch = a.coordinator.epoch
+    a.store.fail_writes = True  # a is gone: no renewal, no release
+    host.kill("a")
+    start = clock.monotonic_s()
+    await clock.advance_until(lambda: b.leader, 0.01)
+    assert clock.monotonic_s() - start <= 0.1, "waited for the lease's TTL"
+    assert b.coordinator.fast_takeovers == 1
+    assert b.coordinator.epoch > a_epoch
+    with pytest.raises(StoreFenced):  # fencing holds as ever
+        a.store.fail_writes = False
+        await a.term.store.write(_node(1))
+
+
+async def test_a_paused_leader_or_one_on_another_host_still_waits_for_the_ttl(
+    group: Callable[..., Member],
+) -> None:
+    """A paused leader keeps its lock (only death drops it); a leader with no lock file on
+    this host gives nothing to watch: either way the lease's TTL decides."""
+    for other_host in (False, True):
+        clock = FakeClock()
+        shared = MemoryStore(clock=clock)
+        host = FakeLocks()
+        a_locks = FakeLocks() if other_host else host.on_same_host()
+        a = group("a", shared.handle(), clock, locks=a_locks).start()
+        await clock.advance_until(lambda: a.leader, 0.05)  # noqa: B023
+        b = group("b", shared.handle(), clock, locks=host.on_same_host()).start()
+        await b.coordinator.warm()
+        await clock.run_for(1.0, 0.05)
+        a.store.fail_writes = True  # no renewals reach the store; the lock stays held
+        start = clock.monotonic_s()
+        await clock.advance_until(lambda: b.leader, 0.05)  # noqa: B023
+        assert clock.monotonic_s() - start >= TTL_MS / 1000 * 0.75
+        assert b.coordinator.fast_takeovers == 0
