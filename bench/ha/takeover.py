@@ -89,6 +89,10 @@ async def one_size(redis: RedisServer, nodes: int, args: argparse.Namespace) -> 
         b.wait_for("ha.standby", timeout_s=120)
         await asyncio.sleep(args.settle_s)
         await first_answers(group.address, time.monotonic())
+        if group.leaders() != [a] or b.count("ha.leader"):
+            # a busy leader (10,000 raylets contacted at start on a loaded machine) can lose
+            # its lease before the kill: then nothing here would measure a takeover
+            raise _NotMeasured("a lost its lease before the kill")
         a.kill9()
         killed = time.monotonic()
         out["takeover_cluster_id_s"], out["takeover_nodes_s"] = await first_answers(
@@ -97,6 +101,7 @@ async def one_size(redis: RedisServer, nodes: int, args: argparse.Namespace) -> 
         b.wait_for("ha.leader", timeout_s=30)
         out["standby_lease_to_serving_s"] = float(b.events("ha.leader")[0]["takeover_s"])
         out["standby_mirror_rows"] = float(b.events("ha.standby")[0]["rows"])
+        out["same_host_fast_path"] = float(b.count("ha.holder_died"))
         b.kill9()
 
         spawned = time.monotonic()
@@ -115,6 +120,10 @@ async def one_size(redis: RedisServer, nodes: int, args: argparse.Namespace) -> 
     finally:
         group.stop()
     return out
+
+
+class _NotMeasured(Exception):
+    pass
 
 
 def _spawn_plain(storage: str, port: int, log_path: pathlib.Path) -> subprocess.Popen[bytes]:
@@ -138,7 +147,14 @@ async def run(args: argparse.Namespace) -> None:
         for nodes in args.nodes:
             best: dict[str, float] = {}
             for _ in range(args.repeat):
-                got = await one_size(redis, nodes, args)
+                for attempt in range(3):
+                    try:
+                        got = await one_size(redis, nodes, args)
+                        break
+                    except _NotMeasured as why:
+                        print(f"{nodes} nodes: run {attempt + 1} not measured: {why}")
+                else:
+                    raise SystemExit("no run measured a takeover")
                 for key, value in got.items():
                     best[key] = min(best.get(key, value), value)
             ratio = best["cold_nodes_s"] / best["takeover_nodes_s"]
@@ -147,7 +163,8 @@ async def run(args: argparse.Namespace) -> None:
                 f"{best['takeover_cluster_id_s']:.2f} s, "
                 f"node list {best['takeover_nodes_s']:.2f} s "
                 f"(standby: lease -> serving {best['standby_lease_to_serving_s']:.2f} s, "
-                f"{int(best['standby_mirror_rows'])} rows warm) | cold restart (spawn -> first "
+                f"{int(best['standby_mirror_rows'])} rows warm, same-host death seen: "
+                f"{'yes' if best['same_host_fast_path'] else 'no'}) | cold restart (spawn -> first "
                 f"answer) {best['cold_cluster_id_s']:.2f} s, node list {best['cold_nodes_s']:.2f} s"
                 f" | cold / takeover {ratio:.2f}x"
             )
