@@ -7,14 +7,18 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from gcs.clock import FakeClock
+from gcs.managers.nodes import NodeManager
+from gcs.proto import gcs_pb2
 from gcs.server.ha import HaCoordinator, HaSettings, Role
 from gcs.server.ha_mirror import MIRRORED_TABLES, TableMirror, TakeoverStore
 from gcs.server.metrics import GcsMetrics
 from gcs.store.base import TABLE_KV, TABLE_NODE, WriteBatch
 from gcs.store.errors import StoreFenced
 from gcs.store.memory import MemoryStore
+from gcs.store.metered import MeteredStore
 
 TTL_MS, RENEW_MS = 2000, 500
 
@@ -276,6 +280,48 @@ async def test_the_mirror_applies_only_mirrored_tables_and_its_own_writes() -> N
     await store.write(_node(4))
     assert b"n4" in await term.get_all(TABLE_NODE)
     assert not fenced
+
+
+async def test_the_mirror_keeps_the_node_table_parsed_for_the_takeovers_load() -> None:
+    """Rows parsed as they arrive (load, followed changes, the term's own writes); the
+    term's node load adopts them; a row that does not parse leaves the parsing to the load
+    (which then fails or repairs as a cold start would)."""
+
+    def node(n: int, state: int = gcs_pb2.GcsNodeInfo.ALIVE) -> gcs_pb2.GcsNodeInfo:
+        return gcs_pb2.GcsNodeInfo(node_id=b"%28d" % n, state=state)  # type: ignore[arg-type]
+
+    def put(*nodes: gcs_pb2.GcsNodeInfo) -> WriteBatch:
+        batch = WriteBatch()
+        for info in nodes:
+            batch.put(TABLE_NODE, info.node_id, info.SerializeToString())
+        return batch
+
+    store = MemoryStore()
+    await store.write(put(node(1), node(2)))
+    mirror = TableMirror()
+    await mirror.load(store)
+    dead = node(2, gcs_pb2.GcsNodeInfo.DEAD)
+    await store.write(put(dead, node(3)).delete(TABLE_NODE, node(1).node_id))
+    await mirror.drain(store)
+    term = TakeoverStore(store, mirror, on_fenced=lambda: None)
+    await term.write(put(node(4)))
+    ready = term.decoded_rows(TABLE_NODE)
+    assert ready is not None
+    assert ready == {n.node_id: n for n in (dead, node(3), node(4))}
+    assert term.decoded_rows(TABLE_KV) is None
+
+    nodes = NodeManager(MeteredStore(term, CollectorRegistry()), FakeClock())
+    await nodes.load()  # through the metrics wrapper, as the wiring hands it the store
+    assert set(nodes.alive) == {node(3).node_id, node(4).node_id}
+    assert nodes.alive[node(3).node_id] is ready[node(3).node_id], "adopted, not parsed"
+    assert set(nodes.dead) == {dead.node_id}
+    term.release_mirror()
+    assert term.decoded_rows(TABLE_NODE) is None
+
+    await store.write(WriteBatch().put(TABLE_NODE, b"bad", b"\xff\xff"))
+    await mirror.drain(store)
+    assert TABLE_NODE not in mirror.decoded
+    assert mirror.tables[TABLE_NODE][b"bad"] == b"\xff\xff"
 
 
 async def test_a_term_that_loads_for_longer_than_the_lease_keeps_it(
