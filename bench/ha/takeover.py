@@ -10,8 +10,10 @@ ports nobody listens on).  Then, on one address:
   is read from its ``ha.leader`` log line.
 * **cold restart**: B is killed -9 too and a plain ``gcs serve`` (no ``--ha``) is spawned on
   the same store and port, as a supervisor restarting the GCS would: measured from the
-  spawn to the same two calls.  (A supervisor's own detection delay is not counted; the
-  takeover's includes the lease's lapse.)
+  spawn to the same two calls.  (A supervisor's own detection delay is not counted.  The
+  members share one host, so the standby sees the leader's death through its lock file,
+  ``gcs.server.ha_lock``, and does not wait for the lease's TTL; a leader on another host
+  would add the lease's remaining life.)
 
     python -m bench.ha.takeover [--nodes 2000,10000] [--ttl-ms 2000] [--renew-ms 500]
 

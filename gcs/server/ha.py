@@ -6,7 +6,9 @@ Every member runs an :class:`HaCoordinator` on the same Redis / PostgreSQL store
   and keeps it current from the store's change stream.  It binds no port (the GCS port is
   the leader's: a standby's clients would be served stale state), so a health check on the
   shared address reaches the leader or nothing.  Every ``renew_interval_ms`` -- sooner when
-  the lease says it lapses sooner -- it tries to take the lease.
+  the lease says it lapses sooner -- it tries to take the lease.  A leader on the same host is
+  watched through its lock file (:mod:`gcs.server.ha_lock`): its death frees its lease at
+  once instead of after the TTL.
 * **Takeover.** Lease taken (a new epoch) -> the store is fenced with it (from then on the
   ex-leader's writes are refused inside the store's own atomic step) -> the mirror drains
   the changes written before the fence -> one *term* starts: the server's components are
