@@ -30,12 +30,16 @@ import structlog
 
 from gcs.clock import Clock
 
-__all__ = ["HolderLocks", "LockDir", "default_lock_dir"]
+__all__ = ["HolderInUse", "HolderLocks", "LockDir", "default_lock_dir"]
 
 log = structlog.get_logger("gcs.ha")
 
 POLL_S = 0.01
 """How often a watched lock is tried (a non-blocking ``flock``: one syscall)."""
+
+
+class HolderInUse(RuntimeError):
+    """Another live process on this host holds the same ``ha.holder`` name."""
 
 
 class HolderLocks(Protocol):
@@ -76,8 +80,9 @@ class LockDir:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RuntimeError(
-                f"ha.holder {holder!r} is already in use by another process on this host"
+            raise HolderInUse(
+                f"ha.holder {holder!r} is already in use by another process on this host "
+                f"(lock {path})"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{holder}\n{os.getpid()}\n".encode())

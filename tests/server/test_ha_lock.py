@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from gcs.clock import SystemClock
-from gcs.server.ha_lock import LockDir, default_lock_dir
+from gcs.server.ha_lock import HolderInUse, LockDir, default_lock_dir
 
 HOLD = """
 import sys, time
@@ -89,7 +89,7 @@ def test_a_holder_name_is_held_once_per_host_and_released_on_a_clean_stop(
 ) -> None:
     first = LockDir(tmp_path / "locks", SystemClock())
     first.hold("x")
-    with pytest.raises(RuntimeError, match="already in use"):
+    with pytest.raises(HolderInUse, match="already in use"):
         LockDir(tmp_path / "locks", SystemClock()).hold("x")
     first.release()
     assert not first.path("x").exists()

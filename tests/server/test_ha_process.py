@@ -214,6 +214,22 @@ async def test_leader_kill9_on_the_same_host_is_replaced_well_before_the_lease_t
     assert took_s <= TAKEOVER_BOUND_S + LOAD_MARGIN_S, f"takeover took {took_s:.2f} s"
 
 
+async def test_a_second_member_with_the_same_holder_name_on_one_host_is_refused(
+    group: HaGroup,
+) -> None:
+    """Two live processes under one name would share a lock file: the second exits with one
+    line on stderr (no traceback) and the first keeps leading."""
+    a = group.add("a", {"GCS_HA_HOLDER": "same"})
+    a.wait_for("ha.leader")
+    twin = group.add("twin", {"GCS_HA_HOLDER": "same"})
+    assert twin.proc is not None
+    assert twin.proc.wait(60) != 0
+    output = twin.log_path.read_text()
+    assert "ha.holder 'same' is already in use by another process on this host" in output
+    assert "Traceback" not in output
+    assert group.leaders() == [a]
+
+
 async def test_a_leader_paused_past_its_lease_is_refused_and_steps_down(group: HaGroup) -> None:
     a = group.add("a")
     a.wait_for("ha.leader")
