@@ -23,6 +23,7 @@ import hashlib
 import os
 import pathlib
 import tempfile
+import time
 from collections.abc import Awaitable
 from typing import Protocol
 
@@ -36,6 +37,9 @@ log = structlog.get_logger("gcs.ha")
 
 POLL_S = 0.01
 """How often a watched lock is tried (a non-blocking ``flock``: one syscall)."""
+HOLD_ATTEMPTS = 20
+"""Tries to take this member's own lock at start (``POLL_S`` apart) before the name is
+deemed in use by a live process."""
 
 
 class HolderInUse(RuntimeError):
@@ -75,18 +79,25 @@ class LockDir:
     def hold(self, holder: str) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.path(holder)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise HolderInUse(
-                f"ha.holder {holder!r} is already in use by another process on this host "
-                f"(lock {path})"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{holder}\n{os.getpid()}\n".encode())
-        self._held = (path, fd)
+        for attempt in range(HOLD_ATTEMPTS):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            if not _try_lock(fd):
+                os.close(fd)
+                if attempt == HOLD_ATTEMPTS - 1:
+                    raise HolderInUse(
+                        f"ha.holder {holder!r} is already in use by another process on this "
+                        f"host (lock {path})"
+                    )
+                time.sleep(POLL_S)  # a standby probing a stale file holds it for an instant
+                continue
+            if not _names(path, fd):
+                os.close(fd)  # a watcher removed the file we opened: lock the new one
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{holder}\n{os.getpid()}\n".encode())
+            self._held = (path, fd)
+            return
+        raise HolderInUse(f"ha.holder {holder!r}: could not lock {path}")
 
     def release(self) -> None:
         held, self._held = self._held, None
@@ -123,8 +134,16 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
+def _names(path: pathlib.Path, fd: int) -> bool:
+    """Whether ``path`` still names ``fd``'s file."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        return False
+
+
 def _unlink_if_same(path: pathlib.Path, fd: int) -> None:
     """Remove ``path`` if it still names ``fd``'s file (the lock is ours)."""
-    with contextlib.suppress(OSError):
-        if os.stat(path).st_ino == os.fstat(fd).st_ino:
+    if _names(path, fd):
+        with contextlib.suppress(OSError):
             os.unlink(path)

@@ -4,11 +4,13 @@ process, killed -9 (the kernel drops its lock) or paused (it does not)."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -93,6 +95,37 @@ def test_a_holder_name_is_held_once_per_host_and_released_on_a_clean_stop(
         LockDir(tmp_path / "locks", SystemClock()).hold("x")
     first.release()
     assert not first.path("x").exists()
+
+
+def test_a_member_starting_while_a_standby_probes_its_stale_file_still_takes_its_lock(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A standby checking a stale file holds its lock for an instant (or, having seen the
+    holder die, removes the file): a member starting under that name meanwhile waits a
+    moment, and locks the file that stays in the directory."""
+    locks = LockDir(tmp_path / "locks", SystemClock())
+    path = locks.path("x")
+    path.parent.mkdir(mode=0o700)
+    probe = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(probe, fcntl.LOCK_EX)
+
+    def done_probing() -> None:
+        os.unlink(path)  # as a watcher does once the old holder died
+        os.close(probe)
+
+    timer = threading.Timer(0.03, done_probing)
+    timer.start()
+    try:
+        locks.hold("x")
+    finally:
+        timer.join()
+    check = os.open(path, os.O_RDWR)  # the file in the directory is the one held
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(check, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(check)
+    locks.release()
 
 
 def test_the_default_directory_is_per_store_and_namespace() -> None:
