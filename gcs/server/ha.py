@@ -116,10 +116,14 @@ class HaCoordinator:
         metrics: GcsMetrics | None = None,
         on_serving: Callable[[bool], None] | None = None,
         locks: HolderLocks | None = None,
+        on_mirror_loaded: Callable[[], None] | None = None,
     ) -> None:
         """``on_serving(True)`` once a term serves, ``(False)`` as it ends (the HA status
         port's health answer).  ``locks``: same-host death detection
-        (:mod:`gcs.server.ha_lock`); without it a dead leader's lease lapses by its TTL."""
+        (:mod:`gcs.server.ha_lock`); without it a dead leader's lease lapses by its TTL.
+        ``on_mirror_loaded()`` after each full load of the standby's mirror (the server
+        freezes its start-up heap there, off the takeover's path)."""
+        self._on_mirror_loaded = on_mirror_loaded
         self._locks = locks
         self._watch: tuple[str, asyncio.Task[None]] | None = None
         """(holder, its death watch) while a leader on this host is watched."""
@@ -228,6 +232,8 @@ class HaCoordinator:
         self._leading.clear()
         mirror = self.mirror = TableMirror()
         await self._load(mirror)
+        if self._on_mirror_loaded is not None:
+            self._on_mirror_loaded()
         self._warm.set()
         self._standing_by.set()
         log.info(

@@ -386,3 +386,24 @@ async def test_a_paused_leader_or_one_on_another_host_still_waits_for_the_ttl(
         await clock.advance_until(lambda: b.leader, 0.05)  # noqa: B023
         assert clock.monotonic_s() - start >= TTL_MS / 1000 * 0.75
         assert b.coordinator.fast_takeovers == 0
+
+
+async def test_the_server_hears_of_each_full_mirror_load_before_the_member_is_warm() -> None:
+    """(The server freezes its start-up heap there, off the takeover's path.)"""
+    clock = FakeClock()
+    shared = MemoryStore(clock=clock)
+    loaded: list[bool] = []
+    coordinator = HaCoordinator(
+        shared.handle(),
+        clock,
+        HaSettings("a", TTL_MS, RENEW_MS),
+        start_term=lambda store, admit: asyncio.sleep(3600),  # type: ignore[arg-type,return-value]
+        on_mirror_loaded=lambda: loaded.append(coordinator.mirror is not None),
+    )
+    task = asyncio.create_task(coordinator.run())
+    try:
+        await coordinator.warm()
+        assert loaded == [True]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
