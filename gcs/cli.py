@@ -189,6 +189,7 @@ def serve(
     from gcs.rpc.security import Security
     from gcs.server import GcsServer
     from gcs.server.extras import Extras
+    from gcs.server.ha_lock import HolderInUse
     from gcs.server.logging import configure_logging
 
     flags["ha.enabled"] = flags.pop("ha")
@@ -232,7 +233,10 @@ def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await server.start()
+            try:
+                await server.start()
+            except HolderInUse as err:
+                raise click.ClickException(str(err)) from None
             if server.ha is not None:  # a member of an HA group: serves once it leads
                 log.info("gcs.ha_serve", address=f"{config.host}:{config.port}")
             else:

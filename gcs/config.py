@@ -226,6 +226,11 @@ class HaConfig:
     """A gRPC health port of this member's own, answered by standbys too: SERVING while it
     leads, NOT_SERVING as a standby (the GCS port is the leader's alone).  -1 = none, 0 =
     any free port."""
+    lock_dir: str = ""
+    """Directory of the members' lock files (``gcs.server.ha_lock``): a standby on the same
+    host as a leader killed -9 takes over at once instead of after the lease's TTL.  Empty:
+    ``<system temp dir>/gcs-ha-<hash of storage URL and namespace>``.  Members on one host
+    must share it; ``off`` disables it (the TTL alone detects a dead leader)."""
 
 
 HA_TTL_RANGE_MS = (200, 60_000)
@@ -430,6 +435,7 @@ ENV_VARS: dict[str, str] = {
     "GCS_HA_RENEW_INTERVAL_MS": "ha.renew_interval_ms",
     "GCS_HA_HOLDER": "ha.holder",
     "GCS_HA_STATUS_PORT": "ha.status_port",
+    "GCS_HA_LOCK_DIR": "ha.lock_dir",
     "GCS_FRONT_MAX_CONCURRENT_STREAMS": "front_max_concurrent_streams",
     "GCS_FRONT_MAX_BUFFERED_BYTES": "front_max_buffered_bytes",
     "GCS_FRONT_BUFFER_BUDGET_BYTES": "front_buffer_budget_bytes",

@@ -21,6 +21,9 @@ from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 
 log = structlog.get_logger("gcs.placement_groups")
 
+RELEASE_WORKERS = 256
+"""Concurrent ``ReleaseUnusedBundles`` calls of a restart's fan-out (see release_unused)."""
+
 ByNode = Mapping[bytes, Sequence[common_pb2.Bundle]]
 """Node id -> the bundles (of one group) it takes."""
 
@@ -75,11 +78,20 @@ class BundleReservations:
         )
 
     async def release_unused(self, in_use: Mapping[bytes, Sequence[common_pb2.Bundle]]) -> None:
-        """``ReleaseUnusedBundles`` to every alive raylet with the bundles in use there."""
-        addresses = {n: raylet_address(node) for n, node in self._nodes.alive.items()}
-        await asyncio.gather(
-            *(self._release_on(n, a, in_use.get(n, ())) for n, a in addresses.items())
-        )
+        """``ReleaseUnusedBundles`` to every alive raylet with the bundles in use there.
+
+        A fixed number of workers take the nodes in turn (the gateway bounds in-flight
+        calls and their rate anyway): one task per node would put 10,000 tasks on the loop
+        in the tick after the port binds, and a new leader's first calls would wait behind
+        their creation."""
+        addresses = [(n, raylet_address(node)) for n, node in self._nodes.alive.items()]
+        queue = iter(addresses)
+
+        async def worker() -> None:
+            for node_id, address in queue:
+                await self._release_on(node_id, address, in_use.get(node_id, ()))
+
+        await asyncio.gather(*(worker() for _ in range(min(RELEASE_WORKERS, len(addresses)))))
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -96,10 +96,14 @@ class NodeManager:
     # -- startup -------------------------------------------------------------------------
     async def load(self) -> None:
         """Replay the NODE table: alive nodes back into the alive set, dead into the cache."""
-        rows = await self._store.get_all(TABLE_NODE)
+        ready = self._store.decoded_rows(TABLE_NODE)  # a takeover's warm, parsed copy
+        if ready is not None:
+            nodes: Iterable[gcs_pb2.GcsNodeInfo] = ready.values()
+        else:
+            rows = await self._store.get_all(TABLE_NODE)
+            nodes = map(gcs_pb2.GcsNodeInfo.FromString, rows.values())
         dead: list[gcs_pb2.GcsNodeInfo] = []
-        for raw in rows.values():
-            node = gcs_pb2.GcsNodeInfo.FromString(raw)
+        for node in nodes:
             if node.state == ALIVE:
                 self._alive[node.node_id] = node
             else:

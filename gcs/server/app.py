@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import pathlib
 from collections.abc import Callable
 
 import structlog
@@ -29,8 +30,9 @@ from gcs.rpc.security import Security
 from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.addresses import advertised_host
 from gcs.server.extras import Extras
-from gcs.server.gc_policy import SurvivorFreezer
+from gcs.server.gc_policy import SurvivorFreezer, freeze_start_heap
 from gcs.server.ha import HaCoordinator, HaSettings
+from gcs.server.ha_lock import LockDir, default_lock_dir
 from gcs.server.ha_mirror import TakeoverStore
 from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
@@ -78,6 +80,7 @@ class GcsServer:
         self._running: asyncio.Task[None] | None = None
         self._stopping = False
         self.ha: HaCoordinator | None = None
+        self._standby_heap_frozen = False
         """With ``ha.enabled`` (``gcs serve --ha``): this member's lease loop and role."""
         self.ha_status: HaStatusServer | None = None
         """With ``ha.status_port``: the member's own health port."""
@@ -205,6 +208,8 @@ class GcsServer:
             start_term=self._start_term,
             metrics=self.metrics,
             on_serving=self.ha_status.set if self.ha_status is not None else None,
+            locks=self._holder_locks(),
+            on_mirror_loaded=self._freeze_standby_heap,
         )
         self._running = asyncio.create_task(ha.run(), name="gcs-ha")
         warm = asyncio.create_task(ha.warm())
@@ -215,6 +220,26 @@ class GcsServer:
         log.info(
             "gcs.ha_member", storage=store.url, metrics_port=self.metrics_port, **ha.describe()
         )
+
+    def _freeze_standby_heap(self) -> None:
+        """The standby's start-up heap (modules, the warm copy) frozen once, as the ``gc``
+        component does at a plain start (``gcs.server.gc_policy``), so that the takeover's
+        term does not pay for that full collection."""
+        if self.config.gc_gen0_threshold > 0 and not self._standby_heap_frozen:
+            self._standby_heap_frozen = True
+            freeze_start_heap()
+
+    def _holder_locks(self) -> LockDir | None:
+        """Same-host death detection (``ha.lock_dir``; ``off``: none)."""
+        cfg = self.config
+        if cfg.ha.lock_dir == "off":
+            return None
+        directory = (
+            pathlib.Path(cfg.ha.lock_dir)
+            if cfg.ha.lock_dir
+            else default_lock_dir(cfg.storage_url(), cfg.namespace)
+        )
+        return LockDir(directory, self.clock)
 
     async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> _LeaderTerm:
         """One HA leader term: wire afresh on the term's store, load (from the standby's

@@ -30,6 +30,15 @@ log = structlog.get_logger("gcs.server")
 RECLAIM_CHECK_S = 1.0
 
 
+def freeze_start_heap() -> None:
+    """Collect, then freeze what survives (start-up's long-lived heap: modules, loaded
+    state), so that no automatic collection scans it again.  A hot standby does this once
+    its warm copy is loaded, not in the takeover's term (a full collection there: ~35 ms at
+    10,000 nodes)."""
+    gc.collect()
+    gc.freeze()
+
+
 def resident_bytes() -> int:
     """This process's resident set size (Linux ``/proc``); 0 where unavailable."""
     try:
@@ -103,8 +112,7 @@ class GcTuning:
         if self._gen0 <= 0:
             return
         if gc.get_freeze_count() == 0:  # once per process: only what start-up loaded
-            gc.collect()
-            gc.freeze()
+            freeze_start_heap()
         _, _, gen2 = gc.get_threshold()
         gc.set_threshold(self._gen0, self._gen1, max(gen2, 100))
         if self._freeze_survivors:

@@ -6,7 +6,9 @@ Every member runs an :class:`HaCoordinator` on the same Redis / PostgreSQL store
   and keeps it current from the store's change stream.  It binds no port (the GCS port is
   the leader's: a standby's clients would be served stale state), so a health check on the
   shared address reaches the leader or nothing.  Every ``renew_interval_ms`` -- sooner when
-  the lease says it lapses sooner -- it tries to take the lease.
+  the lease says it lapses sooner -- it tries to take the lease.  A leader on the same host is
+  watched through its lock file (:mod:`gcs.server.ha_lock`): its death frees its lease at
+  once instead of after the TTL.
 * **Takeover.** Lease taken (a new epoch) -> the store is fenced with it (from then on the
   ex-leader's writes are refused inside the store's own atomic step) -> the mirror drains
   the changes written before the fence -> one *term* starts: the server's components are
@@ -47,11 +49,12 @@ from prometheus_client.core import Metric
 
 from gcs.clock import Clock
 from gcs.config import HaConfig
+from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
 from gcs.server.metrics import GcsMetrics, counter, gauge
 from gcs.store import Store
 from gcs.store.errors import ChangesTrimmed, StoreError
-from gcs.store.ha import HaStore
+from gcs.store.ha import HaStore, LeaseInfo
 
 __all__ = ["HaCoordinator", "HaSettings", "Role", "Term", "default_holder"]
 
@@ -112,9 +115,20 @@ class HaCoordinator:
         start_term: StartTerm,
         metrics: GcsMetrics | None = None,
         on_serving: Callable[[bool], None] | None = None,
+        locks: HolderLocks | None = None,
+        on_mirror_loaded: Callable[[], None] | None = None,
     ) -> None:
         """``on_serving(True)`` once a term serves, ``(False)`` as it ends (the HA status
-        port's health answer)."""
+        port's health answer).  ``locks``: same-host death detection
+        (:mod:`gcs.server.ha_lock`); without it a dead leader's lease lapses by its TTL.
+        ``on_mirror_loaded()`` after each full load of the standby's mirror (the server
+        freezes its start-up heap there, off the takeover's path)."""
+        self._on_mirror_loaded = on_mirror_loaded
+        self._locks = locks
+        self._watch: tuple[str, asyncio.Task[None]] | None = None
+        """(holder, its death watch) while a leader on this host is watched."""
+        self.fast_takeovers = 0
+        """Leases of dead same-host holders released before their TTL."""
         self._on_serving = on_serving
         if not isinstance(store, HaStore):
             raise TypeError(f"{type(store).__name__} has no lease (built without ha=True?)")
@@ -198,13 +212,18 @@ class HaCoordinator:
     async def run(self) -> None:
         """Standby -> leader -> standby ... until cancelled (then the lease is released).
         A term that fails for another reason than losing the lease raises here."""
+        if self._locks is not None:
+            self._locks.hold(self.settings.holder)
         try:
             while True:
                 epoch = await self._stand_by()
                 await self._lead(epoch)
         finally:
+            await self._unwatch()
             await self._stop_term()
             await self._release()
+            if self._locks is not None:
+                self._locks.release()
 
     async def _stand_by(self) -> int:
         """Load and follow the mirror until the lease is ours: its epoch."""
@@ -213,6 +232,8 @@ class HaCoordinator:
         self._leading.clear()
         mirror = self.mirror = TableMirror()
         await self._load(mirror)
+        if self._on_mirror_loaded is not None:
+            self._on_mirror_loaded()
         self._warm.set()
         self._standing_by.set()
         log.info(
@@ -228,9 +249,13 @@ class HaCoordinator:
                 log.warning("ha.acquire_failed", error=str(err))
                 epoch = None
             if epoch is not None:
+                await self._unwatch()
                 self._valid_until = self._clock.monotonic_s() + self._trust_s()
                 return epoch
-            await self._follow_until(await self._next_attempt_s())
+            wait_s, lease = await self._next_attempt()
+            died = self._watch_holder(lease)
+            if await self._follow_until(wait_s, died) and lease is not None:
+                await self._release_dead(lease)
 
     async def _load(self, mirror: TableMirror) -> None:
         while True:
@@ -241,26 +266,81 @@ class HaCoordinator:
                 log.warning("ha.mirror_load_failed", error=str(err))
                 await self._clock.sleep(RETRY_S)
 
-    async def _next_attempt_s(self) -> float:
-        """Seconds to the next try: the renewal interval, or sooner when the lease lapses
-        sooner (a dead leader's)."""
+    async def _next_attempt(self) -> tuple[float, LeaseInfo | None]:
+        """Seconds to the next try (the renewal interval, or sooner when the lease lapses
+        sooner: a dead leader's) and the lease as read (None: free, or unreadable)."""
         wait_s = self.settings.renew_interval_ms / 1000
         try:
             lease = await self._ha.read_lease()
         except StoreError:
-            return wait_s
+            return wait_s, None
         if lease is None:
-            return 0.0
-        return max(0.0, min(wait_s, lease.remaining_ms / 1000))
+            return 0.0, None
+        return max(0.0, min(wait_s, lease.remaining_ms / 1000)), lease
 
-    async def _follow_until(self, wait_s: float) -> None:
-        """Apply changes for ``wait_s`` seconds of the clock."""
+    def _watch_holder(self, lease: LeaseInfo | None) -> asyncio.Task[None] | None:
+        """The death watch of the lease's holder when it runs on this host (kept across
+        attempts while the holder stays the same: a lock seen free the first time proves
+        nothing, so a watch must start while the holder lives)."""
+        if self._locks is None or lease is None or lease.holder == self.settings.holder:
+            return None
+        if self._watch is not None:
+            holder, task = self._watch
+            if holder == lease.holder:
+                return None if task.done() else task  # done here: the watch itself failed
+            task.cancel()
+            self._watch = None
+        died = self._locks.watch(lease.holder)
+        if died is None:
+            return None
+        task = asyncio.ensure_future(died)
+        self._watch = (lease.holder, task)
+        return task
+
+    async def _unwatch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch[1].cancel()
+            await asyncio.gather(watch[1], return_exceptions=True)
+
+    async def _release_dead(self, lease: LeaseInfo) -> None:
+        """The holder's process died on this host: free its lease now (only if ``(holder,
+        epoch)`` still holds it -- the store compares atomically) instead of waiting for
+        the TTL; the next attempt acquires normally, fenced as ever."""
+        self._watch = None
+        log.warning(
+            "ha.holder_died",
+            holder=lease.holder,
+            epoch=lease.epoch,
+            ttl_left_ms=lease.remaining_ms,
+        )
+        try:
+            await self._ha.release_lease(lease.holder, lease.epoch)
+        except StoreError as err:
+            log.warning("ha.release_dead_failed", error=str(err))
+            return
+        self.fast_takeovers += 1
+
+    async def _follow_until(self, wait_s: float, died: asyncio.Task[None] | None = None) -> bool:
+        """Apply changes for ``wait_s`` seconds of the clock, or until ``died`` completes
+        (then True: the watched holder died)."""
         mirror = self.mirror
         assert mirror is not None
         deadline = self._clock.monotonic_s() + wait_s
         while (left_s := deadline - self._clock.monotonic_s()) > 0:
+            if died is not None and died.done():
+                return _died(died)
+            follow = asyncio.ensure_future(
+                mirror.follow(self._ha, block_ms=max(1, int(left_s * 1000)))
+            )
+            if died is not None:
+                await asyncio.wait({follow, died}, return_when=asyncio.FIRST_COMPLETED)
+                if not follow.done():  # cancelling a follow applies nothing: the mirror
+                    follow.cancel()  # and its cursor move together after the read
+                    await asyncio.gather(follow, return_exceptions=True)
+                    return _died(died)
             try:
-                await mirror.follow(self._ha, block_ms=max(1, int(left_s * 1000)))
+                await follow
             except ChangesTrimmed as err:
                 log.warning("ha.mirror_reload", reason=str(err))
                 await self._load(mirror)
@@ -269,6 +349,7 @@ class HaCoordinator:
                 await self._clock.sleep(min(RETRY_S, left_s))
         if wait_s <= 0:
             await asyncio.sleep(0)
+        return died is not None and died.done() and _died(died)
 
     def _trust_s(self) -> float:
         return self.settings.lease_ttl_ms / 1000 * LEASE_SAFETY
@@ -398,3 +479,14 @@ class HaCoordinator:
         if self.epoch and self.takeovers:
             with contextlib.suppress(StoreError, asyncio.CancelledError):
                 await self._ha.release_lease(self.settings.holder, self.epoch)
+
+
+def _died(watch: asyncio.Task[None]) -> bool:
+    """A finished death watch: True when it saw the holder die (not cancelled, no error)."""
+    if watch.cancelled():
+        return False
+    error = watch.exception()
+    if error is not None:
+        log.warning("ha.watch_failed", error=repr(error))
+        return False
+    return True

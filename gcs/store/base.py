@@ -16,7 +16,7 @@ import enum
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 __all__ = ["META_CLUSTER_ID", "META_SESSION_NAME", "PRESENT", "Condition", "Store", "WriteBatch"]
 
@@ -136,6 +136,12 @@ class Store(abc.ABC):
                 return None
             keys.append(key)
         return keys
+
+    def decoded_rows(self, table: str) -> Mapping[bytes, Any] | None:
+        """Every row of ``table`` already parsed (the messages are the caller's from then
+        on), when this store holds them ready -- a hot standby's warm copy at a takeover
+        (``gcs.server.ha_mirror``) -- else None: read ``get_all`` and parse."""
+        return None
 
     @abc.abstractmethod
     async def write(self, batch: WriteBatch) -> None:

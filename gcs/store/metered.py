@@ -10,8 +10,8 @@ ex-leader's write refused: a newer lease epoch exists), ``error``.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -98,6 +98,9 @@ class MeteredStore(Store):
 
     async def get_all(self, table: str) -> dict[bytes, bytes]:
         return await self._timed("get_all", lambda: self.inner.get_all(table))
+
+    def decoded_rows(self, table: str) -> Mapping[bytes, Any] | None:
+        return self.inner.decoded_rows(table)
 
     async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]:
         return await self._timed("scan_prefix", lambda: self.inner.scan_prefix(table, prefix))

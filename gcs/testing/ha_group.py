@@ -159,7 +159,8 @@ class HaGroup:
             self.namespace,
             self.directory / f"{name}.log",
             self.extra_args,
-            dict(env or {}),
+            # the members' lock files (same-host death detection) under the test's directory
+            {"GCS_HA_LOCK_DIR": str(self.directory / "ha-locks"), **(env or {})},
         )
         self.members.append(member)
         return member.start()

@@ -4,17 +4,21 @@ standing for GCS processes on one store and a fake term standing for the served 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from gcs.clock import FakeClock
+from gcs.managers.nodes import NodeManager
+from gcs.proto import gcs_pb2
 from gcs.server.ha import HaCoordinator, HaSettings, Role
 from gcs.server.ha_mirror import MIRRORED_TABLES, TableMirror, TakeoverStore
 from gcs.server.metrics import GcsMetrics
 from gcs.store.base import TABLE_KV, TABLE_NODE, WriteBatch
 from gcs.store.errors import StoreFenced
 from gcs.store.memory import MemoryStore
+from gcs.store.metered import MeteredStore
 
 TTL_MS, RENEW_MS = 2000, 500
 
@@ -35,9 +39,42 @@ class FakeTerm:
         self.stopped = True
 
 
+class FakeLocks:
+    """Same-host lock files (gcs.server.ha_lock) of every member of one host: a holder's
+    lock is held while its event is unset; :meth:`kill` is its process dying."""
+
+    def __init__(self, host: dict[str, asyncio.Event] | None = None) -> None:
+        self.host = {} if host is None else host
+        self.mine: str | None = None
+
+    def on_same_host(self) -> FakeLocks:
+        return FakeLocks(self.host)
+
+    def hold(self, holder: str) -> None:
+        self.host[holder] = asyncio.Event()
+        self.mine = holder
+
+    def release(self) -> None:
+        if self.mine is not None:
+            self.host.pop(self.mine).set()
+
+    def watch(self, holder: str) -> Awaitable[None] | None:
+        died = self.host.get(holder)
+        return None if died is None or died.is_set() else died.wait()
+
+    def kill(self, holder: str) -> None:
+        self.host[holder].set()
+
+
 class Member:
     def __init__(
-        self, name: str, store: MemoryStore, clock: FakeClock, *, load_s: float = 0.0
+        self,
+        name: str,
+        store: MemoryStore,
+        clock: FakeClock,
+        *,
+        load_s: float = 0.0,
+        locks: FakeLocks | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -51,6 +88,7 @@ class Member:
             HaSettings(name, TTL_MS, RENEW_MS),
             start_term=self._start_term,
             metrics=GcsMetrics(),
+            locks=locks,
         )
         self.task: asyncio.Task[None] | None = None
 
@@ -79,8 +117,14 @@ class Member:
 async def group() -> AsyncIterator[Callable[..., Member]]:
     members: list[Member] = []
 
-    def make(name: str, store: MemoryStore, clock: FakeClock, load_s: float = 0.0) -> Member:
-        member = Member(name, store, clock, load_s=load_s)
+    def make(
+        name: str,
+        store: MemoryStore,
+        clock: FakeClock,
+        load_s: float = 0.0,
+        locks: FakeLocks | None = None,
+    ) -> Member:
+        member = Member(name, store, clock, load_s=load_s, locks=locks)
         members.append(member)
         return member
 
@@ -238,6 +282,48 @@ async def test_the_mirror_applies_only_mirrored_tables_and_its_own_writes() -> N
     assert not fenced
 
 
+async def test_the_mirror_keeps_the_node_table_parsed_for_the_takeovers_load() -> None:
+    """Rows parsed as they arrive (load, followed changes, the term's own writes); the
+    term's node load adopts them; a row that does not parse leaves the parsing to the load
+    (which then fails or repairs as a cold start would)."""
+
+    def node(n: int, state: int = gcs_pb2.GcsNodeInfo.ALIVE) -> gcs_pb2.GcsNodeInfo:
+        return gcs_pb2.GcsNodeInfo(node_id=b"%28d" % n, state=state)  # type: ignore[arg-type]
+
+    def put(*nodes: gcs_pb2.GcsNodeInfo) -> WriteBatch:
+        batch = WriteBatch()
+        for info in nodes:
+            batch.put(TABLE_NODE, info.node_id, info.SerializeToString())
+        return batch
+
+    store = MemoryStore()
+    await store.write(put(node(1), node(2)))
+    mirror = TableMirror()
+    await mirror.load(store)
+    dead = node(2, gcs_pb2.GcsNodeInfo.DEAD)
+    await store.write(put(dead, node(3)).delete(TABLE_NODE, node(1).node_id))
+    await mirror.drain(store)
+    term = TakeoverStore(store, mirror, on_fenced=lambda: None)
+    await term.write(put(node(4)))
+    ready = term.decoded_rows(TABLE_NODE)
+    assert ready is not None
+    assert ready == {n.node_id: n for n in (dead, node(3), node(4))}
+    assert term.decoded_rows(TABLE_KV) is None
+
+    nodes = NodeManager(MeteredStore(term, CollectorRegistry()), FakeClock())
+    await nodes.load()  # through the metrics wrapper, as the wiring hands it the store
+    assert set(nodes.alive) == {node(3).node_id, node(4).node_id}
+    assert nodes.alive[node(3).node_id] is ready[node(3).node_id], "adopted, not parsed"
+    assert set(nodes.dead) == {dead.node_id}
+    term.release_mirror()
+    assert term.decoded_rows(TABLE_NODE) is None
+
+    await store.write(WriteBatch().put(TABLE_NODE, b"bad", b"\xff\xff"))
+    await mirror.drain(store)
+    assert TABLE_NODE not in mirror.decoded
+    assert mirror.tables[TABLE_NODE][b"bad"] == b"\xff\xff"
+
+
 async def test_a_term_that_loads_for_longer_than_the_lease_keeps_it(
     group: Callable[..., Member],
 ) -> None:
@@ -252,3 +338,72 @@ async def test_a_term_that_loads_for_longer_than_the_lease_keeps_it(
     assert a.term.admit() and not b.leader
     await clock.run_for(2 * TTL_MS / 1000, 0.05)
     assert a.leader and not b.leader and a.coordinator.step_downs == 0
+
+
+async def test_a_leader_dead_on_the_same_host_is_replaced_before_its_ttl(
+    group: Callable[..., Member],
+) -> None:
+    """Its lock file released (the kernel does that when a process dies): the standby frees
+    the dead holder's lease and takes over at once, not after the TTL."""
+    clock = FakeClock()
+    shared = MemoryStore(clock=clock)
+    host = FakeLocks()
+    a = group("a", shared.handle(), clock, locks=host.on_same_host()).start()
+    await clock.advance_until(lambda: a.leader, 0.05)
+    b = group("b", shared.handle(), clock, locks=host.on_same_host()).start()
+    await b.coordinator.warm()
+    await clock.run_for(1.0, 0.05)  # b watches a's lock meanwhile
+    a_epoch = a.coordinator.epoch
+    a.store.fail_writes = True  # a is gone: no renewal, no release
+    host.kill("a")
+    start = clock.monotonic_s()
+    await clock.advance_until(lambda: b.leader, 0.01)
+    assert clock.monotonic_s() - start <= 0.1, "waited for the lease's TTL"
+    assert b.coordinator.fast_takeovers == 1
+    assert b.coordinator.epoch > a_epoch
+    with pytest.raises(StoreFenced):  # fencing holds as ever
+        a.store.fail_writes = False
+        await a.term.store.write(_node(1))
+
+
+async def test_a_paused_leader_or_one_on_another_host_still_waits_for_the_ttl(
+    group: Callable[..., Member],
+) -> None:
+    """A paused leader keeps its lock (only death drops it); a leader with no lock file on
+    this host gives nothing to watch: either way the lease's TTL decides."""
+    for other_host in (False, True):
+        clock = FakeClock()
+        shared = MemoryStore(clock=clock)
+        host = FakeLocks()
+        a_locks = FakeLocks() if other_host else host.on_same_host()
+        a = group("a", shared.handle(), clock, locks=a_locks).start()
+        await clock.advance_until(lambda: a.leader, 0.05)  # noqa: B023
+        b = group("b", shared.handle(), clock, locks=host.on_same_host()).start()
+        await b.coordinator.warm()
+        await clock.run_for(1.0, 0.05)
+        a.store.fail_writes = True  # no renewals reach the store; the lock stays held
+        start = clock.monotonic_s()
+        await clock.advance_until(lambda: b.leader, 0.05)  # noqa: B023
+        assert clock.monotonic_s() - start >= TTL_MS / 1000 * 0.75
+        assert b.coordinator.fast_takeovers == 0
+
+
+async def test_the_server_hears_of_each_full_mirror_load_before_the_member_is_warm() -> None:
+    """(The server freezes its start-up heap there, off the takeover's path.)"""
+    clock = FakeClock()
+    shared = MemoryStore(clock=clock)
+    loaded: list[bool] = []
+    coordinator = HaCoordinator(
+        shared.handle(),
+        clock,
+        HaSettings("a", TTL_MS, RENEW_MS),
+        start_term=lambda store, admit: asyncio.sleep(3600),  # type: ignore[arg-type,return-value]
+        on_mirror_loaded=lambda: loaded.append(coordinator.mirror is not None),
+    )
+    task = asyncio.create_task(coordinator.run())
+    try:
+        await coordinator.warm()
+        assert loaded == [True]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -190,6 +190,46 @@ async def _kill9_takeover(group: HaGroup) -> None:
     recorder.checked()
 
 
+async def test_leader_kill9_on_the_same_host_is_replaced_well_before_the_lease_ttl(
+    group: HaGroup,
+) -> None:
+    """A 10 s lease: the standby sees the leader's lock file released by the kernel at its
+    death and takes over without waiting for the TTL (gcs.server.ha_lock)."""
+    long_ttl = {"GCS_HA_LEASE_TTL_MS": "10000", "GCS_HA_RENEW_INTERVAL_MS": "500"}
+    a = group.add("a", long_ttl)
+    a.wait_for("ha.leader")
+    b = group.add("b", long_ttl)
+    b.wait_for("ha.standby")
+    await _first_answer(group.address)
+    await asyncio.sleep(1.0)  # b reads the lease and watches a's lock
+
+    a.kill9()
+    killed = time.monotonic()
+    answered = await _first_answer(group.address, timeout_s=30)
+    took_s = answered - killed
+    died = b.wait_for("ha.holder_died", timeout_s=5)
+    assert died["ttl_left_ms"] > 5000, died
+    assert group.leaders() == [b]
+    # the claim: well inside the 10 s lease (bound: 3 s + the loaded-machine margin)
+    assert took_s <= TAKEOVER_BOUND_S + LOAD_MARGIN_S, f"takeover took {took_s:.2f} s"
+
+
+async def test_a_second_member_with_the_same_holder_name_on_one_host_is_refused(
+    group: HaGroup,
+) -> None:
+    """Two live processes under one name would share a lock file: the second exits with one
+    line on stderr (no traceback) and the first keeps leading."""
+    a = group.add("a", {"GCS_HA_HOLDER": "same"})
+    a.wait_for("ha.leader")
+    twin = group.add("twin", {"GCS_HA_HOLDER": "same"})
+    assert twin.proc is not None
+    assert twin.proc.wait(60) != 0
+    output = twin.log_path.read_text()
+    assert "ha.holder 'same' is already in use by another process on this host" in output
+    assert "Traceback" not in output
+    assert group.leaders() == [a]
+
+
 async def test_a_leader_paused_past_its_lease_is_refused_and_steps_down(group: HaGroup) -> None:
     a = group.add("a")
     a.wait_for("ha.leader")
@@ -215,6 +255,7 @@ async def test_a_leader_paused_past_its_lease_is_refused_and_steps_down(group: H
     assert "no longer the leader" in (refused.value.details() or "")
     a.wait_for("ha.step_down", timeout_s=30)
     a.wait_for("ha.standby", count=2, timeout_s=30)  # a follows the store again
+    assert b.count("ha.holder_died") == 0, "a paused leader keeps its lock: the TTL decided"
     await asyncio.sleep(0.5)
     await recorder.finish()
     await stale.close()

@@ -1,0 +1,135 @@
+"""Same-host death detection (gcs.server.ha_lock) on real flock files: a holder in another
+process, killed -9 (the kernel drops its lock) or paused (it does not)."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from gcs.clock import SystemClock
+from gcs.server.ha_lock import HolderInUse, LockDir, default_lock_dir
+
+HOLD = """
+import sys, time
+from gcs.clock import SystemClock
+from gcs.server.ha_lock import LockDir
+import pathlib
+LockDir(pathlib.Path(sys.argv[1]), SystemClock()).hold(sys.argv[2])
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def holder(tmp_path: pathlib.Path) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "locks"), "leader"],
+        stdout=subprocess.PIPE,
+        cwd=os.getcwd(),
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"held\n"
+    yield proc
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+    proc.wait(10)
+
+
+async def test_a_holder_killed_9_is_seen_dead_at_once_and_its_file_removed(
+    tmp_path: pathlib.Path, holder: subprocess.Popen[bytes]
+) -> None:
+    locks = LockDir(tmp_path / "locks", SystemClock())
+    assert oct((tmp_path / "locks").stat().st_mode & 0o777) == oct(0o700)
+    died = locks.watch("leader")
+    assert died is not None
+    watch = asyncio.ensure_future(died)
+    await asyncio.sleep(0.1)
+    assert not watch.done(), "the holder lives"
+    holder.kill()
+    holder.wait(10)
+    await asyncio.wait_for(watch, timeout=5)  # a real process: bounded, ~10 ms in practice
+    assert not locks.path("leader").exists()
+
+
+async def test_a_paused_holder_is_not_seen_dead(
+    tmp_path: pathlib.Path, holder: subprocess.Popen[bytes]
+) -> None:
+    locks = LockDir(tmp_path / "locks", SystemClock())
+    died = locks.watch("leader")
+    assert died is not None
+    watch = asyncio.ensure_future(died)
+    os.kill(holder.pid, signal.SIGSTOP)
+    await asyncio.sleep(0.5)
+    assert not watch.done()
+    watch.cancel()
+    await asyncio.gather(watch, return_exceptions=True)
+
+
+def test_no_file_or_a_free_file_gives_nothing_to_watch(tmp_path: pathlib.Path) -> None:
+    """Another host's holder has no file here; a file nobody holds proves nothing."""
+    locks = LockDir(tmp_path / "locks", SystemClock())
+    assert locks.watch("elsewhere") is None
+    stale = LockDir(tmp_path / "locks", SystemClock())
+    stale.hold("stale")
+    os.close(stale._held[1])  # type: ignore[index]  # its process "died" long ago
+    assert locks.path("stale").exists()
+    assert locks.watch("stale") is None
+
+
+def test_a_holder_name_is_held_once_per_host_and_released_on_a_clean_stop(
+    tmp_path: pathlib.Path,
+) -> None:
+    first = LockDir(tmp_path / "locks", SystemClock())
+    first.hold("x")
+    with pytest.raises(HolderInUse, match="already in use"):
+        LockDir(tmp_path / "locks", SystemClock()).hold("x")
+    first.release()
+    assert not first.path("x").exists()
+
+
+def test_a_member_starting_while_a_standby_probes_its_stale_file_still_takes_its_lock(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A standby checking a stale file holds its lock for an instant (or, having seen the
+    holder die, removes the file): a member starting under that name meanwhile waits a
+    moment, and locks the file that stays in the directory."""
+    locks = LockDir(tmp_path / "locks", SystemClock())
+    path = locks.path("x")
+    path.parent.mkdir(mode=0o700)
+    probe = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(probe, fcntl.LOCK_EX)
+
+    def done_probing() -> None:
+        os.unlink(path)  # as a watcher does once the old holder died
+        os.close(probe)
+
+    timer = threading.Timer(0.03, done_probing)
+    timer.start()
+    try:
+        locks.hold("x")
+    finally:
+        timer.join()
+    check = os.open(path, os.O_RDWR)  # the file in the directory is the one held
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(check, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(check)
+    locks.release()
+
+
+def test_the_default_directory_is_per_store_and_namespace() -> None:
+    one = default_lock_dir("redis://h:1/0", "a")
+    assert one == default_lock_dir("redis://h:1/0", "a")
+    assert one != default_lock_dir("redis://h:1/0", "b")
+    assert one != default_lock_dir("redis://h:2/0", "a")
