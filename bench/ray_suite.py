@@ -527,9 +527,13 @@ def markdown(results: Results, names: Sequence[str], every_file: Sequence[str]) 
         "/ skipped | stock-passing tests passing on ours |",
         "|---|---|---|---|",
     ]
+    no_tests: list[str] = []
     for name in names:
         stock, ours = results.get(name, "stock"), results.get(name, "ours")
         if stock is None or ours is None:
+            continue
+        if not stock.tests:
+            no_tests.append(f"`{name}` ({stock.note.split(' while ')[0] or 'no test collected'})")
             continue
         passing = [t for t, r in stock.tests.items() if r.outcome == "passed"]
         kept = sum(
@@ -554,13 +558,17 @@ def markdown(results: Results, names: Sequence[str], every_file: Sequence[str]) 
             f"{o}): {m or '(no message)'}"
             for t, o, m in summary.misses
         ]
+    if no_tests:
+        lines += ["", "Run, but no test ran on stock either: " + ", ".join(no_tests) + "."]
     not_run = [
-        f"`{f}` ({EXCLUDED.get(f, 'not run yet')})"
-        for f in every_file
-        if results.get(f, "stock") is None or results.get(f, "ours") is None
+        f for f in every_file if results.get(f, "stock") is None or results.get(f, "ours") is None
     ]
-    if not_run:
-        lines += ["", f"Not run ({len(not_run)} files): " + ", ".join(not_run) + "."]
+    left_out = [f"`{f}` ({EXCLUDED[f]})" for f in not_run if f in EXCLUDED]
+    not_yet = [f"`{f}`" for f in not_run if f not in EXCLUDED]
+    if left_out:
+        lines += ["", f"Left out ({len(left_out)} files): " + ", ".join(left_out) + "."]
+    if not_yet:
+        lines += ["", f"Not run yet ({len(not_yet)} files): " + ", ".join(not_yet) + "."]
     return "\n".join(lines)
 
 
