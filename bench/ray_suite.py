@@ -517,6 +517,61 @@ def report(results: Results, names: Sequence[str]) -> tuple[str, Summary]:
     return "\n".join(rows), summary
 
 
+def markdown(results: Results, names: Sequence[str], every_file: Sequence[str]) -> str:
+    """The cumulative table as markdown (for docs/drop-in.md): per file stock-passing and
+    passing on ours, each miss with its cause, the share, and the files not run and why."""
+    text, summary = report(results, names)
+    del text
+    lines = [
+        "| file | stock: passed / failed / errors / skipped | ours: passed / failed / errors "
+        "/ skipped | stock-passing tests passing on ours |",
+        "|---|---|---|---|",
+    ]
+    no_tests: list[str] = []
+    for name in names:
+        stock, ours = results.get(name, "stock"), results.get(name, "ours")
+        if stock is None or ours is None:
+            continue
+        if not stock.tests:
+            no_tests.append(f"`{name}` ({stock.note.split(' while ')[0] or 'no test collected'})")
+            continue
+        passing = [t for t, r in stock.tests.items() if r.outcome == "passed"]
+        kept = sum(
+            1
+            for t in passing
+            if ours.tests.get(t) is not None and ours.tests[t].outcome == "passed"
+        )
+        sc, oc = stock.counts(), ours.counts()
+        lines.append(
+            f"| `{name}` | {sc['passed']} / {sc['failed']} / {sc['error']} / {sc['skipped']} "
+            f"| {oc['passed']} / {oc['failed']} / {oc['error']} / {oc['skipped']} "
+            f"| {kept} / {len(passing)} |"
+        )
+    lines.append(
+        f"| **{summary.files} files** | | | **{summary.ours_passing} / {summary.stock_passing} "
+        f"({100 * summary.share:.1f}%)** |"
+    )
+    if summary.misses:
+        lines += ["", "Stock-passing tests that do not pass on ours (first error line):", ""]
+        lines += [
+            f"- `{t.split('::', 1)[-1]}` ({t.split('::')[0].rsplit('/', 1)[-1]}, "
+            f"{o}): {m or '(no message)'}"
+            for t, o, m in summary.misses
+        ]
+    if no_tests:
+        lines += ["", "Run, but no test ran on stock either: " + ", ".join(no_tests) + "."]
+    not_run = [
+        f for f in every_file if results.get(f, "stock") is None or results.get(f, "ours") is None
+    ]
+    left_out = [f"`{f}` ({EXCLUDED[f]})" for f in not_run if f in EXCLUDED]
+    not_yet = [f"`{f}`" for f in not_run if f not in EXCLUDED]
+    if left_out:
+        lines += ["", f"Left out ({len(left_out)} files): " + ", ".join(left_out) + "."]
+    if not_yet:
+        lines += ["", f"Not run yet ({len(not_yet)} files): " + ", ".join(not_yet) + "."]
+    return "\n".join(lines)
+
+
 def _load_average() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
@@ -552,6 +607,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--file-timeout", type=float, default=1800.0, help="per-file limit, s")
     parser.add_argument("--logs", type=pathlib.Path, default=None, help="keep pytest output here")
     parser.add_argument("--report", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="with --report: the cumulative table over every file in the results, as markdown",
+    )
     args = parser.parse_args(argv)
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     unknown = set(sides) - set(SIDES)
@@ -563,6 +623,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = select_files([p for p in patterns if p and not p.startswith("#")])
     results = Results(args.results)
     rerun = {s.strip() for s in args.rerun.split(",") if s.strip()}
+    if args.report and args.markdown:
+        every_file = all_test_files()
+        print(markdown(results, [f for f in every_file if f in results.files], every_file))
+        return 0
     if not args.report:
         venv_by_side = {side: prepare(side) for side in sides}
         work = list(_iter_work(files, sides, results, rerun))

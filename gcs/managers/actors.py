@@ -276,12 +276,15 @@ class ActorManager:
         """(actors, total, num_filtered), as ``GetAllActorInfo`` answers.  Every actor held
         (live, and dead ones up to the cache bound), whatever ``show_dead_jobs`` says: Ray
         answers ``false`` from memory and ``true`` from its table, and ours holds both alike
-        (a detached actor outlives its job and is listed after it)."""
+        (a detached actor outlives its job and is listed after it).  Ray runs the
+        ``actor_id`` filter over every actor too, so every other actor counts as filtered
+        (Ray's state API takes ``total - num_filtered`` as what it should have got)."""
         out: list[gcs_pb2.ActorTableData] = []
         filtered = 0
-        source: Iterable[gcs_pb2.ActorTableData] = (
-            self.actors.values() if actor_id is None else filter(None, [self.actors.get(actor_id)])
-        )
+        source: Iterable[gcs_pb2.ActorTableData] = self.actors.values()
+        if actor_id is not None:
+            source = filter(None, [self.actors.get(actor_id)])
+            filtered = len(self.actors) - (1 if actor_id in self.actors else 0)
         for actor in source:
             if (job_id is not None and actor.job_id != job_id) or (
                 state is not None and actor.state != state

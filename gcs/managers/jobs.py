@@ -154,8 +154,8 @@ class JobManager:
         stored.CopyFrom(job)
         stored.is_dead = False
         stored.virtual_cluster_id = job_virtual_cluster(stored)
-        if not stored.start_time:
-            stored.start_time = now_ms(self._clock)
+        # Ray's GcsJobManager stamps both with its own clock, over what the driver sent.
+        stored.start_time = stored.timestamp = now_ms(self._clock)
         async with self._lane:
             for listener in self._events:
                 listener.check_job(stored)
@@ -178,7 +178,7 @@ class JobManager:
             updated = gcs_pb2.JobTableData()
             updated.CopyFrom(job)
             updated.is_dead = True
-            updated.end_time = now_ms(self._clock)
+            updated.end_time = updated.timestamp = now_ms(self._clock)
 
             def apply() -> None:
                 self._jobs[job_id] = updated

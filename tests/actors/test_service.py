@@ -141,6 +141,31 @@ class TestActorInfoService:
             states = {a.name: a.state for a in every.actor_table_data}
             assert states == {"keeper": ALIVE, "": DEAD}, (show_dead_jobs, states)
 
+    async def test_actor_id_filter_counts_every_other_actor_as_filtered(
+        self, cluster: Cluster
+    ) -> None:
+        """Ray's GetAllActorInfo runs the actor_id filter over every actor it holds, so
+        ``num_filtered`` counts the others: Ray's state API (``list_actors(filters=
+        [("actor_id", "=", ...)])``) checks ``total == len(actors) + num_filtered`` and
+        reports truncation otherwise (Ray's test_implicit_resource.py)."""
+        stubs = await cluster.start()
+        for n in (1, 2, 3):
+            await stubs.actors.RegisterActor(G.RegisterActorRequest(task_spec=actor_spec(n)))
+        Filters = G.GetAllActorInfoRequest.Filters
+        one = await stubs.actors.GetAllActorInfo(
+            G.GetAllActorInfoRequest(filters=Filters(actor_id=b"\x02" * 16))
+        )
+        assert [a.actor_id for a in one.actor_table_data] == [b"\x02" * 16]
+        assert (one.total, one.num_filtered) == (3, 2)
+        none = await stubs.actors.GetAllActorInfo(
+            G.GetAllActorInfoRequest(filters=Filters(actor_id=b"\x09" * 16))
+        )
+        assert (len(none.actor_table_data), none.total, none.num_filtered) == (0, 3, 3)
+        other_job = await stubs.actors.GetAllActorInfo(
+            G.GetAllActorInfoRequest(filters=Filters(actor_id=b"\x02" * 16, job_id=b"\x07" * 4))
+        )
+        assert (len(other_job.actor_table_data), other_job.num_filtered) == (0, 3)
+
     async def test_bad_requests_are_invalid_argument(self, cluster: Cluster) -> None:
         stubs = await cluster.start()
         spec = actor_spec(1)

@@ -16,7 +16,7 @@ import asyncio
 
 import pytest
 
-from gcs.clock import now_ms
+from gcs.clock import FakeClock, now_ms
 from gcs.config import RequestLimits
 from gcs.errors import AlreadyExists
 from gcs.managers import actor_states as states
@@ -24,6 +24,7 @@ from gcs.managers.actor_warnings import (
     DETACHED_ACTOR_ANONYMOUS_NAMESPACE,
     is_anonymous_namespace,
 )
+from gcs.managers.jobs import JobManager
 from gcs.managers.placement_groups import PG, STATS
 from gcs.placement.policy import BundleDemand, GroupRequest, NodeView, Outcome, place_groups
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
@@ -270,3 +271,25 @@ class TestStrictPackNodeChoice:
         (result,) = place_groups([group], [small, worker, head])
         assert result.outcome is Outcome.PLACED
         assert set(result.assignment.values()) == {head.node_id}
+
+
+class TestJobTimes:
+    """``test_job.py::test_job_observability``: ``ray._private.state.jobs()`` shows
+    ``Timestamp == StartTime`` for a running job and ``Timestamp == EndTime`` for a
+    finished one.  Ray's GcsJobManager sets ``start_time`` and ``timestamp`` to the GCS's
+    clock when the job is added (over what the driver sent) and ``end_time`` and
+    ``timestamp`` when it is marked finished."""
+
+    async def test_added_then_finished_job_times_are_the_gcs_clock(self) -> None:
+        clock = FakeClock()
+        jobs = JobManager(MemoryStore(), clock)
+        await jobs.add(gcs_pb2.JobTableData(job_id=JOB, start_time=5, timestamp=7))
+        added = jobs.jobs[JOB]
+        assert added.start_time == added.timestamp == now_ms(clock) > 0
+        assert added.end_time == 0
+        clock.advance(2.5)
+        assert await jobs.mark_finished(JOB)
+        finished = jobs.jobs[JOB]
+        assert finished.end_time == finished.timestamp == now_ms(clock)
+        assert finished.start_time == added.start_time
+        assert finished.end_time - finished.start_time == 2_500

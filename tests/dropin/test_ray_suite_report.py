@@ -1,0 +1,45 @@
+"""``bench/ray_suite.py``'s cumulative table: results kept on disk across runs, shown per file
+with the share of stock-passing tests that pass on ours, each miss with its cause, and the
+files not run with the reason (no Ray is run here)."""
+
+from __future__ import annotations
+
+import pathlib
+
+from bench import ray_suite
+from bench.ray_suite import FileRun, Results
+from bench.ray_suite import TestResult as Outcome
+
+
+def _run(**outcomes: str) -> FileRun:
+    return FileRun(
+        tests={
+            f"t.py::{name}": Outcome(o, "boom" if o == "failed" else "")
+            for name, o in outcomes.items()
+        },
+        duration_s=1.0,
+        exit_code=0,
+    )
+
+
+def test_results_accumulate_across_runs_and_render_as_markdown(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "results.json"
+    first = Results(path)
+    first.put("test_a.py", "stock", _run(x="passed", y="passed", z="failed"))
+    first.put("test_a.py", "ours", _run(x="passed", y="failed", z="failed"))
+    second = Results(path)  # a later run, same file on disk
+    second.put("test_b.py", "stock", _run(w="passed"))
+    second.put("test_b.py", "ours", _run(w="passed"))
+    second.put("test_c.py", "stock", FileRun({}, 0.5, 4, note="ImportError while importing x"))
+    second.put("test_c.py", "ours", FileRun({}, 0.5, 4, note="ImportError while importing x"))
+
+    every = ["test_a.py", "test_b.py", "test_c.py", "test_d.py", "test_mpi.py"]
+    text = ray_suite.markdown(Results(path), ["test_a.py", "test_b.py", "test_c.py"], every)
+
+    assert "| `test_a.py` | 2 / 1 / 0 / 0 | 1 / 2 / 0 / 0 | 1 / 2 |" in text
+    assert "| `test_b.py` | 1 / 0 / 0 / 0 | 1 / 0 / 0 / 0 | 1 / 1 |" in text
+    assert "**2 / 3 (66.7%)**" in text
+    assert "- `y` (t.py, failed): boom" in text
+    assert "`test_c.py` (ImportError)" in text
+    assert "Left out (1 files): `test_mpi.py` (MPI)." in text
+    assert "Not run yet (1 files): `test_d.py`." in text
