@@ -118,8 +118,12 @@ async def test_scale_up_under_submit_and_back_down_to_min(tmp_path: Path) -> Non
         # idle workers drain and terminate back to min_workers; their deaths are events
         await rounds.until(back_to_min, nodes=nodes)
         assert len(server.managers.nodes.alive) == 2  # type: ignore[union-attr]
-        kinds = [e.kind for e in rt.events.recent(100)]
-        assert kinds.count("drain") == 7 and "launch" in kinds
+        events = rt.events.recent(100)
+        kinds = [e.kind for e in events]
+        # 7 workers drained; on a loaded machine one may be drained twice (a drain accepted,
+        # then its termination retried), so nodes are counted, not events
+        drained = {e.message.split()[2] for e in events if e.kind == "drain"}
+        assert len(drained) == 7 and "launch" in kinds, [e.message for e in events]
         assert rt.reconciler.failed_rounds == 0, rt.reconciler.last_error
         await rounds.round()  # publishes what the last round's drains logged
         # the events reach `gcs status` through the GCS (InternalKV), as `ray status` shows

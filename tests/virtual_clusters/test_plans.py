@@ -84,7 +84,9 @@ class TestFlushAndPublishTable:
         h.create("b", {"1": 2}, divisible=False)
         h.job("a", "j", {"0": 1})
         h.run(h.registry.remove_nodes("b", [sorted(h.registry.get("b").members)[0]]))
-        assert {k: v.SerializeToString() for k, v in h.registry.records().items()} == h.store
+        assert {
+            k: v.SerializeToString(deterministic=True) for k, v in h.registry.records().items()
+        } == h.store
 
 
 class TestPublicNames:
