@@ -143,7 +143,7 @@ class GcsServer:
     async def start(self) -> None:
         """Wire, load every component, run them; returns once the GCS port serves.  A
         failure closes what was loaded and is raised as the component raised it."""
-        security = self._resolve_security()
+        self._resolve_security()
         if self._store is None:
             self._store = store_from_url(
                 self.config.storage_url(),
@@ -154,19 +154,7 @@ class GcsServer:
         if self.config.ha.enabled:
             await self._start_ha()
             return
-        self.wiring = build(
-            self.config,
-            store=self._store,
-            owns_store=self._owns_store,
-            clock=self.clock,
-            security=security,
-            metrics=self.metrics,
-            advertised_host=self.advertised_host,
-            lane_policy=self._lane_policy,
-            raylets=self._raylets,
-            actor_gateway=self._actor_gateway,
-            extras=self._extras,
-        )
+        self.wiring = self._build(self.config, self._store, owns_store=self._owns_store)
         self._supervisor = Supervisor(self.wiring.components)
         try:
             await self._supervisor.load()
@@ -241,13 +229,19 @@ class GcsServer:
         )
         return LockDir(directory, self.clock)
 
-    async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> _LeaderTerm:
-        """One HA leader term: wire afresh on the term's store, load (from the standby's
-        mirror), run; returns once the shared port serves."""
-        wiring = build(
-            dataclasses.replace(self.config, metrics_port=-1),
+    def _build(
+        self,
+        config: GcsConfig,
+        store: Store,
+        *,
+        owns_store: bool,
+        admit: Callable[[], bool] | None = None,
+    ) -> Wiring:
+        """The wiring of one serving GCS (the whole run, or one HA leader term)."""
+        return build(
+            config,
             store=store,
-            owns_store=False,
+            owns_store=owns_store,
             clock=self.clock,
             security=self.security,
             metrics=self.metrics,
@@ -257,6 +251,13 @@ class GcsServer:
             actor_gateway=self._actor_gateway,
             extras=self._extras,
             admit=admit,
+        )
+
+    async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> _LeaderTerm:
+        """One HA leader term: wire afresh on the term's store, load (from the standby's
+        mirror), run; returns once the shared port serves."""
+        wiring = self._build(
+            dataclasses.replace(self.config, metrics_port=-1), store, owns_store=False, admit=admit
         )
         supervisor = Supervisor(wiring.components)
         try:
