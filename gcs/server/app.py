@@ -4,16 +4,13 @@ A facade over the wiring (:mod:`gcs.server.wiring`, which builds every component
 I/O) and the :class:`~gcs.lifecycle.Supervisor` (load in order -> run all -> close in
 reverse; the first failure stops everything).  :meth:`GcsServer.start` returns once the GCS
 port serves; :meth:`GcsServer.wait` until :meth:`GcsServer.stop` or a failure, which it
-raises.  Startup is design.md's load -> repair -> serve: every ``load()`` (the store, then
-each manager's state and its repairs) finishes before any ``run()`` serves or loops.
-"""
+raises.  Every ``load()`` (the store, then each manager's state and its repairs) finishes
+before any ``run()`` serves or loops.  With ``--ha``: :mod:`gcs.server.ha_member`."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import pathlib
 from collections.abc import Callable
 
 import structlog
@@ -27,12 +24,11 @@ from gcs.rpc.front import FrontServer
 from gcs.rpc.raylets.actors import ActorGateway
 from gcs.rpc.raylets.gateway import RayletGateway
 from gcs.rpc.security import Security
-from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.addresses import advertised_host
 from gcs.server.extras import Extras
-from gcs.server.gc_policy import SurvivorFreezer, freeze_start_heap
-from gcs.server.ha import HaCoordinator, HaSettings
-from gcs.server.ha_lock import LockDir, default_lock_dir
+from gcs.server.gc_policy import SurvivorFreezer
+from gcs.server.ha import HaCoordinator
+from gcs.server.ha_member import LeaderTerm, member, run_until_warm, start_leader_term
 from gcs.server.ha_mirror import TakeoverStore
 from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
@@ -80,10 +76,8 @@ class GcsServer:
         self._running: asyncio.Task[None] | None = None
         self._stopping = False
         self.ha: HaCoordinator | None = None
-        self._standby_heap_frozen = False
-        """With ``ha.enabled`` (``gcs serve --ha``): this member's lease loop and role."""
+        """With ``ha.enabled``: the member's lease loop; ``ha_status``: its health port."""
         self.ha_status: HaStatusServer | None = None
-        """With ``ha.status_port``: the member's own health port."""
 
     # -- what tests, the CLI and benches read ----------------------------------------------
     @property
@@ -159,7 +153,7 @@ class GcsServer:
         try:
             await self._supervisor.load()
         except ComponentFailed as failed:
-            raise _cause(failed) from None
+            raise failed.cause from None
         self._running = asyncio.create_task(self._supervisor.run(), name="gcs")
         serving = asyncio.create_task(self.wiring.rpc.serving())
         await asyncio.wait({self._running, serving}, return_when=asyncio.FIRST_COMPLETED)
@@ -181,53 +175,18 @@ class GcsServer:
 
     async def _start_ha(self) -> None:
         """``--ha``: returns once this member is a warm standby (it may already lead);
-        :meth:`wait` runs its terms (``gcs.server.ha``)."""
+        :meth:`wait` runs its terms (``gcs.server.ha_member``)."""
         cfg, store = self.config, self.store
         await open_with_retry(store, self.clock)
         if cfg.metrics_port >= 0:  # across terms; each term's wiring serves none
             self.metrics.serve(cfg.host, cfg.metrics_port)
-        if cfg.ha.status_port >= 0:
-            self.ha_status = HaStatusServer()
-            await self.ha_status.start(cfg.host, cfg.ha.status_port)
-        ha = self.ha = HaCoordinator(
-            store,
-            self.clock,
-            HaSettings.of(cfg.ha),
-            start_term=self._start_term,
-            metrics=self.metrics,
-            on_serving=self.ha_status.set if self.ha_status is not None else None,
-            locks=self._holder_locks(),
-            on_mirror_loaded=self._freeze_standby_heap,
+        self.ha, self.ha_status = await member(
+            cfg, store, self.clock, self.metrics, self._start_term
         )
-        self._running = asyncio.create_task(ha.run(), name="gcs-ha")
-        warm = asyncio.create_task(ha.warm())
-        await asyncio.wait({self._running, warm}, return_when=asyncio.FIRST_COMPLETED)
-        if not warm.done():
-            warm.cancel()
-            await self._running  # raises what failed
+        self._running = await run_until_warm(self.ha)
         log.info(
-            "gcs.ha_member", storage=store.url, metrics_port=self.metrics_port, **ha.describe()
+            "gcs.ha_member", storage=store.url, metrics_port=self.metrics_port, **self.ha.describe()
         )
-
-    def _freeze_standby_heap(self) -> None:
-        """The standby's start-up heap (modules, the warm copy) frozen once, as the ``gc``
-        component does at a plain start (``gcs.server.gc_policy``), so that the takeover's
-        term does not pay for that full collection."""
-        if self.config.gc_gen0_threshold > 0 and not self._standby_heap_frozen:
-            self._standby_heap_frozen = True
-            freeze_start_heap()
-
-    def _holder_locks(self) -> LockDir | None:
-        """Same-host death detection (``ha.lock_dir``; ``off``: none)."""
-        cfg = self.config
-        if cfg.ha.lock_dir == "off":
-            return None
-        directory = (
-            pathlib.Path(cfg.ha.lock_dir)
-            if cfg.ha.lock_dir
-            else default_lock_dir(cfg.storage_url(), cfg.namespace)
-        )
-        return LockDir(directory, self.clock)
 
     def _build(
         self,
@@ -253,41 +212,21 @@ class GcsServer:
             admit=admit,
         )
 
-    async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> _LeaderTerm:
+    async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> LeaderTerm:
         """One HA leader term: wire afresh on the term's store, load (from the standby's
         mirror), run; returns once the shared port serves."""
         wiring = self._build(
             dataclasses.replace(self.config, metrics_port=-1), store, owns_store=False, admit=admit
         )
-        supervisor = Supervisor(wiring.components)
-        try:
-            await supervisor.load()
-        except ComponentFailed as failed:
-            raise _cause(failed) from None
-        store.release_mirror()
-        running = asyncio.create_task(supervisor.run(), name="gcs-term")
-        term = _LeaderTerm(wiring, supervisor, running, on_stopped=self._term_stopped)
-        serving = asyncio.create_task(wiring.rpc.serving())
-        await asyncio.wait({running, serving}, return_when=asyncio.FIRST_COMPLETED)
-        serving.cancel()
-        if not wiring.rpc.is_serving:
-            failure = running.exception() if running.done() else None
-            await term.stop()
-            if isinstance(failure, ComponentFailed):
-                raise _cause(failure)
-            raise RuntimeError("the GCS term stopped before it served")
-        self.wiring = wiring
         assert self.ha is not None
-        record = {"holder": self.ha.settings.holder, "epoch": self.ha.epoch}
-        record["since"] = round(self.clock.now_s(), 3)
-        try:  # `gcs status` shows who leads (a fenced write here ends the term)
-            await wiring.managers.kv.put(
-                HA_NAMESPACE, HA_LEADER_KEY, json.dumps(record).encode(), overwrite=True
-            )
-        except BaseException:
-            await term.stop()
-            raise
-        return term
+        leader = {"holder": self.ha.settings.holder, "epoch": self.ha.epoch}
+        leader["since"] = round(self.clock.now_s(), 3)
+        return await start_leader_term(
+            wiring, store, leader, on_serving=self._term_serving, on_stopped=self._term_stopped
+        )
+
+    def _term_serving(self, wiring: Wiring) -> None:
+        self.wiring = wiring
 
     def _term_stopped(self, wiring: Wiring) -> None:
         if self.wiring is wiring:
@@ -317,7 +256,7 @@ class GcsServer:
             await asyncio.shield(self._running)
         except ComponentFailed as failed:
             await self.stop()
-            raise _cause(failed) from None
+            raise failed.cause from None
 
     async def stop(self, grace_s: float = 2.0) -> None:
         """Close every component in reverse order; idempotent, safe before start."""
@@ -358,38 +297,3 @@ class GcsServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-class _LeaderTerm:
-    """One running HA term (:class:`gcs.server.ha.Term`)."""
-
-    def __init__(
-        self,
-        wiring: Wiring,
-        supervisor: Supervisor,
-        running: asyncio.Task[None],
-        *,
-        on_stopped: Callable[[Wiring], None],
-    ) -> None:
-        self.wiring = wiring
-        self._supervisor = supervisor
-        self._running = running
-        self._on_stopped = on_stopped
-
-    async def wait(self) -> None:
-        try:
-            await asyncio.shield(self._running)
-        except ComponentFailed as failed:
-            raise _cause(failed) from None
-
-    async def stop(self) -> None:
-        self.wiring.rpc.grace_s = 0.0  # not the leader any more: nothing waits to finish
-        self._supervisor.stop()
-        await asyncio.gather(self._running, return_exceptions=True)
-        await self._supervisor.close()
-        self._on_stopped(self.wiring)
-
-
-def _cause(failed: ComponentFailed) -> BaseException:
-    """What the component raised (callers and the CLI report that, not the wrapper)."""
-    return failed.cause

@@ -1,0 +1,156 @@
+"""What ``GcsServer`` runs with ``--ha`` instead of one wiring for the whole run: the
+member's lease loop (``gcs.server.ha``), its status port, and each leader term — a fresh
+wiring loaded from the standby's mirror, run until the lease is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+from collections.abc import Callable
+
+from gcs.clock import Clock
+from gcs.config import GcsConfig
+from gcs.lifecycle import ComponentFailed, Supervisor
+from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
+from gcs.server.gc_policy import freeze_start_heap
+from gcs.server.ha import HaCoordinator, HaSettings, StartTerm
+from gcs.server.ha_lock import LockDir, default_lock_dir
+from gcs.server.ha_mirror import TakeoverStore
+from gcs.server.ha_status import HaStatusServer
+from gcs.server.metrics import GcsMetrics
+from gcs.server.wiring import Wiring
+from gcs.store import Store
+
+
+class LeaderTerm:
+    """One running HA term (:class:`gcs.server.ha.Term`)."""
+
+    def __init__(
+        self,
+        wiring: Wiring,
+        supervisor: Supervisor,
+        running: asyncio.Task[None],
+        *,
+        on_stopped: Callable[[Wiring], None],
+    ) -> None:
+        self.wiring = wiring
+        self._supervisor = supervisor
+        self._running = running
+        self._on_stopped = on_stopped
+
+    async def wait(self) -> None:
+        try:
+            await asyncio.shield(self._running)
+        except ComponentFailed as failed:
+            raise failed.cause from None
+
+    async def stop(self) -> None:
+        self.wiring.rpc.grace_s = 0.0  # not the leader any more: nothing waits to finish
+        self._supervisor.stop()
+        await asyncio.gather(self._running, return_exceptions=True)
+        await self._supervisor.close()
+        self._on_stopped(self.wiring)
+
+
+async def start_leader_term(
+    wiring: Wiring,
+    store: TakeoverStore,
+    leader: dict[str, object],
+    *,
+    on_serving: Callable[[Wiring], None],
+    on_stopped: Callable[[Wiring], None],
+) -> LeaderTerm:
+    """Load ``wiring`` (from the standby's mirror), run it; returns once the shared port
+    serves and ``leader`` is recorded in InternalKV for ``gcs status``."""
+    supervisor = Supervisor(wiring.components)
+    try:
+        await supervisor.load()
+    except ComponentFailed as failed:
+        raise failed.cause from None
+    store.release_mirror()
+    running = asyncio.create_task(supervisor.run(), name="gcs-term")
+    term = LeaderTerm(wiring, supervisor, running, on_stopped=on_stopped)
+    serving = asyncio.create_task(wiring.rpc.serving())
+    await asyncio.wait({running, serving}, return_when=asyncio.FIRST_COMPLETED)
+    serving.cancel()
+    if not wiring.rpc.is_serving:
+        failure = running.exception() if running.done() else None
+        await term.stop()
+        if isinstance(failure, ComponentFailed):
+            raise failure.cause
+        raise RuntimeError("the GCS term stopped before it served")
+    on_serving(wiring)
+    try:  # `gcs status` shows who leads (a fenced write here ends the term)
+        await wiring.managers.kv.put(
+            HA_NAMESPACE, HA_LEADER_KEY, json.dumps(leader).encode(), overwrite=True
+        )
+    except BaseException:
+        await term.stop()
+        raise
+    return term
+
+
+def holder_locks(config: GcsConfig, clock: Clock) -> LockDir | None:
+    """Same-host death detection (``ha.lock_dir``; ``off``: none)."""
+    if config.ha.lock_dir == "off":
+        return None
+    directory = (
+        pathlib.Path(config.ha.lock_dir)
+        if config.ha.lock_dir
+        else default_lock_dir(config.storage_url(), config.namespace)
+    )
+    return LockDir(directory, clock)
+
+
+def standby_heap_freezer(config: GcsConfig) -> Callable[[], None]:
+    """The standby's start-up heap (modules, the warm copy) frozen once, as the ``gc``
+    component does at a plain start (``gcs.server.gc_policy``), so that the takeover's
+    term does not pay for that full collection."""
+    frozen = False
+
+    def freeze() -> None:
+        nonlocal frozen
+        if config.gc_gen0_threshold > 0 and not frozen:
+            frozen = True
+            freeze_start_heap()
+
+    return freeze
+
+
+async def member(
+    config: GcsConfig,
+    store: Store,
+    clock: Clock,
+    metrics: GcsMetrics,
+    start_term: StartTerm,
+) -> tuple[HaCoordinator, HaStatusServer | None]:
+    """The member's lease loop, not yet running, and its status port (with
+    ``ha.status_port``), started."""
+    status: HaStatusServer | None = None
+    if config.ha.status_port >= 0:
+        status = HaStatusServer()
+        await status.start(config.host, config.ha.status_port)
+    ha = HaCoordinator(
+        store,
+        clock,
+        HaSettings.of(config.ha),
+        start_term=start_term,
+        metrics=metrics,
+        on_serving=status.set if status is not None else None,
+        locks=holder_locks(config, clock),
+        on_mirror_loaded=standby_heap_freezer(config),
+    )
+    return ha, status
+
+
+async def run_until_warm(ha: HaCoordinator) -> asyncio.Task[None]:
+    """Start the lease loop; returns its task once the member is a warm standby (it may
+    already lead), or raises what failed before."""
+    running = asyncio.create_task(ha.run(), name="gcs-ha")
+    warm = asyncio.create_task(ha.warm())
+    await asyncio.wait({running, warm}, return_when=asyncio.FIRST_COMPLETED)
+    if not warm.done():
+        warm.cancel()
+        await running  # raises what failed
+    return running
