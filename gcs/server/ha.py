@@ -295,6 +295,7 @@ class HaCoordinator:
             return None
         task = asyncio.ensure_future(died)
         self._watch = (lease.holder, task)
+        log.info("ha.watching_holder", holder=lease.holder)
         return task
 
     async def _unwatch(self) -> None:

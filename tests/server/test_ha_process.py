@@ -201,7 +201,7 @@ async def test_leader_kill9_on_the_same_host_is_replaced_well_before_the_lease_t
     b = group.add("b", long_ttl)
     b.wait_for("ha.standby")
     await _first_answer(group.address)
-    await asyncio.sleep(1.0)  # b reads the lease and watches a's lock
+    b.wait_for("ha.watching_holder")  # b read the lease and holds a watch on a's lock
 
     a.kill9()
     killed = time.monotonic()
