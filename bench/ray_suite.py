@@ -188,11 +188,15 @@ def provide_redis(venv: venvs.Venv) -> None:
 
 def prepare(side: str) -> venvs.Venv:
     """The side's venv, built once, tests installed; ours with the launcher in place."""
-    venv = venvs.ensure_venv(suite_spec(side))
-    install_tests(venv)
-    provide_redis(venv)
-    if side == "ours":
-        install(locate(str(venv.python)))
+    spec = suite_spec(side)
+    venv = venvs.ensure_venv(spec)
+    # one preparer at a time: two pytest workers copying the tests tree into the same venv
+    # collide ("File exists"), as CI's first run on a fresh cache showed
+    with venvs.locked(spec.name + "-prepare"):
+        install_tests(venv)
+        provide_redis(venv)
+        if side == "ours":
+            install(locate(str(venv.python)))
     return venv
 
 

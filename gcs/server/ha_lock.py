@@ -60,8 +60,14 @@ class HolderLocks(Protocol):
         awaitable that completes once ``holder``'s process died."""
 
 
-def default_lock_dir(store_url: str, namespace: str) -> pathlib.Path:
-    digest = hashlib.sha256(f"{store_url}\0{namespace}".encode()).hexdigest()[:16]
+def default_lock_dir(store_url: str, namespace: str, pid: int | None = None) -> pathlib.Path:
+    """One directory per cluster on this host.  A ``memory://`` store lives in one process,
+    so two processes on it are two clusters: their directory names the process too (else
+    two unrelated servers with the same holder name refuse each other's start)."""
+    key = f"{store_url}\0{namespace}"
+    if store_url.startswith("memory:"):
+        key += f"\0{os.getpid() if pid is None else pid}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return pathlib.Path(tempfile.gettempdir()) / f"gcs-ha-{digest}"
 
 

@@ -141,7 +141,7 @@ def _builder_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
+def locked(name: str) -> Iterator[None]:
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     with (root / f"{name}.lock").open("a") as fh:
@@ -174,7 +174,7 @@ def _find_wheel(spec: VenvSpec) -> pathlib.Path | None:
 def wheel_path(dist: str) -> pathlib.Path:
     """The cached wheel file of ``"ray"`` or ``"ant-ray"``, downloading it on first use."""
     spec = SPECS[dist]
-    with _locked("wheels"):
+    with locked("wheels"):
         return _download_wheel(spec)
 
 
@@ -214,10 +214,10 @@ def ensure_venv(spec: VenvSpec) -> Venv:
     """The venv for ``spec``, built once per cache (safe against concurrent builders)."""
     venv = Venv(spec, cache_root() / spec.name)
     stamp = venv.path / _COMPLETE
-    with _locked(spec.name):
+    with locked(spec.name):
         if stamp.is_file() and stamp.read_text() == _stamp(spec) and venv.python.exists():
             return venv
-        with _locked("wheels"):
+        with locked("wheels"):
             wheel = _download_wheel(spec)
         shutil.rmtree(venv.path, ignore_errors=True)
         _run([sys.executable, "-m", "venv", str(venv.path)], timeout=300)
@@ -244,7 +244,7 @@ def ensure_our_dependencies(venv: Venv) -> None:
     deps = our_runtime_dependencies()
     digest = hashlib.sha256("\n".join(sorted(deps)).encode()).hexdigest()
     marker = venv.path / _OURS_STAMP
-    with _locked(venv.spec.name):
+    with locked(venv.spec.name):
         if marker.is_file() and marker.read_text() == digest:
             return
         _run([str(venv.python), "-m", "pip", "install", "--no-input", *deps])

@@ -1,5 +1,6 @@
-"""``--dist loadgroup`` as this suite means it: every test of one ``tests/interop`` module on
-one worker, every other test on its own (as ``--dist load`` spreads them).
+"""``--dist loadgroup`` as this suite means it: every test of one ``tests/interop`` or
+``tests/dropin`` module on one worker, every other test on its own (as ``--dist load``
+spreads them).
 
 One worker per interop module starts the module's cluster once (its module-scoped fixtures
 live there), and two clusters of a module never race for the same loopback addresses and
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 from xdist.scheduler import LoadScopeScheduling
 
-INTEROP = "tests/interop/"
+GROUPED = ("tests/interop/", "tests/dropin/")
+"""Modules whose tests share a module-scoped cluster or venv: each runs on one worker."""
 
 
 class InteropModuleScheduling(LoadScopeScheduling):
@@ -24,4 +26,4 @@ class InteropModuleScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
-        return path if path.startswith(INTEROP) else nodeid
+        return path if path.startswith(GROUPED) else nodeid

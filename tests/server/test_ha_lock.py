@@ -133,3 +133,14 @@ def test_the_default_directory_is_per_store_and_namespace() -> None:
     assert one == default_lock_dir("redis://h:1/0", "a")
     assert one != default_lock_dir("redis://h:1/0", "b")
     assert one != default_lock_dir("redis://h:2/0", "a")
+    assert default_lock_dir("redis://h:1/0", "a", pid=1) == default_lock_dir(
+        "redis://h:1/0", "a", pid=2
+    )
+
+
+def test_a_memory_store_is_one_process_so_its_directory_names_the_process() -> None:
+    """Two test workers on this host, each with its own ``memory://`` cluster and a holder
+    named "a", refused each other's start (HolderInUse in CI)."""
+    mine = default_lock_dir("memory://", "a")
+    assert mine == default_lock_dir("memory://", "a", pid=os.getpid())
+    assert mine != default_lock_dir("memory://", "a", pid=os.getpid() + 1)
