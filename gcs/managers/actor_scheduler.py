@@ -129,6 +129,8 @@ class Failed:
     """The constructor raised on this worker, which now exits and reports the exception
     (``creation_task_exception``, the serialized error the caller rebuilds); the cause
     here has its text only."""
+    borrowed_refs: tuple[common_pb2.ObjectReferenceCount, ...] = ()
+    """The failed creation's borrowed references (the owner settles them as Ray's does)."""
 
 
 _lease_counter = itertools.count(1)
@@ -349,7 +351,12 @@ class ActorScheduler:
             exception = common_pb2.RayException(
                 language=common_pb2.PYTHON, formatted_exception_string=message
             )
-            return Failed(states.creation_failed(exception), message, exiting_worker=worker)
+            return Failed(
+                states.creation_failed(exception),
+                message,
+                exiting_worker=worker,
+                borrowed_refs=tuple(reply.borrowed_refs),
+            )
         return Created(
             worker=worker,
             node_id=worker.node_id,

@@ -61,6 +61,7 @@ CREATION_EXIT_REPORT_GRACE_S = 10.0
 Actor = gcs_pb2.ActorTableData
 CreateOutcome = gcs_service_pb2.CreateActorReply
 _CANCELLED = 19  # Ray's StatusCode::SchedulingCancelled
+_CREATION_TASK_ERROR = 16  # Ray's StatusCode::CreationTaskError
 _EXIT = common_pb2.WorkerExitType
 
 
@@ -683,6 +684,17 @@ class ActorManager:
         assert failed.exiting_worker is not None
         worker_id = failed.exiting_worker.worker_id
         self._raised_in_creation[worker_id] = actor_id
+        # the creator hears now, as from Ray's GCS: status CreationTaskError with the
+        # worker's error text, so its task shows TASK_EXECUTION_EXCEPTION and the
+        # constructor's message (not a cancelled creation)
+        reply = CreateOutcome(
+            status=gcs_service_pb2.GcsStatus(code=_CREATION_TASK_ERROR, message=failed.message)
+        )
+        reply.actor_address.CopyFrom(failed.exiting_worker)
+        reply.borrowed_refs.extend(failed.borrowed_refs)
+        for waiter in self._waiters.pop(actor_id, []):
+            if not waiter.done():
+                waiter.set_result(reply)
 
         async def fallback() -> None:
             await self._clock.sleep(CREATION_EXIT_REPORT_GRACE_S)

@@ -171,20 +171,33 @@ class TestCreation:
         other = await h.create(actor_spec(2))
         assert other.state == states.ALIVE
 
-    async def test_constructor_error_makes_the_actor_dead_and_create_answers_cancelled(
+    async def test_constructor_error_answers_create_with_creation_task_error_at_once(
         self,
     ) -> None:
-        """As Ray's GCS: the worker's exit report makes it DEAD, with the whole exception
-        (the serialized form the caller rebuilds its error from), never restarted."""
+        """As Ray's GCS: ``CreateActor`` answers CreationTaskError (16) with the worker's
+        error text as soon as the push reply says the constructor raised (the owner then
+        records the creation task as TASK_EXECUTION_EXCEPTION with that text; a cancelled
+        reply made it a WORKER_DIED with no message: Ray's test_exit_observability);
+        the worker's exit report then makes the actor DEAD with the whole exception (the
+        serialized form the caller rebuilds its error from), never restarted."""
         h = await Harness().start(1)
         h.gateway.push_script.append(
-            core_worker_pb2.PushTaskReply(is_application_error=True, task_execution_error="boom")
+            core_worker_pb2.PushTaskReply(
+                is_application_error=True,
+                task_execution_error="boom",
+                borrowed_refs=[common_pb2.ObjectReferenceCount(has_local_ref=True)],
+            )
         )
         spec = actor_spec(1, max_restarts=3)
         await h.actors.register(spec)
         create = asyncio.create_task(h.actors.create(spec))
-        await turns_until(lambda: len(h.gateway.pushes) == 1)
+        await turns_until(create.done)  # answered with no exit report yet
+        reply = create.result()
         ((worker, _push),) = h.gateway.pushes
+        assert reply.status.code == 16 and reply.status.message == "boom"
+        assert reply.actor_address == worker and len(reply.borrowed_refs) == 1
+        actor_id = spec.actor_creation_task_spec.actor_id
+        assert h.actors.actors[actor_id].state != states.DEAD
         exception = common_pb2.RayException(
             language=common_pb2.PYTHON,
             serialized_exception=b"pickled RayTaskError",
@@ -197,11 +210,9 @@ class TestCreation:
         )
         for listener in h.worker_events:
             listener.on_worker_dead(failure)
-        reply = await create
-        assert reply.status.code == 19 and reply.status.message == "Actor creation cancelled."
-        assert reply.death_cause.creation_task_failure_context == exception
-        actor = h.actors.actors[spec.actor_creation_task_spec.actor_id]
-        assert actor.state == states.DEAD and actor.num_restarts == 0
+        await turns_until(lambda: h.actors.actors[actor_id].state == states.DEAD)
+        actor = h.actors.actors[actor_id]
+        assert actor.num_restarts == 0
         assert actor.death_cause.creation_task_failure_context == exception
 
     async def test_constructor_error_without_an_exit_report_dies_with_the_text(self) -> None:
@@ -212,10 +223,13 @@ class TestCreation:
         spec = actor_spec(1)
         await h.actors.register(spec)
         create = asyncio.create_task(h.actors.create(spec))
+        await turns_until(create.done)
+        assert create.result().status.code == 16
+        actor_id = spec.actor_creation_task_spec.actor_id
         await turns_until(lambda: h.clock.sleepers > 0)
         h.clock.advance(CREATION_EXIT_REPORT_GRACE_S)
-        reply = await create
-        cause = reply.death_cause.creation_task_failure_context
+        await turns_until(lambda: h.actors.actors[actor_id].state == states.DEAD)
+        cause = h.actors.actors[actor_id].death_cause.creation_task_failure_context
         assert cause.formatted_exception_string == "boom" and not cause.serialized_exception
 
     async def test_unreachable_worker_is_leased_again(self) -> None:
