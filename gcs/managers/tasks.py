@@ -214,23 +214,34 @@ class TaskEventStore:
 
     # -- reads ---------------------------------------------------------------------------
     def query(
-        self, request: gcs_service_pb2.GetTaskEventsRequest
+        self, request: gcs_service_pb2.GetTaskEventsRequest, *, max_bytes: int | None = None
     ) -> gcs_service_pb2.GetTaskEventsReply:
         """Ray's GetTaskEvents: filters AND-ed (each list of one kind AND-ed too), then the
-        limit; counts of what was filtered, truncated and dropped."""
+        limit; counts of what was filtered, truncated and dropped.  ``max_bytes`` bounds the
+        reply as ``limit`` does: what would not fit is counted truncated (the state API
+        says so), never built."""
         f = request.filters
         limit = request.limit if request.HasField("limit") and request.limit >= 0 else None
         states = [(s.predicate, s.state.upper()) for s in f.state_filters]
         exclude_driver = f.exclude_driver  # unset: False, as in Ray
         reply = gcs_service_pb2.GetTaskEventsReply(num_total_stored=len(self._events))
         kept = 0
+        size = 0
+        full = False
         for events in self._events.values():
             if not _matches(events, f, states, exclude_driver):
                 reply.num_filtered_on_gcs += 1
                 continue
-            if limit is not None and kept >= limit:
+            if full or (limit is not None and kept >= limit):
                 reply.num_truncated += 1
                 continue
+            if max_bytes is not None:
+                entry = events.ByteSize()
+                size += entry + 2 + (entry.bit_length() + 6) // 7
+                if size > max_bytes:
+                    full = True
+                    reply.num_truncated += 1
+                    continue
             reply.events_by_task.append(events)
             kept += 1
         jobs = [jf.job_id for jf in f.job_filters if jf.predicate == EQUAL]

@@ -178,6 +178,7 @@ class RpcServer:
                     m.resources,
                     m.placement_groups,
                     virtual_cluster_nodes=m.virtual_clusters.node_filter,
+                    limits=limits,
                 ),
             ),
             (

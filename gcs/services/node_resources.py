@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gcs.config import RequestLimits
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_service_pb2
-from gcs.services.common import ok_status
+from gcs.services.common import ReplySize, ok_status
 
 Req = gcs_service_pb2
 NodeFilter = Callable[[str], frozenset[bytes] | None]
@@ -23,7 +24,9 @@ class NodeResourceInfoServicer:
         pgs: PlacementGroupManager,
         *,
         virtual_cluster_nodes: NodeFilter | None = None,
+        limits: RequestLimits,
     ) -> None:
+        self._max_reply_bytes = limits.max_reply_bytes
         self._nodes = nodes
         self._cache = cache
         self._pgs = pgs
@@ -61,7 +64,9 @@ class NodeResourceInfoServicer:
     async def GetAllResourceUsage(self, request: Any, context: Any) -> Any:
         out = Req.GetAllResourceUsageReply(status=ok_status())
         usage = out.resource_usage_data
+        size = ReplySize(self._max_reply_bytes, "node resource usages")
         for entry in self._cache.nodes.values():
+            size.add(entry.data)
             usage.batch.append(entry.data)
         for (shape, selectors), (ready, infeasible, backlog) in self._cache.demand.items():
             demand = usage.resource_load_by_shape.resource_demands.add(
@@ -73,5 +78,6 @@ class NodeResourceInfoServicer:
             for raw in selectors:
                 demand.label_selectors.add().ParseFromString(raw)
         for pg in self._pgs.pending():
+            size.add(pg)
             usage.placement_group_load.placement_group_data.append(pg)
         return out

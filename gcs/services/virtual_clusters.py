@@ -15,6 +15,7 @@ from gcs.config import RequestLimits
 from gcs.errors import InvalidArgument
 from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.proto import virtual_cluster_pb2
+from gcs.services.common import ReplySize
 from gcs.virtual_clusters import VcError
 from gcs.virtual_clusters.convert import node_instances_proto, status_proto
 from gcs.virtual_clusters.errors import VcInvalidArgument
@@ -122,6 +123,9 @@ class VirtualClusterInfoServicer:
             request.include_job_clusters,
             request.only_include_indivisible_clusters,
         )
+        size = ReplySize(self._limits.max_reply_bytes, "virtual clusters")
+        for data in found:
+            size.add(data)
         return V.GetVirtualClustersReply(status=status_proto(), virtual_cluster_data_list=found)
 
     async def CreateJobCluster(
@@ -146,6 +150,9 @@ class VirtualClusterInfoServicer:
     ) -> V.GetAllVirtualClusterInfoReply:
         limit = request.limit if request.HasField("limit") else None
         views, total = self._m.registry.all_views(limit, self._m.resources_of)
+        size = ReplySize(self._limits.max_reply_bytes, "virtual clusters")
+        for view in views:
+            size.add(view)
         return V.GetAllVirtualClusterInfoReply(
             status=status_proto(), virtual_clusters_view=views, total=total
         )

@@ -120,7 +120,8 @@ class TaskInfoServicer:
         validate.entries(
             f.state_filters, "filters.state_filters", self._limits.max_repeated_entries
         )
-        reply = self._tasks.query(request)
+        # room for the counters and the status beside the events
+        reply = self._tasks.query(request, max_bytes=self._limits.max_reply_bytes - 1024)
         reply.status.CopyFrom(ok_status())
         return reply
 

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
 import pytest
 
-from gcs.proto import gcs_service_pb2
+from gcs.config import RequestLimits
+from gcs.errors import ResourceExhausted
+from gcs.managers.tasks import TaskEventStore
+from gcs.proto import gcs_pb2, gcs_service_pb2, virtual_cluster_data_pb2, virtual_cluster_pb2
 from gcs.rpc import services as svc
 from gcs.rpc.wire import method_path
 from gcs.server import GcsServer
 from gcs.services.common import ReplySize
+from gcs.services.node_resources import NodeResourceInfoServicer
+from gcs.services.virtual_clusters import VirtualClusterInfoServicer
+from gcs.services.workers_tasks import TaskInfoServicer
 from gcs.store import store_from_url
 from gcs.store.memory import MemoryStore
 from tests.conftest import fast_config
@@ -111,3 +118,69 @@ async def test_scan_keys_reads_keys_and_stops_past_the_bound(kind: str, tmp_path
         assert keys is not None and sorted(keys) == sorted(b"p/%d" % i for i in range(10))
         assert await store.scan_keys("KV", b"p/", max_bytes=29) is None  # 10 x 3 bytes
         assert await store.scan_keys("KV", b"none", max_bytes=0) == []
+
+
+# -- the replies that had no bound: task events, resource usage, virtual clusters --------
+
+
+def _task_events(n: int, payload: int) -> gcs_pb2.TaskEventData:
+    data = gcs_pb2.TaskEventData(job_id=b"j")
+    for i in range(n):
+        events = data.events_by_task.add(task_id=b"t%03d" % i, job_id=b"j")
+        events.task_info.name = "x" * payload
+    return data
+
+
+def test_task_events_past_the_byte_bound_are_counted_truncated_not_built() -> None:
+    store = TaskEventStore()
+    store.add(_task_events(10, 1000))  # ten entries of ~1 KiB
+    request = gcs_service_pb2.GetTaskEventsRequest()
+    reply = store.query(request, max_bytes=3500)
+    assert len(reply.events_by_task) == 3 and reply.num_truncated == 7
+    assert reply.ByteSize() < 3500 + 100
+    whole = store.query(request)  # no bound: all of them
+    assert len(whole.events_by_task) == 10 and whole.num_truncated == 0
+
+
+async def test_get_task_events_is_bounded_by_max_reply_bytes() -> None:
+    store = TaskEventStore()
+    store.add(_task_events(10, 1000))
+    servicer = TaskInfoServicer(store, limits=RequestLimits(max_reply_bytes=4096))
+    reply = await servicer.GetTaskEvents(gcs_service_pb2.GetTaskEventsRequest(), None)
+    assert 0 < len(reply.events_by_task) < 10
+    assert len(reply.events_by_task) + reply.num_truncated == 10
+    assert reply.ByteSize() <= 4096
+
+
+async def test_get_all_resource_usage_stops_at_max_reply_bytes() -> None:
+    usage = gcs_pb2.ResourcesData(node_id=b"n" * 28, resources_total={"CPU": 4.0})
+    entries = {i: SimpleNamespace(data=usage) for i in range(100)}
+    cache = SimpleNamespace(nodes=entries, demand={})
+    pgs = SimpleNamespace(pending=list)
+    limit = 20 * usage.ByteSize()
+    servicer = NodeResourceInfoServicer(
+        None,  # type: ignore[arg-type]
+        cache,  # type: ignore[arg-type]
+        pgs,  # type: ignore[arg-type]
+        limits=RequestLimits(max_reply_bytes=limit),
+    )
+    with pytest.raises(ResourceExhausted, match=r"max_reply_bytes.*node resource usages"):
+        await servicer.GetAllResourceUsage(gcs_service_pb2.GetAllResourceUsageRequest(), None)
+    cache.nodes = dict(list(entries.items())[:10])
+    reply = await servicer.GetAllResourceUsage(gcs_service_pb2.GetAllResourceUsageRequest(), None)
+    assert len(reply.resource_usage_data.batch) == 10
+
+
+async def test_virtual_cluster_lists_stop_at_max_reply_bytes() -> None:
+    data = virtual_cluster_data_pb2.VirtualClusterTableData(id="vc", revision=1)
+    for i in range(50):
+        data.node_instances[f"{i:056x}"].hostname = "h" * 100
+    registry = SimpleNamespace(get_virtual_clusters=lambda *_: [data] * 10)
+    manager = SimpleNamespace(registry=registry)
+    servicer = VirtualClusterInfoServicer(
+        manager,  # type: ignore[arg-type]
+        limits=RequestLimits(max_reply_bytes=3 * data.ByteSize()),
+    )
+    request = virtual_cluster_pb2.GetVirtualClustersRequest()
+    with pytest.raises(ResourceExhausted, match=r"max_reply_bytes.*virtual clusters"):
+        await servicer.GetVirtualClusters(request, None)
