@@ -340,11 +340,12 @@ class Harness:
         return {iid: i.status for iid, i in self.im.instances.items()}
 
 
-def with_running_head(*instances: Instance) -> Harness:
+def with_running_head(*instances: Instance, cluster: ClusterConfig = CLUSTER) -> Harness:
     """A harness whose head instance runs (cloud ``ch``, Ray node ``aa``), plus ``instances``."""
     h = Harness(
         inst("head", S.RAY_RUNNING, cloud="ch", node="aa", kind=NodeKind.HEAD, itype="head"),
         *instances,
+        cluster=cluster,
     )
     h.provider.add("ch", "head", NodeKind.HEAD)
     h.node("aa", autoscaler_pb2.IDLE, "ch", "head", total_resources={"node:__internal_head__": 1})
@@ -444,6 +445,50 @@ class TestRounds:
         assert "terminate" in kinds
         report = h.gcs.reports[-1]
         assert report.autoscaler_state_version == h.im.version
+
+    async def test_idle_drains_not_yet_reported_do_not_take_a_type_below_min(self) -> None:
+        """The local end-to-end race: 3 idle workers, min_workers 1.  Round 1 drains 2;
+        the GCS still reports them IDLE in round 2 (a raylet reports draining a little
+        later), which must not drain the third; then they report DRAINING: no relaunch."""
+        cluster = parse_cluster_config(
+            {
+                "head_node_type": "head",
+                "max_workers": 10,
+                "idle_timeout_minutes": 1,
+                "available_node_types": {
+                    "head": {"resources": {"CPU": 0}, "max_workers": 0},
+                    "type-1": {"resources": {"CPU": 4}, "min_workers": 1, "max_workers": 10},
+                },
+            }
+        )
+        workers = [inst(f"w{n}", S.RAY_RUNNING, cloud=f"c{n}", node=f"b{n}") for n in range(3)]
+        h = with_running_head(*workers, cluster=cluster)
+        for n in range(3):
+            h.provider.add(f"c{n}", "type-1")
+            h.node(
+                f"b{n}",
+                autoscaler_pb2.IDLE,
+                f"c{n}",
+                idle_duration_ms=120_000 + n * 1000,
+                total_resources={"CPU": 4},
+                available_resources={"CPU": 4},
+            )
+        await h.round()
+        assert sorted(h.gcs.drains) == ["b1", "b2"]  # the two longest idle
+        await h.round()  # both drains were accepted; the GCS still says IDLE
+        assert sorted(h.gcs.drains) == ["b1", "b2"]
+        assert h.statuses()["w0"] is S.RAY_RUNNING
+        for ns in h.gcs.state.node_states:
+            if ns.node_id.hex() in ("b1", "b2"):
+                ns.status = autoscaler_pb2.DRAINING
+        await h.round()
+        assert sorted(h.gcs.drains) == ["b1", "b2"]
+        assert {i: s for i, s in h.statuses().items() if i.startswith("w")} == {
+            "w0": S.RAY_RUNNING,
+            "w1": S.RAY_STOPPING,
+            "w2": S.RAY_STOPPING,
+        }
+        assert h.provider.launch_calls == []  # nothing relaunched for min_workers
 
     async def test_provider_failures_cost_one_round_and_show_as_failed(self) -> None:
         h = with_running_head()

@@ -51,6 +51,22 @@ class TestRayQuirksFixed:
         assert reply.terminations == ()
         assert any("never terminated" in d.reason for d in reply.reasons)
 
+    def test_idle_termination_counts_nodes_already_stopping_against_min_workers(self) -> None:
+        """Last round's drains (RAY_STOP_REQUESTED, not yet reported as draining) are
+        leaving: Ray counts them as staying and idle-terminates the min_workers node too."""
+        stopping = [
+            replace(running(f"s{i}", idle_s=0), status=InstanceStatus.RAY_STOP_REQUESTED)
+            for i in range(7)
+        ]
+        last = running("last", idle_s=900)
+        reply = schedule(inp([ntype("cpu", mn=1)], [*stopping, last], idle_timeout_s=300))
+        assert reply.terminations == () and reply.launches == {}
+        assert any("min_workers of cpu is 1" in d.reason for d in reply.reasons)
+        # with 3 idle and min 2, one goes (the 7 leaving do not make room for more)
+        more = [running(f"n{i}", idle_s=900 + i) for i in range(3)]
+        reply = schedule(inp([ntype("cpu", mn=2)], [*stopping, *more], idle_timeout_s=300))
+        assert [t.instance_id for t in reply.terminations] == ["n2"]
+
 
 class TestIdleTermination:
     """Ray's idle rules."""

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode
 from gcs.autoscaler.scheduler.types import (
     PENDING_TERMINABLE_STATUSES,
+    InstanceStatus,
     NodeKind,
     SchedulerConfig,
     Termination,
@@ -87,10 +88,20 @@ def enforce_idle(
     budget: int | None,
     keep_reasons: list[tuple[str, str]],
 ) -> int:
-    """Mark idle nodes TO_TERMINATE; returns how many were marked."""
+    """Mark idle nodes TO_TERMINATE; returns how many were marked.
+
+    min_workers counts the nodes that stay.  A RAY_STOP_REQUESTED node was chosen in an
+    earlier round and is leaving (its drain in flight, or accepted and not yet reported as
+    draining): Ray 2.60 counts it as staying, so the round after an idle scale-down
+    terminates the min_workers nodes too and the next one launches replacements."""
     shape: dict[str, int] = {}
+    leaving: dict[str, int] = {}
     for n in nodes:
-        if n.status is not NodeStatus.TO_TERMINATE:
+        if n.status is NodeStatus.TO_TERMINATE:
+            continue
+        if n.im_status is InstanceStatus.RAY_STOP_REQUESTED:
+            leaving[n.node_type] = leaving.get(n.node_type, 0) + 1
+        else:
             shape[n.node_type] = shape.get(n.node_type, 0) + 1
     gone: dict[str, int] = {}
     total = 0
@@ -121,7 +132,10 @@ def enforce_idle(
         t = cfg.node_types.get(n.node_type)
         min_count = t.min_workers if t else 0
         if shape.get(n.node_type, 0) - gone.get(n.node_type, 0) <= min_count:
-            keep_reasons.append((who, f"min_workers of {n.node_type} is {min_count}"))
+            why = f"min_workers of {n.node_type} is {min_count}"
+            if k := leaving.get(n.node_type, 0):
+                why += f" ({k} already stopping)"
+            keep_reasons.append((who, why))
             continue
         if protected(n):
             keep_reasons.append((who, "do-not-disrupt label"))
