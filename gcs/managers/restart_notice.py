@@ -28,6 +28,7 @@ from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 log = structlog.get_logger("gcs.restart")
 
 NOTIFY_TIMEOUT_S = 5.0
+_FAILURES_SHOWN = 5
 
 
 class RestartNotice:
@@ -59,6 +60,8 @@ class RestartNotice:
         self._notify_at: dict[bytes, float] = {}
         self._notifications = Background("restart_notice")
         self.notified = 0
+        self.failed: dict[bytes, str] = {}
+        """Raylets that did not take the notice (node id -> error), for the one summary."""
 
     async def load(self) -> None:
         alive = self._nodes.alive
@@ -84,15 +87,24 @@ class RestartNotice:
             await slots.acquire()
             self._notifications.spawn(self._notify(node_id, raylet_address(node), slots), "one")
         await self._notifications.settle()
+        # one line for the whole fleet (10,000 raylets were 10,000 info lines); each
+        # raylet's own outcome is at debug level
+        log.info(
+            "raylet.restart_notices",
+            notified=self.notified - len(self.failed),
+            failed=len(self.failed),
+            first_failures={n.hex(): e for n, e in list(self.failed.items())[:_FAILURES_SHOWN]},
+        )
 
     async def _notify(self, node_id: bytes, address: str, slots: asyncio.Semaphore) -> None:
         try:
             try:
                 await self._raylets.notify_gcs_restart(node_id, address, NOTIFY_TIMEOUT_S)
             except GcsError as err:
-                log.info("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
+                self.failed[node_id] = err.message
+                log.debug("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
             else:
-                log.info("raylet.notified_restart", node_id=node_id.hex())
+                log.debug("raylet.notified_restart", node_id=node_id.hex())
             self.notified += 1
             node = self._nodes.alive.get(node_id)
             if node is not None:

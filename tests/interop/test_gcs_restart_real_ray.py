@@ -256,8 +256,8 @@ def _run(c: RealCluster) -> None:
 
     # the new GCS told both raylets it restarted (NotifyGCSRestart) ...
     events = _gcs_events(c, 2)
-    notified = {e.get("node_id") for e in events if e.get("event") == "raylet.notified_restart"}
-    assert {n.hex() for n in before} <= notified, notified
+    (notices,) = [e for e in events if e.get("event") == "raylet.restart_notices"]
+    assert notices["notified"] >= len(before) and notices["failed"] == 0, notices
     assert not [e for e in events if e.get("event") == "node.dead"], events
     # ... and both resubscribed: saw the new publisher id and refetched jobs and nodes
     for temp_dir in c.temp_dirs:
