@@ -2,7 +2,8 @@
 refusal is counted (``gcs_store_failures{outcome="full"}``), and nothing is left pending.
 
 Real backends, filled for real: a private redis-server at ``maxmemory`` with noeviction, and
-SQLite answering SQLITE_FULL ("database or disk is full").  The SQLite file is capped with
+SQLite answering SQLITE_FULL ("database or disk is full"), and PostgreSQL's disk_full
+(53100) raised by the server itself.  The SQLite file is capped with
 ``PRAGMA max_page_count`` -- SQLite's own limit, refused with the very error a full disk
 gives -- as a small filesystem would need root to mount.  (Old code: Redis answered INTERNAL
 "store error: script failed: command not allowed when used memory > 'maxmemory'"; SQLite
@@ -14,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import pathlib
 import sqlite3
+import subprocess
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -26,7 +29,7 @@ from sqlalchemy import event, exc
 from gcs.proto import gcs_service_pb2 as Req
 from gcs.server import GcsServer
 from gcs.store.sql import SqlStore
-from gcs.testing.servers import RedisServer, redis_server
+from gcs.testing.servers import PostgresServer, RedisServer, find_binary, redis_server
 from tests.conftest import Stubs, fast_config
 
 VALUE = b"v" * 64 * 1024  # needs new pages / memory wherever it goes
@@ -158,3 +161,49 @@ class TestSqliteFull:
             monkeypatch.undo()
             await _put(stubs, b"after")
             assert await _get(stubs, b"refused") is None
+
+
+@pytest.fixture(scope="module")
+def private_postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    yield server
+    server.cleanup()
+
+
+def _psql(server: PostgresServer, database: str, sql: str) -> None:
+    psql = find_binary("psql", package="postgresql")
+    subprocess.run(
+        [psql, "-h", "127.0.0.1", "-p", str(server.port), "-U", server.superuser,
+         "-d", database, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+_DISK_FULL_TRIGGER = """
+CREATE FUNCTION gcs_test_disk_full() RETURNS trigger AS $$
+BEGIN
+  RAISE EXCEPTION 'could not extend file "base/1/2": No space left on device'
+    USING ERRCODE = 'disk_full';
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER gcs_test_disk_full BEFORE INSERT OR UPDATE ON gcs_kv
+  FOR EACH ROW WHEN (position('refused'::bytea in NEW.key) > 0)
+  EXECUTE FUNCTION gcs_test_disk_full();
+"""
+"""PostgreSQL's own disk-full refusal (SQLSTATE 53100, the message a full tablespace gives)
+raised by the server for keys holding ``refused`` only: a real full disk needs a small
+filesystem, which needs root to mount."""
+
+
+class TestPostgresFull:
+    async def test_a_disk_full_refusal_is_unavailable_nothing_written_and_counted(
+        self, private_postgres: PostgresServer
+    ) -> None:
+        database = f"full_{uuid.uuid4().hex[:8]}"
+        url = private_postgres.create_database(database)
+        async with _serve(url) as (server, stubs):
+            await _put(stubs, b"before")  # the schema is in place
+            _psql(private_postgres, database, _DISK_FULL_TRIGGER)
+            await _assert_refused_as_full(server, stubs)
+            assert await _get(stubs, b"refused") is None
+            await _put(stubs, b"after")  # nothing left pending in the lane
+            assert await _get(stubs, b"after") == VALUE
