@@ -175,6 +175,8 @@ class _Round:
             cfg = self.cfg.node_types.get(name)
             if cfg is None:
                 continue  # Ray raises KeyError here; an unknown type has no per-type cap
+            if len(group) <= cfg.max_workers:
+                continue  # the common case, without looking at each node
             staying = [n for n in group if not is_leaving(n)]
             excess = len(staying) - cfg.max_workers
             if excess <= 0:
@@ -197,10 +199,10 @@ class _Round:
         """Terminate nodes beyond max_num_nodes; as per type, the surplus is over the nodes
         that stay (the head counts and is never chosen; a leaving node neither)."""
         cap = self.cfg.max_num_nodes
-        if not cap:
-            return
         terminating = [n for n in self.nodes if n.status is NodeStatus.TO_TERMINATE]
         alive = [n for n in self.nodes if n.status is not NodeStatus.TO_TERMINATE]
+        if not cap or len(alive) <= cap:
+            return  # the common case, without looking at each node again
         staying = [n for n in alive if not is_leaving(n)]
         if len(staying) <= cap:
             return
@@ -433,6 +435,8 @@ class _Round:
         non-head nodes, the leaving ones included: they are still nodes, as Karpenter's
         total keeps nodes marked for deletion."""
         o = self.opts
+        if o.disruption_budget_nodes is None and o.disruption_budget_percent is None:
+            return None
         limits = []
         if o.disruption_budget_nodes is not None:
             limits.append(o.disruption_budget_nodes)
@@ -444,7 +448,7 @@ class _Round:
                     spent += 1
         if o.disruption_budget_percent is not None:
             limits.append(max(1, math.floor(workers * o.disruption_budget_percent / 100)))
-        return (min(limits), spent) if limits else None
+        return min(limits), spent
 
     def idle(self) -> None:
         keep: list[tuple[str, str]] = []
