@@ -18,7 +18,7 @@ Beyond Ray's schema, how scale-down may disrupt nodes and how long a node type t
 refused is held back (both optional)::
 
     disruption:
-      budget: 2                      # at most 2 nodes (or "20%" of the workers) per round
+      budget: 2                      # at most 2 nodes (or "20%" of the workers) leaving at once
       do_not_disrupt_label: ray.io/do-not-disrupt   # nodes labelled "true" are never removed
     capacity_backoff: {initial_s: 60, max_s: 600}
 """

@@ -490,6 +490,52 @@ class TestRounds:
         }
         assert h.provider.launch_calls == []  # nothing relaunched for min_workers
 
+    async def test_max_workers_drains_not_yet_reported_do_not_take_a_type_below_max(
+        self,
+    ) -> None:
+        """max_workers lowered to 1 with 3 workers: round 1 stops the 2 longest idle; the GCS
+        still reports them IDLE in round 2, which must not stop the third (counting them
+        as present, 3 > 1 chose it: it sorts before nodes just asked to stop)."""
+        cluster = parse_cluster_config(
+            {
+                "head_node_type": "head",
+                "max_workers": 10,
+                "idle_timeout_minutes": 1,
+                "available_node_types": {
+                    "head": {"resources": {"CPU": 0}, "max_workers": 0},
+                    "type-1": {"resources": {"CPU": 4}, "max_workers": 1},
+                },
+            }
+        )
+        workers = [inst(f"w{n}", S.RAY_RUNNING, cloud=f"c{n}", node=f"b{n}") for n in range(3)]
+        h = with_running_head(*workers, cluster=cluster)
+        for n in range(3):
+            h.provider.add(f"c{n}", "type-1")
+            h.node(
+                f"b{n}",
+                autoscaler_pb2.IDLE,
+                f"c{n}",
+                idle_duration_ms=10_000 + n * 1000,  # idle, not yet past the timeout
+                total_resources={"CPU": 4},
+                available_resources={"CPU": 4},
+            )
+        await h.round()
+        assert sorted(h.gcs.stops) == ["b1", "b2"]
+        await h.round()  # both stops were sent; the GCS still says IDLE
+        assert sorted(h.gcs.stops) == ["b1", "b2"]
+        assert h.statuses()["w0"] is S.RAY_RUNNING
+        for ns in h.gcs.state.node_states:
+            if ns.node_id.hex() in ("b1", "b2"):
+                ns.status = autoscaler_pb2.DRAINING
+        await h.round()
+        assert sorted(h.gcs.stops) == ["b1", "b2"]
+        assert {i: s for i, s in h.statuses().items() if i.startswith("w")} == {
+            "w0": S.RAY_RUNNING,
+            "w1": S.RAY_STOPPING,
+            "w2": S.RAY_STOPPING,
+        }
+        assert h.gcs.drains == [] and h.provider.launch_calls == []
+
     async def test_provider_failures_cost_one_round_and_show_as_failed(self) -> None:
         h = with_running_head()
         h.gcs.state.pending_resource_requests.add(

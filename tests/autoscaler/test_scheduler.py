@@ -68,6 +68,46 @@ class TestRayQuirksFixed:
         assert [t.instance_id for t in reply.terminations] == ["n2"]
 
 
+def stopping(iid: str, t: str = "cpu") -> NodeInstance:
+    """A node an earlier round chose for termination, its drain not yet reported."""
+    return replace(running(iid, t), status=InstanceStatus.RAY_STOP_REQUESTED)
+
+
+class TestMaxWithNodesAlreadyLeaving:
+    """Nodes already stopping are leaving: the surplus over a max is over the nodes that stay.
+    Counting them as present (our nodes keep their Ray node id, so unlike Ray's they sort
+    last and are never chosen again) terminated as many running nodes more."""
+
+    def test_max_workers_surplus_excludes_nodes_already_stopping(self) -> None:
+        """10 running + 2 stopping, max_workers 10: nothing more goes (was: 2, leaving 8)."""
+        nodes = [running(f"n{i}", idle_s=i) for i in range(10)]
+        leaving = [stopping("s0"), stopping("s1")]
+        reply = schedule(inp([ntype("cpu", mx=10)], [*nodes, *leaving]))
+        assert reply.terminations == () and reply.launches == {}
+        # 12 running + 2 stopping: the 2 longest idle running go, not 4
+        more = [*nodes, running("n10", idle_s=10), running("n11", idle_s=11)]
+        reply = schedule(inp([ntype("cpu", mx=10)], [*more, *leaving]))
+        assert [t.instance_id for t in reply.terminations] == ["n11", "n10"]
+        assert {t.cause for t in reply.terminations} == {TerminationCause.MAX_NUM_NODE_PER_TYPE}
+        assert "12 nodes of cpu > max_workers 10 (and 2 already stopping)" in (
+            reply.terminations[0].reason
+        )
+
+    def test_max_num_nodes_surplus_excludes_nodes_already_stopping(self) -> None:
+        """Head + 9 running + 2 stopping, max_num_nodes 10: nothing more goes (was: 2)."""
+        head = running("h", "head", head=True)
+        nodes = [running(f"n{i}", idle_s=i) for i in range(9)]
+        leaving = [stopping("s0"), stopping("s1")]
+        types = [ntype("head", cpu=0, mx=1), ntype("cpu", mx=20)]
+        reply = schedule(inp(types, [head, *nodes, *leaving], max_num_nodes=10))
+        assert reply.terminations == () and reply.launches == {}
+        more = [*nodes, running("n9", idle_s=9), running("n10", idle_s=10)]
+        reply = schedule(inp(types, [head, *more, *leaving], max_num_nodes=10))
+        assert [t.instance_id for t in reply.terminations] == ["n10", "n9"]
+        assert {t.cause for t in reply.terminations} == {TerminationCause.MAX_NUM_NODES}
+        assert "(and 2 already stopping)" in reply.terminations[0].reason
+
+
 class TestIdleTermination:
     """Ray's idle rules."""
 
@@ -108,6 +148,40 @@ class TestBeyondRay:
         opts = Options(disruption_budget_percent=25)
         reply = schedule(inp([ntype("cpu")], nodes, options=opts, idle_timeout_s=300))
         assert len(reply.terminations) == 2
+
+    def test_disruption_budget_counts_nodes_already_leaving(self) -> None:
+        """A budget caps the nodes leaving at once, not per round: last round's 2 drains
+        (still RAY_STOP_REQUESTED) spend a budget of 2 (was: 2 more went every round)."""
+        idle = [running(f"n{i}", idle_s=400 + i) for i in range(5)]
+        opts = Options(disruption_budget_nodes=2)
+        two = [stopping("s0"), stopping("s1")]
+        reply = schedule(inp([ntype("cpu")], [*idle, *two], options=opts, idle_timeout_s=300))
+        assert reply.terminations == ()
+        assert any(
+            "budget of 2 node(s) used (2 already leaving)" in d.reason for d in reply.reasons
+        )
+        one = [stopping("s0")]
+        reply = schedule(inp([ntype("cpu")], [*idle, *one], options=opts, idle_timeout_s=300))
+        assert [t.instance_id for t in reply.terminations] == ["n4"]
+
+    def test_disruption_budget_percent_counts_leaving_nodes_in_base_and_spent(self) -> None:
+        """25 % of 8 workers (6 idle + 2 stopping, still nodes) = 2, both spent: none go."""
+        idle = [running(f"n{i}", idle_s=400) for i in range(6)]
+        opts = Options(disruption_budget_percent=25)
+        nodes = [*idle, stopping("s0"), stopping("s1")]
+        reply = schedule(inp([ntype("cpu")], nodes, options=opts, idle_timeout_s=300))
+        assert reply.terminations == ()
+
+    def test_disruption_budget_counts_this_rounds_other_terminations(self) -> None:
+        """An outdated node terminated this round (never held back) spends 1 of a budget of 2."""
+        t = ntype("cpu", launch_config_hash="h1")
+        idle = [
+            replace(running(f"n{i}", idle_s=400 + i), launch_config_hash="h1") for i in range(4)
+        ]
+        old = replace(running("old"), launch_config_hash="h0")
+        opts = Options(disruption_budget_nodes=2)
+        reply = schedule(inp([t], [*idle, old], options=opts, idle_timeout_s=300))
+        assert sorted(x.instance_id for x in reply.terminations) == ["n3", "old"]
 
     def test_do_not_disrupt_label_protects_idle_node(self) -> None:
         """Labelled nodes are never idle-terminated."""

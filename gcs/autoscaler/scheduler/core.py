@@ -15,7 +15,7 @@ from gcs.autoscaler.scheduler.explain import explain_choice, explain_unplaced, s
 from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_instance, from_type
 from gcs.autoscaler.scheduler.packing import LaunchNote, PackContext, try_schedule
 from gcs.autoscaler.scheduler.resources import memory_text, shape_text
-from gcs.autoscaler.scheduler.termination import enforce_idle, mark, select_excess
+from gcs.autoscaler.scheduler.termination import enforce_idle, is_leaving, mark, select_excess
 from gcs.autoscaler.scheduler.types import (
     SCHEDULABLE_STATUSES,
     ClusterConstraint,
@@ -159,6 +159,13 @@ class _Round:
         self.nodes = new + self.nodes
 
     def enforce_max_per_type(self) -> None:
+        """Terminate a type's nodes beyond its max_workers.
+
+        The surplus is over the nodes that stay: a node already leaving (``is_leaving``)
+        neither counts toward it nor is chosen again.  Ray 2.60 keeps the same nodes by
+        accident (its leaving nodes have no Ray node id, so they sort first and are chosen
+        again, a no-op); ours carry their Ray node id and sort last, so counting them
+        terminated as many running nodes more (10 running + 2 leaving, max 10: 8 left)."""
         terminating = [n for n in self.nodes if n.status is NodeStatus.TO_TERMINATE]
         by_type: dict[str, list[WorkNode]] = {}
         for n in self.nodes:
@@ -168,36 +175,47 @@ class _Round:
             cfg = self.cfg.node_types.get(name)
             if cfg is None:
                 continue  # Ray raises KeyError here; an unknown type has no per-type cap
-            excess = len(group) - cfg.max_workers
+            if len(group) <= cfg.max_workers:
+                continue  # the common case, without looking at each node
+            staying = [n for n in group if not is_leaving(n)]
+            excess = len(staying) - cfg.max_workers
             if excess <= 0:
                 continue
+            leaving = [n for n in group if is_leaving(n)]
+            why = f"{len(staying)} nodes of {name} > max_workers {cfg.max_workers}"
             gone, kept = select_excess(
-                group,
+                staying,
                 excess,
                 TerminationCause.MAX_NUM_NODE_PER_TYPE,
-                f"{len(group)} nodes of {name} > max_workers {cfg.max_workers}",
+                why + _also_leaving(len(leaving)),
                 lambda _n: False,
             )
-            by_type[name] = kept
+            by_type[name] = kept + leaving
             terminating.extend(gone)
             self._note_unlaunched(gone, f"max_workers of {name} is {cfg.max_workers}")
         self.nodes = terminating + [n for g in by_type.values() for n in g]
 
     def enforce_max_global(self) -> None:
+        """Terminate nodes beyond max_num_nodes; as per type, the surplus is over the nodes
+        that stay (the head counts and is never chosen; a leaving node neither)."""
         cap = self.cfg.max_num_nodes
         terminating = [n for n in self.nodes if n.status is NodeStatus.TO_TERMINATE]
         alive = [n for n in self.nodes if n.status is not NodeStatus.TO_TERMINATE]
         if not cap or len(alive) <= cap:
+            return  # the common case, without looking at each node again
+        staying = [n for n in alive if not is_leaving(n)]
+        if len(staying) <= cap:
             return
+        leaving = [n for n in alive if is_leaving(n)]
         gone, kept = select_excess(
-            alive,
-            len(alive) - cap,
+            staying,
+            len(staying) - cap,
             TerminationCause.MAX_NUM_NODES,
-            f"{len(alive)} nodes > max_num_nodes {cap}",
+            f"{len(staying)} nodes > max_num_nodes {cap}" + _also_leaving(len(leaving)),
             lambda _n: False,
         )
         self._note_unlaunched(gone, f"max_num_nodes is {cap}")
-        self.nodes = terminating + gone + kept
+        self.nodes = terminating + gone + kept + leaving
 
     def _note_unlaunched(self, gone: list[WorkNode], why: str) -> None:
         per: dict[str, int] = defaultdict(int)
@@ -402,21 +420,41 @@ class _Round:
             clocks[t] = tuple(stamps)
         return clocks
 
-    def budget(self) -> int | None:
+    def budget(self) -> tuple[int, int] | None:
+        """The disruption budget and how much of it is spent before idle termination starts
+        (None = no budget).
+
+        A budget caps the nodes being disrupted at once, not per round: the nodes already
+        on their way out spend it.  Those are the workers leaving from an earlier round
+        (RAY_STOP_REQUESTED: a drain is reported a round or more later, so counting per
+        round let each round take a whole budget again) and the workers this round already
+        terminates (outdated, over max: never held back by the budget, as in Ray, but they
+        disrupt all the same).  Karpenter counts alike: allowed = budget(total) - nodes
+        being deleted for any reason - nodes not ready.  Ray 2.60 has no budget (its
+        scheduler counts a leaving node as present everywhere).  The percentage is of the
+        non-head nodes, the leaving ones included: they are still nodes, as Karpenter's
+        total keeps nodes marked for deletion."""
         o = self.opts
+        if o.disruption_budget_nodes is None and o.disruption_budget_percent is None:
+            return None
         limits = []
         if o.disruption_budget_nodes is not None:
             limits.append(o.disruption_budget_nodes)
+        workers = spent = 0
+        for n in self.nodes:
+            if n.kind is NodeKind.WORKER and n.instance is not None:
+                workers += 1
+                if n.status is NodeStatus.TO_TERMINATE or is_leaving(n):
+                    spent += 1
         if o.disruption_budget_percent is not None:
-            workers = sum(
-                1 for n in self.nodes if n.kind is NodeKind.WORKER and n.instance is not None
-            )
             limits.append(max(1, math.floor(workers * o.disruption_budget_percent / 100)))
-        return min(limits) if limits else None
+        return min(limits), spent
 
     def idle(self) -> None:
         keep: list[tuple[str, str]] = []
-        enforce_idle(self.nodes, self.cfg, self.protected, self.budget(), keep)
+        budget = self.budget()
+        limit, spent = budget if budget is not None else (None, 0)
+        enforce_idle(self.nodes, self.cfg, self.protected, limit, keep, spent)
         for who, why in keep:
             self.reasons.append(Decision("keep", who, f"keep node {who}: {why}"))
 
@@ -557,6 +595,10 @@ class _Round:
             elif iid in self.last_work:
                 out[iid] = self.last_work[iid]
         return out
+
+
+def _also_leaving(count: int) -> str:
+    return f" (and {count} already stopping)" if count else ""
 
 
 def _cap_work(inp: SchedulingInput) -> tuple[SchedulingInput, list[Decision]]:

@@ -26,6 +26,13 @@ def termination_order(node: WorkNode) -> tuple:
     )
 
 
+def is_leaving(node: WorkNode) -> bool:
+    """Chosen for termination in an earlier round and still on its way out: RAY_STOP_REQUESTED
+    (its drain in flight, or accepted and not yet reported as draining; a rejected or timed
+    out drain puts it back to RAY_RUNNING).  Later statuses are not in the input at all."""
+    return node.im_status is InstanceStatus.RAY_STOP_REQUESTED
+
+
 def mark(node: WorkNode, cause: TerminationCause, reason: str) -> None:
     node.status = NodeStatus.TO_TERMINATE
     if node.instance is None:
@@ -87,8 +94,12 @@ def enforce_idle(
     protected: Callable[[WorkNode], bool],
     budget: int | None,
     keep_reasons: list[tuple[str, str]],
+    spent: int = 0,
 ) -> int:
     """Mark idle nodes TO_TERMINATE; returns how many were marked.
+
+    ``budget`` caps the nodes leaving at once; ``spent`` of it is taken by nodes already
+    leaving (see ``_Round.budget``).
 
     min_workers counts the nodes that stay.  A RAY_STOP_REQUESTED node was chosen in an
     earlier round and is leaving (its drain in flight, or accepted and not yet reported as
@@ -99,7 +110,7 @@ def enforce_idle(
     for n in nodes:
         if n.status is NodeStatus.TO_TERMINATE:
             continue
-        if n.im_status is InstanceStatus.RAY_STOP_REQUESTED:
+        if is_leaving(n):
             leaving[n.node_type] = leaving.get(n.node_type, 0) + 1
         else:
             shape[n.node_type] = shape.get(n.node_type, 0) + 1
@@ -140,8 +151,11 @@ def enforce_idle(
         if protected(n):
             keep_reasons.append((who, "do-not-disrupt label"))
             continue
-        if budget is not None and total >= budget:
-            keep_reasons.append((who, f"disruption budget of {budget} node(s) used"))
+        if budget is not None and spent + total >= budget:
+            why = f"disruption budget of {budget} node(s) used"
+            if spent:
+                why += f" ({spent} already leaving)"
+            keep_reasons.append((who, why))
             continue
         verb = "idle" if n.ray_node_id else "pending and not needed"
         mark(

@@ -190,9 +190,12 @@ class Options:
     cold_start_full_batch: bool = False
     #: Try a gang's fallback bundle selectors in order when the primary does not fit.
     gang_fallbacks: bool = False
-    #: At most this many nodes terminated (idle / max) per round; None = unlimited.
+    #: At most this many nodes leaving at once: idle termination stops when the nodes
+    #: already leaving (earlier rounds' drains, this round's outdated and over-max
+    #: terminations, which it never holds back) and its own reach it; None = unlimited.
     disruption_budget_nodes: int | None = None
-    #: Same as a percentage of the non-head nodes (rounded down, at least 1).
+    #: Same as a percentage of the non-head nodes, leaving ones included (rounded down,
+    #: at least 1).
     disruption_budget_percent: float | None = None
     #: Nodes carrying this label with value "true" are never idle- or max-terminated.
     do_not_disrupt_label: str | None = None

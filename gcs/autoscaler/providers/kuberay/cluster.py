@@ -9,9 +9,9 @@ entry.  A group whose IPPR entry is misconfigured is frozen: its max is what run
 neither scales out nor is capped down.
 
 Scale-down limits beyond Ray come from the RayCluster's annotations (the cluster YAML's
-``disruption:``): ``gcs.ray.io/disruption-budget`` ("2" nodes or "20%" of the workers per
-round) and ``gcs.ray.io/do-not-disrupt-label`` (Ray nodes with that label "true" are never
-removed).
+``disruption:``): ``gcs.ray.io/disruption-budget`` ("2" nodes or "20%" of the workers
+leaving at once) and ``gcs.ray.io/do-not-disrupt-label`` (Ray nodes with that label "true"
+are never removed).
 """
 
 from __future__ import annotations
