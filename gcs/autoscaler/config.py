@@ -19,7 +19,7 @@ refused is held back (both optional)::
 
     disruption:
       budget: 2                      # at most 2 nodes (or "20%" of the workers) leaving at once
-      do_not_disrupt_label: ray.io/do-not-disrupt   # nodes labelled "true" are never removed
+      do_not_disrupt_label: ray.io/do-not-disrupt   # "true": not idle-terminated (max_* apply)
     capacity_backoff: {initial_s: 60, max_s: 600}
 """
 

@@ -197,7 +197,8 @@ class Options:
     #: Same as a percentage of the non-head nodes, leaving ones included (rounded down,
     #: at least 1).
     disruption_budget_percent: float | None = None
-    #: Nodes carrying this label with value "true" are never idle- or max-terminated.
+    #: Nodes carrying this label with value "true" are never idle-terminated (a voluntary
+    #: disruption); max_workers and max_num_nodes are hard limits and still apply to them.
     do_not_disrupt_label: str | None = None
     #: Node types whose launch failed less than this long ago are not picked for launches.
     unavailable_type_ttl_s: float | None = None
