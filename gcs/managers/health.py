@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -26,6 +27,7 @@ from gcs.background import Background
 from gcs.clock import Clock
 from gcs.config import HealthCheckConfig
 from gcs.errors import GcsError
+from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
 from gcs.proto import gcs_pb2
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
@@ -40,6 +42,12 @@ class _NodeHealth:
     failures_left: int
     in_flight: bool = False
     last_healthy_s: float = float("-inf")
+
+
+def node_health(node: gcs_pb2.GcsNodeInfo) -> _NodeHealth:
+    """A node's record before its first check is scheduled (the checker sets the time and
+    the failure budget).  A hot standby builds these ahead (``gcs.server.ha_mirror``)."""
+    return _NodeHealth(address=raylet_address(node), next_check_s=0.0, failures_left=0)
 
 
 class HealthChecker:
@@ -78,12 +86,26 @@ class HealthChecker:
             + self._config.initial_delay_ms / 1000
             + self._rng.random() * self._period_s
         )
-        self._state[node.node_id] = _NodeHealth(
-            address=raylet_address(node),
-            next_check_s=first,
-            failures_left=self._config.failure_threshold,
-        )
+        state = self._state[node.node_id] = node_health(node)
+        state.next_check_s = first
+        state.failures_left = self._config.failure_threshold
         self._schedule(node.node_id, first)
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
+        """As ``on_node_added`` for each (same random draws, in order), in one pass: a hot
+        standby's records are adopted, the heap is built at once."""
+        states = prepared(node_health, nodes.items())
+        start = self._clock.monotonic_s() + self._config.initial_delay_ms / 1000
+        period_s, threshold = self._period_s, self._config.failure_threshold
+        draw, seq, due = self._rng.random, self._seq, self._due
+        for node_id, state in states.items():
+            first = state.next_check_s = start + draw() * period_s
+            state.failures_left = threshold
+            due.append((first, next(seq), node_id))
+        self._state.update(states)
+        heapq.heapify(due)
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._state.pop(node.node_id, None)
