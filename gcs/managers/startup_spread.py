@@ -17,7 +17,8 @@ def spread_window_s(nodes: int, contacts_per_s: int) -> float:
 def spread(
     node_ids: Iterable[bytes], start_s: float, window_s: float, rng: random.Random
 ) -> dict[bytes, float]:
-    """Times in ``[start_s, start_s + window_s)``, one per node, evenly spaced with jitter.
+    """Times in ``[start_s, start_s + window_s)``, one per node, evenly spaced with jitter,
+    in time order (no caller sorts 10,000 of them).
 
     The order is shuffled and each node gets a random point in its own slot, so contacts
     start at a steady rate without a burst at either end (stratified jitter).

@@ -187,6 +187,7 @@ class TestSpread:
             per_second[int(t - 100.0)] += 1
         assert all(abs(n - 1000) <= 1 for n in per_second)
         assert sorted(due, key=due.__getitem__) != ids
+        assert list(due.values()) == sorted(due.values()), "in time order: nobody sorts them"
 
     def test_window_follows_the_contact_rate(self) -> None:
         assert spread_window_s(50_000, 2000) == 25.0
