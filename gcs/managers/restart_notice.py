@@ -23,7 +23,7 @@ from gcs.errors import GcsError
 from gcs.managers.actors import ActorManager
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import LoadPoller
-from gcs.managers.startup_spread import spread, spread_window_s
+from gcs.managers.startup_spread import spread, spread_lazily, spread_window_s
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 
 log = structlog.get_logger("gcs.restart")
@@ -57,7 +57,8 @@ class RestartNotice:
         self._max_concurrent = max_concurrent
         self._serving = serving
         self._rng = rng or random.Random()
-        self._notify_at: dict[bytes, float] = {}
+        self._to_notify: list[bytes] = []
+        self._window_s = 0.0
         self._notifications = Background("restart_notice")
         self.notified = 0
 
@@ -68,15 +69,15 @@ class RestartNotice:
         window_s = spread_window_s(len(alive), self._contacts_per_s)
         now = self._clock.monotonic_s()
         self._poller.spread_first_polls(spread(alive, now, window_s, self._rng))
-        self._notify_at = spread(alive, 0.0, window_s, self._rng)  # from serving on
+        self._to_notify, self._window_s = list(alive), window_s  # spread from serving on
 
     async def run(self) -> None:
-        if not self._notify_at:
+        if not self._to_notify:
             return
         await self._serving()
         start = self._clock.monotonic_s()
         slots = asyncio.Semaphore(self._max_concurrent)
-        for node_id, at in self._notify_at.items():  # in time order (``spread``)
+        for node_id, at in spread_lazily(self._to_notify, self._window_s, self._rng):
             delay = start + at - self._clock.monotonic_s()
             if delay > 0.001:
                 await self._clock.sleep(delay)
