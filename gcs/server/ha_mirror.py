@@ -91,10 +91,10 @@ class TableMirror:
         """The rows of the ``decoders``' tables, parsed (same keys as ``tables``).  A row
         that does not parse drops its table from here until the next load: the term's load
         then reads the raw rows and fails (or repairs) as a cold start would."""
-        self.prepared: dict[str, dict[View, dict[bytes, Any]]] = {}
-        """Per decoded table, per view: the view of each parsed row (built from the object
-        in ``decoded`` under the same key; a view that raised has no entry: its reader
-        builds it, and fails, as a cold start would)."""
+        self.prepared: dict[str, dict[View, dict[bytes, tuple[Any, Any]]]] = {}
+        """Per decoded table, per view: ``(parsed row, its view)`` by key (the row is the
+        object in ``decoded``; a view that raised has no entry: its reader builds it, and
+        fails, as a cold start would)."""
         self._reset_prepared()
         self.cursor: ChangeCursor = b"0"
         self.applied = 0
@@ -254,13 +254,12 @@ class TakeoverStore(Store):
         very row object; else built here (a row the term wrote since, a view the mirror
         does not keep, the mirror released)."""
         mirror = self._mirror
-        decoded = mirror.decoded.get(table) if mirror is not None else None
         built = mirror.prepared.get(table, {}).get(view) if mirror is not None else None
-        if decoded is None or built is None:
+        if built is None:
             return super().prepared(table, view, rows)
-        current, adopt = decoded.get, built.pop
+        take = built.pop
         return {
-            key: adopt(key) if current(key) is row and key in built else view(row)
+            key: made[1] if (made := take(key, None)) is not None and made[0] is row else view(row)
             for key, row in rows
         }
 
@@ -299,9 +298,9 @@ class TakeoverStore(Store):
         return await self._store.read_counter(counter)
 
 
-def _build_views(views: dict[View, dict[bytes, Any]], key: bytes, row: Any) -> None:
+def _build_views(views: dict[View, dict[bytes, tuple[Any, Any]]], key: bytes, row: Any) -> None:
     for view, built in views.items():
         try:
-            built[key] = view(row)
+            built[key] = (row, view(row))
         except Exception:
             built.pop(key, None)

@@ -70,8 +70,9 @@ async def test_the_mirror_builds_each_node_rows_views_as_the_row_arrives() -> No
     assert set(decoded) == {_node(n).node_id for n in (1, 3, 4)}
     for view in (node_entry, node_health, node_view_from_gcs_node_info):
         built = mirror.prepared[TABLE_NODE][view]
-        assert built == {key: view(row) for key, row in decoded.items()}, view.__name__
-    entry = mirror.prepared[TABLE_NODE][node_entry][_node(1).node_id]
+        assert built == {key: (row, view(row)) for key, row in decoded.items()}, view.__name__
+        assert all(built[key][0] is row for key, row in decoded.items())
+    _, entry = mirror.prepared[TABLE_NODE][node_entry][_node(1).node_id]
     assert dict(entry.data.resources_total) == {"CPU": 8.0}, "rebuilt from the changed row"
 
 
@@ -82,7 +83,7 @@ async def test_a_takeover_hands_each_view_over_once_and_only_for_its_own_row() -
     mirror = term._mirror
     assert mirror is not None
     rows = mirror.decoded[TABLE_NODE]
-    built = dict(mirror.prepared[TABLE_NODE][node_entry])
+    built = {k: made for k, (_, made) in mirror.prepared[TABLE_NODE][node_entry].items()}
     one, two = _node(1).node_id, _node(2).node_id
     stranger = _node(2)  # same key and content, another object: not what the mirror parsed
 
@@ -98,7 +99,7 @@ async def test_a_takeover_hands_each_view_over_once_and_only_for_its_own_row() -
     assert term.prepared(TABLE_NODE, not_kept, rows.items()) == {one: one, two: two}
     term.release_mirror()
     later = term.prepared(TABLE_NODE, node_health, [(two, rows[two])])
-    assert later[two] is not mirror.prepared[TABLE_NODE][node_health][two]
+    assert later[two] is not mirror.prepared[TABLE_NODE][node_health][two][1]
 
 
 async def test_a_view_that_fails_is_left_to_the_load_which_fails_as_a_cold_start() -> None:
@@ -153,8 +154,8 @@ async def test_a_takeover_load_adopts_the_standbys_entries_and_equals_a_cold_loa
     term = await _warm(store)
     mirror = term._mirror
     assert mirror is not None
-    warm_entries = dict(mirror.prepared[TABLE_NODE][node_entry])
-    warm_health = dict(mirror.prepared[TABLE_NODE][node_health])
+    warm_entries = {k: made for k, (_, made) in mirror.prepared[TABLE_NODE][node_entry].items()}
+    warm_health = {k: made for k, (_, made) in mirror.prepared[TABLE_NODE][node_health].items()}
     clock.advance(30.0)
 
     _, cache, health = await _loaded(term, clock)
@@ -182,7 +183,10 @@ async def test_the_virtual_clusters_replay_adopts_the_standbys_node_views() -> N
     term = await _warm(store)
     mirror = term._mirror
     assert mirror is not None
-    views = dict(mirror.prepared[TABLE_NODE][node_view_from_gcs_node_info])
+    views = {
+        k: made
+        for k, (_, made) in mirror.prepared[TABLE_NODE][node_view_from_gcs_node_info].items()
+    }
     nodes = NodeManager(term, clock)
     await nodes.load()
     got = term.prepared(
