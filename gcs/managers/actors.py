@@ -39,6 +39,7 @@ from gcs.errors import AlreadyExists, FailedPrecondition, GcsError, InvalidArgum
 from gcs.managers import actor_states as states
 from gcs.managers.actor_scheduler import ActorScheduler, Attempt, Created, Failed
 from gcs.managers.actor_warnings import detached_in_anonymous_namespace
+from gcs.managers.events import Prepared
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, node_manager_pb2
 from gcs.pubsub.channels import GCS_ACTOR_CHANNEL, RAY_ERROR_INFO_CHANNEL
@@ -143,6 +144,11 @@ class ActorManager:
             self._m = manager
 
         def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+            return None
+
+        def on_nodes_loaded(
+            self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+        ) -> None:
             return None
 
         def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:

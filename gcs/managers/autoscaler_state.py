@@ -17,7 +17,7 @@ two concurrent reports the higher version wins); snapshot reads never take it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -25,6 +25,7 @@ import structlog
 from gcs.clock import Clock
 from gcs.errors import InvalidArgument, NotFound, RayletUnreachable
 from gcs.managers.counters import DurableCounter
+from gcs.managers.events import Prepared
 from gcs.managers.kv import KvManager
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import DrainRecord, NodeManager
@@ -387,6 +388,11 @@ class AutoscalerStateManager:
 
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
         pass
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
+        return None
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         for gone in self._drained_away.get(node.node_id, []):

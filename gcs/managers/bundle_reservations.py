@@ -21,8 +21,11 @@ from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 
 log = structlog.get_logger("gcs.placement_groups")
 
-RELEASE_WORKERS = 256
-"""Concurrent ``ReleaseUnusedBundles`` calls of a restart's fan-out (see release_unused)."""
+RELEASE_WORKERS = 32
+"""Concurrent ``ReleaseUnusedBundles`` calls of a restart's fan-out (see release_unused).
+The gateway's rate bounds the fan-out anyway (``raylet_io.max_calls_per_s``, 5,000/s), which
+32 callers reach with raylets answering within 6 ms; more (it was 256) only put more
+connects into each loop turn right after the port binds, ahead of the GCS's first answers."""
 
 ByNode = Mapping[bytes, Sequence[common_pb2.Bundle]]
 """Node id -> the bundles (of one group) it takes."""
@@ -84,14 +87,14 @@ class BundleReservations:
         calls and their rate anyway): one task per node would put 10,000 tasks on the loop
         in the tick after the port binds, and a new leader's first calls would wait behind
         their creation."""
-        addresses = [(n, raylet_address(node)) for n, node in self._nodes.alive.items()]
-        queue = iter(addresses)
+        alive = list(self._nodes.alive.items())  # addresses as they are reached, not at once
+        queue = iter(alive)
 
         async def worker() -> None:
-            for node_id, address in queue:
-                await self._release_on(node_id, address, in_use.get(node_id, ()))
+            for node_id, node in queue:
+                await self._release_on(node_id, raylet_address(node), in_use.get(node_id, ()))
 
-        await asyncio.gather(*(worker() for _ in range(min(RELEASE_WORKERS, len(addresses)))))
+        await asyncio.gather(*(worker() for _ in range(min(RELEASE_WORKERS, len(alive)))))
 
     # -- internals ---------------------------------------------------------------------------
 

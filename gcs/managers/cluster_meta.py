@@ -79,12 +79,16 @@ async def load_or_create(
         raise StoreCorrupt(f"stored cluster id has {len(cluster_id)} bytes, expected 28")
     name = session_name or time.strftime("session_%Y-%m-%d_%H-%M-%S_") + str(os.getpid())
     stored_session, _ = await _create_once(store, META_SESSION_NAME, name.encode())
-    # Published copies for Ray's clients (rewritten each start: a client may have changed them).
-    await kv.put(b"cluster", b"ray_cluster_id", cluster_id, overwrite=True)
-    await kv.put(b"session", b"session_name", stored_session, overwrite=True)
-    # Rewritten each start: the configured Python version may have changed.
-    await kv.put(b"cluster", b"CLUSTER_METADATA", cluster_metadata(python_version), overwrite=True)
-    await kv.put(b"__autoscaler", b"__autoscaler_v2_enabled", b"1", overwrite=True)
+    # Published copies for Ray's clients, rewritten each start (a client may have changed
+    # them; the configured Python version may have changed), in one write
+    await kv.publish(
+        [
+            (b"cluster", b"ray_cluster_id", cluster_id),
+            (b"session", b"session_name", stored_session),
+            (b"cluster", b"CLUSTER_METADATA", cluster_metadata(python_version)),
+            (b"__autoscaler", b"__autoscaler_v2_enabled", b"1"),
+        ]
+    )
     return ClusterMeta(cluster_id, stored_session.decode(), created)
 
 

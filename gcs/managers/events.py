@@ -16,7 +16,7 @@ reaches the emitter (``check_job`` refuses a job that way).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, Protocol, TypeVar
 
 from gcs.proto import gcs_pb2
@@ -29,11 +29,13 @@ __all__ = [
     "NodeListener",
     "PlacementGroupEvents",
     "PlacementGroupListener",
+    "Prepared",
     "WorkerEvents",
     "WorkerListener",
 ]
 
 L = TypeVar("L")
+T = TypeVar("T")
 
 
 class Fanout(Generic[L]):
@@ -55,12 +57,31 @@ class Fanout(Generic[L]):
         return iter(self._listeners)
 
 
+class Prepared(Protocol):
+    """``prepared(view, nodes)`` -> ``{node_id: view(node)}``, each handed over from a hot
+    standby's warm copy when it built that view for that very node, else computed
+    (:meth:`gcs.store.Store.prepared` on the node table)."""
+
+    def __call__(
+        self,
+        view: Callable[[gcs_pb2.GcsNodeInfo], T],
+        nodes: Iterable[tuple[bytes, gcs_pb2.GcsNodeInfo]],
+    ) -> dict[bytes, T]: ...
+
+
 class NodeListener(Protocol):
-    """Node added / dead, after the NODE row is persisted (and on load, per alive node)."""
+    """Node added / dead, after the NODE row is persisted; at load, the alive nodes at once."""
 
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None: ...
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None: ...
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
+        """Once, at load, before any other event: the alive nodes read from the store, as
+        ``on_node_added`` for each would (10,000 nodes at a restart or a takeover: one call,
+        per-node state a hot standby prepared adopted through ``prepared``)."""
 
 
 class JobListener(Protocol):

@@ -4,9 +4,10 @@ One loop for all nodes instead of a timer per node: due times sit in a heap, and
 starts the checks that are due while fewer than ``max_concurrent`` are in flight (a check
 waiting for its turn is not a task and not a failure), so 50,000 nodes cost no more than the
 checks actually running.  First checks are spread over one period after the initial delay
-(jitter): nodes loaded together after a restart are not all checked - or failed - at once.
-A check passes iff the raylet answers SERVING; each failure of a check actually made takes
-one from the node's budget; at zero the node is failed.
+(jitter): nodes loaded together after a restart are not all checked - or failed - at once
+(evenly, each drawn and queued as its time comes: 10,000 loaded nodes cost no heap before
+the GCS serves).  A check passes iff the raylet answers SERVING; each failure of a check
+actually made takes one from the node's budget; at zero the node is failed.
 
 Death goes through :meth:`NodeManager.fail_unhealthy`, on the node manager's lane: a node
 that unregistered or was drained meanwhile is a no-op there, never a second death.  The
@@ -18,6 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -26,7 +28,9 @@ from gcs.background import Background
 from gcs.clock import Clock
 from gcs.config import HealthCheckConfig
 from gcs.errors import GcsError
+from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
+from gcs.managers.startup_spread import spread_lazily
 from gcs.proto import gcs_pb2
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 
@@ -40,6 +44,12 @@ class _NodeHealth:
     failures_left: int
     in_flight: bool = False
     last_healthy_s: float = float("-inf")
+
+
+def node_health(node: gcs_pb2.GcsNodeInfo) -> _NodeHealth:
+    """A node's record before its first check is scheduled (the checker sets the time and
+    the failure budget).  A hot standby builds these ahead (``gcs.server.ha_mirror``)."""
+    return _NodeHealth(address=raylet_address(node), next_check_s=0.0, failures_left=0)
 
 
 class HealthChecker:
@@ -65,6 +75,9 @@ class HealthChecker:
         """Heap of (due time, tie-break, node id); entries whose time no longer matches the
         node's ``next_check_s`` (or whose node is gone) are stale and skipped."""
         self._seq = itertools.count()
+        self._loaded: Iterator[tuple[bytes, float]] = iter(())
+        """First checks of the nodes loaded at start, in time order, drawn as they come due."""
+        self._next_loaded: tuple[bytes, float] | None = None
         self._running = 0
         self._checks = Background("health")
         self._tick_s = tick_s
@@ -78,12 +91,35 @@ class HealthChecker:
             + self._config.initial_delay_ms / 1000
             + self._rng.random() * self._period_s
         )
-        self._state[node.node_id] = _NodeHealth(
-            address=raylet_address(node),
-            next_check_s=first,
-            failures_left=self._config.failure_threshold,
-        )
+        state = self._state[node.node_id] = node_health(node)
+        state.next_check_s = first
+        state.failures_left = self._config.failure_threshold
         self._schedule(node.node_id, first)
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
+        """A hot standby's records are adopted; their first checks are spread over one period
+        after the initial delay and queued as they come due (:meth:`_queue_loaded`)."""
+        states = prepared(node_health, nodes.items())
+        threshold = self._config.failure_threshold
+        for state in states.values():
+            state.failures_left = threshold
+        self._state.update(states)
+        start = self._clock.monotonic_s() + self._config.initial_delay_ms / 1000
+        order = spread_lazily(list(states), self._period_s, self._rng)
+        self._loaded = ((node_id, start + offset) for node_id, offset in order)
+        self._next_loaded = next(self._loaded, None)
+
+    def _queue_loaded(self, now: float) -> None:
+        """Loaded nodes whose first check is due join the heap (one gone since is skipped)."""
+        while self._next_loaded is not None and self._next_loaded[1] <= now:
+            node_id, due_s = self._next_loaded
+            state = self._state.get(node_id)
+            if state is not None:
+                state.next_check_s = due_s
+                self._schedule(node_id, due_s)
+            self._next_loaded = next(self._loaded, None)
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._state.pop(node.node_id, None)
@@ -104,6 +140,7 @@ class HealthChecker:
     def tick(self) -> int:
         """Start due checks while slots are free; returns how many were started."""
         now = self._clock.monotonic_s()
+        self._queue_loaded(now)
         period_s = self._period_s
         due = self._due
         started = 0

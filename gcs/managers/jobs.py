@@ -30,7 +30,7 @@ from gcs.background import Background
 from gcs.clock import Clock, now_ms
 from gcs.errors import InvalidArgument
 from gcs.ids import JOB_ID_SIZE
-from gcs.managers.events import JobEvents
+from gcs.managers.events import JobEvents, Prepared
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import Publish, no_publish
 from gcs.proto import gcs_pb2, pubsub_pb2
@@ -82,6 +82,11 @@ class JobManager:
             self._m = manager
 
         def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+            return None
+
+        def on_nodes_loaded(
+            self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+        ) -> None:
             return None
 
         def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:

@@ -23,6 +23,8 @@ reads go straight to the store (memory stays flat however much the cluster write
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from gcs.store import Store, StoreConflict, WriteBatch
 from gcs.store.base import TABLE_KV
 from gcs.store.outcome import write_definite
@@ -99,6 +101,15 @@ class KvManager:
             except StoreConflict:
                 continue
         raise StoreConflict(TABLE_KV, full, "key keeps changing under concurrent writers")
+
+    async def publish(self, entries: Iterable[tuple[bytes, bytes, bytes]]) -> None:
+        """``(namespace, key, value)`` written in one batch, whatever was there: copies the
+        GCS keeps for Ray's clients (one round trip at a start, not two per key as
+        :meth:`put` takes to tell whether each key was added)."""
+        batch = WriteBatch()
+        for namespace, key, value in entries:
+            batch.put(TABLE_KV, encode_key(namespace, key), value)
+        await self._write(batch)
 
     async def delete(self, namespace: bytes, key: bytes, *, by_prefix: bool) -> int:
         """Number of keys this call removed (exact under concurrent deletes)."""

@@ -11,6 +11,7 @@ Ray).  Dead nodes stay in the table and in a bounded cache (Ray:
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -110,9 +111,9 @@ class NodeManager:
                 dead.append(node)
         for node in sorted(dead, key=lambda n: n.end_time_ms):
             self._dead[node.node_id] = node
-        for node in self._alive.values():
-            for listener in self._events:
-                listener.on_node_added(node)
+        prepared = functools.partial(self._store.prepared, TABLE_NODE)
+        for listener in self._events:
+            listener.on_nodes_loaded(self.alive, prepared)
         log.info("nodes.loaded", alive=len(self._alive), dead=len(self._dead))
 
     # -- queries (never wait for the lane) -----------------------------------------------

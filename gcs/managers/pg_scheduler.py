@@ -39,6 +39,7 @@ from gcs.changes import Changes
 from gcs.clock import Clock, wait_event
 from gcs.errors import GcsError, Unavailable
 from gcs.managers.bundle_reservations import BundleReservations, group_by_node
+from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PG, PlacementGroupManager, is_placed
 from gcs.managers.resources import ResourceCache
@@ -125,6 +126,12 @@ class PlacementGroupScheduler:
 
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self.kick(retry_all=True)
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
+        if nodes:
+            self.kick(retry_all=True)
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._reserved.pop(node.node_id, None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -29,6 +29,7 @@ import structlog
 from gcs.clock import Clock
 from gcs.config import LoadPollConfig
 from gcs.errors import GcsError
+from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
 from gcs.proto import autoscaler_pb2, gcs_pb2, ray_syncer_pb2
 from gcs.rpc.raylets.gateway import RayletGateway
@@ -56,6 +57,25 @@ class NodeResources:
     generation: int = 0
     load_bytes: bytes = b""
     demand: dict[DemandKey, Counts] = field(default_factory=dict)
+
+
+def node_entry(node: gcs_pb2.GcsNodeInfo) -> NodeResources:
+    """A newly added node's view: its totals, all available, no report yet (the caller sets
+    ``updated_mono_s``).  A hot standby builds these ahead (``gcs.server.ha_mirror``)."""
+    data = gcs_pb2.ResourcesData(
+        node_id=node.node_id,
+        node_manager_address=node.node_manager_address,
+        draining_deadline_timestamp_ms=-1,
+    )
+    # item by item: map fields given to the constructor go through the Mapping mixin's
+    # update(), ~25% slower (10,000 nodes at a restart or takeover)
+    total, available, totals = node.resources_total, data.resources_available, data.resources_total
+    for name in total:
+        available[name] = totals[name] = total[name]
+    labels, data_labels = node.labels, data.labels
+    for key in labels:
+        data_labels[key] = labels[key]
+    return NodeResources(data, 0.0)
 
 
 class DemandAggregate:
@@ -145,24 +165,20 @@ class ResourceCache:
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
         if node.node_id in self.nodes:
             return
-        data = gcs_pb2.ResourcesData(
-            node_id=node.node_id,
-            node_manager_address=node.node_manager_address,
-            draining_deadline_timestamp_ms=-1,
-        )
-        # item by item: map fields given to the constructor go through the Mapping mixin's
-        # update(), ~25% slower (10,000 nodes at a restart or takeover)
-        total, available, totals = (
-            node.resources_total,
-            data.resources_available,
-            data.resources_total,
-        )
-        for name in total:
-            available[name] = totals[name] = total[name]
-        labels, data_labels = node.labels, data.labels
-        for key in labels:
-            data_labels[key] = labels[key]
-        self.nodes[node.node_id] = NodeResources(data, self._clock.monotonic_s())
+        entry = node_entry(node)
+        entry.updated_mono_s = self._clock.monotonic_s()
+        self.nodes[node.node_id] = entry
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
+        """A hot standby's entries are adopted (its mirror built them as the rows arrived)."""
+        own = self.nodes
+        entries = prepared(node_entry, ((k, n) for k, n in nodes.items() if k not in own))
+        now = self._clock.monotonic_s()
+        for entry in entries.values():
+            entry.updated_mono_s = now
+        own.update(entries)
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         entry = self.nodes.pop(node.node_id, None)

@@ -3,7 +3,8 @@
 ``load()`` (nodes loaded): every alive node gets a time in a window sized by the contact
 rate (:mod:`gcs.managers.startup_spread`); the load poller's first poll of each node waits
 for its time.  ``run()`` (once the GCS serves: the raylets call back): each raylet is told
-``NotifyGCSRestart`` at its time (Ray does the same), a bounded number at once, then asked
+``NotifyGCSRestart`` at its time in a window of its own that starts then (not a burst of
+those whose time passed while the GCS loaded), a bounded number at once, then asked
 to release the actor workers no live actor uses.  A notification task exists only once it
 has a slot.  A fresh cluster has no alive node and does nothing.
 """
@@ -22,7 +23,7 @@ from gcs.errors import GcsError
 from gcs.managers.actors import ActorManager
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import LoadPoller
-from gcs.managers.startup_spread import spread, spread_window_s
+from gcs.managers.startup_spread import spread, spread_lazily, spread_window_s
 from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
 
 log = structlog.get_logger("gcs.restart")
@@ -57,7 +58,8 @@ class RestartNotice:
         self._max_concurrent = max_concurrent
         self._serving = serving
         self._rng = rng or random.Random()
-        self._notify_at: dict[bytes, float] = {}
+        self._to_notify: list[bytes] = []
+        self._window_s = 0.0
         self._notifications = Background("restart_notice")
         self.notified = 0
         self.failed: dict[bytes, str] = {}
@@ -70,15 +72,16 @@ class RestartNotice:
         window_s = spread_window_s(len(alive), self._contacts_per_s)
         now = self._clock.monotonic_s()
         self._poller.spread_first_polls(spread(alive, now, window_s, self._rng))
-        self._notify_at = spread(alive, now, window_s, self._rng)
+        self._to_notify, self._window_s = list(alive), window_s  # spread from serving on
 
     async def run(self) -> None:
-        if not self._notify_at:
+        if not self._to_notify:
             return
         await self._serving()
+        start = self._clock.monotonic_s()
         slots = asyncio.Semaphore(self._max_concurrent)
-        for node_id, at in sorted(self._notify_at.items(), key=lambda item: item[1]):
-            delay = at - self._clock.monotonic_s()
+        for node_id, at in spread_lazily(self._to_notify, self._window_s, self._rng):
+            delay = start + at - self._clock.monotonic_s()
             if delay > 0.001:
                 await self._clock.sleep(delay)
             node = self._nodes.alive.get(node_id)

@@ -32,6 +32,7 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from gcs.changes import Changes
+from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2, ray_syncer_pb2
@@ -143,6 +144,11 @@ class SyncHub:
 
     # -- NodeListener ------------------------------------------------------------------
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        return None
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
         return None
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable
+import itertools
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -34,6 +35,7 @@ import structlog
 from gcs.background import Background
 from gcs.clock import Clock
 from gcs.errors import Unavailable
+from gcs.managers.events import Prepared
 from gcs.managers.jobs import JobManager, JobRejected
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import NodeManager
@@ -43,7 +45,7 @@ from gcs.proto import autoscaler_pb2, gcs_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.store import Store, StoreError, WriteBatch
-from gcs.store.base import TABLE_META, TABLE_VIRTUAL_CLUSTER
+from gcs.store.base import TABLE_META, TABLE_NODE, TABLE_VIRTUAL_CLUSTER
 from gcs.virtual_clusters import (
     CreateJobClusterResult,
     CreateOrUpdateResult,
@@ -152,7 +154,13 @@ class VirtualClusterManager:
         records = [VirtualClusterTableData.FromString(raw) for raw in rows.values()]
         raw_floor = await self._store.get(TABLE_META, HIGH_WATER_KEY)
         floor = int(raw_floor) if raw_floor else 0
-        node_table = [node_view_from_gcs_node_info(n) for n in self._nodes.all_nodes()]
+        # views a hot standby built as the node rows arrived (else built here)
+        nodes = self._nodes
+        node_table = self._store.prepared(
+            TABLE_NODE,
+            node_view_from_gcs_node_info,
+            itertools.chain(nodes.alive.items(), nodes.dead.items()),
+        ).values()
         outcome = replay(node_table, records, RevisionSource(self._now_ns), revision_floor=floor)
         for warning in outcome.warnings:
             log.warning("virtual_clusters.replay_repair", detail=warning)
@@ -225,6 +233,13 @@ class VirtualClusterManager:
     # -- node events (NodeManager listener) ----------------------------------------------
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._node_event(_NodeEvent(node, dead=False))
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
+        if self._loaded:  # else load() replays from the node table, which has them already
+            for node in nodes.values():
+                self.on_node_added(node)
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._node_event(_NodeEvent(node, dead=True))

@@ -210,6 +210,7 @@ class GcsServer:
             actor_gateway=self._actor_gateway,
             extras=self._extras,
             admit=admit,
+            start_heap_frozen=admit is not None,  # an HA term: frozen when the mirror loaded
         )
 
     async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> LeaderTerm:

@@ -6,6 +6,11 @@ component), kept current by following the store's change stream
 instead of reading every table from Redis / PostgreSQL.  Tables read on demand (KV) and the
 autoscaler's are not copied: they are read from the store itself.
 
+The node table is also kept parsed, and each node row's *prepared views* (:data:`PREPARED`:
+the resource cache's entry, the health checker's record, the virtual clusters' node view)
+are built as the row arrives, so a takeover's load adopts per-node state instead of
+building it for 10,000 nodes while no GCS answers (:meth:`gcs.store.Store.prepared`).
+
 :class:`TakeoverStore` is the store one leader term's managers get: while they load, reads
 of the mirrored tables come from the mirror (and the term's own writes are applied to it,
 so a later component's load sees an earlier one's repairs); once every component loaded,
@@ -17,9 +22,11 @@ at once (``on_fenced``) before it is raised to the writer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from gcs.managers.actors import TABLE_ACTOR, TABLE_ACTOR_TASK_SPEC
+from gcs.managers.health import node_health
+from gcs.managers.resources import node_entry
 from gcs.proto import gcs_pb2
 from gcs.store import Store
 from gcs.store.base import (
@@ -33,8 +40,12 @@ from gcs.store.base import (
 )
 from gcs.store.errors import StoreFenced
 from gcs.store.ha import Change, ChangeCursor, HaStore
+from gcs.virtual_clusters.convert import node_view_from_gcs_node_info
 
-__all__ = ["MIRRORED_TABLES", "TableMirror", "TakeoverStore"]
+__all__ = ["MIRRORED_TABLES", "PREPARED", "TableMirror", "TakeoverStore"]
+
+T = TypeVar("T")
+View = Callable[[Any], Any]
 
 MIRRORED_TABLES = (
     TABLE_META,
@@ -52,6 +63,13 @@ DECODED: Mapping[str, Callable[[bytes], Any]] = {TABLE_NODE: gcs_pb2.GcsNodeInfo
 """Tables the mirror also keeps parsed as rows arrive (the node table: its load at a
 takeover adopts the messages instead of parsing 10,000 rows; :meth:`Store.decoded_rows`)."""
 
+PREPARED: Mapping[str, tuple[View, ...]] = {
+    TABLE_NODE: (node_entry, node_health, node_view_from_gcs_node_info),
+}
+"""Views of a parsed row built as the row arrives (each a pure function of the row; a
+mutable one is replaced, never changed, when its row changes), handed over at a takeover
+by :meth:`TakeoverStore.prepared` to the load that would otherwise build it per node."""
+
 FOLLOW_LIMIT = 10_000
 """Changes applied per read of the stream (whole batches)."""
 
@@ -63,14 +81,21 @@ class TableMirror:
         self,
         tables: Iterable[str] = MIRRORED_TABLES,
         decoders: Mapping[str, Callable[[bytes], Any]] = DECODED,
+        views: Mapping[str, tuple[View, ...]] = PREPARED,
     ) -> None:
         self.tables: dict[str, dict[bytes, bytes]] = {table: {} for table in tables}
         self._all_decoders = {t: d for t, d in decoders.items() if t in self.tables}
         self._decoders = dict(self._all_decoders)
+        self._views = {t: v for t, v in views.items() if t in self._all_decoders}
         self.decoded: dict[str, dict[bytes, Any]] = {table: {} for table in self._decoders}
         """The rows of the ``decoders``' tables, parsed (same keys as ``tables``).  A row
         that does not parse drops its table from here until the next load: the term's load
         then reads the raw rows and fails (or repairs) as a cold start would."""
+        self.prepared: dict[str, dict[View, dict[bytes, tuple[Any, Any]]]] = {}
+        """Per decoded table, per view: ``(parsed row, its view)`` by key (the row is the
+        object in ``decoded``; a view that raised has no entry: its reader builds it, and
+        fails, as a cold start would)."""
+        self._reset_prepared()
         self.cursor: ChangeCursor = b"0"
         self.applied = 0
         """Changes applied since the last load (for logs and tests)."""
@@ -94,8 +119,17 @@ class TableMirror:
                 self.decoded[table] = {k: decode(raw) for k, raw in self.tables[table].items()}
             except Exception:
                 self._undecodable(table)
+        self._reset_prepared()
+        for table, views in self.prepared.items():
+            for key, row in self.decoded[table].items():
+                _build_views(views, key, row)
         self.cursor = cursor
         self.applied = 0
+
+    def _reset_prepared(self) -> None:
+        self.prepared = {
+            table: {view: {} for view in self._views.get(table, ())} for table in self.decoded
+        }
 
     def _set(self, table: str, rows: dict[bytes, bytes], key: bytes, value: bytes | None) -> None:
         decoded = self.decoded.get(table)
@@ -103,17 +137,23 @@ class TableMirror:
             rows.pop(key, None)
             if decoded is not None:
                 decoded.pop(key, None)
-        else:
-            rows[key] = value
-            if decoded is not None:
-                try:
-                    decoded[key] = self._decoders[table](value)
-                except Exception:
-                    self._undecodable(table)
+                for built in self.prepared[table].values():
+                    built.pop(key, None)
+            return
+        rows[key] = value
+        if decoded is None:
+            return
+        try:
+            row = decoded[key] = self._decoders[table](value)
+        except Exception:
+            self._undecodable(table)
+            return
+        _build_views(self.prepared[table], key, row)
 
     def _undecodable(self, table: str) -> None:
         self._decoders.pop(table, None)
         self.decoded.pop(table, None)
+        self.prepared.pop(table, None)
 
     def apply(self, changes: Iterable[Change]) -> None:
         tables = self.tables
@@ -207,6 +247,22 @@ class TakeoverStore(Store):
         mirror = self._mirror
         return mirror.decoded.get(table) if mirror is not None else None
 
+    def prepared(
+        self, table: str, view: Callable[[Any], T], rows: Iterable[tuple[bytes, Any]]
+    ) -> dict[bytes, T]:
+        """The mirror's view of each row, handed over once (popped) if it was built from that
+        very row object; else built here (a row the term wrote since, a view the mirror
+        does not keep, the mirror released)."""
+        mirror = self._mirror
+        built = mirror.prepared.get(table, {}).get(view) if mirror is not None else None
+        if built is None:
+            return super().prepared(table, view, rows)
+        take = built.pop
+        return {
+            key: made[1] if (made := take(key, None)) is not None and made[0] is row else view(row)
+            for key, row in rows
+        }
+
     async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]:
         rows = self._rows(table)
         if rows is None:
@@ -240,3 +296,11 @@ class TakeoverStore(Store):
 
     async def read_counter(self, counter: str) -> int:
         return await self._store.read_counter(counter)
+
+
+def _build_views(views: dict[View, dict[bytes, tuple[Any, Any]]], key: bytes, row: Any) -> None:
+    for view, built in views.items():
+        try:
+            built[key] = (row, view(row))
+        except Exception:
+            built.pop(key, None)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from gcs.clock import Clock
@@ -33,7 +33,13 @@ from gcs.managers.actor_view import LiveClusterView
 from gcs.managers.actors import ActorManager
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterIdentity
-from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents, WorkerEvents
+from gcs.managers.events import (
+    JobEvents,
+    NodeEvents,
+    PlacementGroupEvents,
+    Prepared,
+    WorkerEvents,
+)
 from gcs.managers.health import HealthChecker
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
@@ -102,11 +108,13 @@ def build(
     actor_gateway: ActorGateway | None = None,
     extras: Extras | None = None,
     admit: Callable[[], bool] | None = None,
+    start_heap_frozen: bool = False,
 ) -> Wiring:
     """``store``: the backend, opened at load (``owns_store``: closed at the end too);
     managers get it metered.  ``raylets`` / ``actor_gateway``: fakes in tests.  ``admit``
     (``--ha``, one leader term of ``gcs.server.ha``): asked per call whether this GCS still
-    holds the lease; the port is then shared (SO_REUSEPORT)."""
+    holds the lease; the port is then shared (SO_REUSEPORT).  ``start_heap_frozen``: the
+    process froze its start-up heap before (``gcs.server.gc_policy.GcTuning``)."""
     cfg = config
     extras = extras or Extras()
     metered = metrics.metered(store)
@@ -310,6 +318,7 @@ def build(
         gen0_threshold=cfg.gc_gen0_threshold,
         gen1_threshold=cfg.gc_gen1_threshold,
         freeze_survivors=cfg.gc_freeze_survivors,
+        start_heap_frozen=start_heap_frozen,
     )
     children = HeadChildren(
         head=cfg.head,
@@ -485,6 +494,11 @@ class _ForgetRaylet:
         self._raylets = raylets
 
     def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        return None
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
         return None
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import abc
 import enum
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 __all__ = ["META_CLUSTER_ID", "META_SESSION_NAME", "PRESENT", "Condition", "Store", "WriteBatch"]
 
@@ -98,6 +98,9 @@ class WriteBatch:
         return bool(self.puts or self.deletes)
 
 
+T = TypeVar("T")
+
+
 class Store(abc.ABC):
     """Async key-value tables + counters.  Every method may raise :class:`StoreError`."""
 
@@ -142,6 +145,16 @@ class Store(abc.ABC):
         on), when this store holds them ready -- a hot standby's warm copy at a takeover
         (``gcs.server.ha_mirror``) -- else None: read ``get_all`` and parse."""
         return None
+
+    def prepared(
+        self, table: str, view: Callable[[Any], T], rows: Iterable[tuple[bytes, Any]]
+    ) -> dict[bytes, T]:
+        """``view(row)`` by key, for ``(key, row)`` pairs of ``table`` as :meth:`decoded_rows`
+        gave them.  A hot standby builds the views it knows (``gcs.server.ha_mirror.PREPARED``)
+        as its rows arrive; at a takeover they are handed over (the caller owns them: ask
+        once per row), each only if built from exactly that row object, instead of building
+        10,000 again.  Elsewhere ``view`` is called on each row."""
+        return {key: view(row) for key, row in rows}
 
     @abc.abstractmethod
     async def write(self, batch: WriteBatch) -> None:

@@ -22,6 +22,7 @@ from gcs.store.ha import StoreFenced
 __all__ = ["MeteredStore"]
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5)
 
@@ -101,6 +102,11 @@ class MeteredStore(Store):
 
     def decoded_rows(self, table: str) -> Mapping[bytes, Any] | None:
         return self.inner.decoded_rows(table)
+
+    def prepared(
+        self, table: str, view: Callable[[Any], T], rows: Iterable[tuple[bytes, Any]]
+    ) -> dict[bytes, T]:
+        return self.inner.prepared(table, view, rows)
 
     async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]:
         return await self._timed("scan_prefix", lambda: self.inner.scan_prefix(table, prefix))

@@ -71,3 +71,34 @@ async def test_loaded_raylets_get_the_initial_delay_and_the_whole_failure_budget
         "health check failed due to missing too many heartbeats"
     )
     await health.close()
+
+
+async def test_loaded_nodes_first_checks_are_spread_evenly_and_queued_as_they_come_due() -> None:
+    """10 nodes loaded, checked first within one 3 s period after the 5 s initial delay, one
+    per 0.3 s slot; none is queued before its time (a restart builds no 10,000-entry heap
+    before it serves), and a node dead before its turn is not checked."""
+    store, clock, raylets = MemoryStore(), FakeClock(), FakeRayletGateway()
+    before = NodeManager(store, clock)
+    ids = [bytes([n]) * 28 for n in range(1, 11)]
+    for n, node_id in enumerate(ids):
+        await before.register(
+            gcs_pb2.GcsNodeInfo(
+                node_id=node_id, node_manager_address="127.0.0.2", node_manager_port=4000 + n
+            )
+        )
+    nodes, health = await _restarted(store, clock, raylets)
+    start = clock.monotonic_s() + CONFIG.initial_delay_ms / 1000
+    assert not health._due, "nothing queued at load"
+    assert await nodes.mark_dead(ids[4], 0, "gone before its first check")
+    first: dict[bytes, float] = {}
+    while clock.monotonic_s() < start + 3.0:
+        clock.advance(0.05)
+        health.tick()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        for call in raylets.calls_to("HealthCheck"):
+            first.setdefault(call.node_id, clock.monotonic_s())
+    assert set(first) == set(ids) - {ids[4]}
+    slots = sorted(int((t - start) / 0.3 + 1e-9) for t in first.values())
+    assert all(0 <= slot < 11 for slot in slots) and len(set(slots)) >= 8, slots
+    await health.close()

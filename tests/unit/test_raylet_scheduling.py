@@ -16,7 +16,7 @@ from gcs.managers.events import NodeEvents
 from gcs.managers.health import HealthChecker
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import LoadPoller, ResourceCache
-from gcs.managers.startup_spread import spread, spread_window_s
+from gcs.managers.startup_spread import spread, spread_lazily, spread_window_s
 from gcs.proto import gcs_pb2
 from gcs.rpc.raylets.budget import budget_for
 from gcs.rpc.raylets.rate import RateLimiter
@@ -187,6 +187,20 @@ class TestSpread:
             per_second[int(t - 100.0)] += 1
         assert all(abs(n - 1000) <= 1 for n in per_second)
         assert sorted(due, key=due.__getitem__) != ids
+        assert list(due.values()) == sorted(due.values()), "in time order: nobody sorts them"
+
+    def test_a_lazy_spread_is_as_even_in_time_order(self) -> None:
+        ids = [i.to_bytes(4, "big") for i in range(10_000)]
+        due = list(spread_lazily(list(ids), 10.0, random.Random(0)))
+        assert sorted(node_id for node_id, _ in due) == ids, "each once"
+        assert [node_id for node_id, _ in due] != ids, "shuffled"
+        times = [t for _, t in due]
+        assert times == sorted(times) and times[0] >= 0.0 and times[-1] < 10.0
+        per_second = [0] * 10
+        for t in times:
+            per_second[int(t)] += 1
+        assert all(abs(n - 1000) <= 1 for n in per_second)
+        assert [t for _, t in spread_lazily(list(ids[:3]), 0.0, random.Random(0))] == [0.0] * 3
 
     def test_window_follows_the_contact_rate(self) -> None:
         assert spread_window_s(50_000, 2000) == 25.0

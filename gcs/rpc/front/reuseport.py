@@ -9,8 +9,10 @@ program per group, the last attached wins) that returns its own socket's index: 
 connection reaches the leader, whatever else is still bound.
 
 Its index is the group's size minus one when it bound (sockets join the group's array at
-the end); the size is counted from ``/proc/net/tcp{,6}`` (listeners on this address and
-port).  Should a socket before it close later, the kernel moves the last one into the gap
+the end); the size is the listeners on this address and port, asked of the kernel's socket
+diagnostics (``NETLINK_SOCK_DIAG``, listening sockets only: ~0.2 ms) or, where that is
+refused, read from ``/proc/net/tcp{,6}`` (every socket of the host: ~5 ms, on a takeover's
+path).  Should a socket before it close later, the kernel moves the last one into the gap
 and an index past the end falls back to the hash: never worse than without the program.
 """
 
@@ -36,6 +38,58 @@ _LISTEN = "0A"
 
 def _listeners(host: str, port: int, family: int) -> int:
     """Sockets listening on ``host:port`` (this network namespace)."""
+    try:
+        return _diag_listeners(host, port, family)
+    except OSError:
+        return _proc_listeners(host, port, family)
+
+
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST_DUMP = 0x301
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_TCP_LISTEN = 10
+
+
+def _diag_listeners(host: str, port: int, family: int) -> int:
+    """:func:`_listeners` by an ``inet_diag`` dump of the listening TCP sockets."""
+    try:
+        want: bytes | None = socket.inet_pton(family, host)
+    except OSError:
+        want = None  # not an address: any listener on the port
+    # inet_diag_req_v2: family, protocol, ext, pad, states; then an empty inet_diag_sockid
+    # (ports, addresses, interface, cookie = INET_DIAG_NOCOOKIE)
+    request = struct.pack("=BBBxI", family, socket.IPPROTO_TCP, 0, 1 << _TCP_LISTEN)
+    request += struct.pack("!HH16s16sI", 0, 0, b"", b"", 0) + b"\xff" * 8
+    header = struct.pack(
+        "=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST_DUMP, 1, 0
+    )
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
+        link.settimeout(1.0)
+        link.send(header + request)
+        count = 0
+        while True:
+            data = link.recv(1 << 16)
+            if not data:
+                raise OSError("sock_diag: no answer")
+            offset = 0
+            while offset + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, offset)
+                if kind == _NLMSG_DONE:
+                    return count
+                if kind == _NLMSG_ERROR or length < 16:
+                    raise OSError("sock_diag refused the dump")
+                # inet_diag_msg after the header: family, state, timer, retrans, then the
+                # socket id: source port (big-endian), destination port, source address
+                (found_port,) = struct.unpack_from("!H", data, offset + 20)
+                address = data[offset + 24 : offset + 24 + (len(want) if want else 0)]
+                if found_port == port and (want is None or address == want):
+                    count += 1
+                offset += (length + 3) & ~3
+
+
+def _proc_listeners(host: str, port: int, family: int) -> int:
+    """:func:`_listeners` from ``/proc/net/tcp{,6}``."""
     table = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
     try:
         with open(table) as f:
