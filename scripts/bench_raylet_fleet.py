@@ -64,7 +64,7 @@ async def main() -> None:
 
     gcs = FakeGcs()
     await gcs.start()
-    cmd = [sys.executable, "-m", "gcs.raylet.cli", "raylet-fleet", "--gcs-address", gcs.address,
+    cmd = [sys.executable, "-m", "gcs.raylet.cli", "raylet-fleet", "--address", gcs.address,
            "--count", str(args.count), "--processes", str(args.processes),
            "--resources", '{"CPU": 8, "memory": 1e10}']  # fmt: skip
     if args.distinct_ips:
