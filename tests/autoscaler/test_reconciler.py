@@ -446,10 +446,13 @@ class TestRounds:
         report = h.gcs.reports[-1]
         assert report.autoscaler_state_version == h.im.version
 
-    async def test_idle_drains_not_yet_reported_do_not_take_a_type_below_min(self) -> None:
-        """The local end-to-end race: 3 idle workers, min_workers 1.  Round 1 drains 2;
-        the GCS still reports them IDLE in round 2 (a raylet reports draining a little
-        later), which must not drain the third; then they report DRAINING: no relaunch."""
+    @staticmethod
+    async def _two_of_three_stopped_then_reported(
+        type_1: dict[str, int], idle_base_ms: int, sent: str
+    ) -> Harness:
+        """3 idle workers of type-1 (``type_1``: its min/max); round 1 stops the 2 longest
+        idle (``sent``: "drains" or "stops" on the fake GCS); round 2 still sees them IDLE
+        and must stop nothing more; round 3 they report DRAINING."""
         cluster = parse_cluster_config(
             {
                 "head_node_type": "head",
@@ -457,7 +460,7 @@ class TestRounds:
                 "idle_timeout_minutes": 1,
                 "available_node_types": {
                     "head": {"resources": {"CPU": 0}, "max_workers": 0},
-                    "type-1": {"resources": {"CPU": 4}, "min_workers": 1, "max_workers": 10},
+                    "type-1": {"resources": {"CPU": 4}, **type_1},
                 },
             }
         )
@@ -469,25 +472,33 @@ class TestRounds:
                 f"b{n}",
                 autoscaler_pb2.IDLE,
                 f"c{n}",
-                idle_duration_ms=120_000 + n * 1000,
+                idle_duration_ms=idle_base_ms + n * 1000,
                 total_resources={"CPU": 4},
                 available_resources={"CPU": 4},
             )
-        await h.round()
-        assert sorted(h.gcs.drains) == ["b1", "b2"]  # the two longest idle
-        await h.round()  # both drains were accepted; the GCS still says IDLE
-        assert sorted(h.gcs.drains) == ["b1", "b2"]
-        assert h.statuses()["w0"] is S.RAY_RUNNING
+        for _ in range(2):  # round 2: the stops went out; the GCS still says IDLE
+            await h.round()
+            assert sorted(getattr(h.gcs, sent)) == ["b1", "b2"]
+            assert h.statuses()["w0"] is S.RAY_RUNNING
         for ns in h.gcs.state.node_states:
             if ns.node_id.hex() in ("b1", "b2"):
                 ns.status = autoscaler_pb2.DRAINING
         await h.round()
-        assert sorted(h.gcs.drains) == ["b1", "b2"]
+        assert sorted(getattr(h.gcs, sent)) == ["b1", "b2"]
         assert {i: s for i, s in h.statuses().items() if i.startswith("w")} == {
             "w0": S.RAY_RUNNING,
             "w1": S.RAY_STOPPING,
             "w2": S.RAY_STOPPING,
         }
+        return h
+
+    async def test_idle_drains_not_yet_reported_do_not_take_a_type_below_min(self) -> None:
+        """The local end-to-end race: 3 idle workers, min_workers 1.  Round 1 drains 2;
+        the GCS still reports them IDLE in round 2 (a raylet reports draining a little
+        later), which must not drain the third; then they report DRAINING: no relaunch."""
+        h = await self._two_of_three_stopped_then_reported(
+            {"min_workers": 1, "max_workers": 10}, idle_base_ms=120_000, sent="drains"
+        )
         assert h.provider.launch_calls == []  # nothing relaunched for min_workers
 
     async def test_max_workers_drains_not_yet_reported_do_not_take_a_type_below_max(
@@ -496,44 +507,11 @@ class TestRounds:
         """max_workers lowered to 1 with 3 workers: round 1 stops the 2 longest idle; the GCS
         still reports them IDLE in round 2, which must not stop the third (counting them
         as present, 3 > 1 chose it: it sorts before nodes just asked to stop)."""
-        cluster = parse_cluster_config(
-            {
-                "head_node_type": "head",
-                "max_workers": 10,
-                "idle_timeout_minutes": 1,
-                "available_node_types": {
-                    "head": {"resources": {"CPU": 0}, "max_workers": 0},
-                    "type-1": {"resources": {"CPU": 4}, "max_workers": 1},
-                },
-            }
+        h = await self._two_of_three_stopped_then_reported(
+            {"max_workers": 1},
+            idle_base_ms=10_000,
+            sent="stops",  # idle, not past the timeout
         )
-        workers = [inst(f"w{n}", S.RAY_RUNNING, cloud=f"c{n}", node=f"b{n}") for n in range(3)]
-        h = with_running_head(*workers, cluster=cluster)
-        for n in range(3):
-            h.provider.add(f"c{n}", "type-1")
-            h.node(
-                f"b{n}",
-                autoscaler_pb2.IDLE,
-                f"c{n}",
-                idle_duration_ms=10_000 + n * 1000,  # idle, not yet past the timeout
-                total_resources={"CPU": 4},
-                available_resources={"CPU": 4},
-            )
-        await h.round()
-        assert sorted(h.gcs.stops) == ["b1", "b2"]
-        await h.round()  # both stops were sent; the GCS still says IDLE
-        assert sorted(h.gcs.stops) == ["b1", "b2"]
-        assert h.statuses()["w0"] is S.RAY_RUNNING
-        for ns in h.gcs.state.node_states:
-            if ns.node_id.hex() in ("b1", "b2"):
-                ns.status = autoscaler_pb2.DRAINING
-        await h.round()
-        assert sorted(h.gcs.stops) == ["b1", "b2"]
-        assert {i: s for i, s in h.statuses().items() if i.startswith("w")} == {
-            "w0": S.RAY_RUNNING,
-            "w1": S.RAY_STOPPING,
-            "w2": S.RAY_STOPPING,
-        }
         assert h.gcs.drains == [] and h.provider.launch_calls == []
 
     async def test_provider_failures_cost_one_round_and_show_as_failed(self) -> None:

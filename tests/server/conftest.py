@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import gc
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
@@ -20,3 +21,14 @@ async def raylets() -> AsyncIterator[Callable[..., object]]:
     yield make
     for raylet in started:
         await raylet.stop()
+
+
+@pytest.fixture
+def gc_state() -> Iterator[None]:
+    """The collector's thresholds and callbacks, restored after the test."""
+    threshold, callbacks = gc.get_threshold(), list(gc.callbacks)
+    try:
+        yield
+    finally:
+        gc.callbacks[:] = callbacks
+        gc.set_threshold(*threshold)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,16 +22,6 @@ class _Cell:
 
 def _freezers() -> int:
     return sum(1 for cb in gc.callbacks if isinstance(cb, SurvivorFreezer))
-
-
-@pytest.fixture
-def gc_state() -> Iterator[None]:
-    threshold, callbacks = gc.get_threshold(), list(gc.callbacks)
-    try:
-        yield
-    finally:
-        gc.callbacks[:] = callbacks
-        gc.set_threshold(*threshold)
 
 
 def _frozen(objects: list[object]) -> list[bool]:

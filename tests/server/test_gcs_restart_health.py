@@ -16,6 +16,7 @@ from gcs.managers.nodes import NodeManager
 from gcs.proto import gcs_pb2
 from gcs.store.memory import MemoryStore
 from gcs.testing.raylets import FakeRayletGateway
+from tests.server.known_nodes import register_nodes
 
 CONFIG = HealthCheckConfig(initial_delay_ms=5000, period_ms=3000, failure_threshold=5)
 SLOW, GONE = b"\x01" * 28, b"\x02" * 28
@@ -78,14 +79,7 @@ async def test_loaded_nodes_first_checks_are_spread_evenly_and_queued_as_they_co
     per 0.3 s slot; none is queued before its time (a restart builds no 10,000-entry heap
     before it serves), and a node dead before its turn is not checked."""
     store, clock, raylets = MemoryStore(), FakeClock(), FakeRayletGateway()
-    before = NodeManager(store, clock)
-    ids = [bytes([n]) * 28 for n in range(1, 11)]
-    for n, node_id in enumerate(ids):
-        await before.register(
-            gcs_pb2.GcsNodeInfo(
-                node_id=node_id, node_manager_address="127.0.0.2", node_manager_port=4000 + n
-            )
-        )
+    ids = await register_nodes(store, clock, 10)
     nodes, health = await _restarted(store, clock, raylets)
     start = clock.monotonic_s() + CONFIG.initial_delay_ms / 1000
     assert not health._due, "nothing queued at load"

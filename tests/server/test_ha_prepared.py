@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import random
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -195,16 +194,6 @@ async def test_the_virtual_clusters_replay_adopts_the_standbys_node_views() -> N
     )
     assert all(got[key] is views[key] for key in views)
     assert [v.is_dead for v in got.values()] == [False, True]
-
-
-@pytest.fixture
-def gc_state() -> Iterator[None]:
-    threshold, callbacks = gc.get_threshold(), list(gc.callbacks)
-    try:
-        yield
-    finally:
-        gc.callbacks[:] = callbacks
-        gc.set_threshold(*threshold)
 
 
 async def test_a_term_does_not_walk_the_heap_its_standby_froze(

@@ -22,6 +22,7 @@ from gcs.proto import gcs_pb2
 from gcs.store.base import TABLE_NODE, WriteBatch
 from gcs.store.memory import MemoryStore
 from gcs.testing.raylets import FakeRayletGateway
+from tests.server.known_nodes import register_nodes
 
 
 async def test_notifications_spread_over_a_window_that_starts_when_the_gcs_serves() -> None:
@@ -82,14 +83,7 @@ async def _released(node: Any) -> None:
 
 async def test_the_fleets_notices_are_one_summary_line_naming_the_failures() -> None:
     store, clock, raylets = MemoryStore(), FakeClock(), FakeRayletGateway()
-    before = NodeManager(store, clock)
-    ids = [bytes([n]) * 28 for n in range(1, 13)]
-    for n, node_id in enumerate(ids):
-        await before.register(
-            gcs_pb2.GcsNodeInfo(
-                node_id=node_id, node_manager_address="127.0.0.2", node_manager_port=4000 + n
-            )
-        )
+    ids = await register_nodes(store, clock, 12)
     raylets.unreachable.update(ids[:7])
     nodes = NodeManager(store, clock)  # the restarted GCS
     await nodes.load()
