@@ -1,6 +1,5 @@
-"""``--dist loadgroup`` as this suite means it: every test of one ``tests/interop`` or
-``tests/dropin`` module on one worker, every other test on its own (as ``--dist load``
-spreads them).
+"""``--dist loadgroup`` as this suite means it: every test of one ``tests/interop`` module on
+one worker, every other test on its own (as ``--dist load`` spreads them).
 
 One worker per interop module starts the module's cluster once (its module-scoped fixtures
 live there), and two clusters of a module never race for the same loopback addresses and
@@ -15,8 +14,10 @@ from __future__ import annotations
 
 from xdist.scheduler import LoadScopeScheduling
 
-GROUPED = ("tests/interop/", "tests/dropin/")
-"""Modules whose tests share a module-scoped cluster or venv: each runs on one worker."""
+GROUPED = ("tests/interop/",)
+"""Modules whose tests share a module-scoped cluster: each runs on one worker.  (Not
+``tests/dropin``: its files share only a venv, prepared under a file lock, and run 2.5 min
+in a row on one worker.)"""
 
 
 class InteropModuleScheduling(LoadScopeScheduling):

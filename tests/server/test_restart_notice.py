@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from gcs.clock import FakeClock
+from gcs.managers import restart_notice
 from gcs.managers.actors import ActorManager
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import LoadPoller
@@ -81,6 +85,21 @@ async def _released(node: Any) -> None:
     return None
 
 
+@pytest.fixture
+def fresh_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """structlog's defaults for this test: another test on this worker may have configured a
+    level filter (warning) or cached this module's logger, and capture_logs would then see
+    no info line."""
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    monkeypatch.setattr(restart_notice, "log", structlog.get_logger("gcs.restart"))
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+
+
+@pytest.mark.usefixtures("fresh_logging")
 async def test_the_fleets_notices_are_one_summary_line_naming_the_failures() -> None:
     store, clock, raylets = MemoryStore(), FakeClock(), FakeRayletGateway()
     ids = await register_nodes(store, clock, 12)
