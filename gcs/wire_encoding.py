@@ -103,3 +103,9 @@ class DoubleMapEncoder:
 
     def __len__(self) -> int:
         return len(self._prefixes)
+
+
+def framed_size(size: int) -> int:
+    """At most the bytes a length-delimited field of ``size`` bytes takes in its message (tag
+    and varint length, rounded up): what a reply's repeated message entry costs."""
+    return size + 2 + (size.bit_length() + 6) // 7

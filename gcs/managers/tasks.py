@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from gcs.errors import InvalidArgument
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
+from gcs.wire_encoding import framed_size
 
 TaskKey = tuple[bytes, int]
 """(task id, attempt number)."""
@@ -236,8 +237,7 @@ class TaskEventStore:
                 reply.num_truncated += 1
                 continue
             if max_bytes is not None:
-                entry = events.ByteSize()
-                size += entry + 2 + (entry.bit_length() + 6) // 7
+                size += framed_size(events.ByteSize())
                 if size > max_bytes:
                     full = True
                     reply.num_truncated += 1

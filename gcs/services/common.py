@@ -6,6 +6,7 @@ from google.protobuf.message import Message
 
 from gcs.proto import gcs_service_pb2
 from gcs.rpc.errors import GcsError, RayStatusCode, ResourceExhausted, ray_code_for
+from gcs.wire_encoding import framed_size
 
 
 def ok_status() -> gcs_service_pb2.GcsStatus:
@@ -36,7 +37,7 @@ class ReplySize:
 
     def add_bytes(self, size: int) -> None:
         """One length-delimited entry of ``size`` bytes (plus its tag and length)."""
-        self.size += size + 2 + (size.bit_length() + 6) // 7
+        self.size += framed_size(size)
         self.count += 1
         if self.size > self.limit:
             raise reply_too_large(self.limit, f"{self.count} {self.what}")
