@@ -130,6 +130,15 @@ class _Recorder:
         )
         return self
 
+    async def ran(self, more: int, timeout_s: float = 60) -> None:
+        """Until ``more`` further operations have completed: a count, not a pause, so a
+        loaded machine gets the same workload as an idle one."""
+        want = len(self.history.operations) + more
+        deadline = time.monotonic() + timeout_s
+        while len(self.history.operations) < want:
+            assert time.monotonic() < deadline, f"{len(self.history.operations)} of {want} ops"
+            await asyncio.sleep(0.02)
+
     async def finish(self) -> None:
         self._stop = True
         assert self.task is not None
@@ -173,13 +182,13 @@ async def _kill9_takeover(group: HaGroup) -> None:
     b = group.add("b")
     b.wait_for("ha.standby")
     recorder = _Recorder(group.address, seed=1).start()
-    await asyncio.sleep(1.0)
+    await recorder.ran(40)
 
     a.kill9()
     killed = time.monotonic()
     answered = await _first_answer(group.address)
     took_s = answered - killed
-    await asyncio.sleep(1.0)  # the workload goes on against the new leader
+    await recorder.ran(40)  # the workload goes on against the new leader
     await recorder.finish()
 
     assert group.leaders() == [b]
@@ -239,14 +248,14 @@ async def test_a_leader_paused_past_its_lease_is_refused_and_steps_down(group: H
     stale = GrpcKv(group.address)
     await stale.put(b"late", b"warmup", b"1", overwrite=True)
     recorder = _Recorder(group.address, seed=2).start()
-    await asyncio.sleep(0.5)
+    await recorder.ran(20)
 
     a.signal(signal.SIGSTOP)
     late_put = asyncio.create_task(stale.put(b"late", b"k", b"from-the-paused", overwrite=True))
     b.wait_for("ha.leader", timeout_s=TTL_S + 30)
     # new connections reach b although a's socket is still bound (paused, not closed)
     await _first_answer(group.address, timeout_s=TAKEOVER_BOUND_S + LOAD_MARGIN_S)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # a stays paused a while after b took over
     a.signal(signal.SIGCONT)
 
     with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -256,7 +265,7 @@ async def test_a_leader_paused_past_its_lease_is_refused_and_steps_down(group: H
     a.wait_for("ha.step_down", timeout_s=30)
     a.wait_for("ha.standby", count=2, timeout_s=30)  # a follows the store again
     assert b.count("ha.holder_died") == 0, "a paused leader keeps its lock: the TTL decided"
-    await asyncio.sleep(0.5)
+    await recorder.ran(20)
     await recorder.finish()
     await stale.close()
 
