@@ -36,20 +36,20 @@ def fake(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_needs_a_cluster_name() -> None:
-    result = run("autoscaler", "run", "--gcs-address", "127.0.0.1:1", "--provider", "kuberay")
+    result = run("autoscaler", "run", "--address", "127.0.0.1:1", "--provider", "kuberay")
     assert "--cluster-name" in assert_one_line_error(result, 2)
 
 
 def test_without_credentials_says_so(tmp_path: Path) -> None:
     env = _env(KUBECONFIG=str(tmp_path / "missing"), HOME=str(tmp_path))
-    result = run("autoscaler", "run", "--gcs-address", "127.0.0.1:1", "--provider", "kuberay",
+    result = run("autoscaler", "run", "--address", "127.0.0.1:1", "--provider", "kuberay",
                  "--cluster-name", NAME, env=env)  # fmt: skip
     assert "cannot load Kubernetes credentials" in assert_one_line_error(result, 1)
 
 
 def test_missing_raycluster_is_named(fake) -> None:  # type: ignore[no-untyped-def]
     _, kubeconfig = fake
-    result = run("autoscaler", "run", "--gcs-address", "127.0.0.1:1", "--provider", "kuberay",
+    result = run("autoscaler", "run", "--address", "127.0.0.1:1", "--provider", "kuberay",
                  "--cluster-name", "nope", env=_env(KUBECONFIG=kubeconfig))  # fmt: skip
     line = assert_one_line_error(result, 1)
     assert "RayCluster default/nope" in line and "not found" in line

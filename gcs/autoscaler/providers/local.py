@@ -91,7 +91,7 @@ class LocalProvider:
         log_path = self._records.logs / f"{cloud_id}.log"
         cmd = [
             self._python, "-m", "gcs", "raylet",
-            "--gcs-address", self._gcs_address,
+            "--address", self._gcs_address,
             "--resources", json.dumps(dict(cfg.resources)),
             "--node-type", node_type,
             "--labels", json.dumps(dict(cfg.labels)),
