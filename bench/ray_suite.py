@@ -348,7 +348,9 @@ def run_file(
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env.update(
             PATH=f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-            PYTHONPATH=str(root),
+            # the tests' own directory too, as Ray's CI has it: workers import classes
+            # defined at a test module's top level by module name (test_actor_retry.py)
+            PYTHONPATH=os.pathsep.join((str(root), str(tests_dir(venv)))),
             GCS_RAY_SUITE_OUTCOMES=str(outcomes),
             RAY_TMPDIR=str(ray_tmp),
             HOME=str(home),
