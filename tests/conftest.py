@@ -130,12 +130,14 @@ async def gcs_server(
 
 async def poll_rounds(server: GcsServer, clock: FakeClock, rounds: int = 2) -> None:
     """Move ``clock`` until the server made ``rounds`` more load-poll rounds, every reply
-    applied (the first may have started before the latest registration)."""
+    applied (the first may have started before the latest registration; a later round can
+    finish while a slow reply of an earlier one is still on its way)."""
     assert server.managers is not None
-    stats = server.managers.poller.stats
-    target = stats.rounds + rounds
+    poller = server.managers.poller
+    target = poller.stats.rounds + rounds
     await clock.advance_until(
-        lambda: stats.rounds >= target, step_s=server.config.load_poll.period_ms / 1000
+        lambda: poller.stats.rounds >= target and poller.settled,
+        step_s=server.config.load_poll.period_ms / 1000,
     )
 
 

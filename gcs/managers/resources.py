@@ -379,6 +379,13 @@ class LoadPoller:
         and raylets whose polls keep failing (backoff)."""
         self.stats = PollStats()
 
+    @property
+    def settled(self) -> bool:
+        """No poll awaits its reply and every reply received is applied.  Rounds overlap (a
+        round starts every period without waiting for stragglers), so a later round that
+        skipped a node still in flight can finish before that node's reply is applied."""
+        return not self._in_flight and not len(self._applier)
+
     def spread_first_polls(self, due: dict[bytes, float]) -> None:
         """Poll each node no earlier than its (monotonic) time (see ``startup_spread``)."""
         self._not_before.update(due)

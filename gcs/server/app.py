@@ -246,16 +246,14 @@ class GcsServer:
         component was closed)."""
         if self._running is None:
             return
-        if self.ha is not None:
-            try:
-                await asyncio.shield(self._running)
-            except asyncio.CancelledError:
-                if not self._stopping:
-                    raise
-            return
         try:
             await asyncio.shield(self._running)
+        except asyncio.CancelledError:
+            if self.ha is None or not self._stopping:  # an HA member's run ends cancelled
+                raise
         except ComponentFailed as failed:
+            if self.ha is not None:
+                raise
             await self.stop()
             raise failed.cause from None
 

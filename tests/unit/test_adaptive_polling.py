@@ -5,6 +5,8 @@ polling every round."""
 
 from __future__ import annotations
 
+import asyncio
+
 from gcs.clock import FakeClock
 from gcs.config import HealthCheckConfig, LoadPollConfig
 from gcs.managers.events import NodeEvents
@@ -158,3 +160,31 @@ async def test_a_reply_landing_after_the_round_start_does_not_cost_a_round() -> 
 
 def _infeasible(cache: ResourceCache) -> int:
     return sum(infeasible for _, (_, infeasible, _) in cache.demand.items())
+
+
+async def test_a_round_that_skips_a_straggler_finishes_before_it_settles() -> None:
+    """Rounds overlap: the second round skips the node still in flight and finishes at once;
+    only ``settled`` says the straggler's reply is in the cache (the test helper
+    ``poll_rounds`` waited on the round count alone, and read an empty load under load)."""
+    _, poller, raylets, _, cache = await _setup(0)
+    release, waiting = asyncio.Event(), asyncio.Event()
+    answer = raylets.get_resource_load
+
+    async def slow(node_id: bytes, address: str, timeout_s: float) -> gcs_pb2.ResourcesData:
+        if node_id == PLAIN:
+            waiting.set()
+            await release.wait()
+        return await answer(node_id, address, timeout_s)
+
+    raylets.get_resource_load = slow  # type: ignore[method-assign]
+    raylets.queued[PLAIN] = 2
+    first = asyncio.create_task(poller.poll_once())
+    await waiting.wait()
+    await poller.poll_once()  # PLAIN is in flight: skipped, the round ends
+    assert poller.stats.rounds == 1 and poller.stats.skipped_in_flight == 1
+    assert not poller.settled
+    assert not cache.nodes[PLAIN].demand
+    release.set()
+    await first
+    assert poller.settled
+    assert cache.nodes[PLAIN].demand
