@@ -166,20 +166,43 @@ def _source_digest(source: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
+COMPAT_SUPPLEMENT = """
+# --- ours, after the shared preamble: two more test helpers the 2024 files import by their
+# old names (test_gcs_utils.py, test_basic_3.py), the same on both sides.
+if not hasattr(_compat_tu, "async_wait_for_condition_async_predicate"):
+    # 2.60's async_wait_for_condition awaits an async predicate, as this one did
+    _compat_tu.async_wait_for_condition_async_predicate = _compat_tu.async_wait_for_condition
+if not hasattr(_compat_tu, "dicts_equal"):
+    def _dicts_equal(dict1, dict2, abs_tol=1e-4):  # as in the 2024 test_utils
+        import math as _m
+        if dict1.keys() != dict2.keys():
+            return False
+        for _k, _v in dict1.items():
+            _w = dict2[_k]
+            if isinstance(_v, float) and isinstance(_w, float):
+                if _m.isclose(_v, _w, abs_tol=abs_tol):
+                    continue
+            if _v != _w:
+                return False
+        return True
+    _compat_tu.dicts_equal = _dicts_equal
+"""
+
+
 def install_tests(venv: venvs.Venv, source: pathlib.Path = SUITE_SOURCE) -> pathlib.Path:
-    """Copy Ray's test directory into the venv (again only when the source changed), the
-    compat preamble in front of its conftest.py."""
+    """Copy Ray's test directory into the venv (again only when the source or our supplement
+    changed), the compat preamble and :data:`COMPAT_SUPPLEMENT` in front of its conftest.py."""
     origin = source / "python" / "ray" / "tests"
     target = tests_dir(venv)
     stamp = target / ".gcs-ray-suite"
-    digest = _source_digest(source)
+    digest = _source_digest(source) + hashlib.sha256(COMPAT_SUPPLEMENT.encode()).hexdigest()[:16]
     if stamp.is_file() and stamp.read_text() == digest:
         return target
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(origin, target, symlinks=True)
     preamble = (source / "conftest_compat_preamble.py").read_text()
     conftest = target / "conftest.py"
-    conftest.write_text(preamble + "\n" + conftest.read_text())
+    conftest.write_text(preamble + "\n" + COMPAT_SUPPLEMENT + "\n" + conftest.read_text())
     stamp.write_text(digest)
     return target
 
