@@ -658,7 +658,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--sides: unknown {sorted(unknown)}; use stock and/or ours")
     patterns = list(args.files)
     if args.files_from is not None:
-        patterns += [line.strip() for line in args.files_from.read_text().splitlines()]
+        try:
+            patterns += [line.strip() for line in args.files_from.read_text().splitlines()]
+        except OSError as err:
+            parser.error(f"--files-from {args.files_from}: {err.strerror}")
     files = select_files([p for p in patterns if p and not p.startswith("#")])
     results = Results(args.results)
     rerun = {s.strip() for s in args.rerun.split(",") if s.strip()}

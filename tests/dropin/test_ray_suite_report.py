@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 from bench import ray_suite
 from bench.ray_suite import FileRun, Results
 from bench.ray_suite import TestResult as Outcome
@@ -43,3 +45,35 @@ def test_results_accumulate_across_runs_and_render_as_markdown(tmp_path: pathlib
     assert "`test_c.py` (ImportError)" in text
     assert "Left out (1 files): `test_mpi.py` (MPI)." in text
     assert "Not run yet (1 files): `test_d.py`." in text
+
+
+def test_a_missing_files_from_list_is_one_line_not_a_traceback(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(SystemExit) as exited:
+        ray_suite.main(["--files-from", str(missing), "--report"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--files-from {missing}: No such file or directory" in err
+    assert "Traceback" not in err
+
+
+def test_the_compat_supplement_is_in_front_of_conftest_and_changes_the_stamp(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's tests go into the venv with the shared preamble and our supplement before its
+    conftest.py; a changed supplement installs them again."""
+    source = tmp_path / "src"
+    (source / "python" / "ray" / "tests").mkdir(parents=True)
+    (source / "python" / "ray" / "tests" / "conftest.py").write_text("# ray's conftest\n")
+    (source / "conftest_compat_preamble.py").write_text("# preamble\n")
+    target = tmp_path / "venv-tests"
+    monkeypatch.setattr(ray_suite, "tests_dir", lambda venv: target)
+    ray_suite.install_tests(None, source)  # type: ignore[arg-type]
+    text = (target / "conftest.py").read_text()
+    assert text.index("# preamble") < text.index("dicts_equal") < text.index("# ray's conftest")
+    (target / "conftest.py").write_text("stale")
+    monkeypatch.setattr(ray_suite, "COMPAT_SUPPLEMENT", "# another\n")
+    ray_suite.install_tests(None, source)  # type: ignore[arg-type]
+    assert "# another" in (target / "conftest.py").read_text()
