@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -270,12 +271,21 @@ class FileRun:
     @classmethod
     def from_json(cls, doc: dict) -> FileRun:
         return cls(
-            tests={k: TestResult(**v) for k, v in doc["tests"].items()},
+            tests={canonical_nodeid(k): TestResult(**v) for k, v in doc["tests"].items()},
             duration_s=doc["duration_s"],
             exit_code=doc["exit_code"],
             timed_out=doc.get("timed_out", False),
             note=doc.get("note", ""),
         )
+
+
+_VENV_PATH = re.compile(r"/[^\s,\[\]]*?/ray-suite-[^/\s,]+/lib/python[^/\s,]*/site-packages/")
+
+
+def canonical_nodeid(nodeid: str) -> str:
+    """A test id the same on both sides: a parametrized id may hold a path into its side's
+    venv (``test_runtime_env_validation.py`` passes schema files), cut to ``<site-packages>/``."""
+    return _VENV_PATH.sub("<site-packages>/", nodeid)
 
 
 def fold_outcomes(lines: Iterable[str]) -> dict[str, TestResult]:
@@ -286,7 +296,11 @@ def fold_outcomes(lines: Iterable[str]) -> dict[str, TestResult]:
         if not line.strip():
             continue
         record = json.loads(line)
-        nodeid, when, outcome = record["nodeid"], record["when"], record["outcome"]
+        nodeid, when, outcome = (
+            canonical_nodeid(record["nodeid"]),
+            record["when"],
+            record["outcome"],
+        )
         message = record.get("message", "")
         held = results.get(nodeid)
         if outcome == "skipped":

@@ -77,3 +77,17 @@ def test_the_compat_supplement_is_in_front_of_conftest_and_changes_the_stamp(
     monkeypatch.setattr(ray_suite, "COMPAT_SUPPLEMENT", "# another\n")
     ray_suite.install_tests(None, source)  # type: ignore[arg-type]
     assert "# another" in (target / "conftest.py").read_text()
+
+
+def test_a_test_id_holding_a_path_into_its_venv_is_the_same_on_both_sides() -> None:
+    """test_runtime_env_validation.py parametrizes over schema files in the venv: the ids of
+    the two sides differed, and every such stock-passing test was counted a miss."""
+    base = "test_r.py::TestV::test_env[{0}/ray/tests/a.json,{0}/ray/tests/b.json]"
+    stock = base.format("/root/.cache/gcs-interop/ray-suite-stock/lib/python3.11/site-packages")
+    ours = base.format("/c/gcs-interop/ray-suite-ours-f2af6c09/lib/python3.11/site-packages")
+    want = base.format("<site-packages>")
+    assert ray_suite.canonical_nodeid(stock) == ray_suite.canonical_nodeid(ours) == want
+    lines = [f'{{"nodeid": "{ours}", "when": "call", "outcome": "passed"}}']
+    assert list(ray_suite.fold_outcomes(lines)) == [want]
+    plain = "test_r.py::test_plain[a,b]"
+    assert ray_suite.canonical_nodeid(plain) == plain
