@@ -104,6 +104,9 @@ class History:
         self.operations: list[Operation] = []
         self.failed = 0
         """Operations left out because they definitely did not take effect."""
+        self.completed = 0
+        """Operations answered (a result, neither failed nor unknown)."""
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     async def run(
         self,
@@ -132,7 +135,30 @@ class History:
         self.operations.append(
             Operation(client, key, kind, call, next(self._ticks), result, value, overwrite)
         )
+        self.completed += 1
+        if self._waiters:
+            self._wake()
         return result
+
+    async def until_completed(self, count: int) -> None:
+        """Until ``count`` operations in all have been answered (a workload's progress as
+        a count of answers, not a stretch of wall time)."""
+        if self.completed >= count:
+            return
+        done = asyncio.get_running_loop().create_future()
+        self._waiters.append((count, done))
+        await done
+
+    def _wake(self) -> None:
+        waiting = []
+        for count, done in self._waiters:
+            if done.done():
+                continue
+            if self.completed >= count:
+                done.set_result(None)
+            else:
+                waiting.append((count, done))
+        self._waiters = waiting
 
     def now(self) -> int:
         """A tick after every event recorded so far."""

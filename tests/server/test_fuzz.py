@@ -336,31 +336,28 @@ async def test_fuzz_every_unary_method(tmp_path: pathlib.Path, front: str) -> No
             )
             await health(b"", timeout=10)
             rss_before = vm_bytes(pid)
+
+            async def send(method: Method, raw: bytes) -> None:
+                long_poll = method.name in LONG_POLLS
+                try:
+                    await channel.unary_unary(method.path)(raw, timeout=0.3 if long_poll else 30)
+                    codes["OK"] += 1
+                except grpc.aio.AioRpcError as err:
+                    code = err.code()
+                    codes[code.name] += 1
+                    if code in FORBIDDEN or (
+                        code == grpc.StatusCode.DEADLINE_EXCEEDED and not long_poll
+                    ):
+                        bad.append(f"{method.path}: {code.name} {(err.details() or '')[:300]}")
+
             for method in methods:
-                call = channel.unary_unary(method.path)
-                timeout = 0.3 if method.name in LONG_POLLS else 30
-
-                async def one(
-                    raw: bytes, method: Method = method, call: Any = call, timeout: float = timeout
-                ) -> None:
-                    try:
-                        await call(raw, timeout=timeout)
-                        codes["OK"] += 1
-                    except grpc.aio.AioRpcError as err:
-                        code = err.code()
-                        codes[code.name] += 1
-                        if code in FORBIDDEN or (
-                            code == grpc.StatusCode.DEADLINE_EXCEEDED
-                            and method.name not in LONG_POLLS
-                        ):
-                            bad.append(f"{method.path}: {code.name} {(err.details() or '')[:300]}")
-
+                requests = requests_for(method, rng, values)
                 if method.name in LONG_POLLS:
-                    # Held until their deadline: sent together, so the waits overlap.
-                    await asyncio.gather(*(one(raw) for raw in requests_for(method, rng, values)))
+                    # held until their deadline: sent together, so the waits overlap
+                    await asyncio.gather(*(send(method, raw) for raw in requests))
                 else:
-                    for raw in requests_for(method, rng, values):
-                        await one(raw)
+                    for raw in requests:
+                        await send(method, raw)
                 assert gcs.proc.poll() is None, f"server died during {method.path}"
             await health(b"", timeout=10)
             get_id = channel.unary_unary(

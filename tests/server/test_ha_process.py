@@ -131,13 +131,11 @@ class _Recorder:
         return self
 
     async def ran(self, more: int, timeout_s: float = 60) -> None:
-        """Until ``more`` further operations have completed: a count, not a pause, so a
-        loaded machine gets the same workload as an idle one."""
-        want = len(self.history.operations) + more
-        deadline = time.monotonic() + timeout_s
-        while len(self.history.operations) < want:
-            assert time.monotonic() < deadline, f"{len(self.history.operations)} of {want} ops"
-            await asyncio.sleep(0.02)
+        """Until ``more`` further operations have been answered: a count, not a pause, so a
+        loaded machine gets the same workload as an idle one (``timeout_s`` bounds a hang)."""
+        await asyncio.wait_for(
+            self.history.until_completed(self.history.completed + more), timeout_s
+        )
 
     async def finish(self) -> None:
         self._stop = True
@@ -248,14 +246,19 @@ async def test_a_leader_paused_past_its_lease_is_refused_and_steps_down(group: H
     stale = GrpcKv(group.address)
     await stale.put(b"late", b"warmup", b"1", overwrite=True)
     recorder = _Recorder(group.address, seed=2).start()
-    await recorder.ran(20)
+    await recorder.ran(30)
 
     a.signal(signal.SIGSTOP)
     late_put = asyncio.create_task(stale.put(b"late", b"k", b"from-the-paused", overwrite=True))
     b.wait_for("ha.leader", timeout_s=TTL_S + 30)
     # new connections reach b although a's socket is still bound (paused, not closed)
     await _first_answer(group.address, timeout_s=TAKEOVER_BOUND_S + LOAD_MARGIN_S)
-    await asyncio.sleep(0.5)  # a stays paused a while after b took over
+    # b acknowledges a write while a is still paused (a new connection: the stale one is a's)
+    during = GrpcKv(group.address)
+    try:
+        assert await during.put(b"late", b"during", b"b", overwrite=True)
+    finally:
+        await during.close()
     a.signal(signal.SIGCONT)
 
     with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -265,13 +268,14 @@ async def test_a_leader_paused_past_its_lease_is_refused_and_steps_down(group: H
     a.wait_for("ha.step_down", timeout_s=30)
     a.wait_for("ha.standby", count=2, timeout_s=30)  # a follows the store again
     assert b.count("ha.holder_died") == 0, "a paused leader keeps its lock: the TTL decided"
-    await recorder.ran(20)
+    await recorder.ran(30)  # against b; with the 30 before, over checked()'s 50
     await recorder.finish()
     await stale.close()
 
     fresh = GrpcKv(group.address)
     try:
         assert await fresh.get(b"late", b"k") is None, "the paused leader's late write landed"
+        assert await fresh.get(b"late", b"during") == b"b", "b's acknowledged write was lost"
     finally:
         await fresh.close()
     assert group.leaders() == [b]

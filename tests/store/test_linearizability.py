@@ -3,6 +3,8 @@ unknown outcomes, and rejects stale reads, two put-if-absent winners and lost wr
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 import pytest
@@ -308,3 +310,31 @@ class TestGeneratedHistories:
         """Whatever the interleaving, unknown outcomes and failures: accepted."""
         result = check(ops)
         assert result.ok, str(result)
+
+
+async def test_until_completed_wakes_on_the_answer_that_reaches_the_count() -> None:
+    """Tests wait for a workload's progress as a count of answered operations; failed and
+    unknown operations do not count."""
+    history = History()
+    gate = asyncio.Event()
+
+    async def answer() -> bytes:
+        return b"v"
+
+    async def answer_at_the_gate() -> bytes:
+        await gate.wait()
+        return b"v"
+
+    async def refuse() -> bytes:
+        raise RuntimeError("unknown outcome")
+
+    waiter = asyncio.create_task(history.until_completed(2))
+    first = asyncio.create_task(history.run(0, b"k", Kind.GET, answer_at_the_gate()))
+    gate.set()
+    await first  # the waiter ran before it (tasks start in order) and is waiting
+    with contextlib.suppress(RuntimeError):
+        await history.run(0, b"k", Kind.GET, refuse())
+    assert not waiter.done() and history.completed == 1
+    await history.run(1, b"k", Kind.GET, answer())
+    await asyncio.wait_for(waiter, 5)
+    await history.until_completed(1)  # already reached: returns at once
