@@ -22,14 +22,17 @@ first line of its error).  Run::
     .venv/bin/python -m bench.ray_suite test_namespace.py 'test_placement_group*.py'
     .venv/bin/python -m bench.ray_suite --sides ours --rerun ours test_actor_failures.py
     .venv/bin/python -m bench.ray_suite --report                # the table from the JSON only
+    .venv/bin/python -m bench.ray_suite --jobs 2 ...            # two files at a time (namespaces)
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import dataclasses
 import fnmatch
+import functools
 import hashlib
 import json
 import os
@@ -37,9 +40,11 @@ import pathlib
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -347,28 +352,71 @@ def _stop_leftovers(group: int, marker: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def isolation_prefix() -> list[str]:
-    """Run the file in a PID namespace of its own when the machine allows it.
+def _outbound_address() -> str | None:
+    """The address this machine's Ray would take as its node IP (the source address of a
+    route to the outside), so the same address can exist inside a network namespace."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("8.8.8.8", 80))
+        address: str = s.getsockname()[0]
+        return None if address.startswith("127.") else address
+    return None
+
+
+def _network_setup(ip: str, address: str | None) -> str:
+    """Shell lines that give a new network namespace its loopback and, when the machine has
+    one, its outbound address (on ``lo``, with a default route through it): Ray finds its node
+    IP by routing towards 8.8.8.8, and its tests bind fixed ports (52365, 6379, 8265, 10001)
+    that may now be taken once per namespace instead of once per machine."""
+    lines = [f"{ip} link set lo up"]
+    if address is not None:
+        lines += [
+            f"{ip} addr add {address}/32 dev lo",
+            f"{ip} route add default dev lo src {address}",
+        ]
+    return " && ".join(lines)
+
+
+@functools.cache
+def isolation_prefix(*, network: bool = True) -> tuple[str, ...]:
+    """Run the file in PID (and network) namespaces of its own when the machine allows it.
 
     Ray's tests clean up machine-wide: ``ray stop`` (the ``call_ray_start`` fixtures) kills
     every raylet, GCS, worker and ``*monitor.py`` process it can see, and
     ``make_sure_dashboard_http_port_unused`` every process on port 52365.  In a namespace
     they see only the file's own processes (other Ray clusters on the machine, this bench
-    included, are safe), and everything left when the file ends dies with it."""
+    included, are safe), and everything left when the file ends dies with it.  With its own
+    network namespace too, files can run side by side (``--jobs``): each has the fixed ports
+    to itself.  Empty when the machine allows neither."""
     unshare = shutil.which("unshare")
     if unshare is None:
-        return []
-    probe = subprocess.run(
-        [unshare, "--pid", "--fork", "--mount-proc", "--kill-child", "true"],
-        capture_output=True,
-        check=False,
-        timeout=30,
-    )
-    return (
-        [unshare, "--pid", "--fork", "--mount-proc", "--kill-child"]
-        if probe.returncode == 0
-        else []
-    )
+        return ()
+    base = (unshare, "--pid", "--fork", "--mount-proc", "--kill-child")
+    candidates: list[tuple[str, ...]] = []
+    ip = shutil.which("ip")
+    if network and ip is not None:
+        setup = _network_setup(ip, _outbound_address())
+        candidates.append((*base, "--net", "sh", "-c", f'{setup} && exec "$@"', "sh"))
+    candidates.append(base)
+    for prefix in candidates:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, check=False, timeout=30)
+        if probe.returncode == 0:
+            return prefix
+    return ()
+
+
+def network_isolated(prefix: Sequence[str]) -> bool:
+    return "--net" in prefix
+
+
+def keep_session_logs(ray_tmp: pathlib.Path, dest: pathlib.Path) -> None:
+    """Every Ray session's ``logs`` directory under ``ray_tmp`` (the GCS's, raylets', workers'
+    and the client server's own files), copied to ``dest`` before the temp dir goes: where the
+    cause of a miss is when the test's output only says a process failed."""
+    shutil.rmtree(dest, ignore_errors=True)
+    for logs in sorted(ray_tmp.glob("**/logs")):
+        if logs.is_dir() and not logs.is_symlink():
+            target = dest / logs.parent.relative_to(ray_tmp)
+            shutil.copytree(logs, target / "logs", symlinks=True, ignore_dangling_symlinks=True)
 
 
 def run_file(
@@ -379,6 +427,7 @@ def run_file(
     file_timeout_s: float = 1800.0,
     extra_args: Sequence[str] = (),
     log_dir: pathlib.Path | None = None,
+    keep_sessions: pathlib.Path | None = None,
 ) -> FileRun:
     """One test file in ``venv``, in its own session and temp dir; never raises for test
     failures (they are the result)."""
@@ -443,6 +492,10 @@ def run_file(
         text = log_path.read_text(errors="replace")
         duration = time.monotonic() - started
         tests = fold_outcomes(outcomes.read_text().splitlines())
+        if keep_sessions is not None and (
+            timed_out or any(t.outcome in ("failed", "error") for t in tests.values())
+        ):
+            keep_session_logs(ray_tmp, keep_sessions / pathlib.Path(test_file).stem)
     note = ""
     if timed_out:
         note = f"file timed out after {file_timeout_s:.0f} s"
@@ -479,6 +532,7 @@ class Results:
     def __init__(self, path: pathlib.Path) -> None:
         self.path = path
         self.files: dict[str, dict[str, FileRun]] = {}
+        self._lock = threading.Lock()  # --jobs: runs end on several threads
         if path.is_file():
             doc = json.loads(path.read_text())
             for name, sides in doc.get("files", {}).items():
@@ -488,6 +542,10 @@ class Results:
         return self.files.get(name, {}).get(side)
 
     def put(self, name: str, side: str, run: FileRun) -> None:
+        with self._lock:
+            self._put(name, side, run)
+
+    def _put(self, name: str, side: str, run: FileRun) -> None:
         self.files.setdefault(name, {})[side] = run
         self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {
@@ -639,6 +697,16 @@ def _iter_work(
                 yield name, side
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="*", help="test files or globs (default: every file)")
@@ -658,7 +726,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=int, default=120, help="per-test timeout, s")
     parser.add_argument("--file-timeout", type=float, default=1800.0, help="per-file limit, s")
+    parser.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        help="files run side by side, each in network and PID namespaces of its own "
+        "(default 1; stock and ours of one file may run together)",
+    )
     parser.add_argument("--logs", type=pathlib.Path, default=None, help="keep pytest output here")
+    parser.add_argument(
+        "-k",
+        default="",
+        help="pytest's -k: only the matching tests (to look into a miss; use a results file "
+        "of its own, the file's counts will be partial)",
+    )
+    parser.add_argument(
+        "--keep-sessions",
+        type=pathlib.Path,
+        default=None,
+        help="copy the Ray session logs of a file with a failed test here (per side and file)",
+    )
     parser.add_argument("--report", action="store_true", help="print the table only")
     parser.add_argument(
         "--markdown",
@@ -684,10 +771,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(markdown(results, [f for f in every_file if f in results.files], every_file))
         return 0
     if not args.report:
+        if args.jobs > 1 and not network_isolated(isolation_prefix()):
+            parser.error(
+                f"--jobs {args.jobs}: files can share the machine only in network namespaces "
+                "of their own (unshare --net and ip), which this machine does not allow"
+            )
         venv_by_side = {side: prepare(side) for side in sides}
         work = list(_iter_work(files, sides, results, rerun))
-        print(f"ray_suite: {len(work)} runs to do, load average {_load_average()}", flush=True)
-        for i, (name, side) in enumerate(work, 1):
+        print(
+            f"ray_suite: {len(work)} runs to do, {args.jobs} at a time, "
+            f"load average {_load_average()}",
+            flush=True,
+        )
+        done = iter(range(1, len(work) + 1))
+        printing = threading.Lock()
+
+        def run_one(name: str, side: str) -> None:
             side_logs = args.logs / side if args.logs else None
             if side_logs:
                 side_logs.mkdir(parents=True, exist_ok=True)
@@ -697,15 +796,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 test_timeout_s=args.timeout,
                 file_timeout_s=args.file_timeout,
                 log_dir=side_logs,
+                keep_sessions=args.keep_sessions / side if args.keep_sessions else None,
+                extra_args=("-k", args.k) if args.k else (),
             )
             results.put(name, side, run)
             c = run.counts()
-            print(
-                f"[{i}/{len(work)}] {side:<5} {name}: {c['passed']} passed, {c['failed']} failed, "
-                f"{c['error']} errors, {c['skipped']} skipped in {run.duration_s:.0f} s "
-                f"(load {_load_average()}){'  ' + run.note if run.note else ''}",
-                flush=True,
-            )
+            with printing:
+                print(
+                    f"[{next(done)}/{len(work)}] {side:<5} {name}: {c['passed']} passed, "
+                    f"{c['failed']} failed, {c['error']} errors, {c['skipped']} skipped in "
+                    f"{run.duration_s:.0f} s (load {_load_average()})"
+                    f"{'  ' + run.note if run.note else ''}",
+                    flush=True,
+                )
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for future in [pool.submit(run_one, name, side) for name, side in work]:
+                future.result()
     table, _summary = report(results, files)
     print(table)
     print(f"\nload average now {_load_average()}")

@@ -5,6 +5,8 @@ files not run with the reason (no Ray is run here)."""
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -91,3 +93,81 @@ def test_a_test_id_holding_a_path_into_its_venv_is_the_same_on_both_sides() -> N
     assert list(ray_suite.fold_outcomes(lines)) == [want]
     plain = "test_r.py::test_plain[a,b]"
     assert ray_suite.canonical_nodeid(plain) == plain
+
+
+def test_files_run_side_by_side_each_have_the_fixed_ports_to_themselves() -> None:
+    """``--jobs``: two files' clusters may both bind Ray's dashboard agent port (52365) and
+    Ray's node IP, because each file runs in a network namespace of its own."""
+    prefix = ray_suite.isolation_prefix()
+    if not ray_suite.network_isolated(prefix):
+        pytest.skip("this machine allows no network namespaces (unshare --net)")
+    address = ray_suite._outbound_address() or "127.0.0.1"
+    bind = (
+        "import socket, sys, time\n"
+        "s = socket.socket()\n"
+        f"s.bind(({address!r}, 52365))\n"
+        "s.listen()\n"
+        "print('bound', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    procs = [
+        subprocess.Popen([*prefix, sys.executable, "-c", bind], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "bound"
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_namespace_set_up_gives_loopback_and_rays_node_address() -> None:
+    lines = ray_suite._network_setup("/sbin/ip", "192.0.2.2").split(" && ")
+    assert lines == [
+        "/sbin/ip link set lo up",
+        "/sbin/ip addr add 192.0.2.2/32 dev lo",
+        "/sbin/ip route add default dev lo src 192.0.2.2",
+    ]
+    assert ray_suite._network_setup("/sbin/ip", None) == "/sbin/ip link set lo up"
+
+
+@pytest.mark.parametrize(
+    ("jobs", "message"), [("0", "must be at least 1, got 0"), ("two", "must be a whole number")]
+)
+def test_a_bad_jobs_count_is_one_line_not_a_traceback(
+    jobs: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        ray_suite.main(["--jobs", jobs, "--report"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--jobs: {message}" in err
+    assert "Traceback" not in err
+
+
+def test_jobs_without_network_namespaces_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    monkeypatch.setattr(ray_suite, "isolation_prefix", lambda: ("unshare", "--pid"))
+    with pytest.raises(SystemExit) as exited:
+        ray_suite.main(["--jobs", "2", "--results", str(tmp_path / "r.json"), "test_namespace.py"])
+    assert exited.value.code == 2
+    assert "network namespaces of their own" in capsys.readouterr().err
+
+
+def test_kept_session_logs_are_each_sessions_logs_once(tmp_path: pathlib.Path) -> None:
+    ray_tmp = tmp_path / "ray"
+    logs = ray_tmp / "session_2026-11-27_1" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "gcs_server.err").write_text("boom\n")
+    (logs / "raylet.sock").symlink_to(logs / "gone")  # dangling, as Ray leaves sockets
+    (ray_tmp / "session_latest").symlink_to(ray_tmp / "session_2026-11-27_1")
+    dest = tmp_path / "kept" / "test_x"
+    dest.mkdir(parents=True)
+    (dest / "stale").write_text("from an earlier run\n")
+    ray_suite.keep_session_logs(ray_tmp, dest)
+    kept = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert kept == ["session_2026-11-27_1/logs/gcs_server.err"]
