@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from gcs.auth import AuthConfigError, parse_mode
+from gcs.handler_delays import DelaySpecError, HandlerDelays
 from gcs.store.redis_options import RedisOptions
 
 
@@ -360,6 +361,10 @@ class GcsConfig:
     those environment variables; from ``--auth-token-path`` it wins over them.  TLS is
     configured by Ray's environment only (``RAY_USE_TLS``, ``RAY_TLS_*``; :mod:`gcs.tls`)."""
 
+    testing_asio_delay_us: str = ""
+    """Ray's test knob: GCS handlers that wait before they run, ``NAME=MIN_US:MAX_US,...``
+    (:mod:`gcs.handler_delays`).  Empty: none wait."""
+
     ray_internal_config: str = ""
     """JSON object ``GetInternalConfig`` serves to raylets: Ray's ``--config_list`` under
     ``gcs-server`` (worker nodes adopt the head's system config from it).  Empty: the
@@ -425,6 +430,7 @@ ENV_VARS: dict[str, str] = {
     "RAY_node_instances_replenish_interval_ms": "node_instances_replenish_interval_ms",
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
+    "RAY_testing_asio_delay_us": "testing_asio_delay_us",
     "GCS_FRONT_SERVER": "front_server",
     "GCS_REDIS_USERNAME": "redis.username",
     "GCS_REDIS_PASSWORD": "redis.password",
@@ -748,6 +754,10 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         )
     if config.redis.username and not config.redis.password:
         raise ConfigError(f"{where}.{_names('redis.username')}: needs a password")
+    try:
+        HandlerDelays.parse(config.testing_asio_delay_us)
+    except DelaySpecError as err:
+        raise ConfigError(f"{where}.{_names('testing_asio_delay_us')}: {err}") from None
     if config.ray_internal_config:
         try:
             internal = json.loads(config.ray_internal_config)

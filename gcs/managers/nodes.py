@@ -37,6 +37,29 @@ ALIVE = gcs_pb2.GcsNodeInfo.ALIVE
 DEAD = gcs_pb2.GcsNodeInfo.DEAD
 Reason = common_pb2.NodeDeathInfo.Reason
 HEALTH_CHECK_DEATH_MESSAGE = "health check failed due to missing too many heartbeats"
+NODE_REMOVED_ERROR = "node_removed"
+"""``ErrorTableData.type`` of the warning on a node's unexpected death (Ray's
+``ray_constants.REMOVED_NODE_ERROR``)."""
+NIL_JOB_ID = b"\xff" * 4
+"""``JobID::Nil()``: an error for every driver, not one job's."""
+
+
+def node_removed_error(node: gcs_pb2.GcsNodeInfo, timestamp_ms: int) -> gcs_pb2.ErrorTableData:
+    """What Ray's GCS tells every driver when a node dies unexpectedly (a health-check
+    death, or a raylet's own report of an unexpected end), in Ray's words: drivers print it,
+    and Ray's tests read the node id as its sixth word."""
+    return gcs_pb2.ErrorTableData(
+        job_id=NIL_JOB_ID,
+        type=NODE_REMOVED_ERROR,
+        error_message=(
+            f"The node with node id: {node.node_id.hex()} and address: "
+            f"{node.node_manager_address} and node name: {node.node_name} has been marked "
+            "dead because the detector has missed too many heartbeats from it. This can "
+            "happen when a \t(1) raylet crashes unexpectedly (OOM, etc.) \n"
+            "\t(2) raylet has lagging heartbeats due to slow network or busy workload."
+        ),
+        timestamp=timestamp_ms,
+    )
 
 
 class Publish(Protocol):
@@ -77,6 +100,7 @@ class NodeManager:
         *,
         events: NodeEvents | None = None,
         publish: Publish = no_publish,
+        publish_error: Publish = no_publish,
         max_dead_cached: int = 1000,
         lane_policy: ResolvePolicy | None = None,
     ) -> None:
@@ -84,6 +108,8 @@ class NodeManager:
         self._clock = clock
         self._events = events if events is not None else NodeEvents()
         self._publish = publish
+        self._publish_error = publish_error
+        """The observability publisher (``RAY_ERROR_INFO``): warnings for drivers."""
         self._max_dead = max_dead_cached
         self._lane = ApplyLane(store, "nodes", policy=lane_policy)
         self._alive: dict[bytes, gcs_pb2.GcsNodeInfo] = {}
@@ -267,6 +293,12 @@ class NodeManager:
             for listener in self._events:
                 listener.on_node_dead(node)
             self._publish_node(node, full=False)
+            if death_info.reason == Reason.UNEXPECTED_TERMINATION:
+                self._publish_error(
+                    pubsub_pb2.RAY_ERROR_INFO_CHANNEL,
+                    node_id.hex().encode(),
+                    node_removed_error(node, node.end_time_ms),
+                )
             log.info(
                 "node.dead",
                 node_id=node_id.hex(),

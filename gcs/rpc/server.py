@@ -24,6 +24,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
+from gcs.handler_delays import Pause
 from gcs.rpc.errors import InvalidArgument, status_for
 from gcs.rpc.warnings import WarningSampler
 from gcs.rpc.wire import method_path, wire_service_name
@@ -120,11 +121,14 @@ def _wrap(
     on_call: CallHook | None,
     max_request_bytes: int | None = None,
     warnings: WarningSampler | None = None,
+    pause: Pause | None = None,
 ) -> Handler:
     async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         start = time.perf_counter()
         code = "OK"
         try:
+            if pause is not None:  # Ray's testing_asio_delay_us (gcs.handler_delays)
+                await pause()
             request = decode_request(path, raw, message_cls, max_request_bytes, -1, warnings)
             return await fn(request, context)
         except asyncio.CancelledError:
@@ -185,11 +189,13 @@ def service_handler(
     max_request_bytes: int | None = None,
     max_request_bytes_by_method: Mapping[str, int] | None = None,
     warnings: WarningSampler | None = None,
+    pauses: Callable[[str, str], Pause | None] | None = None,
 ) -> BoundedHandler:
     """``max_request_bytes`` bounds the encoded request before it is decoded (a decoded
     message can take ~30x its encoded size); ``max_request_bytes_by_method`` overrides it
     per method name.  None: only gRPC's message limit applies.  ``warnings`` samples the
-    bad-request log lines (one per request otherwise)."""
+    bad-request log lines (one per request otherwise).  ``pauses(service, method)``: what a
+    method's handler awaits first (Ray's ``testing_asio_delay_us``), None for nothing."""
     handlers = {}
     bounds = {}
     by_method = max_request_bytes_by_method or {}
@@ -201,8 +207,9 @@ def service_handler(
         message_cls = GetMessageClass(method.input_type)
         limit = by_method.get(method.name, max_request_bytes)
         bounds[path] = RequestBound(message_cls, limit)
+        pause = pauses(service.name, method.name) if pauses is not None else None
         impl = (
-            _wrap(path, fn, message_cls, on_call, limit, warnings)
+            _wrap(path, fn, message_cls, on_call, limit, warnings, pause)
             if fn is not None
             else _unimplemented(path)
         )

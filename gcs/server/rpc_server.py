@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import errno
 import json
+import random
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from gcs.clock import Clock, now_ms
 from gcs.config import GcsConfig, kv_put_request_bytes
+from gcs.handler_delays import HandlerDelays, Pause
 from gcs.managers.cluster_meta import ClusterIdentity
 from gcs.managers.head import virtual_head
 from gcs.proto import gcs_pb2
@@ -205,6 +207,12 @@ class RpcServer:
             (svc.ACTOR_INFO, ActorInfoServicer(m.actors, limits=limits)),
         ]
         by_method = {"InternalKVPut": kv_put_request_bytes(limits)}
+        delays = HandlerDelays.parse(cfg.testing_asio_delay_us)  # checked by config.validate
+        rng = random.Random()
+
+        def pauses(service: str, method: str) -> Pause | None:
+            return delays.pause_for(service, method, self._clock.sleep, rng) if delays else None
+
         for descriptor, servicer in servicers:
             handler = service_handler(
                 descriptor,
@@ -213,6 +221,7 @@ class RpcServer:
                 max_request_bytes=limits.max_request_bytes,
                 max_request_bytes_by_method=by_method,
                 warnings=self._warnings,
+                pauses=pauses,
             )
             table.add_generic_rpc_handlers([handler])
         pubsub_servicers = m.pubsub.servicers(limits)

@@ -150,6 +150,7 @@ def build(
         clock,
         events=node_events,
         publish=publish,
+        publish_error=pubsub.observability.publish,
         max_dead_cached=cfg.max_dead_nodes_cached,
         lane_policy=lane_policy,
     )

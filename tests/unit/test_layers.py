@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gcs.ids",
             "gcs.labels",
             "gcs.wire_encoding",
+            "gcs.handler_delays",  # Ray's testing_asio_delay_us: parsed in config, used by rpc
             "gcs.proto",
             "gcs.auth",
             "gcs.tls",
