@@ -4,10 +4,15 @@ the local autoscaler provider)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
+import sys
 from pathlib import Path
 
-__all__ = ["pid_alive"]
+__all__ = ["pid_alive", "set_process_name"]
+
+_PR_SET_NAME = 15  # <linux/prctl.h>
 
 
 def pid_alive(pid: int) -> bool:
@@ -27,3 +32,20 @@ def pid_alive(pid: int) -> bool:
                 os.waitpid(pid, os.WNOHANG)
             return False
     return True
+
+
+def set_process_name(name: str) -> bool:
+    """Set this process's name as the kernel shows it (``/proc/<pid>/comm``, what ``ps -o
+    comm``, ``pkill`` and psutil's ``Process.name()`` read; at most 15 bytes on Linux).
+
+    Ray's ``ray stop`` finds its GCS by that name (``["gcs_server", True]`` in
+    ``RAY_PROCESSES``: by name, not command line): a drop-in GCS run by ``python`` is
+    otherwise never stopped, and the next ``ray start --head`` finds port 6379 taken.
+    False where the platform has no such call (the name is then the interpreter's)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    return bool(libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0) == 0)

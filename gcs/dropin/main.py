@@ -17,6 +17,8 @@ What Ray's side relies on, and what this does about it:
   the JSON is served to raylets by ``GetInternalConfig``.
 * **the head**: nothing virtual; Ray's own head raylet registers with ``is_head_node``.
 * **signals**: SIGTERM (what Ray sends) and SIGINT stop the server gracefully, exit 0.
+* **the process name** is ``gcs_server``, as the binary's: ``ray stop`` finds the GCS by
+  that name (not its command line), and would leave a ``python`` one running.
 * **errors**: a bad command line or config is one line on stderr and exit 1.
 """
 
@@ -36,9 +38,12 @@ import gcs
 from gcs.config import ConfigError, GcsConfig, load_config
 from gcs.dropin.flags import FlagError, GcsServerFlags, HelpRequested, parse, usage
 from gcs.dropin.ray_config import SQLITE_FILE, MappedConfig, RayConfigError, map_config
+from gcs.processes import set_process_name
 
 PORT_FILE_PREFIX = "gcs_server_port_"
 """Ray's ``GCS_SERVER_PORT_NAME`` + ``_``; the file name ends with the node id (hex)."""
+PROCESS_NAME = "gcs_server"
+"""The name Ray's binary runs under (``/proc/<pid>/comm``); ``ray stop`` matches it."""
 BIND_HOST = "0.0.0.0"
 """Ray's GCS listens on every interface (``::`` when the node's address is IPv6)."""
 AUTOSCALER_NAMESPACE = b"__autoscaler"
@@ -164,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlagError as err:
         print(err, file=sys.stderr)
         return 1
+    set_process_name(PROCESS_NAME)  # what `ray stop` looks for
     redirect_stdio(flags)
     try:
         mapped = map_config(flags, os.environ)

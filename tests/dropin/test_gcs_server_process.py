@@ -119,6 +119,10 @@ class TestRunsAsRaysGcsServer:
         )
         assert name.value == b"session_dropin_test"
         assert (session / "logs" / "gcs_server.err").exists()
+        # `ray stop` finds the GCS by process name ("gcs_server" in comm), not command line
+        comm = pathlib.Path(f"/proc/{proc.pid}/comm")
+        if comm.exists():
+            assert "gcs_server" in comm.read_text().strip()
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
 
