@@ -258,6 +258,18 @@ class FileRun:
     note: str = ""
     """Why the file produced no result (collection error, crash), first line."""
 
+    def merged(self, rerun: FileRun) -> FileRun:
+        """This record with a ``-k`` run of some of its tests on top: each test run again
+        takes its new outcome, the rest keep theirs (a file cut off at its time limit can be
+        finished with the tests it did not reach)."""
+        return FileRun(
+            {**self.tests, **rerun.tests},
+            self.duration_s + rerun.duration_s,
+            rerun.exit_code,
+            rerun.timed_out,
+            rerun.note,
+        )
+
     def counts(self) -> dict[str, int]:
         out = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
         for result in self.tests.values():
@@ -737,8 +749,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "-k",
         default="",
-        help="pytest's -k: only the matching tests (to look into a miss; use a results file "
-        "of its own, the file's counts will be partial)",
+        help="pytest's -k: only the matching tests; their outcomes replace theirs in the "
+        "file's record and the rest are kept (with --rerun: finish a file cut off at its "
+        "time limit, or run a miss again)",
     )
     parser.add_argument(
         "--keep-sessions",
@@ -799,6 +812,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keep_sessions=args.keep_sessions / side if args.keep_sessions else None,
                 extra_args=("-k", args.k) if args.k else (),
             )
+            earlier = results.get(name, side)
+            if args.k and earlier is not None:
+                run = earlier.merged(run)
             results.put(name, side, run)
             c = run.counts()
             with printing:

@@ -171,3 +171,30 @@ def test_kept_session_logs_are_each_sessions_logs_once(tmp_path: pathlib.Path) -
     ray_suite.keep_session_logs(ray_tmp, dest)
     kept = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert kept == ["session_2026-11-27_1/logs/gcs_server.err"]
+
+
+def test_a_k_run_replaces_only_the_tests_it_ran() -> None:
+    cut_off = FileRun(
+        tests={"t.py::a": Outcome("passed"), "t.py::b": Outcome("failed", "slow")},
+        duration_s=480.0,
+        exit_code=None,
+        timed_out=True,
+        note="file timed out after 480 s",
+    )
+    rest = FileRun(
+        tests={"t.py::b": Outcome("passed"), "t.py::c": Outcome("passed")},
+        duration_s=60.0,
+        exit_code=0,
+    )
+    merged = cut_off.merged(rest)
+    assert {k: v.outcome for k, v in merged.tests.items()} == {
+        "t.py::a": "passed",
+        "t.py::b": "passed",
+        "t.py::c": "passed",
+    }
+    assert (merged.duration_s, merged.exit_code, merged.timed_out, merged.note) == (
+        540.0,
+        0,
+        False,
+        "",
+    )
