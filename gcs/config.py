@@ -95,9 +95,11 @@ class RequestLimits:
     max_label_value_bytes: int = 256
     """Ray checks 63 on ``ray start``; the GCS accepts some slack for system labels."""
     max_label_entries: int = 256
-    max_map_entries: int = 10000
+    max_map_entries: int = 100_000
     """Largest resource map (a node's resources include one entry per placement-group
-    bundle resource, so this is large)."""
+    bundle resource, so this is large).  Ray sets none: its own
+    ``test_advanced_2.py::test_many_custom_resources`` starts a node with 10,000 custom
+    resources (10,005 entries with CPU, memory and the node's own), which 10,000 refused."""
     max_repeated_entries: int = 100_000
     """Largest repeated field in a request (node ids, keys, commands, bundles...)."""
     max_bundles: int = 10_000

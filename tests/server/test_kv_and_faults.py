@@ -101,7 +101,7 @@ class TestRegisterValidation:
             (_node(resources_total={"GPU": float("inf")}), "node_info.resources_total[GPU]"),
             (_node(resources_total={"": 1}), "empty resource name"),
             (_node(labels={"": "x"}), "node_info.labels"),
-            (_node(resources_total={f"r{i}": 1 for i in range(10001)}), "limit is 10000"),
+            (_node(resources_total={f"r{i}": 1 for i in range(100_001)}), "limit is 100000"),
             (_node(state=gcs_pb2.GcsNodeInfo.DEAD), "node_info.state"),
         ],
     )
@@ -115,6 +115,20 @@ class TestRegisterValidation:
         assert needle in err.value.details()
         assert not gcs_server.managers.nodes.alive
         assert not await gcs_server.store.get_all("NODE")
+
+    async def test_a_node_with_rays_ten_thousand_custom_resources_registers(
+        self, gcs_server, stubs
+    ) -> None:
+        """Ray's test_many_custom_resources: ``ray.init(resources=<10,000 custom>)`` is a
+        node of 10,005 resources (old limit: 10,000, INVALID_ARGUMENT, the raylet never
+        registered and ``ray.init`` timed out)."""
+        resources = {str(i): float(1 + i % 6) for i in range(10_000)}
+        resources.update({"CPU": 5, "memory": 1e9, "object_store_memory": 1e8})
+        resources.update({"node:10.0.0.1": 1, "node:__internal_head__": 1})
+        info = _node(resources_total=resources)
+        await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=info))
+        stored = gcs_server.managers.nodes.alive[info.node_id]
+        assert len(stored.resources_total) == 10_005
 
     async def test_unknown_enum_in_filters_is_invalid(self, stubs) -> None:
         """A state_filter outside the enum is INVALID_ARGUMENT, not an empty list."""
