@@ -40,7 +40,6 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gcs.dropin.install import install, locate
+from gcs.server.addresses import primary_ip
 from tests.interop import venvs
 
 SUITE_SOURCE = pathlib.Path(os.environ.get("GCS_RAY_TESTS", "/work/shared/ray-tests"))
@@ -365,13 +365,11 @@ def _stop_leftovers(group: int, marker: str) -> None:
 
 
 def _outbound_address() -> str | None:
-    """The address this machine's Ray would take as its node IP (the source address of a
-    route to the outside), so the same address can exist inside a network namespace."""
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("8.8.8.8", 80))
-        address: str = s.getsockname()[0]
-        return None if address.startswith("127.") else address
-    return None
+    """The address this machine's Ray would take as its node IP (``primary_ip``, as Ray's
+    ``get_node_ip_address``), so the same address can exist inside a network namespace;
+    None when that is loopback anyway."""
+    address = primary_ip()
+    return None if address.startswith("127.") else address
 
 
 def _network_setup(ip: str, address: str | None) -> str:
@@ -389,7 +387,7 @@ def _network_setup(ip: str, address: str | None) -> str:
 
 
 @functools.cache
-def isolation_prefix(*, network: bool = True) -> tuple[str, ...]:
+def isolation_prefix() -> tuple[str, ...]:
     """Run the file in PID (and network) namespaces of its own when the machine allows it.
 
     Ray's tests clean up machine-wide: ``ray stop`` (the ``call_ray_start`` fixtures) kills
@@ -405,7 +403,7 @@ def isolation_prefix(*, network: bool = True) -> tuple[str, ...]:
     base = (unshare, "--pid", "--fork", "--mount-proc", "--kill-child")
     candidates: list[tuple[str, ...]] = []
     ip = shutil.which("ip")
-    if network and ip is not None:
+    if ip is not None:
         setup = _network_setup(ip, _outbound_address())
         candidates.append((*base, "--net", "sh", "-c", f'{setup} && exec "$@"', "sh"))
     candidates.append(base)

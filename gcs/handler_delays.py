@@ -75,9 +75,6 @@ class HandlerDelays:
                 by_name[name] = (low, high)
         return cls(by_name, others)
 
-    def __bool__(self) -> bool:
-        return bool(self.by_name) or self.others != (0, 0)
-
     def range_us(self, service: str, method: str) -> tuple[int, int]:
         return self.by_name.get(handler_name(service, method), self.others)
 

@@ -9,6 +9,8 @@ CLUSTER_ID_SIZE = 28
 JOB_ID_SIZE = 4
 PLACEMENT_GROUP_ID_SIZE = 18
 NIL_NODE_ID = b"\xff" * NODE_ID_SIZE
+NIL_JOB_ID = b"\xff" * JOB_ID_SIZE
+"""``JobID::Nil()``: on an error, one for every driver rather than one job's."""
 
 
 def require_node_id(value: bytes, field: str = "node_id") -> bytes:

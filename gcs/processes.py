@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import sys
 from pathlib import Path
@@ -44,8 +43,5 @@ def set_process_name(name: str) -> bool:
     False where the platform has no such call (the name is then the interpreter's)."""
     if not sys.platform.startswith("linux"):
         return False
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return False
-    libc = ctypes.CDLL(libc_name, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols: libc's prctl
     return bool(libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0) == 0)

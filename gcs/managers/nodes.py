@@ -23,6 +23,7 @@ from google.protobuf.message import Message
 
 from gcs.clock import Clock, now_ms
 from gcs.errors import FailedPrecondition
+from gcs.ids import NIL_JOB_ID
 from gcs.managers.events import NodeEvents, NodeListener
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, pubsub_pb2
@@ -40,8 +41,6 @@ HEALTH_CHECK_DEATH_MESSAGE = "health check failed due to missing too many heartb
 NODE_REMOVED_ERROR = "node_removed"
 """``ErrorTableData.type`` of the warning on a node's unexpected death (Ray's
 ``ray_constants.REMOVED_NODE_ERROR``)."""
-NIL_JOB_ID = b"\xff" * 4
-"""``JobID::Nil()``: an error for every driver, not one job's."""
 
 
 def node_removed_error(node: gcs_pb2.GcsNodeInfo, timestamp_ms: int) -> gcs_pb2.ErrorTableData:

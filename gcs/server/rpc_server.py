@@ -211,7 +211,7 @@ class RpcServer:
         rng = random.Random()
 
         def pauses(service: str, method: str) -> Pause | None:
-            return delays.pause_for(service, method, self._clock.sleep, rng) if delays else None
+            return delays.pause_for(service, method, self._clock.sleep, rng)
 
         for descriptor, servicer in servicers:
             handler = service_handler(

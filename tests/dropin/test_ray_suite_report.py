@@ -103,21 +103,28 @@ def test_files_run_side_by_side_each_have_the_fixed_ports_to_themselves() -> Non
         pytest.skip("this machine allows no network namespaces (unshare --net)")
     address = ray_suite._outbound_address() or "127.0.0.1"
     bind = (
-        "import socket, sys, time\n"
+        "import socket, sys\n"
         "s = socket.socket()\n"
         f"s.bind(({address!r}, 52365))\n"
         "s.listen()\n"
         "print('bound', flush=True)\n"
-        "time.sleep(30)\n"
+        "sys.stdin.read()\n"  # holds the port until the test is done with it
     )
     procs = [
-        subprocess.Popen([*prefix, sys.executable, "-c", bind], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*prefix, sys.executable, "-c", bind],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     try:
         for proc in procs:
             assert proc.stdout is not None
             assert proc.stdout.readline().strip() == "bound"
+        # both hold the port at once (each blocks on its stdin until the test ends)
+        assert [proc.poll() for proc in procs] == [None, None]
     finally:
         for proc in procs:
             proc.kill()

@@ -38,8 +38,9 @@ class TestDelaySpec:
         delays = HandlerDelays.parse(f"{LIST_NAMED}=3000000:3000000,*=10:20")
         assert delays.range_us("ActorInfoGcsService", "ListNamedActors") == (3_000_000, 3_000_000)
         assert delays.range_us("NodeInfoGcsService", "GetAllNodeInfo") == (10, 20)
-        assert not HandlerDelays.parse("")
-        assert HandlerDelays.parse("*=0:0").pause_for("A", "B", _no_sleep, random.Random(0)) is None
+        assert HandlerDelays.parse("") == HandlerDelays()
+        never = HandlerDelays.parse("*=0:0")
+        assert never.pause_for("A", "B", FakeClock().sleep, random.Random(0)) is None
 
     @pytest.mark.parametrize(
         ("text", "message"),
@@ -70,18 +71,14 @@ class TestDelaySpec:
     async def test_each_call_waits_a_draw_in_rays_range(self) -> None:
         waits: list[float] = []
 
-        async def sleep(seconds: float) -> None:
+        async def record(seconds: float) -> None:  # the wait asked for, not waited
             waits.append(seconds)
 
-        pause = HandlerDelays.parse("*=100:200").pause_for("S", "M", sleep, random.Random(7))
+        pause = HandlerDelays.parse("*=100:200").pause_for("S", "M", record, random.Random(7))
         assert pause is not None
         for _ in range(200):
             await pause()
         assert all(100e-6 <= w < 200e-6 for w in waits) and len(set(waits)) > 10
-
-
-async def _no_sleep(seconds: float) -> None:
-    return None
 
 
 @pytest.mark.parametrize("front_server", [True, False], ids=["front", "grpc-aio"])
