@@ -99,6 +99,7 @@ class ActorManager:
         publish_error: Publish = _no_publish,
         job_is_dead: Callable[[bytes], bool] = lambda job_id: False,
         on_actor_dead: Callable[[bytes], Awaitable[object]] | None = None,
+        on_job_released: Callable[[bytes], Coroutine[Any, Any, object]] | None = None,
         max_dead_cached: int = MAX_DEAD_CACHED,
         kill_timeout_s: float = 10.0,
         lane_policy: ResolvePolicy | None = None,
@@ -116,6 +117,10 @@ class ActorManager:
         """Told each time an actor dies or restarts (Ray's
         ``destroy_owned_placement_group_if_needed``: the placement groups it created are
         removed once their job is dead too); runs as a task of its own, off the lane."""
+        self._on_job_released = on_job_released
+        """Told, as a task of its own, once a job has finished and no detached actor it
+        created is alive (after the last one's death): nothing can run what the job
+        exported any more (Ray's ``GCSFunctionManager`` reference count reaching 0)."""
         self._max_dead = max_dead_cached
         self._kill_timeout_s = kill_timeout_s
         self._lane = ApplyLane(store, "actors", policy=lane_policy)
@@ -128,6 +133,8 @@ class ActorManager:
         """worker id -> actor id, for created actors and leased creation attempts."""
         self._owned: dict[bytes, set[bytes]] = {}
         """owner worker id -> actor ids it owns (live ones)."""
+        self._detached_live: dict[bytes, set[bytes]] = {}
+        """job id -> the live detached actors the job created."""
         self._scheduling: dict[bytes, _Scheduling] = {}
         self._raised_in_creation: dict[bytes, bytes] = {}
         """worker id -> actor whose constructor raised there (waiting for its exit report)."""
@@ -513,6 +520,15 @@ class ActorManager:
                     continue
                 if actor.job_id == job_id and not actor.is_detached:
                     await self._destroy(actor_id, states.owner_died(actor))
+            self._release_job_if_done(job_id)
+
+    def _release_job_if_done(self, job_id: bytes) -> None:
+        if (
+            self._on_job_released is not None
+            and job_id not in self._detached_live
+            and self._job_is_dead(job_id)
+        ):
+            self._spawn(self._on_job_released(job_id))
 
     # -- lane-held helpers ---------------------------------------------------------------
     async def _update(
@@ -621,6 +637,8 @@ class ActorManager:
 
         await self._update(updated, batch, apply)
         self._creator_dead(actor_id)
+        if actor.is_detached:
+            self._release_job_if_done(actor.job_id)
         log.info(
             "actor.dead",
             actor_id=actor_id.hex(),
@@ -789,6 +807,8 @@ class ActorManager:
             self._owned.setdefault(owner, set()).add(actor.actor_id)
         if actor.state == states.ALIVE and actor.address.worker_id:
             self._by_worker[actor.address.worker_id] = actor.actor_id
+        if actor.is_detached:
+            self._detached_live.setdefault(actor.job_id, set()).add(actor.actor_id)
 
     def _unindex_live(self, actor: gcs_pb2.ActorTableData) -> None:
         key = (actor.ray_namespace, actor.name)
@@ -801,6 +821,11 @@ class ActorManager:
                 del self._owned[actor.owner_address.worker_id]
         if actor.address.worker_id:
             self._by_worker.pop(actor.address.worker_id, None)
+        detached = self._detached_live.get(actor.job_id)
+        if detached is not None:
+            detached.discard(actor.actor_id)
+            if not detached:
+                del self._detached_live[actor.job_id]
 
     def _leased_to(self, worker_id: bytes) -> bytes | None:
         """The actor whose creation task was leased ``worker_id`` (not created yet)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ from gcs.managers.events import (
     Prepared,
     WorkerEvents,
 )
+from gcs.managers.exported_functions import remove_exports
 from gcs.managers.health import HealthChecker
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
@@ -250,6 +252,7 @@ def build(
         publish_error=pubsub.observability.publish,
         job_is_dead=jobs.is_dead,
         on_actor_dead=pgs.creator_actor_dead,
+        on_job_released=functools.partial(remove_exports, kv),
         max_dead_cached=cfg.max_dead_actors_cached,
         kill_timeout_s=timeout_s,
         lane_policy=lane_policy,

@@ -102,6 +102,8 @@ class Harness:
     """(key, message) published on the error channel."""
     told_dead: list[bytes] = field(default_factory=list)
     """Actor ids the manager reported dead or restarting (placement-group cleanup)."""
+    released_jobs: list[bytes] = field(default_factory=list)
+    """Jobs the manager released: finished, and no detached actor of theirs alive."""
 
     def __post_init__(self) -> None:
         self.cache = ResourceCache(self.clock)
@@ -126,6 +128,7 @@ class Harness:
             publish=self._publish,
             publish_error=self._publish_error,
             on_actor_dead=self._actor_dead,
+            on_job_released=self._job_released,
             job_is_dead=self._job_is_dead,
             max_dead_cached=self.max_dead_cached,
         )
@@ -154,6 +157,9 @@ class Harness:
     async def _actor_dead(self, actor_id: bytes) -> None:
         self.told_dead.append(actor_id)
 
+    async def _job_released(self, job_id: bytes) -> None:
+        self.released_jobs.append(job_id)
+
     async def start(self, *nodes: int) -> Harness:
         await self.nodes.load()
         await self.jobs.load()
@@ -164,7 +170,12 @@ class Harness:
 
     def restarted(self) -> Harness:
         """A fresh set of managers on the same store (a GCS restart)."""
-        return Harness(store=self.store, clock=self.clock, gateway=self.gateway)
+        return Harness(
+            store=self.store,
+            clock=self.clock,
+            gateway=self.gateway,
+            released_jobs=self.released_jobs,
+        )
 
     def states(self, actor_id: bytes) -> list[str]:
         return [Actor.ActorState.Name(a.state) for a in self.published if a.actor_id == actor_id]

@@ -469,6 +469,75 @@ class TestDeaths:
         assert h.gateway.cancelled == [(node_id(1), lease_id)]
 
 
+class TestJobRelease:
+    """A job is released (what it exported to internal KV can go: Ray's
+    ``GCSFunctionManager``) once it has finished and no detached actor it created is alive;
+    once, not per actor death."""
+
+    async def test_a_job_without_detached_actors_is_released_when_it_finishes(self) -> None:
+        h = await Harness().start(1)
+        await h.jobs.add(gcs_pb2.JobTableData(job_id=JOB))
+        await h.create(actor_spec(1))
+        await h.create(actor_spec(2))
+        await h.actors.settle()
+        assert h.released_jobs == []
+        await h.jobs.mark_finished(JOB)
+        await h.actors.settle()
+        assert h.released_jobs == [JOB]  # the job's two actors dying did not add to it
+
+    async def test_the_last_detached_actors_death_releases_a_finished_job(self) -> None:
+        h = await Harness().start(1)
+        await h.jobs.add(gcs_pb2.JobTableData(job_id=JOB))
+        first = await h.create(actor_spec(1, detached=True))
+        second = await h.create(actor_spec(2, detached=True))
+        await h.jobs.mark_finished(JOB)
+        await h.actors.settle()
+        assert h.released_jobs == []
+        await h.actors.kill(first.actor_id, force_kill=True, no_restart=True)
+        await h.actors.settle()
+        assert h.released_jobs == []
+        await h.actors.kill(second.actor_id, force_kill=True, no_restart=True)
+        await h.actors.settle()
+        assert h.released_jobs == [JOB]
+
+    async def test_a_detached_actors_death_while_the_job_runs_releases_nothing(self) -> None:
+        h = await Harness().start(1)
+        await h.jobs.add(gcs_pb2.JobTableData(job_id=JOB))
+        detached = await h.create(actor_spec(1, detached=True))
+        await h.actors.kill(detached.actor_id, force_kill=True, no_restart=True)
+        await h.actors.settle()
+        assert h.released_jobs == []
+        await h.jobs.mark_finished(JOB)
+        await h.actors.settle()
+        assert h.released_jobs == [JOB]
+
+    async def test_a_restarting_detached_actor_holds_the_job(self) -> None:
+        h = await Harness().start(1)
+        await h.jobs.add(gcs_pb2.JobTableData(job_id=JOB))
+        detached = await h.create(actor_spec(1, detached=True, max_restarts=1))
+        await h.jobs.mark_finished(JOB)
+        h.worker_failure(detached.address)
+        await h.until(lambda: h.actors.actors[detached.actor_id].num_restarts == 1)
+        await h.actors.settle()
+        assert h.released_jobs == []
+
+    async def test_after_a_gcs_restart_the_reloaded_detached_actor_still_holds_the_job(
+        self,
+    ) -> None:
+        h = await Harness().start(1)
+        await h.jobs.add(gcs_pb2.JobTableData(job_id=JOB))
+        detached = await h.create(actor_spec(1, detached=True))
+        await h.jobs.mark_finished(JOB)
+        await h.actors.close()
+
+        again = await h.restarted().start()
+        assert again.released_jobs == []
+        await again.actors.kill(detached.actor_id, force_kill=True, no_restart=True)
+        await again.actors.settle()
+        assert again.released_jobs == [JOB]
+        await again.actors.close()
+
+
 class TestLineage:
     async def test_out_of_scope_then_restart_for_lineage_reconstruction(self) -> None:
         h = await Harness().start(1)

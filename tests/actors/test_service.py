@@ -141,6 +141,51 @@ class TestActorInfoService:
             states = {a.name: a.state for a in every.actor_table_data}
             assert states == {"keeper": ALIVE, "": DEAD}, (show_dead_jobs, states)
 
+    async def test_a_finished_jobs_exports_go_with_its_last_detached_actor(
+        self, cluster: Cluster
+    ) -> None:
+        """What a driver exported to namespace ``fun`` (remote functions, actor classes,
+        setup hooks: ``<kind>:<job hex>:...``) is deleted once its job has finished and its
+        detached actor is dead (Ray's test_advanced_9.py::test_function_table_gc_actor);
+        another job's exports, and other keys, stay."""
+        stubs = await cluster.start()
+        await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=node_info(1)))
+        job_id, other = actor_spec(1).job_id, b"\x07\x00\x00\x00"
+        await stubs.jobs.AddJob(G.AddJobRequest(data=gcs_pb2.JobTableData(job_id=job_id)))
+        keys = [
+            f"{kind}:{job.hex()}:{n}".encode()
+            for kind in ("RemoteFunction", "ActorClass", "FunctionsToRun")
+            for job in (job_id, other)
+            for n in range(2)
+        ] + [f"RemoteFunction:{job_id.hex()}".encode()]  # not under the job's prefix
+        for key in keys:
+            await stubs.kv.InternalKVPut(
+                G.InternalKVPutRequest(namespace=b"fun", key=key, value=b"pickled", overwrite=True)
+            )
+        spec = actor_spec(1, name="keeper", detached=True)
+        await stubs.actors.RegisterActor(G.RegisterActorRequest(task_spec=spec))
+        await stubs.actors.CreateActor(G.CreateActorRequest(task_spec=spec))
+        await stubs.jobs.MarkJobFinished(G.MarkJobFinishedRequest(job_id=job_id))
+        assert cluster.server is not None and cluster.server.managers is not None
+        await cluster.server.managers.actors.settle()
+
+        async def exported() -> set[bytes]:
+            reply = await stubs.kv.InternalKVKeys(
+                G.InternalKVKeysRequest(namespace=b"fun", prefix=b"")
+            )
+            return set(reply.results)
+
+        assert await exported() == set(keys)  # the detached actor may still run them
+        await stubs.actors.KillActorViaGcs(
+            G.KillActorViaGcsRequest(
+                actor_id=spec.actor_creation_task_spec.actor_id, no_restart=True
+            )
+        )
+        await cluster.server.managers.actors.settle()
+        assert await exported() == {key for key in keys if job_id.hex() not in key.decode()} | {
+            f"RemoteFunction:{job_id.hex()}".encode()
+        }
+
     async def test_actor_id_filter_counts_every_other_actor_as_filtered(
         self, cluster: Cluster
     ) -> None:

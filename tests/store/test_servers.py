@@ -105,6 +105,55 @@ class TestInitdbRetry:
         assert clean == [True, True, True]
 
 
+class TestPostmasterRetry:
+    """The postmaster dying of a signal while starting is started again (on the same data
+    directory); exiting with an error is reported at once."""
+
+    def _fake_postgres(self, monkeypatch, tmp_path, crashes: int, *, exit_code: int = 0) -> Any:
+        """A ``postgres`` that dies of SIGSEGV (or exits ``exit_code``) on its first
+        ``crashes`` starts, then marks itself ready and waits to be stopped."""
+        script = tmp_path / "postgres"
+        die = f"exit {exit_code}" if exit_code else "kill -SEGV $$"
+        script.write_text(
+            "#!/bin/sh\n"
+            f"n=$(cat {tmp_path}/starts 2>/dev/null || echo 0); n=$((n+1))\n"
+            f"echo $n > {tmp_path}/starts\n"
+            f"if [ $n -le {crashes} ]; then {die}; fi\n"
+            f"touch {tmp_path}/ready; exec sleep 60\n"
+        )
+        script.chmod(0o755)
+        monkeypatch.setattr(servers, "find_binary", lambda name, package: str(script))
+        monkeypatch.setattr(servers, "_postgres_user", lambda: None)
+        monkeypatch.setattr(PostgresServer, "_ready", lambda self: (tmp_path / "ready").exists())
+        monkeypatch.setattr(servers.time, "sleep", lambda s: None)
+        server = PostgresServer(directory=tmp_path)
+        server._initialised = True
+        return server
+
+    def starts(self, tmp_path) -> int:
+        return int((tmp_path / "starts").read_text())
+
+    def test_a_crash_by_signal_is_started_again(self, monkeypatch, tmp_path) -> None:
+        server = self._fake_postgres(monkeypatch, tmp_path, crashes=2)
+        try:
+            server.start()
+            assert server.running and self.starts(tmp_path) == 3
+        finally:
+            server.stop(kill=True)
+
+    def test_three_crashes_give_up(self, monkeypatch, tmp_path) -> None:
+        server = self._fake_postgres(monkeypatch, tmp_path, crashes=3)
+        with pytest.raises(RuntimeError, match="exited with code -11"):
+            server.start()
+        assert self.starts(tmp_path) == 3
+
+    def test_an_ordinary_exit_is_not_retried(self, monkeypatch, tmp_path) -> None:
+        server = self._fake_postgres(monkeypatch, tmp_path, crashes=1, exit_code=1)
+        with pytest.raises(RuntimeError, match="exited with code 1"):
+            server.start()
+        assert self.starts(tmp_path) == 1
+
+
 def _send(port: int, command: bytes) -> bytes:
     import socket
 
