@@ -36,7 +36,18 @@ CLIENT_TIMEOUT_S = 30.0
 __all__ = ["main", "resolve_address"]
 
 
-@click.group(cls=GcsGroup)
+@click.group(
+    cls=GcsGroup,
+    lazy_commands={
+        "db": "gcs.store.cli:db",
+        "autoscaler": "gcs.autoscaler.cli:autoscaler",
+        "vcluster": "gcs.virtual_clusters.cli:vcluster",
+        "raylet": "gcs.raylet.cli:raylet_command",
+        "raylet-fleet": "gcs.raylet.cli:raylet_fleet_command",
+        "submit": "gcs.raylet.cli:submit_command",
+        "install-into-ray": "gcs.dropin.cli:install_into_ray",
+    },
+)
 @click.version_option(package_name="gcs")
 @click.option(
     "--debug",
@@ -462,28 +473,6 @@ def health(address: str | None, service: str, timeout_s: float, fmt: str) -> Non
         raise click.ClickException(f"health: {status}")
     click.echo(dumps({"status": status}) if fmt == "json" else status)
 
-
-def _mount_subcommands() -> None:
-    """Each subsystem owns its commands; the top level only mounts them."""
-    from gcs.autoscaler.cli import autoscaler
-    from gcs.autoscaler.run_cli import run_command, simulate_command
-    from gcs.dropin.cli import install_into_ray
-    from gcs.raylet.cli import raylet_command, raylet_fleet_command, submit_command
-    from gcs.store.cli import db
-    from gcs.virtual_clusters.cli import vcluster
-
-    main.add_command(db)
-    autoscaler.add_command(run_command)
-    autoscaler.add_command(simulate_command)
-    main.add_command(autoscaler)
-    main.add_command(vcluster)
-    main.add_command(raylet_command)
-    main.add_command(raylet_fleet_command)
-    main.add_command(submit_command)
-    main.add_command(install_into_ray)
-
-
-_mount_subcommands()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,12 +23,13 @@ reason) and a program asks for ``json`` once, explicitly, getting a stable docum
 from __future__ import annotations
 
 import functools
+import importlib
 import io
 import json
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
@@ -147,13 +148,35 @@ def _quiet_broken_pipe() -> click.exceptions.Exit:
 
 
 class GcsGroup(click.Group):
-    """A click group whose commands fail with one line, never a traceback (see module doc)."""
+    """A click group whose commands fail with one line, never a traceback (see module doc).
+
+    ``lazy_commands`` names subcommands by ``"module:attribute"``, imported only when the
+    command line reaches them (or help lists them): ``gcs status`` does not load the
+    autoscaler runtime, the raylet agent and the virtual-cluster client first.  Each
+    subsystem's commands live in its own module; the group only names them."""
 
     _SETTINGS = {"help_option_names": ["-h", "--help"]}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, lazy_commands: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
         settings = {**self._SETTINGS, **(kwargs.pop("context_settings", None) or {})}
         super().__init__(*args, context_settings=settings, **kwargs)
+        self._lazy = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self._lazy.get(cmd_name)
+        if target is not None:
+            module, _, attribute = target.partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{target} is not a click command")
+            self.add_command(command, cmd_name)
+            del self._lazy[cmd_name]
+        return super().get_command(ctx, cmd_name)
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         """Like click's, but a usage error is one line too (with a pointer to ``-h``)."""

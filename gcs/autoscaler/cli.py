@@ -32,7 +32,14 @@ from gcs.cli_support import (
 from gcs.cli_validation import FiniteFloat
 
 
-@click.group(name="autoscaler", cls=GcsGroup)
+@click.group(
+    name="autoscaler",
+    cls=GcsGroup,
+    lazy_commands={
+        "run": "gcs.autoscaler.run_cli:run_command",
+        "simulate": "gcs.autoscaler.run_cli:simulate_command",
+    },
+)
 def autoscaler() -> None:
     """Autoscaler tools."""
 

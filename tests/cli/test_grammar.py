@@ -271,3 +271,34 @@ def test_placeholders_are_files(files: dict[str, str]) -> None:
     names = {m for argv, *_ in MISTAKES for a in argv for m in re.findall(r"\{(\w+)\}", a)}
     assert names <= set(files), names - set(files)
     assert Path(files["cluster"]).is_file()
+
+
+def test_a_command_loads_only_its_own_subsystem() -> None:
+    """``gcs status`` does not import the autoscaler runtime, the raylet agent or the
+    virtual-cluster client (each subcommand module is loaded when the command line reaches
+    it: ``GcsGroup(lazy_commands=...)``); ``gcs vcluster`` loads its own."""
+    probe = (
+        "import sys\n"
+        "from gcs.cli import main\n"
+        "try:\n"
+        "    main(sys.argv[1:])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('gcs.autoscaler.runtime', 'gcs.raylet.agent', 'gcs.virtual_clusters.client')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
+    )
+
+    def loaded(*argv: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", probe, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=_env(),
+            stdin=subprocess.DEVNULL,
+            check=True,
+        )
+        return result.stdout.strip()
+
+    assert loaded("status", "--bogus") == ""
+    assert loaded("vcluster", "list", "--bogus") == "gcs.virtual_clusters.client"
