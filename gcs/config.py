@@ -363,6 +363,13 @@ class GcsConfig:
     those environment variables; from ``--auth-token-path`` it wins over them.  TLS is
     configured by Ray's environment only (``RAY_USE_TLS``, ``RAY_TLS_*``; :mod:`gcs.tls`)."""
 
+    event_stats: bool = True
+    """Ray's ``event_stats``: keep the per-handler figures ``event_stats_print_interval_ms``
+    logs (:mod:`gcs.server.event_stats`)."""
+    event_stats_print_interval_ms: int = 60_000
+    """Ray's knob and default: every this many ms, log Ray's "Main service Event stats"
+    block (calls and execution time per handler); 0 or less = off (Ray's -1)."""
+
     testing_asio_delay_us: str = ""
     """Ray's test knob: GCS handlers that wait before they run, ``NAME=MIN_US:MAX_US,...``
     (:mod:`gcs.handler_delays`).  Empty: none wait."""
@@ -433,6 +440,8 @@ ENV_VARS: dict[str, str] = {
     "RAY_expired_job_clusters_gc_interval_ms": "expired_job_clusters_gc_interval_ms",
     "RAY_AUTH_MODE": "auth_mode",
     "RAY_testing_asio_delay_us": "testing_asio_delay_us",
+    "RAY_event_stats": "event_stats",
+    "RAY_event_stats_print_interval_ms": "event_stats_print_interval_ms",
     "GCS_FRONT_SERVER": "front_server",
     "GCS_REDIS_USERNAME": "redis.username",
     "GCS_REDIS_PASSWORD": "redis.password",

@@ -26,6 +26,8 @@ import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+import structlog
+
 from gcs.clock import Clock
 from gcs.config import GcsConfig
 from gcs.lifecycle import Component, Part
@@ -67,7 +69,9 @@ from gcs.rpc.raylets.gateway import RayletGateway
 from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
 from gcs.rpc.raylets.pool import RayletClientPool
 from gcs.rpc.security import Security
+from gcs.rpc.server import CallHook
 from gcs.rpc.warnings import WarningSampler
+from gcs.server.event_stats import HandlerStats, print_periodically
 from gcs.server.extras import Extras, autoscaler_component, demo_component
 from gcs.server.families import gcs_families
 from gcs.server.gc_policy import GcTuning
@@ -298,6 +302,11 @@ def build(
     )
 
     # -- serving ---------------------------------------------------------------------------
+    on_call: CallHook = metrics.on_call
+    handler_stats: HandlerStats | None = None
+    if cfg.event_stats and cfg.event_stats_print_interval_ms > 0:  # Ray's "Event stats" log
+        handler_stats = HandlerStats()
+        on_call = _both(metrics.on_call, handler_stats.on_call)
     rpc_warnings = WarningSampler(clock)  # repeated per-request warnings: counted, sampled
     rpc = RpcServer(
         cfg,
@@ -306,7 +315,7 @@ def build(
         security,
         clock,
         advertised_host=advertised_host,
-        on_call=metrics.on_call,
+        on_call=on_call,
         warnings=rpc_warnings,
         admit=admit,
     )
@@ -409,6 +418,7 @@ def build(
         Part("pg_scheduler", run=once_serving(pg_scheduler.run), close=pg_scheduler.close),
         Part("runtime_envs", run=runtime_envs.run),
         Part("pubsub", run=pubsub.run, close=pubsub.stop),
+        Part("event_stats", run=_event_stats_printer(handler_stats, clock, cfg)),
         gc,  # after every load: freezes what start-up loaded
         rpc,
         RestartNotice(
@@ -507,3 +517,21 @@ class _ForgetRaylet:
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._raylets.forget(node.node_id)
+
+
+def _both(first: CallHook, second: CallHook) -> CallHook:
+    def on_call(path: str, code: str, seconds: float) -> None:
+        first(path, code, seconds)
+        second(path, code, seconds)
+
+    return on_call
+
+
+def _event_stats_printer(
+    stats: HandlerStats | None, clock: Clock, cfg: GcsConfig
+) -> Callable[[], Awaitable[None]] | None:
+    """Ray's periodic "Main service Event stats" log block, when on (see event_stats)."""
+    if stats is None:
+        return None
+    emit = structlog.get_logger("gcs.event_stats").info
+    return lambda: print_periodically(stats, clock, cfg.event_stats_print_interval_ms, emit)

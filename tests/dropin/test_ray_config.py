@@ -74,6 +74,11 @@ RANGES: dict[str, tuple[str, list[tuple[int, int]], list[int]]] = {
         [(0, 0), (U64, U64), (-1, U64)],
         [],
     ),
+    "event_stats_print_interval_ms": (  # int64; 0 or less = off
+        "event_stats_print_interval_ms",
+        [(0, 0), (I64, I64), (-1, -1)],
+        [],
+    ),
     "expired_job_clusters_gc_interval_ms": (
         "expired_job_clusters_gc_interval_ms",
         [(0, 0), (U64, U64), (-1, U64)],
@@ -111,6 +116,7 @@ def test_every_ray_named_knob_is_covered() -> None:
     ours = {name for name in RAY_FILE_KEYS if name not in {"external_storage_namespace"}}
     ours.discard("AUTH_MODE")
     ours.discard("testing_asio_delay_us")  # a string: tests/dropin/test_ray_test_hooks.py
+    ours.discard("event_stats")  # a bool: tests/dropin/test_event_stats.py
     assert ours == set(RANGES)
 
 
