@@ -5,11 +5,7 @@ nothing of the kind."""
 from __future__ import annotations
 
 import asyncio
-import os
 import pathlib
-import signal
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -18,7 +14,7 @@ from gcs.clock import FakeClock
 from gcs.config import load_config
 from gcs.proto import gcs_service_pb2 as pb
 from gcs.server.event_stats import HandlerStats, print_periodically, ray_event_name
-from tests.dropin.test_gcs_server_process import KNOBS, _call, _env, ray_argv
+from tests.dropin.test_gcs_server_process import KNOBS, _call, serving_gcs_server
 from tests.dropin.test_ray_config import dropin_config
 
 KV_GET = "/ray.rpc.InternalKVGcsService/InternalKVGet"
@@ -82,33 +78,20 @@ def test_gcs_server_logs_the_block_to_its_stdout(tmp_path: pathlib.Path) -> None
     handler that was called, appears in what Ray redirects to ``gcs_server.out``."""
     session = tmp_path / "session"
     knobs = {**KNOBS, "event_stats_print_interval_ms": 100, "event_stats": True}
-    argv = [a for a in ray_argv(session, knobs) if not a.startswith("--stdout_filepath")]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gcs.dropin", *argv],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        start_new_session=True,
-    )
-    hang = threading.Timer(60, proc.kill)
-    try:
+    with serving_gcs_server(session, knobs) as proc:
         assert proc.stdout is not None
-        for line in proc.stdout:  # bounded by the suite's per-test timeout
-            if "gcs_server.serving" in line:
-                break
         port = int((session / f"gcs_server_port_{'cd' * 28}").read_text())
         _call(port, "InternalKVGet", pb.InternalKVGetRequest(namespace=b"x", key=b"k"))
         seen_block = False
         # a block every 0.1 s: 60 s without one only bounds a hang (the loop ends on kill)
+        hang = threading.Timer(60, proc.kill)
         hang.start()
-        for line in proc.stdout:
-            seen_block = seen_block or "Main service Event stats:" in line
-            if seen_block and "InternalKVGcsService.grpc_server.InternalKVGet - " in line:
-                break
-        else:
-            pytest.fail(f"gcs-server exited {proc.wait()} without the event stats")
-    finally:
-        hang.cancel()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        try:
+            for line in proc.stdout:
+                seen_block = seen_block or "Main service Event stats:" in line
+                if seen_block and "InternalKVGcsService.grpc_server.InternalKVGet - " in line:
+                    break
+            else:
+                pytest.fail(f"gcs-server exited {proc.wait()} without the event stats")
+        finally:
+            hang.cancel()

@@ -4,6 +4,7 @@ files, RayConfig served to raylets, Ray's KV flags, SIGTERM, and one-line refusa
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import pathlib
@@ -51,12 +52,14 @@ def _env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def gcs_server(tmp_path: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], pathlib.Path]]:
-    session = tmp_path / "session"
-    # stdout is not redirected here (no --stdout_filepath) so the test waits on the line
-    # that says it serves, then reads the port file Ray would read
-    argv = [a for a in ray_argv(session) if not a.startswith("--stdout_filepath")]
+@contextlib.contextmanager
+def serving_gcs_server(
+    session: pathlib.Path, knobs: dict[str, object] = KNOBS
+) -> Iterator[subprocess.Popen[str]]:
+    """``gcs-server`` with Ray's command line, once it serves; killed (its group) after.
+    Its stdout is not redirected (no ``--stdout_filepath``): the caller reads the log lines
+    Ray would find in ``gcs_server.out`` from ``proc.stdout``."""
+    argv = [a for a in ray_argv(session, knobs) if not a.startswith("--stdout_filepath")]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gcs.dropin", *argv],
         stdout=subprocess.PIPE,
@@ -71,11 +74,19 @@ def gcs_server(tmp_path: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], 
                 break
         else:
             pytest.fail(f"gcs-server exited {proc.wait()} before serving")
-        yield proc, session
+        yield proc
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.fixture
+def gcs_server(tmp_path: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], pathlib.Path]]:
+    """The test then reads the port file Ray would read."""
+    session = tmp_path / "session"
+    with serving_gcs_server(session) as proc:
+        yield proc, session
 
 
 def _run_to_exit(argv: list[str]) -> subprocess.CompletedProcess[str]:
