@@ -5,7 +5,8 @@ Facts (Ray >= 2.52, checked against the 2.60 wheel):
 * ``RAY_AUTH_MODE`` is ``disabled`` (default) or ``token`` (Ray lower-cases it).
 * The token, highest precedence first: ``RAY_AUTH_TOKEN`` (the value, if non-empty);
   ``RAY_AUTH_TOKEN_PATH`` (a file: unreadable or empty is fatal, no fallback); the default
-  file ``$HOME/.ray/auth_token`` (``_get_default_token_path`` in
+  file ``$HOME/.ray/auth_token`` (the account's home when ``HOME`` is unset;
+  ``_get_default_token_path`` in
   ``ray/_private/authentication/authentication_token_setup.py``).  Files are read up to the
   first newline and stripped of whitespace, like Ray's loader.
 * On gRPC the token travels as metadata ``authorization: Bearer <token>``.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hmac
 import os
 import pathlib
+import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -74,10 +76,20 @@ def parse_mode(value: str, where: str = "RAY_AUTH_MODE") -> str:
 
 
 def default_token_path(env: Mapping[str, str] | None = None) -> pathlib.Path:
-    """``$HOME/.ray/auth_token`` (``./.ray/auth_token`` without a home, like Ray's loader)."""
+    """``$HOME/.ray/auth_token``; with ``HOME`` unset or empty, the account's home from the
+    password database, as Ray's loaders find it (Python's ``Path.home()``, the C++
+    ``getpwuid_r``): Ray's own tests start drivers with a bare environment
+    (``run_string_as_driver(env={...})``), and Ray's GCS then reads the token there."""
     env = os.environ if env is None else env
-    home = env.get("HOME") or "."
+    home = env.get("HOME") or _account_home()
     return pathlib.Path(home) / ".ray" / "auth_token"
+
+
+def _account_home() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir or "."
+    except KeyError:  # no entry for this uid (a container's arbitrary user)
+        return "."
 
 
 def read_token_file(path: str | os.PathLike[str], what: str) -> str:

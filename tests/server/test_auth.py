@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
 import subprocess
 import sys
+import types
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -81,6 +83,29 @@ class TestTokenSources:
         assert default.value == "from-default"  # first line only, like Ray's loader
         assert default.source == f"default file {home}/.ray/auth_token"
         assert default_token_path({"HOME": "/h"}) == default_token_path({"HOME": "/h/"})
+
+    def test_without_home_the_accounts_home_holds_the_default_file(
+        self, tmp_path, monkeypatch
+    ) -> None:
+        """Ray's tests start drivers with a bare environment (no ``HOME``); Ray's GCS finds
+        the token in the account's home then (ours looked in ``./.ray``: the GCS refused
+        to start and the driver timed out -- Ray's ``test_output.py::test_spill_logs``)."""
+        import gcs.auth
+
+        home = tmp_path / "account"
+        (home / ".ray").mkdir(parents=True)
+        (home / ".ray" / "auth_token").write_text("from-account\n")
+        account = types.SimpleNamespace(pw_dir=str(home))
+        monkeypatch.setattr(gcs.auth.pwd, "getpwuid", lambda uid: account)
+        for env in ({}, {"HOME": ""}):
+            assert default_token_path(env) == home / ".ray" / "auth_token"
+            assert load_token(env).value == "from-account"
+
+        def unknown(uid: int) -> object:
+            raise KeyError(uid)
+
+        monkeypatch.setattr(gcs.auth.pwd, "getpwuid", unknown)
+        assert default_token_path({}) == pathlib.Path(".ray/auth_token")
 
     def test_explicit_path_wins_and_token_never_in_repr(self, tmp_path) -> None:
         file = tmp_path / "t"
