@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gcs.clock import Clock
+from gcs.handler_delays import handler_name
 
 __all__ = ["HandlerStats", "print_periodically", "ray_event_name"]
 
@@ -36,7 +37,7 @@ def ray_event_name(path: str) -> str:
     service, _, method = path.lstrip("/").partition("/")
     if not method:
         return path
-    return f"{service.rsplit('.', 1)[-1]}.grpc_server.{method}"
+    return handler_name(service.rsplit(".", 1)[-1], method)
 
 
 @dataclass

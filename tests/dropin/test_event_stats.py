@@ -49,9 +49,13 @@ def test_the_report_is_rays_layout_busiest_first() -> None:
 async def test_printed_every_interval_of_the_clock() -> None:
     clock, printed = FakeClock(), []
     task = asyncio.ensure_future(print_periodically(HandlerStats(), clock, 500, printed.append))
-    await asyncio.sleep(0)  # the printer sleeps on the clock
-    await clock.run_for(1.2, step_s=0.1)
-    assert len(printed) == 2
+    await clock.advance_until(lambda: clock.sleepers == 1, step_s=0)  # asleep on the clock
+    await clock.run_for(0.4, step_s=0.1)
+    assert printed == []
+    await clock.run_for(0.2, step_s=0.1)
+    assert len(printed) == 1  # at 0.5 s of the clock
+    await clock.run_for(0.6, step_s=0.1)
+    assert len(printed) == 2  # and at 1.0 s
     task.cancel()
 
 
