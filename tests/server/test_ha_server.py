@@ -84,7 +84,11 @@ async def test_takeover_in_process_serves_the_leaders_state_on_the_same_port() -
         assert await _health(a) == SERVING and await _health(b) == NOT_SERVING
 
         a_store.fail_writes = True  # a loses the store: its renewals fail
-        await clock.advance_until(lambda: b.ha is not None and b.ha.serving, 0.05)
+        # b may serve while a is still closing its term (a refuses every call from the
+        # moment it steps down): wait for both
+        await clock.advance_until(
+            lambda: b.ha is not None and b.ha.serving and a.managers is None, 0.05
+        )
         assert a.ha.role is Role.STANDBY and a.managers is None  # its term closed
         assert a.ha.step_downs == 1 and b.ha.epoch > a.ha.epoch
         assert b.port == port
@@ -99,7 +103,9 @@ async def test_takeover_in_process_serves_the_leaders_state_on_the_same_port() -
 
         # and back: a, a standby again, takes over in the same process (a second term)
         b_store.fail_writes = True
-        await clock.advance_until(lambda: a.ha is not None and a.ha.serving, 0.05)
+        await clock.advance_until(
+            lambda: a.ha is not None and a.ha.serving and b.managers is None, 0.05
+        )
         assert b.ha.role is Role.STANDBY and a.ha.takeovers == 2
         assert await kv.get(b"ns", b"k2") == b"from-b"
         families = {f.name for f in a.metrics.registry.collect()}
