@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import pathlib
+import pwd
 import re
 import shutil
 import signal
@@ -429,6 +430,33 @@ def keep_session_logs(ray_tmp: pathlib.Path, dest: pathlib.Path) -> None:
             shutil.copytree(logs, target / "logs", symlinks=True, ignore_dangling_symlinks=True)
 
 
+@contextlib.contextmanager
+def account_home_guard(home: pathlib.Path | None = None) -> Iterator[None]:
+    """Undo what a test file writes under the account's real ``~/.ray``.
+
+    ``HOME`` points at a scratch dir, but some of Ray's files start drivers with a bare
+    environment (no ``HOME``), and Ray then falls back to the password database's home:
+    ``test_output.py`` left ``/root/.ray/auth_token`` behind, which later turned token
+    auth on for every ``ray`` on the machine. Entries that were there before are kept."""
+    dot_ray = (home or pathlib.Path(pwd.getpwuid(os.getuid()).pw_dir)) / ".ray"
+    existed = dot_ray.exists()
+    before = {p.name for p in dot_ray.iterdir()} if dot_ray.is_dir() else set()
+    try:
+        yield
+    finally:
+        if not existed:
+            shutil.rmtree(dot_ray, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                dot_ray.unlink()
+        elif dot_ray.is_dir():
+            for entry in dot_ray.iterdir():
+                if entry.name not in before:
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry, ignore_errors=True)
+                    else:
+                        entry.unlink(missing_ok=True)
+
+
 def run_file(
     venv: venvs.Venv,
     test_file: str,
@@ -442,7 +470,10 @@ def run_file(
     """One test file in ``venv``, in its own session and temp dir; never raises for test
     failures (they are the result)."""
     target = tests_dir(venv) / test_file
-    with tempfile.TemporaryDirectory(prefix="ray-suite-") as scratch:
+    with (
+        account_home_guard(),
+        tempfile.TemporaryDirectory(prefix="ray-suite-") as scratch,
+    ):
         root = pathlib.Path(scratch)
         (root / f"{PLUGIN_NAME}.py").write_text(PLUGIN_SOURCE)
         outcomes = root / "outcomes.jsonl"

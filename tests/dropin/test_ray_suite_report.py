@@ -205,3 +205,21 @@ def test_a_k_run_replaces_only_the_tests_it_ran() -> None:
         False,
         "",
     )
+
+
+def test_the_account_home_guard_removes_only_what_the_file_wrote(tmp_path: pathlib.Path) -> None:
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with ray_suite.account_home_guard(fresh):
+        (fresh / ".ray").mkdir()
+        (fresh / ".ray" / "auth_token").write_text("t")
+    assert not (fresh / ".ray").exists()
+
+    kept = tmp_path / "kept"
+    (kept / ".ray").mkdir(parents=True)
+    (kept / ".ray" / "auth_token").write_text("mine")
+    with ray_suite.account_home_guard(kept):
+        (kept / ".ray" / "session_latest").mkdir()
+        (kept / ".ray" / "other").write_text("x")
+    assert sorted(p.name for p in (kept / ".ray").iterdir()) == ["auth_token"]
+    assert (kept / ".ray" / "auth_token").read_text() == "mine"
