@@ -246,6 +246,10 @@ HA_MIN_RENEW_MS = 50
 class GcsConfig:
     host: str = "127.0.0.1"
     """Bind address of the gRPC server and the metrics endpoint."""
+    node_ip_address: str = ""
+    """This node's address as Ray names it (``gcs-server --node-ip-address``): what the GCS
+    says it is at (its address for the head's processes, ``NodeAddress`` of its metrics).
+    Empty: ``host``, or the host's primary address when ``host`` is a wildcard."""
     port: int = 6379
     """gRPC port (Ray's GCS port); 0 = any free port."""
     storage: str = ""
@@ -370,6 +374,18 @@ class GcsConfig:
     """Ray's knob and default: every this many ms, log Ray's "Main service Event stats"
     block (calls and execution time per handler); 0 or less = off (Ray's -1)."""
 
+    metrics_agent_port: int = 0
+    """Ray's ``--metrics-agent-port``: the gRPC port of this node's dashboard agent, where
+    Ray's GCS exports its metrics (OTLP) under Ray's names (``ray_actors``,
+    ``ray_placement_groups``, ...; :mod:`gcs.server.ray_metrics`) for Ray's dashboards.
+    0 (Ray's, which starts the GCS before the agent): the port the head node registers
+    with, once it does; -1: not exported.  Our own ``/metrics`` port is unaffected."""
+    metrics_report_interval_ms: int = 10_000
+    """Ray's knob and default: export to the metrics agent this often (at least 1000 ms,
+    as Ray floors it)."""
+    enable_metrics_collection: bool = True
+    """Ray's knob: false exports nothing to the metrics agent."""
+
     testing_asio_delay_us: str = ""
     """Ray's test knob: GCS handlers that wait before they run, ``NAME=MIN_US:MAX_US,...``
     (:mod:`gcs.handler_delays`).  Empty: none wait."""
@@ -394,6 +410,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # env var -> dotted field path.  Ray's names first where Ray has the knob.
 ENV_VARS: dict[str, str] = {
     "GCS_HOST": "host",
+    "GCS_NODE_IP_ADDRESS": "node_ip_address",
     "GCS_PORT": "port",
     "GCS_STORAGE": "storage",
     "GCS_NAMESPACE": "namespace",
@@ -442,6 +459,9 @@ ENV_VARS: dict[str, str] = {
     "RAY_testing_asio_delay_us": "testing_asio_delay_us",
     "RAY_event_stats": "event_stats",
     "RAY_event_stats_print_interval_ms": "event_stats_print_interval_ms",
+    "RAY_metrics_report_interval_ms": "metrics_report_interval_ms",
+    "GCS_METRICS_AGENT_PORT": "metrics_agent_port",
+    "RAY_enable_metrics_collection": "enable_metrics_collection",
     "GCS_FRONT_SERVER": "front_server",
     "GCS_REDIS_USERNAME": "redis.username",
     "GCS_REDIS_PASSWORD": "redis.password",
@@ -478,6 +498,7 @@ RAY_UNSIGNED_BITS: dict[str, int] = {
     "gcs_mark_task_failed_on_job_done_delay_ms": 64,
     "node_instances_replenish_interval_ms": 64,
     "expired_job_clusters_gc_interval_ms": 64,
+    "metrics_report_interval_ms": 64,
 }
 """Ray's knobs that Ray declares unsigned (``uint64_t`` / ``uint32_t`` in its
 ``ray_config_def.h``): Ray reads a negative number for them wrapped (``-1`` = the type's
@@ -718,6 +739,12 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         raise ConfigError(
             f"{where}.{_names('metrics_port')}: must be -1 (off), 0 (any) or a port, "
             f"got {config.metrics_port}"
+        )
+    if not -1 <= config.metrics_agent_port <= 65535:
+        raise ConfigError(
+            f"{where}.{_names('metrics_agent_port')}: must be -1 (off), 0 (the head node's "
+            "agent) or a port, "
+            f"got {config.metrics_agent_port}"
         )
     if config.load_poll.transport not in {"grpc", "h2"}:
         raise ConfigError(f"{where}.{_names('load_poll.transport')}: must be grpc or h2")

@@ -91,6 +91,8 @@ def build_config(flags: GcsServerFlags, mapped: MappedConfig, env: Mapping[str, 
         "port": flags.gcs_server_port,
         "storage": mapped.storage,
         "metrics_port": -1,  # Ray's GCS exports to the metrics agent; it serves no port
+        "metrics_agent_port": flags.metrics_agent_port,
+        "node_ip_address": flags.node_ip_address,
         "log_format": "console",
         "session_name": flags.session_name or None,
         "ray_internal_config": mapped.raw_json or None,

@@ -70,7 +70,7 @@ class GcsServer:
         self._actor_gateway = actor_gateway
         self._extras = extras or Extras()
         self.metrics = GcsMetrics()
-        self.advertised_host = advertised_host(config.host)
+        self.advertised_host = config.node_ip_address or advertised_host(config.host)
         self.wiring: Wiring | None = None
         self._supervisor: Supervisor | None = None
         self._running: asyncio.Task[None] | None = None

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from gcs import RAY_VERSION
 from gcs.clock import Clock
 from gcs.config import GcsConfig
 from gcs.lifecycle import Component, Part
@@ -78,9 +79,12 @@ from gcs.server.gc_policy import GcTuning
 from gcs.server.head_processes import HeadChildren
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics, MetricSource, on_loop
+from gcs.server.metrics_agent import MetricsAgentExporter
+from gcs.server.ray_metrics import snapshot_of
 from gcs.server.rpc_server import RpcServer
 from gcs.store import Store
 from gcs.store.factory import open_with_retry
+from gcs.store.metered import MeteredStore
 
 __all__ = ["Extras", "Wiring", "build"]
 
@@ -419,6 +423,7 @@ def build(
         Part("runtime_envs", run=runtime_envs.run),
         Part("pubsub", run=pubsub.run, close=pubsub.stop),
         Part("event_stats", run=_event_stats_printer(handler_stats, clock, cfg)),
+        *_metrics_agent(cfg, managers, metered, clock, security, advertised_host),
         gc,  # after every load: freezes what start-up loaded
         rpc,
         RestartNotice(
@@ -525,6 +530,45 @@ def _both(first: CallHook, second: CallHook) -> CallHook:
         second(path, code, seconds)
 
     return on_call
+
+
+def _metrics_agent(
+    cfg: GcsConfig,
+    managers: Managers,
+    metered: MeteredStore,
+    clock: Clock,
+    security: Security,
+    node_address: str,
+) -> list[Component]:
+    """Ray's metrics export to the node's agent: on the port given, or (0, as Ray starts its
+    GCS before the agent) on the one the head node registers with."""
+    if cfg.metrics_agent_port < 0 or not cfg.enable_metrics_collection:
+        return []
+
+    def target() -> str | None:
+        port = cfg.metrics_agent_port
+        if port == 0:
+            head = next((n for n in managers.nodes.alive.values() if n.is_head_node), None)
+            port = head.metrics_agent_port if head is not None else 0
+        return f"127.0.0.1:{port}" if port > 0 else None  # where Ray's GCS dials it
+
+    labels = {
+        "Component": "gcs_server",
+        "NodeAddress": node_address,
+        "SessionName": cfg.session_name,
+        "Version": RAY_VERSION,
+        "WorkerId": "",
+    }
+    return [
+        MetricsAgentExporter(
+            target=target,
+            snapshot=snapshot_of(managers, metered.latency_histograms),
+            global_labels=labels,
+            interval_ms=cfg.metrics_report_interval_ms,
+            clock=clock,
+            security=security,
+        )
+    ]
 
 
 def _event_stats_printer(

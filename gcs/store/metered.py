@@ -24,7 +24,9 @@ __all__ = ["MeteredStore"]
 R = TypeVar("R")
 T = TypeVar("T")
 
-_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5)
+_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 10)
+"""Seconds; holds every bound of Ray's ``gcs_storage_operation_latency_ms`` (0.1 ms to
+10 s), so :func:`latency_histograms` re-buckets exactly for the metrics agent."""
 
 
 def _outcome(err: BaseException) -> str:
@@ -74,6 +76,28 @@ class MeteredStore(Store):
         twin._seconds, twin._failures = self._seconds, self._failures
         twin._batch_keys, twin._observe = self._batch_keys, self._observe
         return twin
+
+    def latency_histograms(self) -> dict[str, tuple[tuple[float, ...], tuple[float, ...], float]]:
+        """``op -> (bucket bounds in s, cumulative counts with +Inf last, sum in s)``, for
+        every operation that ran."""
+        bounds: dict[str, list[float]] = {}
+        counts: dict[str, list[float]] = {}
+        sums: dict[str, float] = {}
+        for family in self._seconds.collect():
+            for sample in family.samples:
+                op = sample.labels.get("op", "")
+                if sample.name.endswith("_bucket"):
+                    le = sample.labels["le"]
+                    if le != "+Inf":
+                        bounds.setdefault(op, []).append(float(le))
+                    counts.setdefault(op, []).append(sample.value)
+                elif sample.name.endswith("_sum"):
+                    sums[op] = sample.value
+        return {
+            op: (tuple(bounds.get(op, ())), tuple(cumulative), sums.get(op, 0.0))
+            for op, cumulative in counts.items()
+            if cumulative and cumulative[-1]
+        }
 
     async def _timed(self, op: str, call: Callable[[], Awaitable[R]]) -> R:
         start = time.perf_counter()

@@ -84,6 +84,11 @@ RANGES: dict[str, tuple[str, list[tuple[int, int]], list[int]]] = {
         [(0, 0), (U64, U64), (-1, U64)],
         [],
     ),
+    "metrics_report_interval_ms": (  # uint64; floored at 1000 ms when exporting, as Ray's
+        "metrics_report_interval_ms",
+        [(0, 0), (U64, U64), (-1, U64)],
+        [],
+    ),
 }
 ACCEPTED = [
     (name, path, given, held) for name, (path, cases, _) in RANGES.items() for given, held in cases
@@ -117,6 +122,7 @@ def test_every_ray_named_knob_is_covered() -> None:
     ours.discard("AUTH_MODE")
     ours.discard("testing_asio_delay_us")  # a string: tests/dropin/test_ray_test_hooks.py
     ours.discard("event_stats")  # a bool: tests/dropin/test_event_stats.py
+    ours.discard("enable_metrics_collection")  # a bool: tests/server/test_ray_metrics.py
     assert ours == set(RANGES)
 
 
