@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import signal
 import textwrap
 import urllib.request
@@ -143,6 +144,14 @@ def working_dir(c: RealCluster, name: str) -> pathlib.Path:
     return wd
 
 
+def _http_text(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return str(reply.read().decode())
+    except OSError:
+        return ""
+
+
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=5) as reply:
@@ -195,6 +204,21 @@ def test_ray_list_actors_tasks_workers_show_the_real_rows(cluster: RealCluster) 
     workers = ray_list(cluster, "workers")
     assert any(w["worker_type"] == "DRIVER" for w in workers), workers
     assert any(w["worker_type"] == "WORKER" for w in workers), workers
+
+    # Ray's dashboards read the GCS's figures from the head's agent (Ray's metrics path):
+    # our GCS exported them there under Ray's names, the port learned from the head node
+    (head,) = [n for n in cluster.alive_nodes() if n.is_head_node]
+    page = f"http://{head.node_manager_address}:{head.metrics_export_port}/metrics"
+    keeper_row = re.compile(
+        r'^ray_actors\{(?=[^}]*Component="gcs_server")(?=[^}]*Name="Keeper")'
+        r'(?=[^}]*Source="gcs")(?=[^}]*State="ALIVE")[^}]*\} 1\.0$',
+        re.MULTILINE,
+    )
+    cluster.wait(
+        lambda: bool(keeper_row.search(_http_text(page))),
+        120,
+        f"ray_actors{{Source=gcs,Name=Keeper,State=ALIVE}} on the head agent's {page}",
+    )
 
 
 def test_ray_job_submit_runs_a_script_to_succeeded_with_its_logs(
