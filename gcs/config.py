@@ -105,9 +105,12 @@ class RequestLimits:
     max_bundles: int = 10_000
     """Bundles in one placement group."""
     max_kv_key_bytes: int = 64 * 1024
-    max_kv_value_bytes: int = 500 * 1024 * 1024
-    """Ray's ``GCS_STORAGE_MAX_SIZE`` (runtime-env packages are stored as KV values); below
-    the 512 MiB gRPC message limit and Redis's 512 MiB string limit."""
+    max_kv_value_bytes: int = 512 * 1024 * 1024 - 128 * 1024
+    """The largest value one 512 MiB gRPC message (Ray's ``max_grpc_message_size``) carries
+    beside a key at its limit.  Runtime-env packages are KV values: Ray's clients refuse one
+    of ``GCS_STORAGE_MAX_SIZE`` (that same 512 MiB) or more, and Ray's own
+    ``test_large_file_boundary`` uploads one 1 MiB short of it (535,822,497 bytes, which
+    500 MiB refused).  Under Redis's 512 MiB string limit."""
     max_request_bytes: int = 8 * 1024 * 1024
     """An encoded request, checked before decoding (decoded protobuf messages take up to ~30x
     their encoded size).  ``InternalKVPut`` is allowed ``max_kv_value_bytes`` plus a key."""

@@ -36,7 +36,7 @@ _MAX_ATTEMPTS = 64
 NAMESPACE_MARK = b"@namespace_"
 _NO_LIMIT = 1 << 62
 _MULTI_GET_CHUNK = 16
-"""Keys read at once by a bounded MultiGet (each value may be up to 500 MiB)."""
+"""Keys read at once by a bounded MultiGet (each value may be up to ~512 MiB)."""
 
 
 def _escape(namespace: bytes) -> bytes:

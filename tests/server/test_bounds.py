@@ -246,7 +246,7 @@ class TestAutoscalerInputs:
 
 class TestKv:
     async def test_value_over_the_limit_is_rejected(self, small_kv_server) -> None:
-        """KV values are bounded by limits.max_kv_value_bytes (default: Ray's 500 MiB)."""
+        """KV values are bounded by limits.max_kv_value_bytes (default: 512 MiB less a key)."""
         async with grpc.aio.insecure_channel(small_kv_server.address) as channel:
             assert small_kv_server.meta is not None
             stubs = Stubs(channel, small_kv_server.meta.cluster_id)
@@ -264,6 +264,26 @@ class TestKv:
                 G.InternalKVMultiGetRequest(namespace=b"n", keys=[b"k", b"big"])
             )
             assert [r.key for r in got.results] == [b"k"]
+
+    async def test_rays_largest_runtime_env_package_is_stored(self, gcs_server) -> None:
+        """Ray's ``test_runtime_env_working_dir_2.py::test_large_file_boundary`` uploads a
+        package 1 MiB short of ``GCS_STORAGE_MAX_SIZE`` (512 MiB): 535,822,497 bytes, which
+        our 500 MiB limit refused ("request is 535822497 bytes")."""
+        value = bytes(535_822_497)
+        async with grpc.aio.insecure_channel(gcs_server.address) as channel:
+            assert gcs_server.meta is not None
+            stubs = Stubs(channel, gcs_server.meta.cluster_id)
+            reply = await stubs.kv.InternalKVPut(
+                G.InternalKVPutRequest(
+                    namespace=b"", key=b"gcs://_ray_pkg_0123456789abcdef.zip", value=value
+                )
+            )
+            assert reply.added
+            del value
+            exists = await stubs.kv.InternalKVExists(
+                G.InternalKVExistsRequest(namespace=b"", key=b"gcs://_ray_pkg_0123456789abcdef.zip")
+            )
+            assert exists.exists
 
     async def test_megabyte_namespace_is_rejected(self, stubs) -> None:
         details = await rejected(

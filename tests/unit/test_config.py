@@ -73,9 +73,9 @@ class TestErrors:
 
 class TestLimits:
     def test_defaults(self) -> None:
-        """Ray's KV value limit (GCS_STORAGE_MAX_SIZE, 500 MiB) and bounded everything else."""
+        """Ray's KV value limit (a 512 MiB message with a key) and bounded everything else."""
         limits = load_config(env={}).limits
-        assert limits.max_kv_value_bytes == 500 * 1024 * 1024
+        assert limits.max_kv_value_bytes == 512 * 1024 * 1024 - 128 * 1024
         assert limits.max_request_bytes == 8 * 1024 * 1024
         assert limits.max_address_bytes == 253
         assert limits.max_label_key_bytes == 317
