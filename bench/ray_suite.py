@@ -101,6 +101,10 @@ EXCLUDED: dict[str, str] = {
     "test_stress_sharded.py": "stress (hours on 2 cores)",
     "test_reconstruction_stress.py": "stress (hours on 2 cores)",
     "test_reconstruction_stress_spill.py": "stress (hours on 2 cores)",
+    "test_placement_group_mini_integration.py": (
+        "stress: 5 raylets with 333 GPUs each and up to 1,665 tasks at once, a worker each; "
+        "load 164 on 2 cores, stock passed 0 of 1 at 480 s"
+    ),
     "test_memory_pressure.py": "needs memory pressure on the host (shared machine)",
 }
 """Files left out of the whole-directory run: they need a GPU, Docker, the network or
