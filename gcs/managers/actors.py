@@ -522,6 +522,10 @@ class ActorManager:
                     await self._destroy(actor_id, states.owner_died(actor))
             self._release_job_if_done(job_id)
 
+    def has_live_detached(self, job_id: bytes) -> bool:
+        """A detached actor ``job_id`` created is alive (not DEAD)."""
+        return job_id in self._detached_live
+
     def _release_job_if_done(self, job_id: bytes) -> None:
         if (
             self._on_job_released is not None

@@ -119,6 +119,9 @@ class JobManager:
         """Every job, finished ones included."""
         return self._jobs.values()
 
+    def get(self, job_id: bytes) -> gcs_pb2.JobTableData | None:
+        return self._jobs.get(job_id)
+
     def virtual_cluster_of(self, job_id: bytes) -> str:
         """The virtual cluster a known job runs in ("" for unknown jobs / the primary)."""
         job = self._jobs.get(job_id)

@@ -8,8 +8,13 @@ live job whose runtime env names it (``JobConfig.runtime_env_info.uris``).  Othe
 (``s3://``, ``https://``...) are only counted; their storage is not ours.
 
 Bookkeeping on an injected clock; :meth:`RuntimeEnvPins.run` calls :meth:`expire` every
-second of it and deletes what it returns.  A URI held back by a live job is released when
-that job finishes (``on_job_finished``, a job listener).
+second of it and deletes what it returns.  A job references its URIs while it holds them
+(``holds``: while it runs, and -- wired -- while a detached actor it created lives, whose
+runtime env is the job's); when it lets go (``on_job_finished``, a job listener, or
+``on_job_released`` once its last detached actor died), every URI of it that no other
+holding job names and no pin keeps is released.  A driver pins nothing when
+``RAY_RUNTIME_ENV_URI_PIN_EXPIRATION_S`` is 0: the job's reference is then the only one,
+and its package is deleted when the job ends (as Ray's GCS does).
 """
 
 from __future__ import annotations
@@ -44,9 +49,15 @@ class RuntimeEnvPins:
         live_jobs: Callable[[], Iterable[gcs_pb2.JobTableData]],
         clock: Clock,
         delete: Callable[[str], Awaitable[object]] | None = None,
+        holds: Callable[[gcs_pb2.JobTableData], bool] | None = None,
+        job: Callable[[bytes], gcs_pb2.JobTableData | None] | None = None,
     ) -> None:
-        """``delete``: removes an unreferenced package from internal KV (the loop's job)."""
+        """``delete``: removes an unreferenced package from internal KV (the loop's job).
+        ``holds``: whether a job still references its URIs (default: while it runs).
+        ``job``: a job by id (for ``on_job_released``)."""
         self._live_jobs = live_jobs
+        self._holds = holds or (lambda job: not job.is_dead)
+        self._job = job
         self._delete = delete
         self._clock = clock
         self._pins: dict[str, int] = {}
@@ -109,7 +120,7 @@ class RuntimeEnvPins:
     def _uris_of_live_jobs(self) -> set[str]:
         out: set[str] = set()
         for job in self._live_jobs():
-            if not job.is_dead:
+            if self._holds(job):
                 out |= job_uris(job)
         return out
 
@@ -118,12 +129,24 @@ class RuntimeEnvPins:
         return None
 
     def on_job_finished(self, job: gcs_pb2.JobTableData) -> None:
-        mine = job_uris(job) & self._held_by_jobs
+        self._let_go(job)
+
+    def on_job_released(self, job_id: bytes) -> None:
+        """The last detached actor of a finished job died (the actor manager's hook)."""
+        job = self._job(job_id) if self._job is not None else None
+        if job is not None:
+            self._let_go(job)
+
+    def _let_go(self, job: gcs_pb2.JobTableData) -> None:
+        if self._holds(job):
+            return
+        mine = job_uris(job)
         if not mine:
             return
         in_use = self._uris_of_live_jobs()
         for uri in mine:
-            if uri not in in_use and not self.pinned(uri):
-                self._held_by_jobs.discard(uri)
-                if uri.startswith(GCS_SCHEME):
-                    self._released.append(uri)
+            if uri in in_use or self.pinned(uri):
+                continue  # another job's, or a pin ends later (expire() decides then)
+            self._held_by_jobs.discard(uri)
+            if uri.startswith(GCS_SCHEME) and uri not in self._released:
+                self._released.append(uri)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -239,7 +238,21 @@ def build(
     async def delete_package(uri: str) -> None:
         await kv.delete(b"", uri.encode(), by_prefix=False)
 
-    runtime_envs = RuntimeEnvPins(jobs.all_jobs, clock, delete=delete_package)
+    runtime_envs = RuntimeEnvPins(
+        jobs.all_jobs,
+        clock,
+        delete=delete_package,
+        # a detached actor keeps its job's runtime env (``actors`` is built below)
+        holds=lambda job: not job.is_dead or actors.has_live_detached(job.job_id),
+        job=jobs.get,
+    )
+
+    async def job_released(job_id: bytes) -> None:
+        """A finished job's last detached actor died (or it had none): what Ray's GCS
+        keeps for a job until then goes."""
+        runtime_envs.on_job_released(job_id)
+        await remove_exports(kv, job_id)
+
     actors = ActorManager(
         metered,
         clock,
@@ -260,7 +273,7 @@ def build(
         publish_error=pubsub.observability.publish,
         job_is_dead=jobs.is_dead,
         on_actor_dead=pgs.creator_actor_dead,
-        on_job_released=functools.partial(remove_exports, kv),
+        on_job_released=job_released,
         max_dead_cached=cfg.max_dead_actors_cached,
         kill_timeout_s=timeout_s,
         lane_policy=lane_policy,

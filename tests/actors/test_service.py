@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
+from gcs.clock import FakeClock
 from gcs.config import HealthCheckConfig, LoadPollConfig
 from gcs.proto import gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
@@ -26,14 +28,17 @@ ALIVE, DEAD = gcs_pb2.ActorTableData.ALIVE, gcs_pb2.ActorTableData.DEAD
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, clock: FakeClock | None = None) -> None:
         self.store = MemoryStore()
         self.gateway = FakeActorGateway()
+        self.clock = clock
         self.server: GcsServer | None = None
         self._channel: grpc.aio.Channel | None = None
 
     async def start(self) -> Stubs:
-        self.server = GcsServer(QUIET, store=self.store, actor_gateway=self.gateway)
+        self.server = GcsServer(
+            QUIET, store=self.store, actor_gateway=self.gateway, clock=self.clock
+        )
         await self.server.start()
         assert self.server.meta is not None
         self._channel = grpc.aio.insecure_channel(self.server.address)
@@ -185,6 +190,51 @@ class TestActorInfoService:
         assert await exported() == {key for key in keys if job_id.hex() not in key.decode()} | {
             f"RemoteFunction:{job_id.hex()}".encode()
         }
+
+    async def test_a_finished_jobs_runtime_env_package_goes_with_its_last_detached_actor(
+        self,
+    ) -> None:
+        """A job's ``working_dir`` package (``gcs://`` in internal KV, unpinned as Ray's
+        driver leaves it with ``RAY_RUNTIME_ENV_URI_PIN_EXPIRATION_S=0``) stays while a
+        detached actor the job created lives, and is deleted once it died."""
+        clock = FakeClock()
+        cluster = Cluster(clock)
+        try:
+            stubs = await cluster.start()
+            await stubs.node_info.RegisterNode(G.RegisterNodeRequest(node_info=node_info(1)))
+            spec = actor_spec(1, name="keeper", detached=True)
+            uri = b"gcs://_ray_pkg_keeper.zip"
+            await stubs.kv.InternalKVPut(G.InternalKVPutRequest(key=uri, value=b"zip"))
+            job = gcs_pb2.JobTableData(job_id=spec.job_id)
+            job.config.runtime_env_info.uris.working_dir_uri = uri.decode()
+            await stubs.jobs.AddJob(G.AddJobRequest(data=job))
+            await stubs.actors.RegisterActor(G.RegisterActorRequest(task_spec=spec))
+            await stubs.actors.CreateActor(G.CreateActorRequest(task_spec=spec))
+            await stubs.jobs.MarkJobFinished(G.MarkJobFinishedRequest(job_id=spec.job_id))
+            assert cluster.server is not None and cluster.server.managers is not None
+            await cluster.server.managers.actors.settle()
+
+            async def stored() -> bool:
+                got = await stubs.kv.InternalKVGet(G.InternalKVGetRequest(key=uri))
+                return got.value == b"zip"
+
+            for _ in range(5):  # the deleting loop's period is 1 s of the clock
+                clock.advance(1.0)
+                await asyncio.sleep(0)
+            assert await stored()  # the detached actor may still import from it
+            await stubs.actors.KillActorViaGcs(
+                G.KillActorViaGcsRequest(
+                    actor_id=spec.actor_creation_task_spec.actor_id, no_restart=True
+                )
+            )
+            await cluster.server.managers.actors.settle()
+
+            async def gone() -> bool:
+                return not await stored()
+
+            await clock.advance_until(gone, 1.0)
+        finally:
+            await cluster.stop()
 
     async def test_actor_id_filter_counts_every_other_actor_as_filtered(
         self, cluster: Cluster

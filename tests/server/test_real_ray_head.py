@@ -318,6 +318,61 @@ class TestRuntimeEnvPins:
         pins.on_job_finished(finished)  # a job listener
         assert pins.expire() == ["gcs://_ray_pkg_a.zip"]
 
+    def test_an_unpinned_package_goes_when_its_job_ends(self) -> None:
+        """``RAY_RUNTIME_ENV_URI_PIN_EXPIRATION_S=0``: Ray's driver pins nothing, the job's
+        reference is the only one; Ray's GCS deletes the package when the job ends (Ray's
+        ``test_pin_runtime_env_uri[...-0]``), ours kept it for ever."""
+        clock = FakeClock()
+        job = gcs_pb2.JobTableData(job_id=b"\x01\x00\x00\x00")
+        job.config.runtime_env_info.uris.working_dir_uri = "gcs://_ray_pkg_a.zip"
+        job.config.runtime_env_info.uris.py_modules_uris.append("gcs://_ray_pkg_shared.zip")
+        other = gcs_pb2.JobTableData(job_id=b"\x02\x00\x00\x00")
+        other.config.runtime_env_info.uris.py_modules_uris.append("gcs://_ray_pkg_shared.zip")
+        jobs = [job, other]
+        pins = RuntimeEnvPins(lambda: jobs, clock)
+        assert pins.expire() == []
+        jobs[0] = finished = _finished(job)
+        pins.on_job_finished(finished)
+        assert pins.expire() == ["gcs://_ray_pkg_a.zip"]  # the shared one: other still runs
+
+    def test_a_live_detached_actor_keeps_its_jobs_package_until_it_dies(self) -> None:
+        clock = FakeClock()
+        job = gcs_pb2.JobTableData(job_id=b"\x01\x00\x00\x00")
+        job.config.runtime_env_info.uris.working_dir_uri = "gcs://_ray_pkg_a.zip"
+        jobs = {job.job_id: job}
+        detached = {job.job_id}
+        pins = RuntimeEnvPins(
+            jobs.values,
+            clock,
+            holds=lambda j: not j.is_dead or j.job_id in detached,
+            job=jobs.get,
+        )
+        jobs[job.job_id] = finished = _finished(job)
+        pins.on_job_finished(finished)
+        assert pins.expire() == []  # its detached actor lives
+        detached.clear()
+        pins.on_job_released(job.job_id)
+        assert pins.expire() == ["gcs://_ray_pkg_a.zip"]
+
+    async def test_a_finished_jobs_package_is_deleted_from_kv(
+        self, gcs_server: GcsServer, stubs: Stubs, gcs_clock: FakeClock
+    ) -> None:
+        uri = b"gcs://_ray_pkg_job.zip"
+        await stubs.kv.InternalKVPut(G.InternalKVPutRequest(key=uri, value=b"zip", overwrite=True))
+        job = gcs_pb2.JobTableData(job_id=b"\x05\x00\x00\x00", driver_pid=1)
+        job.config.runtime_env_info.uris.working_dir_uri = uri.decode()
+        await stubs.jobs.AddJob(G.AddJobRequest(data=job))
+        gcs_clock.advance(30.0)
+        got = await stubs.kv.InternalKVGet(G.InternalKVGetRequest(key=uri))
+        assert got.value == b"zip"  # the running job holds it
+        await stubs.jobs.MarkJobFinished(G.MarkJobFinishedRequest(job_id=job.job_id))
+
+        async def gone() -> bool:
+            got = await stubs.kv.InternalKVGet(G.InternalKVGetRequest(key=uri))
+            return got.status.code == 17
+
+        await gcs_clock.advance_until(gone, step_s=1.0)
+
     async def test_pinned_package_is_deleted_from_kv_after_expiry(
         self, gcs_server: GcsServer, stubs: Stubs, gcs_clock: FakeClock
     ) -> None:
@@ -332,3 +387,10 @@ class TestRuntimeEnvPins:
             return got.status.code == 17
 
         await gcs_clock.advance_until(gone, step_s=1.0)  # the expiry loop's period
+
+
+def _finished(job: gcs_pb2.JobTableData) -> gcs_pb2.JobTableData:
+    done = gcs_pb2.JobTableData()
+    done.CopyFrom(job)
+    done.is_dead = True
+    return done
