@@ -17,18 +17,21 @@ from collections.abc import Callable, Mapping
 
 import grpc
 import structlog
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as otlp_grpc
 
 from gcs.clock import Clock
+from gcs.proto import otlp_metrics_pb2 as otlp
 from gcs.rpc.security import Security
 from gcs.server.ray_metrics import DeltaEncoder, Family
 
-__all__ = ["MIN_INTERVAL_MS", "MetricsAgentExporter"]
+__all__ = ["EXPORT_METHOD", "MIN_INTERVAL_MS", "MetricsAgentExporter"]
 
 log = structlog.get_logger("gcs.metrics_agent")
 
 MIN_INTERVAL_MS = 1000
 """Ray floors ``metrics_report_interval_ms`` here (its agent keeps a gauge 2 intervals)."""
+
+EXPORT_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+"""OTLP's method, served by Ray's agent (its messages: :mod:`gcs.proto.otlp_metrics_pb2`)."""
 
 Snapshot = Callable[[], list[Family]]
 
@@ -82,9 +85,13 @@ class MetricsAgentExporter:
         if self._channel is None:
             self._channel = self._security.aio_channel(target)
         request, sent = self._encoder.request(self._snapshot(), int(self._clock.now_s() * 1e9))
-        stub = otlp_grpc.MetricsServiceStub(self._channel)
+        export = self._channel.unary_unary(
+            EXPORT_METHOD,
+            request_serializer=otlp.ExportMetricsServiceRequest.SerializeToString,
+            response_deserializer=otlp.ExportMetricsServiceResponse.FromString,
+        )
         try:
-            await stub.Export(request, timeout=self._interval_s / 2)  # Ray's: half
+            await export(request, timeout=self._interval_s / 2)  # Ray's: half
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNIMPLEMENTED:
                 self.unsupported = True

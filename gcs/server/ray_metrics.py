@@ -24,11 +24,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Literal
 
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as otlp_service
-from opentelemetry.proto.common.v1 import common_pb2 as otlp_common
-from opentelemetry.proto.metrics.v1 import metrics_pb2 as otlp
-
 from gcs.proto import gcs_pb2
+from gcs.proto import otlp_metrics_pb2 as otlp
 
 if TYPE_CHECKING:
     from gcs.server.managers import Managers
@@ -337,7 +334,7 @@ class DeltaEncoder:
 
     def __init__(self, global_labels: Mapping[str, str], *, scope: str = "gcs") -> None:
         self._global = [
-            otlp_common.KeyValue(key=k, value=otlp_common.AnyValue(string_value=v))
+            otlp.KeyValue(key=k, value=otlp.AnyValue(string_value=v))
             for k, v in sorted(global_labels.items())
         ]
         self._scope = scope
@@ -351,8 +348,8 @@ class DeltaEncoder:
 
     def request(
         self, families: Iterable[Family], now_ns: int
-    ) -> tuple[otlp_service.ExportMetricsServiceRequest, Sent]:
-        request = otlp_service.ExportMetricsServiceRequest()
+    ) -> tuple[otlp.ExportMetricsServiceRequest, Sent]:
+        request = otlp.ExportMetricsServiceRequest()
         scope = request.resource_metrics.add().scope_metrics.add()
         scope.scope.name = self._scope
         sent = Sent()
@@ -408,7 +405,7 @@ class DeltaEncoder:
         point.time_unix_nano = now_ns
         point.attributes.extend(self._global)
         for key, value in labels:
-            point.attributes.add(key=key, value=otlp_common.AnyValue(string_value=value))
+            point.attributes.add(key=key, value=otlp.AnyValue(string_value=value))
         return point
 
 

@@ -9,20 +9,18 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as otlp_service
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as otlp_grpc
-from opentelemetry.proto.metrics.v1 import metrics_pb2 as otlp
 from prometheus_client import CollectorRegistry
 
 from gcs.clock import FakeClock
 from gcs.config import ConfigError, GcsConfig, load_config
 from gcs.proto import gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
+from gcs.proto import otlp_metrics_pb2 as otlp
 from gcs.rpc import ServiceStub
 from gcs.rpc import services as svc
 from gcs.rpc.security import Security
 from gcs.server import GcsServer
-from gcs.server.metrics_agent import MetricsAgentExporter
+from gcs.server.metrics_agent import EXPORT_METHOD, MetricsAgentExporter
 from gcs.server.ray_metrics import (
     LATENCY_BOUNDS_MS,
     DeltaEncoder,
@@ -57,7 +55,7 @@ def _by_name(families: list[Family]) -> dict[str, Family]:
     return {f.name: f for f in families}
 
 
-def _points(request: otlp_service.ExportMetricsServiceRequest) -> dict[str, list[dict]]:
+def _points(request: otlp.ExportMetricsServiceRequest) -> dict[str, list[dict]]:
     """metric name -> data points as {labels..., "value"/"buckets"}."""
     out: dict[str, list[dict]] = {}
     for rm in request.resource_metrics:
@@ -75,7 +73,7 @@ def _points(request: otlp_service.ExportMetricsServiceRequest) -> dict[str, list
     return out
 
 
-def _metric(request: otlp_service.ExportMetricsServiceRequest, name: str) -> otlp.Metric:
+def _metric(request: otlp.ExportMetricsServiceRequest, name: str) -> otlp.Metric:
     for rm in request.resource_metrics:
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
@@ -224,29 +222,81 @@ class TestDeltaEncoder:
         assert [r["State"] for r in _points(request)["actors"]] == ["DEAD"]
 
 
-class _Agent(otlp_grpc.MetricsServiceServicer):
+class _Agent:
+    """Ray's agent's OTLP method, in process (the requests it got)."""
+
     def __init__(self) -> None:
-        self.requests: list[otlp_service.ExportMetricsServiceRequest] = []
+        self.requests: list[otlp.ExportMetricsServiceRequest] = []
         self.refuse: grpc.StatusCode | None = None
 
-    async def Export(self, request, context):  # type: ignore[no-untyped-def]
+    async def export(self, request, context):  # type: ignore[no-untyped-def]
         if self.refuse is not None:
             await context.abort(self.refuse, "refused")
         self.requests.append(request)
-        return otlp_service.ExportMetricsServiceResponse()
+        return otlp.ExportMetricsServiceResponse()
 
 
 @pytest.fixture
 async def agent() -> AsyncIterator[tuple[_Agent, int]]:
     server = grpc.aio.server()
     servicer = _Agent()
-    otlp_grpc.add_MetricsServiceServicer_to_server(servicer, server)
+    service, method = EXPORT_METHOD.strip("/").split("/")
+    handler = grpc.unary_unary_rpc_method_handler(
+        servicer.export,
+        request_deserializer=otlp.ExportMetricsServiceRequest.FromString,
+        response_serializer=otlp.ExportMetricsServiceResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, {method: handler}),)
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
         yield servicer, port
     finally:
         await server.stop(None)
+
+
+def test_our_otlp_subset_is_wire_identical_to_opentelemetry_proto() -> None:
+    """Every field of gcs/proto/otlp_metrics.proto has OTLP's number, type and
+    cardinality, and a request of ours parses as OTLP's with the same content."""
+    official = pytest.importorskip("opentelemetry.proto.metrics.v1.metrics_pb2")
+    common = pytest.importorskip("opentelemetry.proto.common.v1.common_pb2")
+    resource = pytest.importorskip("opentelemetry.proto.resource.v1.resource_pb2")
+    service = pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
+    by_name = {
+        **{n: getattr(official, n) for n in dir(official) if n[0].isupper()},
+        **{n: getattr(common, n) for n in ("AnyValue", "KeyValue", "InstrumentationScope")},
+        "Resource": resource.Resource,
+        **{n: getattr(service, n) for n in dir(service) if n.startswith("Export")},
+    }
+    checked = 0
+    for name, ours in otlp.DESCRIPTOR.message_types_by_name.items():
+        theirs = by_name[name].DESCRIPTOR
+        for field in ours.fields:
+            other = theirs.fields_by_name[field.name]
+            assert (field.number, field.type, field.is_repeated) == (
+                other.number,
+                other.type,
+                other.is_repeated,
+            ), f"{name}.{field.name}"
+            checked += 1
+    assert checked >= 50
+    assert [v.number for v in otlp.AggregationTemporality.DESCRIPTOR.values] == [
+        v.number for v in official.AggregationTemporality.DESCRIPTOR.values
+    ]
+    enc = DeltaEncoder(GLOBAL)
+    hist = Family("h", "d", "histogram", bounds=(1.0,), buckets={(): (1, 2)}, sums={(): 3.5})
+    gauge = Family("g", "d", "gauge", {(("State", "ALIVE"),): 2.0})
+    request, _ = enc.request([hist, gauge], 7)
+    parsed = service.ExportMetricsServiceRequest.FromString(request.SerializeToString())
+    metrics = {m.name: m for m in parsed.resource_metrics[0].scope_metrics[0].metrics}
+    (point,) = metrics["h"].histogram.data_points
+    assert list(point.bucket_counts) == [1, 2] and point.sum == 3.5 and point.time_unix_nano == 7
+    assert metrics["h"].histogram.aggregation_temporality == 1  # DELTA
+    (value,) = metrics["g"].gauge.data_points
+    assert value.as_double == 2.0
+    assert {kv.key: kv.value.string_value for kv in value.attributes}["State"] == "ALIVE"
 
 
 class TestExporter:
