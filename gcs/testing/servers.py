@@ -89,6 +89,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports from :func:`free_port`, for servers started together (each
+    was free a moment ago; drawn independently, two could be the same port)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def find_binary(name: str, *, package: str) -> str:
     """``name`` on PATH or under ``/usr/lib/postgresql/*/bin`` (newest version first)."""
     found = shutil.which(name)
@@ -326,7 +337,7 @@ class RedisSentinels:
                 )
             # Each sentinel is told the others' ids up front: found by gossip they take
             # seconds to meet, and a failover needs a quorum that knows each other.
-            ports = [free_port() for _ in range(self.sentinels)]
+            ports = free_ports(self.sentinels)  # two the same: that sentinel never starts
             ids = [secrets.token_hex(20) for _ in range(self.sentinels)]
             for index in range(self.sentinels):
                 self._start_sentinel(index, master.port, ports, ids)

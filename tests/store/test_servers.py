@@ -56,6 +56,13 @@ class TestFreePort:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", ports.pop()))
 
+    def test_ports_for_servers_started_together_are_distinct(self, monkeypatch) -> None:
+        """The sentinels of one deployment once drew the same port (21161, 29275, 29275):
+        the third never bound it and the sentinels never agreed."""
+        drawn = iter([21161, 29275, 29275, 29275, 30001])
+        monkeypatch.setattr(servers, "free_port", lambda: next(drawn))
+        assert servers.free_ports(3) == [21161, 29275, 30001]
+
 
 class TestInitdbRetry:
     """initdb crashing by a signal (seen with several workers starting clusters at once) is
