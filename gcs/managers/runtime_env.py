@@ -64,7 +64,6 @@ class RuntimeEnvPins:
         """URI -> unexpired pins."""
         self._due: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
-        self._held_by_jobs: set[str] = set()
         self._released: list[str] = []
         self.deleted = 0
 
@@ -93,10 +92,8 @@ class RuntimeEnvPins:
                 candidates.append(uri)
         if candidates:
             in_use = self._uris_of_live_jobs()
-            for uri in candidates:
-                if uri in in_use:
-                    self._held_by_jobs.add(uri)
-                elif uri.startswith(GCS_SCHEME):
+            for uri in candidates:  # one a holding job names goes when the job lets go
+                if uri not in in_use and uri.startswith(GCS_SCHEME):
                     unused.append(uri)
         self.deleted += len(unused)
         return unused
@@ -147,6 +144,5 @@ class RuntimeEnvPins:
         for uri in mine:
             if uri in in_use or self.pinned(uri):
                 continue  # another job's, or a pin ends later (expire() decides then)
-            self._held_by_jobs.discard(uri)
             if uri.startswith(GCS_SCHEME) and uri not in self._released:
                 self._released.append(uri)

@@ -70,8 +70,7 @@ class MetricsAgentExporter:
     async def run(self) -> None:
         while not self.unsupported:
             await self._clock.sleep(self._interval_s)
-            if self._target() is not None:
-                await self.export_once()
+            await self.export_once()  # nothing while the target is unknown
 
     async def export_once(self) -> bool:
         """One export of what changed since the last acknowledged one; True once acked."""

@@ -7,12 +7,12 @@ as ``ray_<name>``, and Ray's Grafana dashboards read them -- "Actors by state" i
 ``gcs_*`` families (:mod:`gcs.server.families`) stay on our ``/metrics`` port; this module
 reads the same managers and names what it reads as Ray does.
 
-Two pure parts: :func:`ray_gcs_families` (state -> families, cumulative) and
-:class:`DeltaEncoder` (families -> an OTLP request).  The agent adds what it receives for
-counters and histograms (delta temporality) and keeps the last value of a gauge for two
-report intervals, so the encoder sends the change since the last *acknowledged* export
-(a refused export loses nothing: the next one carries it), and a gauge series that
-disappears is sent once more as 0 rather than left to age out.
+Two pure parts: :func:`snapshot_of` and the ``*_families`` functions (state -> families,
+cumulative) and :class:`DeltaEncoder` (families -> an OTLP request).  The agent adds what
+it receives for counters and histograms (delta temporality) and keeps the last value of a
+gauge for two report intervals, so the encoder sends the change since the last
+*acknowledged* export (a refused export loses nothing: the next one carries it), and a
+gauge series that disappears is sent once more as 0 rather than left to age out.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
@@ -218,9 +217,7 @@ class TestActorInfoService:
                 got = await stubs.kv.InternalKVGet(G.InternalKVGetRequest(key=uri))
                 return got.value == b"zip"
 
-            for _ in range(5):  # the deleting loop's period is 1 s of the clock
-                clock.advance(1.0)
-                await asyncio.sleep(0)
+            await clock.run_for(5.0, step_s=1.0)  # five passes of the 1 s deleting loop
             assert await stored()  # the detached actor may still import from it
             await stubs.actors.KillActorViaGcs(
                 G.KillActorViaGcsRequest(
