@@ -37,6 +37,7 @@ def gcs_families(m: Managers) -> list[Metric]:
             {(state,): count for state, count in m.placement_groups.count_by_state().items()},
             labels=("state",),
         ),
+        _jobs(m),
         *_virtual_clusters(m),
         *pubsub_families(
             {
@@ -98,17 +99,41 @@ def _syncer(m: Managers) -> list[Metric]:
     ]
 
 
+def _jobs(m: Managers) -> Metric:
+    running = finished = 0
+    for job in m.jobs.all_jobs():
+        if job.is_dead:
+            finished += 1
+        else:
+            running += 1
+    return gauge(
+        "gcs_jobs",
+        "Jobs by state (RUNNING, or FINISHED while the job table keeps them)",
+        {("RUNNING",): running, ("FINISHED",): finished},
+        labels=("state",),
+    )
+
+
 def _virtual_clusters(m: Managers) -> list[Metric]:
-    clusters = m.virtual_clusters.registry.clusters()
+    """Counted as ``vcluster list`` counts (alive members, :func:`counted_members`); the
+    dead members a cluster still lists until replenished are their own family."""
+    registry = m.virtual_clusters.registry
     kinds: dict[tuple[str, ...], float] = {}
-    for cluster in clusters:
+    for cluster in registry.clusters():
         kinds[(cluster.kind.name,)] = kinds.get((cluster.kind.name,), 0) + 1
+    counts = registry.node_counts()
     return [
         gauge("gcs_virtual_clusters", "Virtual clusters by kind", kinds, labels=("kind",)),
         gauge(
             "gcs_virtual_cluster_nodes",
-            "Node instances per virtual cluster",
-            {(c.id,): len(c.members) for c in clusters},
+            "Alive nodes per virtual cluster (as `gcs vcluster list` counts them)",
+            {(cid,): alive for cid, (alive, _dead) in counts.items()},
+            labels=("virtual_cluster",),
+        ),
+        gauge(
+            "gcs_virtual_cluster_dead_nodes",
+            "Dead nodes a virtual cluster still lists until they are replenished",
+            {(cid,): dead for cid, (_alive, dead) in counts.items()},
             labels=("virtual_cluster",),
         ),
     ]

@@ -12,7 +12,7 @@ from gcs.proto import (
     virtual_cluster_pb2,
 )
 from gcs.virtual_clusters.errors import VcError
-from gcs.virtual_clusters.model import Cluster, Kind, NodeInstance, floor
+from gcs.virtual_clusters.model import Cluster, Kind, NodeInstance, counted_members, floor
 
 NodeLookup = Callable[[str], NodeInstance | None]
 ResourceLookup = Callable[[str], tuple[Mapping[str, float], Mapping[str, float]]]
@@ -66,10 +66,9 @@ def to_view(
     view = virtual_cluster_pb2.VirtualClusterView(
         id=cluster.id, divisible=cluster.divisible, revision=cluster.revision
     )
-    for node_id in sorted(cluster.members):
+    for node_id in counted_members(cluster, node):
         instance = node(node_id)
-        if instance is None or instance.is_dead:
-            continue
+        assert instance is not None
         total, available = resources(node_id)
         entry = view.node_instance_views[node_id]
         entry.hostname = instance.hostname
@@ -106,12 +105,11 @@ def autoscaler_state(cluster: Cluster, node: NodeLookup) -> autoscaler_pb2.Virtu
     autoscaler (ours or ant-ray's, which keep ``min_replica_sets``) never releases the
     reservation a tenant declared.
     """
-    members = cluster.undivided() if cluster.divisible else sorted(cluster.members)
     state = autoscaler_pb2.VirtualClusterState(
         parent_virtual_cluster_id=cluster.parent_id if cluster.kind is Kind.JOB else "",
         divisible=cluster.divisible,
         revision=cluster.revision,
-        nodes=[n for n in members if (found := node(n)) is not None and not found.is_dead],
+        nodes=counted_members(cluster, node, undivided_only=cluster.divisible),
         max_nodes=cluster.max_nodes,
     )
     state.min_replica_sets.update(floor(cluster))

@@ -142,6 +142,20 @@ def floor(cluster: Cluster) -> dict[str, int]:
     return {t: n for t, n in sorted(merged.items()) if n > 0}
 
 
+def counted_members(
+    cluster: Cluster,
+    node: Callable[[str], NodeInstance | None],
+    *,
+    undivided_only: bool = False,
+) -> list[str]:
+    """The members a cluster counts, sorted: known and alive (``undivided_only``: in the
+    ``UNDIVIDED`` bucket too).  Dead members stay listed until replenished (ant-ray), but
+    they run nothing; every count of a cluster's nodes -- ``GetAllVirtualClusterInfo``
+    (``vcluster list``, ``status -v``), the autoscaler's view, the metrics -- is this one."""
+    ids = cluster.undivided() if undivided_only else sorted(cluster.members)
+    return [n for n in ids if (found := node(n)) is not None and not found.is_dead]
+
+
 def same_membership(a: Cluster, b: Cluster) -> bool:
     """The same member nodes in the same buckets (an identity check first: ``moved``
     without a change keeps the members object)."""

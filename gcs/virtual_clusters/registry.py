@@ -17,7 +17,14 @@ from gcs.virtual_clusters import allocation, lifecycle, queries, replenish
 from gcs.virtual_clusters.convert import ResourceLookup, autoscaler_state, to_table_data, to_view
 from gcs.virtual_clusters.errors import StalePlan
 from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID, UNDIVIDED
-from gcs.virtual_clusters.model import Cluster, Draft, Kind, NodeInstance, check_invariants
+from gcs.virtual_clusters.model import (
+    Cluster,
+    Draft,
+    Kind,
+    NodeInstance,
+    check_invariants,
+    counted_members,
+)
 from gcs.virtual_clusters.plan import (
     CreateJobClusterResult,
     CreateOrUpdateResult,
@@ -115,6 +122,15 @@ class VirtualClusterRegistry:
     ) -> tuple[list[VirtualClusterView], int]:
         found, total = queries.all_for_view(self.draft(), limit)
         return [to_view(c, self.node, resources) for c in found], total
+
+    def node_counts(self) -> dict[str, tuple[int, int]]:
+        """Cluster id -> (counted nodes, dead members still listed), every cluster: the
+        counted ones are what ``all_views`` shows (:func:`counted_members`)."""
+        out = {}
+        for cluster in self.clusters():
+            alive = len(counted_members(cluster, self.node))
+            out[cluster.id] = (alive, len(cluster.members) - alive)
+        return out
 
     def autoscaler_states(self) -> dict[str, VirtualClusterState]:
         """Every logical and job cluster plus the primary, keyed by id (reference §11)."""

@@ -15,7 +15,7 @@ import pytest
 from gcs.metrics_reference import DOC, collect_families, documented_table, table
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
-_PROMQL_WORDS = {"sum", "rate", "increase", "histogram_quantile", "or"}
+_PROMQL_WORDS = {"sum", "max", "rate", "increase", "histogram_quantile", "or"}
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +70,23 @@ def test_every_charted_series_is_exported(
 def test_the_dashboard_has_autoscaler_and_virtual_cluster_panels() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
-    assert rows == ["GCS", "Autoscaler", "Virtual clusters"]
+    assert rows == [
+        "GCS",
+        "High availability (gcs serve --ha)",
+        "Actors, placement groups and jobs",
+        "Autoscaler",
+        "Virtual clusters",
+    ]
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
     for series in (
+        "gcs_ha_role",
+        "gcs_ha_epoch",
+        "gcs_ha_takeovers_total",
+        "gcs_ha_step_downs_total",
+        "gcs_ha_takeover_seconds_bucket",
+        "gcs_actors",
+        "gcs_placement_groups",
+        "gcs_jobs",
         "gcs_autoscaler_instances",
         "gcs_autoscaler_failed_launches_total",
         "gcs_autoscaler_held_back_node_types",
