@@ -57,6 +57,7 @@ from gcs.virtual_clusters import (
 )
 from gcs.virtual_clusters.convert import node_view_from_gcs_node_info
 from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID, is_job_cluster_id
+from gcs.virtual_clusters.launchable import NO_AUTOSCALER, Launchable
 from gcs.virtual_clusters.model import Cluster
 from gcs.wire_encoding import len_field, string_field
 
@@ -121,7 +122,10 @@ class VirtualClusterManager:
         *,
         publish: Publish = _no_publish,
         lane_policy: ResolvePolicy | None = None,
+        launchable: Launchable = NO_AUTOSCALER,
     ) -> None:
+        """``launchable``: the embedded autoscaler's limits (a tenant's indivisible cluster
+        may wait for nodes it can launch), ``NO_AUTOSCALER`` when none runs."""
         self._store = store
         self._clock = clock
         self._nodes = nodes
@@ -129,6 +133,7 @@ class VirtualClusterManager:
         self._pgs = pgs
         self._resources = resources
         self._publish = publish
+        self._launchable = launchable
         self._lane = ApplyLane(store, "virtual_clusters", policy=lane_policy)
         self._loaded = False
         self._queued: list[_NodeEvent] = []
@@ -336,13 +341,21 @@ class VirtualClusterManager:
         revision: int,
         *,
         autoscaler: bool = False,
+        must_exist: bool = False,
     ) -> CreateOrUpdateResult:
         """The tenant's request (it declares the cluster's replica sets), or with
         ``autoscaler`` a move by the autoscaler (same lane and revision rule; the declared
-        replica sets stay the floor)."""
+        replica sets stay the floor).  ``must_exist``: an update, never a create."""
         return await self._run(
             lambda: self.registry.create_or_update(
-                cluster_id, divisible, replica_sets, revision, self.usage(), autoscaler
+                cluster_id,
+                divisible,
+                replica_sets,
+                revision,
+                self.usage(),
+                autoscaler,
+                must_exist=must_exist,
+                launchable=self._launchable,
             )
         )
 

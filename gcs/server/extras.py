@@ -19,11 +19,12 @@ from gcs.lifecycle import Component, Part
 from gcs.rpc.security import Security
 from gcs.server.metrics import GcsMetrics, MetricSource, on_loop
 from gcs.store import Store
+from gcs.virtual_clusters.launchable import NO_AUTOSCALER, Launchable
 
 if TYPE_CHECKING:
     from gcs.autoscaler.config import ClusterConfig
 
-__all__ = ["Extras", "autoscaler_component", "demo_component"]
+__all__ = ["Extras", "autoscaler_component", "demo_component", "launchable_of"]
 
 Serving = Callable[[], Awaitable[object]]
 """Returns once the GCS port accepts calls."""
@@ -37,6 +38,28 @@ class Extras:
     """A cluster config: run the embedded autoscaler."""
     demo_nodes: int = 0
     """Start this many local raylet agents with synthetic load."""
+    autoscaler_limits: Launchable | None = None
+    """The limits of an autoscaler that runs outside this process (a standalone one, or a
+    test's reconciler), weighed like the embedded one's; None = from ``autoscaler``."""
+
+
+def launchable_of(extras: Extras) -> Launchable:
+    """The autoscaler's limits as the virtual-cluster manager weighs them: worker node types
+    (not the head's) with their ``max_workers``, and ``max_num_nodes``."""
+    if extras.autoscaler_limits is not None:
+        return extras.autoscaler_limits
+    cluster = extras.autoscaler
+    if cluster is None:
+        return NO_AUTOSCALER
+    scheduler = cluster.scheduler
+    return Launchable(
+        max_workers={
+            name: spec.max_workers
+            for name, spec in sorted(scheduler.node_types.items())
+            if name != cluster.head_node_type
+        },
+        max_nodes=scheduler.max_num_nodes,
+    )
 
 
 def autoscaler_component(

@@ -72,7 +72,7 @@ from gcs.rpc.security import Security
 from gcs.rpc.server import CallHook
 from gcs.rpc.warnings import WarningSampler
 from gcs.server.event_stats import HandlerStats, print_periodically
-from gcs.server.extras import Extras, autoscaler_component, demo_component
+from gcs.server.extras import Extras, autoscaler_component, demo_component, launchable_of
 from gcs.server.families import gcs_families
 from gcs.server.gc_policy import GcTuning
 from gcs.server.head_processes import HeadChildren
@@ -182,7 +182,15 @@ def build(
         lane_policy=lane_policy,
     )
     virtual_clusters = VirtualClusterManager(
-        metered, clock, nodes, jobs, pgs, cache, publish=publish, lane_policy=lane_policy
+        metered,
+        clock,
+        nodes,
+        jobs,
+        pgs,
+        cache,
+        publish=publish,
+        lane_policy=lane_policy,
+        launchable=launchable_of(extras),
     )
     pg_scheduler = PlacementGroupScheduler(
         pgs,

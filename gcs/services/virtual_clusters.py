@@ -70,6 +70,7 @@ class VirtualClusterInfoServicer:
                 dict(request.replica_sets),
                 request.revision,
                 autoscaler=request.autoscaler_move,
+                must_exist=request.must_exist,
             )
         except VcError as err:
             reply = V.CreateOrUpdateVirtualClusterReply(status=status_proto(err))

@@ -26,6 +26,7 @@ from gcs.virtual_clusters.ids import (
     is_job_cluster_id,
     parent_id,
 )
+from gcs.virtual_clusters.launchable import NO_AUTOSCALER, Launchable, covers, known_templates
 from gcs.virtual_clusters.model import Cluster, Draft, Kind, floor
 from gcs.virtual_clusters.plan import PlanBuilder
 from gcs.virtual_clusters.revision import RevisionSource
@@ -117,16 +118,22 @@ def create_or_update(
     replica_sets: Mapping[str, int],
     revision: int,
     autoscaler: bool = False,
+    must_exist: bool = False,
+    launchable: Launchable = NO_AUTOSCALER,
 ) -> Cluster:
     """``autoscaler``: a move by the autoscaler (it must not take a template below the
     floor, and keeps the declared replica sets); otherwise the tenant's request, which
-    becomes the declared replica sets."""
+    becomes the declared replica sets.  ``must_exist``: the caller means update, so a
+    missing cluster is NotFound (ant-ray creates it).  ``launchable``: what an embedded
+    autoscaler could add (:mod:`~gcs.virtual_clusters.launchable`)."""
     draft = builder.draft
     _validate_id(cluster_id, msg.PRIMARY_CREATE)
     if is_job_cluster_id(cluster_id):
         raise VcInvalidArgument(msg.id_has_separator(cluster_id))
     _validate_replica_sets(cluster_id, replica_sets)
     existing = draft.get(cluster_id)
+    if must_exist and (existing is None or existing.kind is Kind.JOB):
+        raise VcNotFound(msg.vc_does_not_exist(cluster_id))
     if existing is None and (problem := id_problem(cluster_id)) is not None:
         raise VcInvalidArgument(msg.invalid_id(problem))
     if existing is not None:
@@ -156,7 +163,8 @@ def create_or_update(
     primary = draft.primary()
     chosen, possible = _pick_grow(draft, primary, to_add)
     if possible != to_add:
-        raise VcOutOfResource(msg.NO_ENOUGH_TO_ADD, replica_sets_to_recommend=possible)
+        shortfall = {t: n - possible[t] for t, n in to_add.items() if n > possible[t]}
+        _refuse_or_wait(draft, launchable, cluster_id, divisible, autoscaler, shortfall, possible)
     adding = _flatten(chosen)
 
     kind = Kind.DIVISIBLE if divisible else Kind.INDIVISIBLE
@@ -179,6 +187,29 @@ def create_or_update(
     )
     builder.flush(cluster_id)
     return cluster
+
+
+def _refuse_or_wait(
+    draft: Draft,
+    launchable: Launchable,
+    cluster_id: str,
+    divisible: bool,
+    autoscaler: bool,
+    shortfall: Mapping[str, int],
+    possible: Mapping[str, int],
+) -> None:
+    """The free primary nodes fall short by ``shortfall``: OutOfResource (ant-ray's code,
+    message and recommendation; an unknown node type named first), unless the tenant's
+    indivisible cluster can wait for the embedded autoscaler to launch the rest."""
+    known = known_templates(draft, launchable)
+    unknown = sorted(t for t in shortfall if t not in known)
+    if unknown:
+        raise VcOutOfResource(
+            f"{msg.unknown_node_types(unknown, known)} {msg.NO_ENOUGH_TO_ADD}",
+            replica_sets_to_recommend=possible,
+        )
+    if autoscaler or divisible or not covers(draft, launchable, cluster_id, shortfall):
+        raise VcOutOfResource(msg.NO_ENOUGH_TO_ADD, replica_sets_to_recommend=possible)
 
 
 def create_job_cluster(

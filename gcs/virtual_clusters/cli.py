@@ -56,7 +56,7 @@ def _refused(what: str, err: VirtualClusterCallError) -> None:
     if err.replica_sets_to_recommend:
         sets = json.dumps(err.replica_sets_to_recommend, sort_keys=True)
         text += f" Recommended replica sets: {sets}"
-    elif err.message in (NO_ENOUGH_TO_ADD, NO_ENOUGH_TO_REMOVE):
+    elif err.message.endswith((NO_ENOUGH_TO_ADD, NO_ENOUGH_TO_REMOVE)):
         text += " Recommended replica sets: none (no node of these templates is free)"
     _fail(text)
 
@@ -143,12 +143,16 @@ def create(
     except VirtualClusterCallError as err:
         _refused(f"Failed to create virtual cluster '{cluster_id}'", err)
         return
-    _report_applied(cluster_id, applied, "created", fmt)
+    _report_applied(cluster_id, applied, "created", fmt, wanted)
 
 
 @vcluster.command("update")
 @click.option("--id", "cluster_id", required=True, help="The cluster to update.")
-@click.option("--divisible", is_flag=True, default=False, help=_DIVISIBLE_HELP)
+@click.option(
+    "--divisible/--indivisible",
+    default=None,
+    help="The cluster's divisibility, fixed at creation: leave both out to keep it.",
+)
 @click.option("--replica-sets", "replica_sets", default="{}", help=_REPLICA_SETS_HELP)
 @click.option(
     "--revision", type=NON_NEGATIVE_INT, required=True, help="The cluster's current revision."
@@ -157,28 +161,62 @@ def create(
 @format_option
 def update(
     cluster_id: str,
-    divisible: bool,
+    divisible: bool | None,
     replica_sets: str,
     revision: int,
     address: str | None,
     fmt: str,
 ) -> None:
-    """Update a virtual cluster's replica sets (optimistic: pass the current revision)."""
+    """Update a virtual cluster's replica sets (optimistic: pass the current revision).
+
+    Unlike ant-ray's CLI, whose update is its GCS's create-or-update, a missing cluster is
+    an error here (it is never created), and the divisibility defaults to the cluster's."""
     wanted = _replica_sets(replica_sets)
-    try:
-        applied = _call(
-            address,
-            lambda c: c.create_or_update(
-                cluster_id, divisible=divisible, replica_sets=wanted, revision=revision
-            ),
+
+    async def run(client: VirtualClusterClient) -> Any:
+        current = await client.get(cluster_id)
+        if current is None:
+            raise VirtualClusterCallError(
+                17,
+                f"virtual cluster '{cluster_id}' does not exist "
+                f"(create it with `gcs vcluster create --id {cluster_id}`)",
+            )
+        if divisible is not None and divisible != current.divisible:
+            kind, flag = ("divisible", "--indivisible")
+            if not current.divisible:
+                kind, flag = ("indivisible", "--divisible")
+            raise VirtualClusterCallError(
+                34,
+                f"virtual cluster '{cluster_id}' is {kind}, and divisibility is fixed when a "
+                f"cluster is created: leave out {flag}",
+            )
+        return await client.create_or_update(
+            cluster_id,
+            divisible=current.divisible,
+            replica_sets=wanted,
+            revision=revision,
+            must_exist=True,  # removed since it was read: NotFound, not created again
         )
+
+    try:
+        applied = _call(address, run)
     except VirtualClusterCallError as err:
         _refused(f"Failed to update virtual cluster '{cluster_id}'", err)
         return
-    _report_applied(cluster_id, applied, "updated", fmt)
+    _report_applied(cluster_id, applied, "updated", fmt, wanted)
 
 
-def _report_applied(cluster_id: str, applied: Any, verb: str, fmt: str) -> None:
+def _waiting_for(applied: Any, wanted: dict[str, int]) -> dict[str, int]:
+    """Nodes asked for that the cluster does not have yet: the GCS accepted a request that
+    the embedded autoscaler can fill, and it launches them (the cluster's floor)."""
+    counts = Counter(t for _h, t in applied.node_instances.values())
+    return {t: n - counts[t] for t, n in sorted(wanted.items()) if n > counts[t]}
+
+
+def _report_applied(
+    cluster_id: str, applied: Any, verb: str, fmt: str, wanted: dict[str, int]
+) -> None:
+    waiting = _waiting_for(applied, wanted)
     if fmt == "json":
         click.echo(
             dumps(
@@ -189,6 +227,7 @@ def _report_applied(cluster_id: str, applied: Any, verb: str, fmt: str) -> None:
                         k: {"hostname": h, "template_id": t}
                         for k, (h, t) in applied.node_instances.items()
                     },
+                    "waiting_for": waiting,
                 },
                 sort_keys=True,
             )
@@ -198,6 +237,11 @@ def _report_applied(cluster_id: str, applied: Any, verb: str, fmt: str) -> None:
     click.echo(f"Virtual cluster '{cluster_id}' {verb} successfully")
     click.echo(f"revision: {applied.revision}")
     click.echo(f"replica sets: {json.dumps(dict(sorted(counts.items())))}")
+    if waiting:
+        click.echo(
+            f"waiting for: {json.dumps(waiting)} (the embedded autoscaler launches them and "
+            "moves them in; the revision changes then)"
+        )
 
 
 @vcluster.command("remove")

@@ -83,13 +83,17 @@ class VirtualClusterClient:
         divisible: bool = False,
         replica_sets: Mapping[str, int] | None = None,
         revision: int = 0,
+        must_exist: bool = False,
     ) -> Applied:
+        """ant-ray's create-or-update; ``must_exist``: an update, NotFound (code 17) when
+        the cluster does not exist instead of creating it (a gcs extension)."""
         reply = await self.stub.CreateOrUpdateVirtualCluster(
             V.CreateOrUpdateVirtualClusterRequest(
                 virtual_cluster_id=cluster_id,
                 divisible=divisible,
                 replica_sets=dict(replica_sets or {}),
                 revision=revision,
+                must_exist=must_exist,
             )
         )
         _check(reply, replica_sets_to_recommend=dict(reply.replica_sets_to_recommend))

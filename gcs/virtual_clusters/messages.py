@@ -129,3 +129,15 @@ def below_floor(cluster_id: str, short: dict[str, int]) -> str:
         "the replica sets the tenant declared, or min_replica_sets where the autoscaling "
         "config names the template."
     )
+
+
+def unknown_node_types(unknown: list[str], known: list[str]) -> str:
+    """Ours, put before ant-ray's "No enough nodes to add..." (which stays, with its code and
+    recommendation, for ant-ray's clients)."""
+    names = ", ".join(unknown)
+    kinds = "Unknown node type" if len(unknown) == 1 else "Unknown node types"
+    listed = ", ".join(known) if known else "none yet"
+    return (
+        f"{kinds} {names}: no node of it has joined and no autoscaler can launch one "
+        f"(known node types: {listed})."
+    )

@@ -17,6 +17,7 @@ from gcs.virtual_clusters import allocation, lifecycle, queries, replenish
 from gcs.virtual_clusters.convert import ResourceLookup, autoscaler_state, to_table_data, to_view
 from gcs.virtual_clusters.errors import StalePlan
 from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID, UNDIVIDED
+from gcs.virtual_clusters.launchable import NO_AUTOSCALER, Launchable
 from gcs.virtual_clusters.model import (
     Cluster,
     Draft,
@@ -211,6 +212,9 @@ class VirtualClusterRegistry:
         revision: int = 0,
         usage: UsageView = IDLE,
         autoscaler: bool = False,
+        *,
+        must_exist: bool = False,
+        launchable: Launchable = NO_AUTOSCALER,
     ) -> CreateOrUpdateResult:
         builder = self._builder()
         cluster = allocation.create_or_update(
@@ -222,6 +226,8 @@ class VirtualClusterRegistry:
             replica_sets=replica_sets,
             revision=revision,
             autoscaler=autoscaler,
+            must_exist=must_exist,
+            launchable=launchable,
         )
         draft = builder.draft
         nodes = {n: draft.node(n) for n in sorted(cluster.members)}

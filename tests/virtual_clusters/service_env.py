@@ -12,6 +12,7 @@ from gcs.proto import common_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.rpc import ServiceStub
 from gcs.rpc import services as svc
 from gcs.server import GcsServer
+from gcs.server.extras import Extras
 from gcs.store import Store
 from tests.conftest import Stubs, fast_config
 from tests.server.fake_raylet import FakeRaylet
@@ -35,9 +36,15 @@ class VcEnv:
     move only when the test moves it (the system clock by default)."""
 
     def __init__(
-        self, store: Store, config: GcsConfig | None = None, *, clock: FakeClock | None = None
+        self,
+        store: Store,
+        config: GcsConfig | None = None,
+        *,
+        clock: FakeClock | None = None,
+        extras: Extras | None = None,
     ) -> None:
         self.store = store
+        self.extras = extras
         self.config = config or quiet_config()
         self.fake_clock = clock
         self.clock: Clock = clock or SystemClock()
@@ -46,7 +53,7 @@ class VcEnv:
         self.raylets: list[FakeRaylet] = []
 
     async def start(self) -> VcEnv:
-        self.server = GcsServer(self.config, store=self.store, clock=self.clock)
+        self.server = GcsServer(self.config, store=self.store, clock=self.clock, extras=self.extras)
         await self.server.start()
         assert self.server.meta is not None
         self.channel = grpc.aio.insecure_channel(self.server.address)

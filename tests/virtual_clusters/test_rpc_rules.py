@@ -97,10 +97,13 @@ class TestCreateOrUpdateValidation:
 
 class TestGrowShrink:
     def test_grow_shortfall_recommends_every_requested_template(self, h: Harness) -> None:
-        """D6/D7: OutOfResource recommends what could be added, 0 for unknown types."""
+        """D6/D7: OutOfResource recommends what could be added, 0 for unknown types; the
+        message still holds ant-ray's (D6 looks for it), after naming the unknown type."""
         err = fails(
             lambda: h.registry.create_or_update("v", True, {"0": 11, "1": 1, "16c32g": 1}),
             VcStatusCode.OutOfResource,
+            "Unknown node type 16c32g: no node of it has joined and no autoscaler can launch "
+            "one (known node types: 0, 1). "
             "No enough nodes to add to the virtual cluster. The replica sets that gcs can add "
             "at most are shown below. Use it as a suggestion to adjust your request or cluster.",
         )

@@ -38,7 +38,7 @@ NEWER_METHODS = {"RemoveNodesFromVirtualCluster", "UpdateAutoscalingConfig", "Ge
 EXTENSION_FLOOR = 100
 """Our own fields (gcs extensions) are numbered from here; ant-ray's readers skip them."""
 GCS_EXTENSIONS = {
-    "CreateOrUpdateVirtualClusterRequest": {100: "autoscaler_move"},
+    "CreateOrUpdateVirtualClusterRequest": {100: "autoscaler_move", 101: "must_exist"},
     "RemoveNodesFromVirtualClusterRequest": {100: "revision", 101: "autoscaler_move"},
     "VirtualClusterTableData": {100: "declared_replica_sets"},
 }
