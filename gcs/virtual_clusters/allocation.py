@@ -208,7 +208,13 @@ def _refuse_or_wait(
             f"{msg.unknown_node_types(unknown, known)} {msg.NO_ENOUGH_TO_ADD}",
             replica_sets_to_recommend=possible,
         )
-    if autoscaler or divisible or not covers(draft, launchable, cluster_id, shortfall):
+    fillable = covers(draft, launchable, cluster_id, shortfall)
+    if divisible and fillable and not autoscaler:
+        raise VcOutOfResource(
+            f"{msg.NO_ENOUGH_TO_ADD} {msg.AUTOSCALER_FILLS_INDIVISIBLE}",
+            replica_sets_to_recommend=possible,
+        )
+    if autoscaler or divisible or not fillable:
         raise VcOutOfResource(msg.NO_ENOUGH_TO_ADD, replica_sets_to_recommend=possible)
 
 

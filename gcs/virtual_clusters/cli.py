@@ -56,7 +56,7 @@ def _refused(what: str, err: VirtualClusterCallError) -> None:
     if err.replica_sets_to_recommend:
         sets = json.dumps(err.replica_sets_to_recommend, sort_keys=True)
         text += f" Recommended replica sets: {sets}"
-    elif err.message.endswith((NO_ENOUGH_TO_ADD, NO_ENOUGH_TO_REMOVE)):
+    elif NO_ENOUGH_TO_ADD in err.message or NO_ENOUGH_TO_REMOVE in err.message:
         text += " Recommended replica sets: none (no node of these templates is free)"
     _fail(text)
 

@@ -21,6 +21,10 @@ REMOVE_NODES_FAILED = (
     "Failed to remove some of the nodes because they are not idle nor found in the virtual "
     "cluster. These nodes with failure are shown below."
 )
+AUTOSCALER_FILLS_INDIVISIBLE = (  # ours, after NO_ENOUGH_TO_ADD
+    "The autoscaler could launch them, but it fills indivisible clusters only: create this "
+    "one indivisible, or with the nodes that are free."
+)
 MAX_NODES_TOO_SMALL = "Invalid request, max_nodes is too small."
 AUTOSCALING_MISSING = "Invalid request, the virtual cluster id does not exist."
 JOB_ID_EMPTY = "Invalid request, the job id is empty."  # ours: ant-ray does not check

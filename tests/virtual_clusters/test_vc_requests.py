@@ -74,7 +74,7 @@ class TestUnknownNodeTypes:
         room = Launchable({"gpu1": 2})
         with pytest.raises(VcError) as info:
             h.registry.create_or_update("v", True, {"gpu1": 1}, 0, launchable=room)
-        assert info.value.message == NO_ENOUGH_TO_ADD  # divisible: the autoscaler fills not
+        assert info.value.message.startswith(NO_ENOUGH_TO_ADD)  # divisible: not filled
         h.run(h.registry.create_or_update("w", False, {"gpu1": 1}, 0, launchable=room))
         assert floor(h.registry.get("w")) == {"gpu1": 1}
 
@@ -112,8 +112,13 @@ class TestWaitingForTheAutoscaler:
 
     def test_divisible_clusters_and_autoscaler_moves_are_never_short(self, h: Harness) -> None:
         """The autoscaler scales indivisible clusters only, and its own moves are exact."""
-        with pytest.raises(VcError):
+        with pytest.raises(VcError) as info:
             h.registry.create_or_update("d", True, {"0": 12}, 0, launchable=ROOM)
+        assert info.value.message.startswith(NO_ENOUGH_TO_ADD)
+        assert info.value.message.endswith(
+            "it fills indivisible clusters only: create this "
+            "one indivisible, or with the nodes that are free."
+        )
         h.create("i", {"0": 1}, divisible=False)
         rev = h.registry.get("i").revision
         with pytest.raises(VcError):
