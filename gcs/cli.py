@@ -202,6 +202,8 @@ def serve(
     from gcs.server.extras import Extras
     from gcs.server.ha_lock import HolderInUse
     from gcs.server.logging import configure_logging
+    from gcs.store.errors import StoreUnavailable
+    from gcs.store.factory import redact_url
 
     flags["ha.enabled"] = flags.pop("ha")
     try:
@@ -245,17 +247,21 @@ def serve(
             loop.add_signal_handler(sig, stop.set)
         try:
             try:
-                await server.start()
+                if not await _start_unless_signalled(server.start(), stop):
+                    log.info("gcs.stopped_before_serving", reason="signal")
+                    return
             except HolderInUse as err:
                 raise click.ClickException(str(err)) from None
+            except StoreUnavailable as err:
+                raise click.ClickException(store_unreachable(config, err)) from None
             if server.ha is not None:  # a member of an HA group: serves once it leads
                 log.info("gcs.ha_serve", address=f"{config.host}:{config.port}")
             else:
                 log.info(
                     "gcs.serving",
                     address=server.address,
-                    storage=server.store.url,
-                    metrics_port=server.metrics_port or None,
+                    storage=redact_url(server.store.url),
+                    metrics_port=server.metrics_port or "off",
                     demo_nodes=demo_nodes,
                     autoscaler=cluster.provider.type if cluster is not None else None,
                     hint=f"gcs status --address {server.address}",
@@ -269,6 +275,43 @@ def serve(
         await waiter  # raises what failed, if anything did
 
     asyncio.run(run())
+
+
+async def _start_unless_signalled(start: Any, stop: asyncio.Event) -> bool:
+    """Await ``start`` unless SIGINT/SIGTERM (``stop``) comes first: then cancel it and
+    return False.  A GCS waiting for its store stops at once when told to."""
+    starting = asyncio.ensure_future(start)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if not starting.done():
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        return False
+    await starting  # raises what failed
+    return True
+
+
+def store_unreachable(config: Any, err: BaseException) -> str:
+    """THE sentence for a store ``gcs serve`` could not reach: the store (not the GCS) is
+    named, its password redacted, with the retry budget that was spent and its knobs."""
+    from gcs.store.factory import redact_url
+
+    url = redact_url(config.storage_url())
+    detail = str(err)
+    for prefix in (url, config.storage_url()):
+        detail = detail.removeprefix(f"{prefix}: ")
+    detail = detail.rstrip(". ")
+    retries = max(config.redis_db_connect_retries, 0)
+    waited_s = retries * max(config.redis_db_connect_wait_milliseconds, 0) / 1000
+    where = "--storage" if config.storage else "the embedded store"
+    return (
+        f"cannot reach the store {url} ({where}): {detail}; gave up after {retries + 1} "
+        f"attempts over {waited_s:g} s (RAY_redis_db_connect_retries, "
+        "RAY_redis_db_connect_wait_milliseconds)"
+    )
 
 
 def _check_port_free(host: str, port: int, flag: str, *, shared: bool = False) -> None:

@@ -90,6 +90,10 @@ def describe(exc: BaseException, address: str | None = None) -> str:
         return _answered(address, exc.status.name, exc.details)
     if isinstance(exc, GcsSdkError):
         return str(exc)
+    from gcs.store.errors import StoreError, StoreUnavailable
+
+    if isinstance(exc, StoreUnavailable):  # an Unavailable too: the store, not the GCS
+        return f"cannot reach the store ({exc})"
     from gcs.errors import RayletUnreachable, Unavailable
 
     if isinstance(exc, Unavailable) and not isinstance(exc, RayletUnreachable):  # grpc_gcs.py
@@ -108,8 +112,6 @@ def describe(exc: BaseException, address: str | None = None) -> str:
         return exc.strerror or str(exc) or type(exc).__name__
     if isinstance(exc, ValueError):
         return str(exc)
-    from gcs.store.errors import StoreError
-
     if isinstance(exc, StoreError):
         return f"store: {exc}"
     message = getattr(exc, "message", None)

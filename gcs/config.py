@@ -259,6 +259,12 @@ class GcsConfig:
     """Store URL; empty = embedded SQLite under ``data_dir``."""
     namespace: str = "default"
     """Key namespace per cluster in a shared backend (Ray: external_storage_namespace)."""
+    redis_db_connect_retries: int = 120
+    """Ray's knob and default: a store (any backend) unreachable at start is tried again
+    this many times, ``redis_db_connect_wait_milliseconds`` apart, before ``gcs serve``
+    gives up saying the store is unreachable (Ray: 120 x 500 ms = 60 s; <= 0: no retry)."""
+    redis_db_connect_wait_milliseconds: int = 500
+    """Ray's knob and default: the wait between two attempts to reach the store."""
     data_dir: str = ".gcs-data"
     """Directory of the embedded SQLite store (relative to the working directory)."""
     metrics_port: int = 0
@@ -418,6 +424,8 @@ ENV_VARS: dict[str, str] = {
     "GCS_STORAGE": "storage",
     "GCS_NAMESPACE": "namespace",
     "RAY_external_storage_namespace": "namespace",
+    "RAY_redis_db_connect_retries": "redis_db_connect_retries",
+    "RAY_redis_db_connect_wait_milliseconds": "redis_db_connect_wait_milliseconds",
     "GCS_DATA_DIR": "data_dir",
     "GCS_METRICS_PORT": "metrics_port",
     "GCS_LOG_FORMAT": "log_format",

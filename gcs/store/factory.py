@@ -24,6 +24,7 @@ __all__ = [
     "StoreSettings",
     "open_store",
     "open_with_retry",
+    "redact_url",
     "scheme_of",
     "store_from_url",
 ]
@@ -121,23 +122,59 @@ async def open_store(
     return store
 
 
+DEFAULT_CONNECT_RETRIES = 120
+"""Ray 2.60's ``redis_db_connect_retries``: with the wait below, 60 s for a store to come up."""
+DEFAULT_CONNECT_WAIT_MS = 500
+"""Ray 2.60's ``redis_db_connect_wait_milliseconds``."""
+_WARN_EVERY = 10
+"""A store still down says so on the first failed attempt, then every this many."""
+
+
 async def open_with_retry(
     store: Store,
     clock: Clock,
     *,
-    attempts: int = 8,
-    first_delay_s: float = 0.2,
-    max_delay_s: float = 5.0,
+    retries: int = DEFAULT_CONNECT_RETRIES,
+    wait_ms: int = DEFAULT_CONNECT_WAIT_MS,
 ) -> None:
     """``store.open()``, retried while the backend is unavailable (a GCS started before its
-    Redis), backing off on ``clock``; the last attempt's error is raised."""
-    delay = first_delay_s
-    for attempt in range(attempts):
+    Redis), as Ray's GCS retries its Redis: ``retries`` more attempts, ``wait_ms`` apart on
+    ``clock`` (Ray's ``redis_db_connect_retries`` / ``redis_db_connect_wait_milliseconds``;
+    a negative value acts as 0).  The last attempt's :class:`StoreUnavailable` is raised."""
+    retries, wait_s = max(retries, 0), max(wait_ms, 0) / 1000
+    for attempt in range(retries):
         try:
             await store.open()
             return
         except StoreUnavailable as err:
-            log.warning("store.unavailable", url=store.url, attempt=attempt, error=err.message)
-            await clock.sleep(delay)
-            delay = min(delay * 2, max_delay_s)
+            if attempt % _WARN_EVERY == 0:
+                log.warning(
+                    "store.unavailable",
+                    url=_safe_url(store),
+                    attempt=attempt + 1,
+                    attempts=retries + 1,
+                    gives_up_in_s=round((retries - attempt) * wait_s, 1),
+                    error=err.message,
+                )
+            await clock.sleep(wait_s)
     await store.open()
+
+
+def _safe_url(store: Store) -> str:
+    """The store's URL for a log line, any password replaced by ``***``."""
+    return redact_url(store.url)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for error messages and logs)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if password is None:
+        return url
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -215,6 +215,12 @@ MISTAKES: list[tuple[tuple[str, ...], dict[str, str], int, str]] = [
     (("autoscaler", "plan", "--config", "{cluster}", "--state", "{bad_json}",
       "--address", NOTHING), {}, 2, r"either --state or --address"),
     (("serve", "--port", "99999"), {}, 2, r"--port"),
+    # -- the store is down: the STORE is named (password hidden), after Ray's retry knobs ---
+    (("serve", "--storage", "redis://:pw@127.0.0.1:1/0", "--port", "0", "--metrics-port", "-1",
+      "--log-level", "error"),
+     {"RAY_redis_db_connect_retries": "1", "RAY_redis_db_connect_wait_milliseconds": "100"}, 1,
+     r"^Error: cannot reach the store redis://:\*\*\*@127\.0\.0\.1:1/0 \(--storage\): "
+     r"(?!.*pw@).*gave up after 2 attempts over 0\.1 s \(RAY_redis_db_connect_retries"),
     # -- --ha: a store other processes share, and lease knobs in range ----------------------
     (("serve", "--ha", "--storage", "memory://"), {}, 2, r"--ha needs a store.*not memory"),
     (("serve", "--ha"), {}, 2, r"--ha needs a store.*not sqlite"),
