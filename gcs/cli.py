@@ -27,7 +27,7 @@ from gcs.config import (
     LOG_LEVELS,
     ConfigError,
     load_config,
-    storage_scheme_ok,
+    storage_url_problem,
 )
 
 CLIENT_TIMEOUT_S = 30.0
@@ -71,11 +71,9 @@ def main(ctx: click.Context, debug: bool) -> None:
 def _check_storage(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
-    if not storage_scheme_ok(value):
-        raise click.BadParameter(
-            f"{value!r}: unsupported scheme; use memory://, sqlite:///PATH, "
-            "postgresql+asyncpg://USER@HOST/DB or redis://HOST:PORT/DB"
-        )
+    problem = storage_url_problem(value)
+    if problem:
+        raise click.BadParameter(problem)
     return value
 
 

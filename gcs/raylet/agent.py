@@ -375,7 +375,9 @@ class RayletAgent:
                 )
             )
         except grpc.aio.AioRpcError as err:
-            log.warning("raylet.vc_refetch_failed", code=err.code().name)
+            # the GCS being down is the link's business (it reconnects or gives up)
+            level = log.info if err.code() in _GCS_DOWN else log.warning
+            level("raylet.vc_refetch_failed", code=err.code().name)
             return
         self.virtual_clusters.replace_all(reply.virtual_cluster_data_list)
         log.info("raylet.vc_view_refreshed", clusters=len(self.virtual_clusters.clusters))

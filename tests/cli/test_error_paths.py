@@ -363,3 +363,50 @@ class TestServeStoreDown:
         assert took_s < 10, took_s
         assert proc.returncode == 0, err
         assert "Traceback" not in err and "Error:" not in err, err
+
+
+class TestRayAddressAuto:
+    def test_auto_is_the_cluster_ray_start_recorded(self, tmp_path: Path) -> None:
+        """RAY_ADDRESS=auto reads <RAY_TMPDIR>/ray/ray_current_cluster, as Ray does: the
+        command then talks to the GCS recorded there (here nothing listens: exit 1 naming
+        that address).  It used to say "set GCS_ADDRESS / RAY_ADDRESS" though it was set."""
+        (tmp_path / "ray").mkdir()
+        (tmp_path / "ray" / "ray_current_cluster").write_text(f"{NOTHING}\n")
+        result = run("status", env=_env(RAY_ADDRESS="auto", RAY_TMPDIR=str(tmp_path)))
+        line = assert_one_line_error(result, 1)
+        assert line.startswith(f"Error: cannot reach the GCS at {NOTHING} ("), line
+
+    def test_address_auto_flag_too(self, tmp_path: Path) -> None:
+        (tmp_path / "ray").mkdir()
+        (tmp_path / "ray" / "ray_current_cluster").write_text(NOTHING)
+        result = run("status", "--address", "auto", env=_env(RAY_TMPDIR=str(tmp_path)))
+        assert assert_one_line_error(result, 1).startswith(
+            f"Error: cannot reach the GCS at {NOTHING}"
+        )
+
+
+class TestServeStartedLine:
+    def test_metrics_off_is_said_as_off(self) -> None:
+        """`--metrics-port -1`: the started lines say metrics_port "off" (was 0, a port
+        number that means "any free port" to the same flag)."""
+        proc = subprocess.Popen(
+            [*GCS, "serve", "--storage", "memory://", "--port", "0", "--metrics-port", "-1",
+             "--log-format", "json"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(),
+        )  # fmt: skip
+        events: dict[str, dict[str, object]] = {}
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                event = json.loads(line)
+                events[str(event.get("event"))] = event
+                if "gcs.serving" in events:
+                    break
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert events["gcs.started"]["metrics_port"] == "off"
+        assert events["gcs.serving"]["metrics_port"] == "off"
