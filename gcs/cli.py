@@ -29,6 +29,7 @@ from gcs.config import (
     load_config,
     storage_url_problem,
 )
+from gcs.store.errors import StoreUnavailable
 
 CLIENT_TIMEOUT_S = 30.0
 """Deadline of one client call (an unreachable address fails at once, not after this)."""
@@ -200,7 +201,6 @@ def serve(
     from gcs.server.extras import Extras
     from gcs.server.ha_lock import HolderInUse
     from gcs.server.logging import configure_logging
-    from gcs.store.errors import StoreUnavailable
     from gcs.store.factory import redact_url
 
     flags["ha.enabled"] = flags.pop("ha")
@@ -292,9 +292,10 @@ async def _start_unless_signalled(start: Any, stop: asyncio.Event) -> bool:
     return True
 
 
-def store_unreachable(config: Any, err: BaseException) -> str:
+def store_unreachable(config: Any, err: StoreUnavailable) -> str:
     """THE sentence for a store ``gcs serve`` could not reach: the store (not the GCS) is
     named, its password redacted, with the retry budget that was spent and its knobs."""
+    from gcs.store.errors import StoreUnreachable
     from gcs.store.factory import redact_url
 
     url = redact_url(config.storage_url())
@@ -302,13 +303,14 @@ def store_unreachable(config: Any, err: BaseException) -> str:
     for prefix in (url, config.storage_url()):
         detail = detail.removeprefix(f"{prefix}: ")
     detail = detail.rstrip(". ")
-    retries = max(config.redis_db_connect_retries, 0)
-    waited_s = retries * max(config.redis_db_connect_wait_milliseconds, 0) / 1000
     where = "--storage" if config.storage else "the embedded store"
+    spent = ""
+    if isinstance(err, StoreUnreachable):
+        spent = f"; gave up after {err.attempts} attempts in {err.waited_s:.1f} s"
     return (
-        f"cannot reach the store {url} ({where}): {detail}; gave up after {retries + 1} "
-        f"attempts over {waited_s:g} s (RAY_redis_db_connect_retries, "
-        "RAY_redis_db_connect_wait_milliseconds)"
+        f"cannot reach the store {url} ({where}): {detail}{spent} (retry budget: "
+        f"RAY_redis_db_connect_retries={config.redis_db_connect_retries} x "
+        f"RAY_redis_db_connect_wait_milliseconds={config.redis_db_connect_wait_milliseconds})"
     )
 
 

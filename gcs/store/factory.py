@@ -15,7 +15,7 @@ import structlog
 
 from gcs.clock import Clock
 from gcs.store.base import Store
-from gcs.store.errors import StoreUnavailable
+from gcs.store.errors import StoreUnavailable, StoreUnreachable
 from gcs.store.redis_options import RedisOptions
 
 __all__ = [
@@ -138,26 +138,35 @@ async def open_with_retry(
     wait_ms: int = DEFAULT_CONNECT_WAIT_MS,
 ) -> None:
     """``store.open()``, retried while the backend is unavailable (a GCS started before its
-    Redis), as Ray's GCS retries its Redis: ``retries`` more attempts, ``wait_ms`` apart on
-    ``clock`` (Ray's ``redis_db_connect_retries`` / ``redis_db_connect_wait_milliseconds``;
-    a negative value acts as 0).  The last attempt's :class:`StoreUnavailable` is raised."""
+    Redis), as Ray's GCS retries its Redis: at most ``retries`` more attempts, ``wait_ms``
+    apart on ``clock`` (Ray's ``redis_db_connect_retries`` /
+    ``redis_db_connect_wait_milliseconds``; a negative value acts as 0), and no attempt
+    starts after ``retries x wait_ms`` (an attempt itself takes time: a client's own
+    retries, a connect timeout), so the budget is the time it says.  Giving up raises
+    :class:`StoreUnreachable` (a ``StoreUnavailable``) with what was spent."""
     retries, wait_s = max(retries, 0), max(wait_ms, 0) / 1000
-    for attempt in range(retries):
+    started = clock.monotonic_s()
+    deadline = started + retries * wait_s
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             await store.open()
             return
         except StoreUnavailable as err:
-            if attempt % _WARN_EVERY == 0:
+            left_s = deadline - clock.monotonic_s()
+            if attempt > retries or left_s <= 0:
+                waited_s = clock.monotonic_s() - started
+                raise StoreUnreachable(err.message, attempts=attempt, waited_s=waited_s) from err
+            if (attempt - 1) % _WARN_EVERY == 0:
                 log.warning(
                     "store.unavailable",
                     url=_safe_url(store),
-                    attempt=attempt + 1,
-                    attempts=retries + 1,
-                    gives_up_in_s=round((retries - attempt) * wait_s, 1),
+                    attempt=attempt,
+                    gives_up_in_s=round(left_s, 1),
                     error=err.message,
                 )
-            await clock.sleep(wait_s)
-    await store.open()
+            await clock.sleep(min(wait_s, left_s))
 
 
 def _safe_url(store: Store) -> str:

@@ -10,7 +10,7 @@ import pytest
 from gcs.cli_support import describe
 from gcs.clock import FakeClock
 from gcs.config import load_config
-from gcs.store.errors import StoreUnavailable
+from gcs.store.errors import StoreUnavailable, StoreUnreachable
 from gcs.store.factory import open_with_retry, redact_url
 from gcs.store.memory import MemoryStore
 
@@ -18,13 +18,16 @@ from gcs.store.memory import MemoryStore
 class DownStore(MemoryStore):
     """A store whose backend answers only from attempt ``up_at`` on (never: 0)."""
 
-    def __init__(self, up_at: int = 0) -> None:
+    def __init__(self, up_at: int = 0, clock: FakeClock | None = None, takes_s: float = 0) -> None:
         super().__init__("redis://:secret@127.0.0.1:1/0")
         self.attempts = 0
         self._up_at = up_at
+        self._clock, self._takes_s = clock, takes_s
 
     async def open(self) -> None:
         self.attempts += 1
+        if self._clock is not None:
+            await self._clock.sleep(self._takes_s)  # a client's own retries, a timeout
         if not self._up_at or self.attempts < self._up_at:
             raise StoreUnavailable(f"{redact_url(self.url)}: open failed: Connection refused")
 
@@ -39,10 +42,27 @@ class TestOpenWithRetry:
         assert store.attempts == 1
         started = clock.monotonic_s()
         await clock.advance_until(opening.done, 0.5)
-        with pytest.raises(StoreUnavailable):
+        with pytest.raises(StoreUnreachable) as failed:
             await opening
-        assert store.attempts == 121
+        assert store.attempts == failed.value.attempts == 121
         assert clock.monotonic_s() - started == pytest.approx(60.0)
+        assert failed.value.waited_s == pytest.approx(60.0)
+        assert "Connection refused" in str(failed.value)
+
+    async def test_slow_attempts_do_not_stretch_the_budget(self) -> None:
+        """Attempts that take 1 s each (the client's own retries): no attempt starts after
+        the 60 s, so giving up takes 60 s and one attempt, not 121 x 1.5 s."""
+        clock = FakeClock()
+        store = DownStore(clock=clock, takes_s=1.0)
+        opening = asyncio.ensure_future(open_with_retry(store, clock))
+        await asyncio.sleep(0)
+        started = clock.monotonic_s()
+        await clock.advance_until(opening.done, 0.25)
+        with pytest.raises(StoreUnreachable) as failed:
+            await opening
+        assert 60.0 <= failed.value.waited_s <= 61.0
+        assert clock.monotonic_s() - started <= 61.0
+        assert failed.value.attempts == store.attempts < 121
 
     async def test_a_store_that_comes_up_in_time_is_used(self) -> None:
         clock, store = FakeClock(), DownStore(up_at=5)
