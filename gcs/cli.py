@@ -306,7 +306,8 @@ def store_unreachable(config: Any, err: StoreUnavailable) -> str:
     where = "--storage" if config.storage else "the embedded store"
     spent = ""
     if isinstance(err, StoreUnreachable):
-        spent = f"; gave up after {err.attempts} attempts in {err.waited_s:.1f} s"
+        tries = f"{err.attempts} attempt" + ("s" if err.attempts != 1 else "")
+        spent = f"; gave up after {tries} in {err.waited_s:.1f} s"
     return (
         f"cannot reach the store {url} ({where}): {detail}{spent} (retry budget: "
         f"RAY_redis_db_connect_retries={config.redis_db_connect_retries} x "

@@ -237,7 +237,7 @@ MISTAKES: list[tuple[tuple[str, ...], dict[str, str], int, str]] = [
       "--log-level", "error"),
      {"RAY_redis_db_connect_retries": "1", "RAY_redis_db_connect_wait_milliseconds": "100"}, 1,
      r"^Error: cannot reach the store redis://:\*\*\*@127\.0\.0\.1:1/0 \(--storage\): "
-     r"(?!.*pw@).*gave up after \d attempts in [\d.]+ s \(retry budget: "
+     r"(?!.*pw@).*gave up after \d attempts? in [\d.]+ s \(retry budget: "
      r"RAY_redis_db_connect_retries=1 x RAY_redis_db_connect_wait_milliseconds=100\)$"),
     # -- --ha: a store other processes share, and lease knobs in range ----------------------
     (("serve", "--ha", "--storage", "memory://"), {}, 2, r"--ha needs a store.*not memory"),
