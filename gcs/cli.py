@@ -27,8 +27,9 @@ from gcs.config import (
     LOG_LEVELS,
     ConfigError,
     load_config,
-    storage_scheme_ok,
+    storage_url_problem,
 )
+from gcs.store.errors import StoreUnavailable
 
 CLIENT_TIMEOUT_S = 30.0
 """Deadline of one client call (an unreachable address fails at once, not after this)."""
@@ -71,11 +72,9 @@ def main(ctx: click.Context, debug: bool) -> None:
 def _check_storage(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
-    if not storage_scheme_ok(value):
-        raise click.BadParameter(
-            f"{value!r}: unsupported scheme; use memory://, sqlite:///PATH, "
-            "postgresql+asyncpg://USER@HOST/DB or redis://HOST:PORT/DB"
-        )
+    problem = storage_url_problem(value)
+    if problem:
+        raise click.BadParameter(problem)
     return value
 
 
@@ -202,6 +201,7 @@ def serve(
     from gcs.server.extras import Extras
     from gcs.server.ha_lock import HolderInUse
     from gcs.server.logging import configure_logging
+    from gcs.store.factory import redact_url
 
     flags["ha.enabled"] = flags.pop("ha")
     try:
@@ -245,17 +245,21 @@ def serve(
             loop.add_signal_handler(sig, stop.set)
         try:
             try:
-                await server.start()
+                if not await _start_unless_signalled(server.start(), stop):
+                    log.info("gcs.stopped_before_serving", reason="signal")
+                    return
             except HolderInUse as err:
                 raise click.ClickException(str(err)) from None
+            except StoreUnavailable as err:
+                raise click.ClickException(store_unreachable(config, err)) from None
             if server.ha is not None:  # a member of an HA group: serves once it leads
                 log.info("gcs.ha_serve", address=f"{config.host}:{config.port}")
             else:
                 log.info(
                     "gcs.serving",
                     address=server.address,
-                    storage=server.store.url,
-                    metrics_port=server.metrics_port or None,
+                    storage=redact_url(server.store.url),
+                    metrics_port=server.metrics_port or "off",
                     demo_nodes=demo_nodes,
                     autoscaler=cluster.provider.type if cluster is not None else None,
                     hint=f"gcs status --address {server.address}",
@@ -269,6 +273,46 @@ def serve(
         await waiter  # raises what failed, if anything did
 
     asyncio.run(run())
+
+
+async def _start_unless_signalled(start: Any, stop: asyncio.Event) -> bool:
+    """Await ``start`` unless SIGINT/SIGTERM (``stop``) comes first: then cancel it and
+    return False.  A GCS waiting for its store stops at once when told to."""
+    starting = asyncio.ensure_future(start)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if not starting.done():
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        return False
+    await starting  # raises what failed
+    return True
+
+
+def store_unreachable(config: Any, err: StoreUnavailable) -> str:
+    """THE sentence for a store ``gcs serve`` could not reach: the store (not the GCS) is
+    named, its password redacted, with the retry budget that was spent and its knobs."""
+    from gcs.store.errors import StoreUnreachable
+    from gcs.store.factory import redact_url
+
+    url = redact_url(config.storage_url())
+    detail = str(err)
+    for prefix in (url, config.storage_url()):
+        detail = detail.removeprefix(f"{prefix}: ")
+    detail = detail.rstrip(". ")
+    where = "--storage" if config.storage else "the embedded store"
+    spent = ""
+    if isinstance(err, StoreUnreachable):
+        tries = f"{err.attempts} attempt" + ("s" if err.attempts != 1 else "")
+        spent = f"; gave up after {tries} in {err.waited_s:.1f} s"
+    return (
+        f"cannot reach the store {url} ({where}): {detail}{spent} (retry budget: "
+        f"RAY_redis_db_connect_retries={config.redis_db_connect_retries} x "
+        f"RAY_redis_db_connect_wait_milliseconds={config.redis_db_connect_wait_milliseconds})"
+    )
 
 
 def _check_port_free(host: str, port: int, flag: str, *, shared: bool = False) -> None:

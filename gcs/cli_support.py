@@ -90,6 +90,10 @@ def describe(exc: BaseException, address: str | None = None) -> str:
         return _answered(address, exc.status.name, exc.details)
     if isinstance(exc, GcsSdkError):
         return str(exc)
+    from gcs.store.errors import StoreError, StoreUnavailable
+
+    if isinstance(exc, StoreUnavailable):  # an Unavailable too: the store, not the GCS
+        return f"cannot reach the store ({exc})"
     from gcs.errors import RayletUnreachable, Unavailable
 
     if isinstance(exc, Unavailable) and not isinstance(exc, RayletUnreachable):  # grpc_gcs.py
@@ -108,8 +112,6 @@ def describe(exc: BaseException, address: str | None = None) -> str:
         return exc.strerror or str(exc) or type(exc).__name__
     if isinstance(exc, ValueError):
         return str(exc)
-    from gcs.store.errors import StoreError
-
     if isinstance(exc, StoreError):
         return f"store: {exc}"
     message = getattr(exc, "message", None)
@@ -231,20 +233,30 @@ def bad_file(flag: str, err: Exception) -> click.BadParameter:
 def resolve_address(address: str | None) -> str:
     """Explicit flag, else ``GCS_ADDRESS``, else ``RAY_ADDRESS``; checked to be host:port.
 
-    A malformed value is blamed on the source actually used; the result is remembered for
-    the one unreachable message."""
+    ``auto`` means what it means to Ray: the cluster the last ``ray start`` recorded in
+    ``<RAY_TMPDIR or /tmp>/ray/ray_current_cluster``.  A dashboard URL (``http://h:8265``,
+    what Ray's job docs put in ``RAY_ADDRESS``) or a Ray Client one (``ray://h:10001``)
+    names no GCS port, so it is refused with what to use instead.  A malformed value is
+    blamed on the source actually used; the result is remembered for the one unreachable
+    message."""
     from gcs.cli_validation import check_address
 
-    source, value = "--address", address
-    if not address:
-        source, value = "", None
+    source, value = "--address", (address or "").strip()
+    if not value:
+        source = ""
         for name in ADDRESS_ENV_VARS:
             raw = os.environ.get(name, "").strip()
-            if raw and raw != "auto":
+            if raw:
                 source, value = name, raw
                 break
     if not value:
         raise click.UsageError("no GCS address: pass --address or set GCS_ADDRESS / RAY_ADDRESS")
+    given = f"{source}={value}" if source != "--address" else f"--address {value}"
+    if value == "auto":
+        value = _current_cluster(given)
+    problem = _not_a_gcs_address(value)
+    if problem:
+        raise click.UsageError(f"{given}: {problem}")
     try:
         checked = check_address(value)
     except ValueError as err:
@@ -255,6 +267,54 @@ def resolve_address(address: str | None) -> str:
     if ctx is not None:
         ctx.find_root().meta[ADDRESS_KEY] = checked
     return checked
+
+
+def ray_current_cluster_file() -> str:
+    """Where Ray's ``ray start`` records the GCS address of the cluster it started (Ray's
+    ``get_ray_address_file``: ``RAY_TMPDIR``, else ``TMPDIR`` on Linux, else ``/tmp``)."""
+    base = os.environ.get("RAY_TMPDIR") or (
+        os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None
+    )
+    return os.path.join(base or "/tmp", "ray", "ray_current_cluster")
+
+
+def _current_cluster(given: str) -> str:
+    path = ray_current_cluster_file()
+    try:
+        with open(path) as file:
+            recorded = file.read().strip()
+    except FileNotFoundError:
+        recorded = ""
+    except OSError as err:
+        raise click.UsageError(f"{given}: cannot read {path}: {err.strerror or err}") from None
+    if not recorded:
+        raise click.UsageError(
+            f"{given}: no running cluster is recorded in {path} (Ray's `ray start` writes it); "
+            "pass --address HOST:PORT or set GCS_ADDRESS"
+        )
+    return recorded
+
+
+_URL_KINDS = {
+    "http": "the Ray dashboard's HTTP address (what `ray job submit` uses)",
+    "https": "the Ray dashboard's HTTP address (what `ray job submit` uses)",
+    "ray": "a Ray Client address",
+}
+
+
+def _not_a_gcs_address(value: str) -> str | None:
+    """Why ``value`` is a URL of another Ray endpoint, not the GCS's host:port (None: it
+    is not such a URL).  The GCS port cannot be derived from it, so say what to pass."""
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        return None
+    kind = _URL_KINDS.get(scheme.lower())
+    host = rest.split("/", 1)[0].rsplit(":", 1)[0] or "HOST"
+    what = kind or f"a {scheme}:// URL"
+    return (
+        f"{what}, not the GCS's host:port; pass --address {host}:6379 (the GCS port, Ray's "
+        "default 6379) or set GCS_ADDRESS"
+    )
 
 
 ADDRESS_HELP = "GCS host:port (else GCS_ADDRESS, then RAY_ADDRESS)."

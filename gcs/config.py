@@ -259,6 +259,12 @@ class GcsConfig:
     """Store URL; empty = embedded SQLite under ``data_dir``."""
     namespace: str = "default"
     """Key namespace per cluster in a shared backend (Ray: external_storage_namespace)."""
+    redis_db_connect_retries: int = 120
+    """Ray's knob and default: a store (any backend) unreachable at start is tried again
+    this many times, ``redis_db_connect_wait_milliseconds`` apart, before ``gcs serve``
+    gives up saying the store is unreachable (Ray: 120 x 500 ms = 60 s; <= 0: no retry)."""
+    redis_db_connect_wait_milliseconds: int = 500
+    """Ray's knob and default: the wait between two attempts to reach the store."""
     data_dir: str = ".gcs-data"
     """Directory of the embedded SQLite store (relative to the working directory)."""
     metrics_port: int = 0
@@ -418,6 +424,8 @@ ENV_VARS: dict[str, str] = {
     "GCS_STORAGE": "storage",
     "GCS_NAMESPACE": "namespace",
     "RAY_external_storage_namespace": "namespace",
+    "RAY_redis_db_connect_retries": "redis_db_connect_retries",
+    "RAY_redis_db_connect_wait_milliseconds": "redis_db_connect_wait_milliseconds",
     "GCS_DATA_DIR": "data_dir",
     "GCS_METRICS_PORT": "metrics_port",
     "GCS_LOG_FORMAT": "log_format",
@@ -727,6 +735,30 @@ def storage_scheme_ok(url: str) -> bool:
     return scheme_of(url) in STORES
 
 
+STORAGE_FORMS = (
+    "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db, "
+    "postgresql+asyncpg://USER@HOST/DB or redis://HOST:PORT/DB"
+)
+
+
+def storage_url_problem(url: str) -> str | None:
+    """What is wrong with a storage URL as typed (None: nothing we can see before opening
+    it).  SQLite's URL has no host: ``sqlite://relative.db`` reads "relative.db" as one, so
+    the path needs a third slash (a fourth for an absolute path)."""
+    from gcs.store.factory import scheme_of
+
+    if not storage_scheme_ok(url):
+        return f"{url!r}: unsupported scheme; use {STORAGE_FORMS}"
+    if scheme_of(url) == "sqlite":
+        scheme, _, rest = url.partition("://")
+        if rest and not rest.startswith("/"):
+            return (
+                f"{url!r}: a SQLite URL has no host; write {scheme}:///{rest} (a path "
+                f"relative to the current directory) or {scheme}:////ABSOLUTE/PATH"
+            )
+    return None
+
+
 def validate(config: GcsConfig, where: str = "config") -> None:
     """Every knob in range; each error names the key (and its environment variable)."""
     if config.log_format not in {"json", "console", "auto"}:
@@ -751,11 +783,9 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         )
     if config.load_poll.transport not in {"grpc", "h2"}:
         raise ConfigError(f"{where}.{_names('load_poll.transport')}: must be grpc or h2")
-    if config.storage and not storage_scheme_ok(config.storage):
-        raise ConfigError(
-            f"{where}.{_names('storage')}: {config.storage!r}: unsupported scheme; use "
-            "memory://, sqlite:///PATH, postgresql+asyncpg://USER@HOST/DB or redis://HOST:PORT/DB"
-        )
+    storage_problem = storage_url_problem(config.storage) if config.storage else None
+    if storage_problem:
+        raise ConfigError(f"{where}.{_names('storage')}: {storage_problem}")
     for path in _POSITIVE:
         value = _get_path(config, path)
         if value <= 0:

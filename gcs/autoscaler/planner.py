@@ -184,11 +184,7 @@ def _selectors_text(row: dict[str, Any]) -> str:
 
 def render_table(doc: dict[str, Any], *, verbose: bool = False) -> str:
     """The plan for people; ``verbose`` adds the raw scores behind each launch."""
-    lines = []
-    if doc.get("warnings"):
-        lines.append("WARNINGS")
-        lines += [f"  ! {w}" for w in doc["warnings"]]
-    lines.append("LAUNCH")
+    lines = ["LAUNCH"]  # warnings are the caller's to print, once (on stderr)
     lines += [f"  {t:<24} {n:>6}" for t, n in doc["launch"].items()] or ["  (none)"]
     lines.append("TERMINATE")
     lines += [

@@ -17,6 +17,13 @@ answers with the *same* cluster id (a persistent GCS came back) the agent calls
 node if the GCS lost it.  A *different* cluster id means a new, non-persistent GCS: the
 agent fate-shares (exit ``CLUSTER_CHANGED``) unless ``rejoin_new_cluster``, in which case it
 registers with the new cluster.  ``NotifyGCSRestart`` triggers the same check at once.
+
+Giving up (Ray's ``gcs_rpc_server_reconnect_timeout_s``, 60 s): once the GCS has been
+unreachable that long -- measured on the injected clock from the first failed call of the
+outage -- the agent exits ``GCS_UNREACHABLE``, as Ray's raylet does ("Failed to connect to
+GCS within 60 seconds"), so agents never outlive a GCS that is gone.  The syncer stream
+breaking with the GCS (UNAVAILABLE) triggers a liveness check at once, so an outage is
+noticed within a second or so, not at the next ``liveness_check_interval_ms``.
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ class ExitReason(enum.Enum):
     """``CheckAlive`` said this node is dead."""
     CLUSTER_CHANGED = "cluster_changed"
     """The GCS came back with a different cluster id (fate-sharing)."""
+    GCS_UNREACHABLE = "gcs_unreachable"
+    """The GCS was unreachable for ``gcs_rpc_server_reconnect_timeout_s`` (Ray's raylet
+    exits then too)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,10 @@ class RayletConfig:
     rpc_timeout_s: float = 10.0
     reconnect_backoff_initial_ms: int = 200
     reconnect_backoff_max_ms: int = 5_000
+    gcs_rpc_server_reconnect_timeout_s: float = 60.0
+    """Ray's knob and default: exit ``GCS_UNREACHABLE`` once the GCS has been unreachable
+    this long (0: at the first failed reconnect attempt).  The first registration is bounded
+    by ``register_timeout_s`` instead."""
     register_timeout_s: float = 30.0
     """How long ``start()`` keeps retrying the first registration."""
     rejoin_new_cluster: bool = False
@@ -153,6 +167,12 @@ class RayletAgent:
         self._stub: ServiceStub | None = None
         self._bare_stub: ServiceStub | None = None
         self._wake = asyncio.Event()
+        self._reconnect = False
+        """Set with ``_wake`` when the link must reconnect (not only check liveness)."""
+        self._unreachable_since: float | None = None
+        """Monotonic time of the first failed GCS call of the current outage."""
+        self.exit_message = ""
+        """Why the agent exited, in one sentence (set for the fatal exits)."""
         self._stopped = asyncio.Event()
         self._exit: ExitReason | None = None
         self._tasks = Background("raylet")
@@ -282,7 +302,14 @@ class RayletAgent:
         self._tasks.spawn(self._unregister_and_stop(death, ExitReason.SHUTDOWN_REQUESTED), "leave")
 
     def on_gcs_restarted(self) -> None:
+        self._reconnect = True
         self._wake.set()
+
+    def _on_syncer_ended(self, code: grpc.StatusCode) -> None:
+        """The syncer stream broke: if the GCS looks gone, check liveness now (the outage
+        clock starts at the first failed call, not at the next periodic check)."""
+        if code in _GCS_DOWN and self._exit is None:
+            self._wake.set()
 
     def on_view_changed(self) -> None:
         if self.syncer is not None:
@@ -301,6 +328,7 @@ class RayletAgent:
             backoff_initial_s=self.config.reconnect_backoff_initial_ms / 1000,
             backoff_max_s=self.config.reconnect_backoff_max_ms / 1000,
             clock=self._clock,
+            on_ended=self._on_syncer_ended,
         )
         self._tasks.spawn(self.syncer.run(), "syncer")
 
@@ -347,7 +375,9 @@ class RayletAgent:
                 )
             )
         except grpc.aio.AioRpcError as err:
-            log.warning("raylet.vc_refetch_failed", code=err.code().name)
+            # the GCS being down is the link's business (it reconnects or gives up)
+            level = log.info if err.code() in _GCS_DOWN else log.warning
+            level("raylet.vc_refetch_failed", code=err.code().name)
             return
         self.virtual_clusters.replace_all(reply.virtual_cluster_data_list)
         log.info("raylet.vc_view_refreshed", clusters=len(self.virtual_clusters.clusters))
@@ -377,11 +407,22 @@ class RayletAgent:
                 self.gcs_connected = False
                 self.changes.notify()
                 log.info("raylet.gcs_unreachable", node_id=self.node_id.hex(), code=err.code())
-                await self._clock.sleep(backoff_ms / 1000)
+                left_s = None if first else self._outage_left_s()
+                if left_s is not None and left_s <= 0:
+                    await self._give_up(err)
+                    return
+                delay_s = backoff_ms / 1000
+                await self._clock.sleep(delay_s if left_s is None else min(delay_s, left_s))
                 backoff_ms = min(backoff_ms * 2, self.config.reconnect_backoff_max_ms)
+        self._unreachable_since = None
         cluster_id = reply.cluster_id
         if not first and cluster_id != self.cluster_id and not self.config.rejoin_new_cluster:
-            log.warning(
+            self.exit_message = (
+                f"the GCS at {self.config.gcs_address} came back as a new cluster "
+                f"({cluster_id.hex()[:12]}...); this raylet belonged to the old one "
+                "(--rejoin-new-cluster joins the new one instead)"
+            )
+            log.info(
                 "raylet.cluster_changed",
                 node_id=self.node_id.hex(),
                 old=(self.cluster_id or b"").hex(),
@@ -397,9 +438,28 @@ class RayletAgent:
         self.changes.notify()
         log.info("raylet.registered", node_id=self.node_id.hex(), address=self.address)
 
+    def _outage_left_s(self) -> float:
+        """Seconds left of ``gcs_rpc_server_reconnect_timeout_s`` in this outage (its clock
+        starts now if this is its first failed call)."""
+        now = self._clock.monotonic_s()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        elapsed = now - self._unreachable_since
+        return self.config.gcs_rpc_server_reconnect_timeout_s - elapsed
+
+    async def _give_up(self, err: grpc.aio.AioRpcError) -> None:
+        timeout_s = self.config.gcs_rpc_server_reconnect_timeout_s
+        self.exit_message = (
+            f"the GCS at {self.config.gcs_address} has been unreachable for {timeout_s:g} s "
+            f"({err.code().name}); giving up (gcs_rpc_server_reconnect_timeout_s, as Ray's "
+            "raylet does)"
+        )
+        log.info("raylet.gcs_gone", node_id=self.node_id.hex(), timeout_s=timeout_s)
+        await self.stop(ExitReason.GCS_UNREACHABLE)
+
     async def _run_link(self) -> None:
-        """Liveness self-check every interval of the injected clock; reconnect/re-register
-        when the GCS restarts."""
+        """Liveness self-check every interval of the injected clock, or at once when woken
+        (the syncer stream broke); reconnect/re-register when the GCS restarts."""
         interval_s = self.config.liveness_check_interval_ms / 1000
         while self._exit is None:
             await wait_event(self._clock, self._wake, interval_s)
@@ -408,13 +468,16 @@ class RayletAgent:
             try:
                 if self._wake.is_set():
                     self._wake.clear()
-                    await self._connect(first=False)
-                    continue
+                    if self._reconnect:
+                        self._reconnect = False
+                        await self._connect(first=False)
+                        continue
                 await self._check_alive()
             except grpc.aio.AioRpcError as err:
                 # e.g. RegisterNode refused mid-reconnect: try the whole reconnect again
                 log.warning("raylet.link_error", code=err.code(), details=err.details())
                 await self._clock.sleep(self.config.reconnect_backoff_initial_ms / 1000)
+                self._reconnect = True
                 self._wake.set()
 
     async def _check_alive(self) -> None:
@@ -427,6 +490,8 @@ class RayletAgent:
             if err.code() in _GCS_DOWN or err.code() == grpc.StatusCode.UNAUTHENTICATED:
                 self.gcs_connected = False
                 self.changes.notify()
+                if err.code() in _GCS_DOWN:
+                    self._outage_left_s()  # the outage began at this call
                 await self._connect(first=False)
                 return
             log.warning("raylet.check_alive_failed", code=err.code(), details=err.details())
@@ -436,7 +501,11 @@ class RayletAgent:
         if self.config.reregister_when_dead:
             await self._connect(first=False)
             return
-        log.warning("raylet.declared_dead", node_id=self.node_id.hex())
+        self.exit_message = (
+            f"the GCS at {self.config.gcs_address} says node {self.node_id.hex()} is dead "
+            "(it missed its health checks or was removed)"
+        )
+        log.info("raylet.declared_dead", node_id=self.node_id.hex())
         await self.stop(ExitReason.DECLARED_DEAD)
 
     async def _unregister_and_stop(

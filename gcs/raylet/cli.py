@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sys
 from typing import Any
@@ -21,6 +22,7 @@ from gcs.cli_support import (
     GcsGroup,
     address_option,
     dumps,
+    fail,
     format_option,
     unreachable,
 )
@@ -32,6 +34,7 @@ from gcs.cli_validation import (
     POSITIVE_INT,
     RESOURCES,
     FiniteFloat,
+    Validated,
     string_map,
 )
 from gcs.raylet.agent import ExitReason, RayletAgent, RayletConfig
@@ -40,7 +43,9 @@ from gcs.raylet.fleet import FleetConfig, RayletFleet, run_fleet_processes
 from gcs.raylet.infeasible import final_message, infeasible_warning, watch_for_verdict
 from gcs.raylet.workload import SubmitResult, TaskSpec, submit
 
-FATAL_EXITS = frozenset({ExitReason.DECLARED_DEAD, ExitReason.CLUSTER_CHANGED})
+FATAL_EXITS = frozenset(
+    {ExitReason.DECLARED_DEAD, ExitReason.CLUSTER_CHANGED, ExitReason.GCS_UNREACHABLE}
+)
 WAITING_NOTICE_AFTER_S = 2.0
 """A registration still waiting after this long says so on stderr (never a silent wait)."""
 VERDICT_POLL_S = 2.0
@@ -119,22 +124,39 @@ def _start_error(err: BaseException, address: str, timeout_s: float) -> click.Cl
     raise err
 
 
-async def _register(start: Any, address: str, timeout_s: float) -> None:
+async def _register(start: Any, address: str, timeout_s: float, signalled: asyncio.Event) -> bool:
     """Run ``start()`` (registration, retried until ``timeout_s``); past
-    :data:`WAITING_NOTICE_AFTER_S` say once on stderr what it waits for."""
+    :data:`WAITING_NOTICE_AFTER_S` say once on stderr what it waits for.  False when
+    SIGINT/SIGTERM came first: the registration is abandoned (``start`` cancelled, which
+    stops what it started) -- a pod being deleted must not wait for SIGKILL."""
     task = asyncio.ensure_future(start())
-    if timeout_s > WAITING_NOTICE_AFTER_S:  # a short wait needs no notice
-        done, _ = await asyncio.wait({task}, timeout=WAITING_NOTICE_AFTER_S)
-        if not done:
-            click.echo(
-                f"Waiting for the GCS at {address} to accept the registration "
-                f"(up to {timeout_s:g} s, --register-timeout)...",
-                err=True,
+    signal_task = asyncio.ensure_future(signalled.wait())
+    both = {task, signal_task}
+    try:
+        if timeout_s > WAITING_NOTICE_AFTER_S:  # a short wait needs no notice
+            done, _ = await asyncio.wait(
+                both, timeout=WAITING_NOTICE_AFTER_S, return_when=asyncio.FIRST_COMPLETED
             )
+            if not done:
+                click.echo(
+                    f"Waiting for the GCS at {address} to accept the registration "
+                    f"(up to {timeout_s:g} s, --register-timeout)...",
+                    err=True,
+                )
+        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signal_task.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        click.echo(f"Stopped by a signal before the GCS at {address} accepted the registration",
+                   err=True)  # fmt: skip
+        return False
     try:
         await task
     except (TimeoutError, RuntimeError) as err:
         raise _start_error(err, address, timeout_s) from None
+    return True
 
 
 _gcs_option = address_option("--gcs-address")
@@ -154,6 +176,28 @@ _register_timeout_option = click.option(
     help="Give up if the GCS has not accepted the registration after this many seconds.",
 )
 
+
+def _ray_seconds_u32(text: str) -> float:
+    """Ray's ``uint32`` seconds knob as Ray reads it: a negative integer wraps (-1 = never)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number of seconds, got {text!r}")
+    return float(int(value) % (1 << 32)) if value < 0 else value
+
+
+_reconnect_timeout_option = click.option(
+    "--gcs-reconnect-timeout",
+    "gcs_reconnect_timeout_s",
+    type=Validated("seconds", _ray_seconds_u32),
+    envvar="RAY_gcs_rpc_server_reconnect_timeout_s",
+    default=60.0,
+    show_default=True,
+    help="Exit (code 1) once the GCS has been unreachable this many seconds, as Ray's raylet "
+    "does (else RAY_gcs_rpc_server_reconnect_timeout_s).",
+)
 
 _liveness_option = click.option(
     "--liveness-check-interval-ms",
@@ -178,6 +222,7 @@ _liveness_option = click.option(
 @_liveness_option
 @click.option("--rejoin-new-cluster", is_flag=True, help="Re-register if the cluster id changes.")
 @_register_timeout_option
+@_reconnect_timeout_option
 @_log_level_option
 @format_option()
 def raylet_command(
@@ -196,6 +241,7 @@ def raylet_command(
     liveness_check_interval_ms: int,
     rejoin_new_cluster: bool,
     register_timeout_s: float,
+    gcs_reconnect_timeout_s: float,
     log_level: str,
 ) -> None:
     """Run one lightweight raylet agent until it is drained, shut down or signalled.
@@ -220,13 +266,15 @@ def raylet_command(
         liveness_check_interval_ms=liveness_check_interval_ms,
         rejoin_new_cluster=rejoin_new_cluster,
         register_timeout_s=register_timeout_s,
+        gcs_rpc_server_reconnect_timeout_s=gcs_reconnect_timeout_s,
     )
     _client_logging(log_level)
 
-    async def run() -> ExitReason:
+    async def run() -> tuple[ExitReason, str]:
         signalled = _signal_event()
         agent = RayletAgent(config)
-        await _register(agent.start, gcs_address, register_timeout_s)
+        if not await _register(agent.start, gcs_address, register_timeout_s, signalled):
+            return ExitReason.STOPPED, ""
         if fmt == "json":
             click.echo(dumps({"node_id": agent.node_id.hex(), "address": agent.address}))
         else:
@@ -234,11 +282,12 @@ def raylet_command(
                 f"raylet {agent.node_id.hex()} serving at {agent.address}, "
                 f"registered with the GCS at {gcs_address}"
             )
-        return await _until_signal(agent.wait(), signalled, agent.leave)
+        reason = await _until_signal(agent.wait(), signalled, agent.leave)
+        return reason, agent.exit_message
 
-    reason = asyncio.run(run())
+    reason, message = asyncio.run(run())
     if reason in FATAL_EXITS:
-        sys.exit(EXIT_FAILED)
+        fail(message or f"the raylet exited: {reason.value}")
 
 
 @click.command("raylet-fleet")
@@ -270,6 +319,7 @@ def raylet_command(
     help="Keep Ray's syncer stream per agent (resource view on change), as real raylets do.",
 )
 @_register_timeout_option
+@_reconnect_timeout_option
 @_log_level_option
 @format_option()
 def raylet_fleet_command(
@@ -287,6 +337,7 @@ def raylet_fleet_command(
     liveness_check_interval_ms: int,
     syncer: bool,
     register_timeout_s: float,
+    gcs_reconnect_timeout_s: float,
     log_level: str,
 ) -> None:
     """Run COUNT raylet agents, in this process or spread over --processes children."""
@@ -303,6 +354,7 @@ def raylet_fleet_command(
             "--name-prefix", name_prefix,
             "--liveness-check-interval-ms", str(liveness_check_interval_ms),
             "--register-timeout", repr(register_timeout_s),
+            "--gcs-reconnect-timeout", repr(gcs_reconnect_timeout_s),
             "--log-level", log_level, "--format", fmt,
         ]  # fmt: skip
         if distinct_ips:
@@ -322,19 +374,26 @@ def raylet_fleet_command(
         liveness_check_interval_ms=liveness_check_interval_ms,
         syncer=syncer,
         register_timeout_s=register_timeout_s,
+        gcs_rpc_server_reconnect_timeout_s=gcs_reconnect_timeout_s,
     )
 
-    async def run() -> None:
+    async def run() -> str:
         signalled = _signal_event()
         fleet = RayletFleet(config)
-        await _register(fleet.start, gcs_address, register_timeout_s)
+        if not await _register(fleet.start, gcs_address, register_timeout_s, signalled):
+            return ""
         if fmt == "json":
             click.echo(dumps({"started": len(fleet.agents)}))
         else:
             click.echo(f"{len(fleet.agents)} raylets registered with the GCS at {gcs_address}")
-        await _until_signal(fleet.wait(), signalled, fleet.leave)
+        reasons = await _until_signal(fleet.wait(), signalled, fleet.leave)
+        fatal = [a.exit_message for a, r in zip(fleet.agents, reasons, strict=True)
+                 if r in FATAL_EXITS]  # fmt: skip
+        return f"{len(fatal)} of {len(reasons)} raylets exited: {fatal[0]}" if fatal else ""
 
-    asyncio.run(run())
+    failed = asyncio.run(run())
+    if failed:
+        fail(failed)
 
 
 @click.command("submit")

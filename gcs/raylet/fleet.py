@@ -57,6 +57,8 @@ class FleetConfig:
     """Every agent keeps Ray's syncer stream (resource view on change), as real raylets do."""
     register_timeout_s: float = 30.0
     """Each agent gives up registering after this long (the GCS is unreachable)."""
+    gcs_rpc_server_reconnect_timeout_s: float = 60.0
+    """Each agent exits once the GCS has been unreachable this long (Ray's knob)."""
 
 
 def loopback_ip(index: int) -> str:
@@ -94,6 +96,7 @@ class RayletFleet:
             instance_id=f"{cfg.name_prefix}-{index}",
             liveness_check_interval_ms=cfg.liveness_check_interval_ms,
             register_timeout_s=cfg.register_timeout_s,
+            gcs_rpc_server_reconnect_timeout_s=cfg.gcs_rpc_server_reconnect_timeout_s,
             subscribe_virtual_clusters=False,
             syncer=cfg.syncer,
         )

@@ -76,9 +76,13 @@ class SyncerLink:
         backoff_initial_s: float = 0.2,
         backoff_max_s: float = 5.0,
         clock: Clock | None = None,
+        on_ended: Callable[[grpc.StatusCode], None] | None = None,
     ) -> None:
-        """``clock``: the report period and the reconnect back-off run on it."""
+        """``clock``: the report period and the reconnect back-off run on it.  ``on_ended``:
+        told the status code each time the stream ends with one (the agent checks at once
+        whether the GCS is gone)."""
         self.node_id = node_id
+        self._on_ended = on_ended
         self._clock = clock or SystemClock()
         self._channel = channel
         self._view = view
@@ -112,6 +116,8 @@ class SyncerLink:
                 raise
             except grpc.aio.AioRpcError as err:
                 log.debug("raylet.syncer_ended", node_id=self.node_id.hex(), code=err.code())
+                if self._on_ended is not None:
+                    self._on_ended(err.code())
             except Exception:  # a bug of ours: reconnect rather than lose the link, say why
                 log.exception("raylet.syncer_failed", node_id=self.node_id.hex())
             self.connected.clear()

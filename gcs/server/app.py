@@ -36,7 +36,7 @@ from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
 from gcs.server.wiring import Wiring, build
 from gcs.store import Store, store_from_url
-from gcs.store.factory import open_with_retry
+from gcs.store.factory import open_with_retry, redact_url
 
 __all__ = ["GcsServer", "Managers"]
 
@@ -166,9 +166,9 @@ class GcsServer:
         log.info(
             "gcs.started",
             address=self.address,
-            storage=self._store.url,
+            storage=redact_url(self._store.url),
             cluster_id=meta.cluster_id_hex,
-            metrics_port=self.metrics_port,
+            metrics_port=self.metrics_port or "off",
             alive_nodes=len(self.wiring.managers.nodes.alive),
             new_cluster=meta.created,
         )
@@ -177,7 +177,12 @@ class GcsServer:
         """``--ha``: returns once this member is a warm standby (it may already lead);
         :meth:`wait` runs its terms (``gcs.server.ha_member``)."""
         cfg, store = self.config, self.store
-        await open_with_retry(store, self.clock)
+        await open_with_retry(
+            store,
+            self.clock,
+            retries=cfg.redis_db_connect_retries,
+            wait_ms=cfg.redis_db_connect_wait_milliseconds,
+        )
         if cfg.metrics_port >= 0:  # across terms; each term's wiring serves none
             self.metrics.serve(cfg.host, cfg.metrics_port)
         self.ha, self.ha_status = await member(
@@ -185,7 +190,10 @@ class GcsServer:
         )
         self._running = await run_until_warm(self.ha)
         log.info(
-            "gcs.ha_member", storage=store.url, metrics_port=self.metrics_port, **self.ha.describe()
+            "gcs.ha_member",
+            storage=redact_url(store.url),
+            metrics_port=self.metrics_port or "off",
+            **self.ha.describe(),
         )
 
     def _build(

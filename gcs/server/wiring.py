@@ -387,7 +387,12 @@ def build(
             metrics.serve(cfg.host, cfg.metrics_port)
 
     async def open_store() -> None:  # a given store too: opening an open store is a no-op
-        await open_with_retry(store, clock)
+        await open_with_retry(
+            store,
+            clock,
+            retries=cfg.redis_db_connect_retries,
+            wait_ms=cfg.redis_db_connect_wait_milliseconds,
+        )
 
     async def close_store() -> None:
         if owns_store:

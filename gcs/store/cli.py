@@ -7,6 +7,7 @@ import asyncio
 import click
 
 from gcs.cli_support import GcsGroup, dumps, format_option, one_line
+from gcs.config import storage_url_problem
 from gcs.store.errors import StoreError
 
 __all__ = ["db"]
@@ -33,6 +34,9 @@ def upgrade_command(url: str, fmt: str) -> None:
     scheme = url.split("://", 1)[0].lower()
     if not scheme.startswith(("sqlite", "postgres")):
         raise click.BadParameter("only SQL storage URLs have a schema", param_hint="--storage")
+    problem = storage_url_problem(url)
+    if problem:
+        raise click.BadParameter(problem, param_hint="--storage")
     try:
         revision = asyncio.run(upgrade(url))
     except (StoreError, ValueError) as err:

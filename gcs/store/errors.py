@@ -6,8 +6,9 @@ what a client may conclude stays apart:
 StoreError                  base: anything the store could not do
 ├── StoreUnavailable        (an ``Unavailable``) backend unreachable / timed out / refused;
 │   │                       the write was NOT applied ("nothing was written")
-│   └── StoreFull           the backend refused the write for want of space (Redis at
-│                           ``maxmemory`` with noeviction, SQLite / PostgreSQL disk full)
+│   ├── StoreFull           the backend refused the write for want of space (Redis at
+│   │                       ``maxmemory`` with noeviction, SQLite / PostgreSQL disk full)
+│   └── StoreUnreachable    opening the store failed for the whole retry budget (startup)
 ├── StoreOutcomeUnknown     (an ``Unavailable``) the write may or may not have landed
 │                           (see Store.landed)
 ├── StoreFenced             (an ``Unavailable``) an HA ex-leader's write: a newer lease
@@ -30,6 +31,7 @@ __all__ = [
     "StoreFull",
     "StoreOutcomeUnknown",
     "StoreUnavailable",
+    "StoreUnreachable",
 ]
 
 
@@ -48,6 +50,16 @@ class StoreFull(StoreUnavailable):
     """The backend refused the write because it is out of memory or disk; nothing was
     written.  Counted apart (``gcs_store_failures{outcome="full"}``): an operator must free
     space or raise the limit, retrying alone will not help."""
+
+
+class StoreUnreachable(StoreUnavailable):
+    """Opening the store failed on every attempt of its retry budget
+    (:func:`gcs.store.factory.open_with_retry`): ``attempts`` made over ``waited_s``."""
+
+    def __init__(self, message: str, *, attempts: int, waited_s: float) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.waited_s = waited_s
 
 
 class StoreOutcomeUnknown(StoreError, Unavailable):

@@ -141,6 +141,16 @@ class TestPlanBadInput:
         assert doc["launch"] == {"gpu8": 2}
         assert "Warning: node_states[1]" in res.stderr
 
+    def test_a_warning_is_printed_once_in_text(self, tmp_path: Path) -> None:
+        """As text, each warning appears once (on stderr), not again in the table."""
+        s = _state()
+        s.node_states[1].ray_node_type_name = "mystery"
+        sp, cp = _write(tmp_path, s)
+        res = CliRunner().invoke(autoscaler, ["plan", "--state", sp, "--config", cp])
+        assert res.exit_code == 0, res.output
+        assert (res.stdout + res.stderr).count("node_states[1]") == 1
+        assert "Warning: node_states[1]" in res.stderr
+
     def test_malformed_state_json_is_an_error(self, tmp_path: Path) -> None:
         """Not JSON at all -> clear error with the file name."""
         sp, cp = _write(tmp_path, _state())

@@ -253,3 +253,160 @@ class TestRayletSignal:
                 if proc is not None and proc.poll() is None:
                     proc.kill()
                     proc.wait()
+
+    @pytest.mark.parametrize(
+        ("command", "sig"),
+        [
+            (("raylet",), signal.SIGTERM),
+            (("raylet",), signal.SIGINT),
+            (("raylet-fleet", "--count", "2"), signal.SIGTERM),
+        ],
+        ids=["raylet-SIGTERM", "raylet-SIGINT", "fleet-SIGTERM"],
+    )
+    def test_a_signal_while_waiting_to_register_stops_it_at_once(
+        self, command: tuple[str, ...], sig: signal.Signals
+    ) -> None:
+        """A pod deleted while its raylet waits for the GCS stops in seconds, not at
+        --register-timeout (it used to ignore SIGTERM/Ctrl-C for the whole wait)."""
+        import time
+
+        address = f"127.0.0.1:{free_port()}"  # nothing listens there
+        proc = subprocess.Popen(
+            [*GCS, *command, "--address", address, "--register-timeout", "120"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        )  # fmt: skip
+        try:
+            assert proc.stderr is not None
+            notice = proc.stderr.readline()  # printed once the wait passed 2 s
+            assert notice.startswith("Waiting for the GCS at"), notice
+            sent = time.monotonic()
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=60)
+            took_s = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert took_s < 10, took_s
+        assert proc.returncode == 0, err
+        assert out == "" and "Traceback" not in err
+        assert err.strip().splitlines() == [
+            f"Stopped by a signal before the GCS at {address} accepted the registration"
+        ]
+
+
+class TestRayletGcsGone:
+    def test_the_raylet_exits_once_its_gcs_has_been_gone_for_the_timeout(self) -> None:
+        """Ray's raylet exits after gcs_rpc_server_reconnect_timeout_s without its GCS; so
+        does ours: exit 1 with one line naming the GCS and the timeout (agents used to
+        outlive their GCS for good)."""
+        import time
+
+        port = free_port()
+        server = subprocess.Popen(
+            [*GCS, "serve", "--storage", "memory://", "--port", str(port),
+             "--metrics-port", "-1", "--log-format", "json"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
+        )  # fmt: skip
+        raylet = None
+        try:
+            address = f"127.0.0.1:{port}"
+            raylet = subprocess.Popen(
+                [*GCS, "raylet", "--address", address, "--register-timeout", "300",
+                 "--format", "json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env=_env(RAY_gcs_rpc_server_reconnect_timeout_s="3"),
+            )  # fmt: skip
+            assert raylet.stdout is not None
+            json.loads(raylet.stdout.readline())  # registered
+            server.kill()
+            server.wait()
+            killed = time.monotonic()
+            _out, err = raylet.communicate(timeout=60)
+            took_s = time.monotonic() - killed
+        finally:
+            for proc in (raylet, server):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        assert 3 <= took_s < 20, took_s
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert raylet.returncode == 1, err
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert lines[0].startswith(f"Error: the GCS at {address} has been unreachable for 3 s")
+
+
+class TestServeStoreDown:
+    def test_a_signal_while_waiting_for_the_store_stops_it_at_once(self) -> None:
+        """`gcs serve` waiting for a store that is down (Ray's 60 s budget) stops in seconds
+        on SIGTERM (it used to wait the whole budget out)."""
+        import time
+
+        proc = subprocess.Popen(
+            [*GCS, "serve", "--storage", "redis://127.0.0.1:1/0", "--port", "0",
+             "--metrics-port", "-1", "--log-format", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        )  # fmt: skip
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:  # the first failed attempt is logged at once
+                if json.loads(line).get("event") == "store.unavailable":
+                    break
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            _out, err = proc.communicate(timeout=60)
+            took_s = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert took_s < 10, took_s
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err and "Error:" not in err, err
+
+
+class TestRayAddressAuto:
+    def test_auto_is_the_cluster_ray_start_recorded(self, tmp_path: Path) -> None:
+        """RAY_ADDRESS=auto reads <RAY_TMPDIR>/ray/ray_current_cluster, as Ray does: the
+        command then talks to the GCS recorded there (here nothing listens: exit 1 naming
+        that address).  It used to say "set GCS_ADDRESS / RAY_ADDRESS" though it was set."""
+        (tmp_path / "ray").mkdir()
+        (tmp_path / "ray" / "ray_current_cluster").write_text(f"{NOTHING}\n")
+        result = run("status", env=_env(RAY_ADDRESS="auto", RAY_TMPDIR=str(tmp_path)))
+        line = assert_one_line_error(result, 1)
+        assert line.startswith(f"Error: cannot reach the GCS at {NOTHING} ("), line
+
+    def test_address_auto_flag_too(self, tmp_path: Path) -> None:
+        (tmp_path / "ray").mkdir()
+        (tmp_path / "ray" / "ray_current_cluster").write_text(NOTHING)
+        result = run("status", "--address", "auto", env=_env(RAY_TMPDIR=str(tmp_path)))
+        assert assert_one_line_error(result, 1).startswith(
+            f"Error: cannot reach the GCS at {NOTHING}"
+        )
+
+
+class TestServeStartedLine:
+    def test_metrics_off_is_said_as_off(self) -> None:
+        """`--metrics-port -1`: the started lines say metrics_port "off" (was 0, a port
+        number that means "any free port" to the same flag)."""
+        proc = subprocess.Popen(
+            [*GCS, "serve", "--storage", "memory://", "--port", "0", "--metrics-port", "-1",
+             "--log-format", "json"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(),
+        )  # fmt: skip
+        events: dict[str, dict[str, object]] = {}
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                event = json.loads(line)
+                events[str(event.get("event"))] = event
+                if "gcs.serving" in events:
+                    break
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert events["gcs.started"]["metrics_port"] == "off"
+        assert events["gcs.serving"]["metrics_port"] == "off"

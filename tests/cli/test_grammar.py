@@ -171,6 +171,15 @@ MISTAKES: list[tuple[tuple[str, ...], dict[str, str], int, str]] = [
     (("status", "--address", "nonsense"), {"GCS_ADDRESS": "1.2.3.4:5"}, 2, r"--address"),
     (("health",), {}, 2, r"no GCS address: pass --address or set GCS_ADDRESS"),
     (("autoscaler", "run", "--config", "{cluster}"), {}, 2, r"no GCS address"),
+    # -- another Ray endpoint's URL, or Ray's `auto` with no cluster recorded: exit 2, saying
+    #    what the value is and what to pass instead ----------------------------------------
+    (("status",), {"RAY_ADDRESS": "http://127.0.0.2:8265"}, 2,
+     r"RAY_ADDRESS=http://127\.0\.0\.2:8265: the Ray dashboard's HTTP address .*"
+     r"pass --address 127\.0\.0\.2:6379"),
+    (("vcluster", "list", "--address", "ray://h:10001"), {}, 2, r"a Ray Client address"),
+    (("status",), {"RAY_ADDRESS": "auto", "RAY_TMPDIR": "/nonexistent-gcs-test-tmp"}, 2,
+     r"RAY_ADDRESS=auto: no running cluster is recorded in "
+     r"/nonexistent-gcs-test-tmp/ray/ray_current_cluster"),
     # -- files given as flags: missing or malformed is bad input (2), the flag named -------
     (("serve", "--config", "{missing}"), {}, 2, r"missing\.yaml"),
     (("serve", "--autoscaler-config", "{missing}"), {}, 2, r"--autoscaler-config.*cannot read"),
@@ -215,6 +224,21 @@ MISTAKES: list[tuple[tuple[str, ...], dict[str, str], int, str]] = [
     (("autoscaler", "plan", "--config", "{cluster}", "--state", "{bad_json}",
       "--address", NOTHING), {}, 2, r"either --state or --address"),
     (("serve", "--port", "99999"), {}, 2, r"--port"),
+    (("serve", "--storage", "sqlite://relative.db"), {}, 2,
+     r"--storage.*'sqlite://relative\.db': a SQLite URL has no host; write "
+     r"sqlite:///relative\.db"),
+    (("serve",), {"GCS_STORAGE": "sqlite+aiosqlite://x.db"}, 2,
+     r"GCS_STORAGE.*write sqlite\+aiosqlite:///x\.db"),
+    (("db", "upgrade", "--storage", "sqlite://x.db"), {}, 2, r"--storage.*sqlite:///x\.db"),
+    (("autoscaler", "simulate", "--config", "{cluster}", "--workload", "{malformed}"), {}, 2,
+     r"--workload.*malformed\.yaml: line 2 column 1 malformed YAML"),
+    # -- the store is down: the STORE is named (password hidden), after Ray's retry knobs ---
+    (("serve", "--storage", "redis://:pw@127.0.0.1:1/0", "--port", "0", "--metrics-port", "-1",
+      "--log-level", "error"),
+     {"RAY_redis_db_connect_retries": "1", "RAY_redis_db_connect_wait_milliseconds": "100"}, 1,
+     r"^Error: cannot reach the store redis://:\*\*\*@127\.0\.0\.1:1/0 \(--storage\): "
+     r"(?!.*pw@).*gave up after \d attempts? in [\d.]+ s \(retry budget: "
+     r"RAY_redis_db_connect_retries=1 x RAY_redis_db_connect_wait_milliseconds=100\)$"),
     # -- --ha: a store other processes share, and lease knobs in range ----------------------
     (("serve", "--ha", "--storage", "memory://"), {}, 2, r"--ha needs a store.*not memory"),
     (("serve", "--ha"), {}, 2, r"--ha needs a store.*not sqlite"),

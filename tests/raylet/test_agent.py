@@ -145,6 +145,66 @@ class TestGcsRestart:
         await agent.changes.until(lambda: agent.registrations == 2)  # no time passes
 
 
+class TestGcsGone:
+    """Ray's ``gcs_rpc_server_reconnect_timeout_s``: an agent whose GCS stays gone exits."""
+
+    async def test_agent_exits_once_the_gcs_was_unreachable_for_the_timeout(
+        self, fake_gcs, make_agent, clock: FakeClock
+    ) -> None:
+        """Still retrying just before the 60 s (Ray's default) of the outage; exited
+        GCS_UNREACHABLE right after, with a sentence saying why."""
+        agent = await make_agent()
+        assert agent.config.gcs_rpc_server_reconnect_timeout_s == 60.0
+        await fake_gcs.stop()
+        await clock.advance_until(lambda: not agent.gcs_connected, TICK)
+        outage_seen = clock.monotonic_s()  # the outage began at most one TICK earlier
+        await clock.run_for(60 - 2 * TICK, step_s=0.5)
+        assert agent.exit_reason is None
+        await clock.advance_until(lambda: agent.exit_reason is not None, 0.01)
+        assert await agent.wait() is ExitReason.GCS_UNREACHABLE
+        assert clock.monotonic_s() - outage_seen < 61
+        assert "unreachable for 60 s" in agent.exit_message
+        assert fake_gcs.address in agent.exit_message
+
+    async def test_a_gcs_back_in_time_resets_the_outage_clock(
+        self, fake_gcs, make_agent, clock: FakeClock
+    ) -> None:
+        """Back before the timeout: re-registered; a later outage gets a full timeout."""
+        agent = await make_agent(gcs_rpc_server_reconnect_timeout_s=30)
+        await fake_gcs.stop()
+        await clock.advance_until(lambda: not agent.gcs_connected, TICK)
+        await clock.run_for(20, step_s=0.5)
+        await fake_gcs.start()
+        # gRPC's own reconnect back-off runs on wall time: let time pass slowly enough
+        # for the channel to come back (10 s of the agent's time = 20 s of wall time here)
+        for _ in range(1000):
+            if agent.registrations == 2 or agent.exit_reason is not None:
+                break
+            clock.advance(0.01)
+            await asyncio.sleep(0.02)
+        assert agent.registrations == 2 and agent.exit_reason is None
+        await fake_gcs.stop()
+        await clock.advance_until(lambda: not agent.gcs_connected, TICK)
+        await clock.run_for(30 - 2 * TICK, step_s=0.5)
+        assert agent.exit_reason is None
+        await clock.advance_until(lambda: agent.exit_reason is not None, 0.05)
+        assert agent.exit_reason is ExitReason.GCS_UNREACHABLE
+
+    async def test_a_broken_syncer_stream_starts_the_outage_clock_at_once(
+        self, fake_gcs, make_agent, clock: FakeClock
+    ) -> None:
+        """With a 60 s liveness interval, the syncer stream breaking with the GCS makes the
+        agent check at once: it exits about the timeout after the GCS went, not a liveness
+        interval later."""
+        agent = await make_agent(liveness_check_interval_ms=60_000,
+                                 gcs_rpc_server_reconnect_timeout_s=5)  # fmt: skip
+        gone = clock.monotonic_s()
+        await fake_gcs.stop()
+        await clock.advance_until(lambda: agent.exit_reason is not None, 0.05)
+        assert agent.exit_reason is ExitReason.GCS_UNREACHABLE
+        assert clock.monotonic_s() - gone < 10
+
+
 class TestResourceLoad:
     """GetResourceLoad returns a full ResourcesData."""
 

@@ -160,13 +160,19 @@ def parse_workload(raw: Any) -> Workload:
     return Workload(duration, interval, cloud, tuple(batches))
 
 
+def yaml_error_at(exc: yaml.YAMLError) -> str:
+    """`` line L column C`` of a YAML parse error (as ``--config`` errors say), or ""."""
+    mark = getattr(exc, "problem_mark", None)
+    return f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+
+
 def load_workload(path: str | Path) -> Workload:
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from exc
     except yaml.YAMLError as exc:
-        raise WorkloadError(f"{path}: malformed YAML") from exc
+        raise WorkloadError(f"{path}:{yaml_error_at(exc)} malformed YAML") from exc
     try:
         return parse_workload(raw)
     except WorkloadError as exc:
