@@ -32,6 +32,10 @@ class AgentProvider:
         self._done: set[str] = set()
         self.instances: dict[str, CloudInstance] = {}
         self.agents: dict[str, RayletAgent] = {}
+        self.claims: dict[str, dict[str, float]] = {}
+        """Node type -> a shape each new node of it holds before it registers (work of
+        someone else's: it frees when the test says, :meth:`release_claims`)."""
+        self._held: dict[str, bytes] = {}
 
     async def get_non_terminated(self) -> Mapping[str, CloudInstance]:
         return dict(self.instances)
@@ -59,7 +63,20 @@ class AgentProvider:
                     )
                 )
                 self.agents[cid] = agent
+                await agent.serve()
+                claim = self.claims.get(node_type)
+                if claim is not None and agent.servicer is not None:
+                    lease = agent.servicer.hold(claim)
+                    assert lease is not None, f"{claim} does not fit {node_type}"
+                    self._held[cid] = lease
                 await agent.start()
+
+    def release_claims(self) -> None:
+        for cid, lease in self._held.items():
+            agent = self.agents.get(cid)
+            if agent is not None and agent.servicer is not None:
+                agent.servicer.free(lease)
+        self._held.clear()
 
     def agent_of(self, node_type: str) -> list[RayletAgent]:
         return [a for cid, a in self.agents.items() if self.instances[cid].node_type == node_type]

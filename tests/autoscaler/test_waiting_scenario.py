@@ -2,9 +2,10 @@
 demand at once on an in-process GCS, the autoscaler runtime on a stepped clock, its nodes
 in-process raylet agents (:mod:`tests.autoscaler.agent_provider`).
 
-- untenanted ``3 x {GPU: 1}`` (``gcs submit``): gpu1 fits it but ``max_workers`` is 1, so one
-  waits for the gpu1 being added and two are capped; none is withdrawn, and all three run
-  as the one gpu1 frees up (it withdrew all three, the wire's list calling them infeasible);
+- untenanted ``3 x {GPU: 1}`` (``gcs submit``): gpu1 fits it but ``max_workers`` is 1 and
+  the one gpu1 comes up busy (other work holds its GPU), so all three are capped; none is
+  withdrawn (all were, the wire's list calling them infeasible), and once the other work
+  frees the GPU all three run there, one after the other;
 - untenanted ``{CPUS: 1}``: no node type has CPUS -- infeasible, cluster-wide, withdrawn by
   ``gcs submit`` (exit 1), though it waits on a node of virtual cluster team-a (it used to
   be booked to team-a, left out of the cluster-wide list, and never withdrawn);
@@ -38,7 +39,7 @@ from gcs.store.memory import MemoryStore
 from gcs.virtual_clusters.client import VirtualClusterClient
 from tests.autoscaler.agent_provider import AGENT_PROVIDERS, AgentProvider
 from tests.autoscaler.clock import SteppedClock
-from tests.autoscaler.driving import Rounds
+from tests.autoscaler.driving import HANG_S, Rounds
 from tests.conftest import eventually, fast_config
 
 pytestmark = pytest.mark.slow
@@ -56,8 +57,8 @@ CLUSTER: dict[str, Any] = {
     },
 }
 TEAM_JOB = b"\x0a\x00\x00\x00"
-GPU_TASK_S = 8
-"""Wall seconds each GPU task holds the gpu1: the tools are asked while the first runs."""
+GPU_TASK_S = 0.5
+"""Wall seconds each GPU task holds the gpu1 once it is free."""
 Row = tuple[str, str, int, str]
 """(reason, shape as JSON, count, virtual cluster)."""
 
@@ -109,14 +110,34 @@ class World:
         await self.server.stop()
 
     async def polled(self, predicate: Any) -> None:
-        """Rounds (each after a load poll) until ``predicate()`` holds."""
+        """A load poll and a round, again, until ``predicate()`` holds.  Paced on wall time:
+        what it waits for comes from outside the clock (a ``gcs submit`` placing leases, a
+        raylet's view reaching the GCS)."""
         assert self.server.managers is not None
-        for _ in range(60):
-            await self.server.managers.poller.poll_once()
+        poller = self.server.managers.poller
+
+        async def after_a_round() -> bool:
+            await poller.poll_once()
             await self.rounds.round()
-            if predicate():
-                return
-        raise AssertionError("not reached within 60 rounds")
+            return bool(predicate())
+
+        await eventually(after_a_round, timeout_s=HANG_S, interval_s=0.05)
+
+    async def demand_seen(self, want: dict[str, int]) -> None:
+        """Load polls until the GCS's cluster-wide demand holds ``want`` (shape JSON ->
+        count), no round in between."""
+        assert self.server.managers is not None
+        poller = self.server.managers.poller
+
+        async def seen() -> bool:
+            await poller.poll_once()
+            state = await self.rt.gcs.get_cluster_resource_state()
+            got: Counter[str] = Counter()
+            for r in state.pending_resource_requests:
+                got[json.dumps(dict(r.request.resources_bundle), sort_keys=True)] += r.count
+            return all(got[shape] == n for shape, n in want.items())
+
+        await eventually(seen, timeout_s=HANG_S, interval_s=0.05)
 
     def waiting(self) -> Counter[Row]:
         return _rows([w.to_json() for w in self.rt.reconciler.waiting])
@@ -139,6 +160,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
 
 async def test_every_tool_tells_why_demand_waits_alike(world: World, tmp_path: Path) -> None:
     rounds = world.rounds
+    world.provider.claims["gpu1"] = {"GPU": 1.0}  # the gpu1 comes up busy
     await rounds.first()  # the head, then min_workers: 1 x cpu4
     await rounds.until(lambda: len(world.provider.agent_of("cpu4")) == 1)
     [cpu4] = world.provider.agent_of("cpu4")
@@ -173,30 +195,29 @@ async def test_every_tool_tells_why_demand_waits_alike(world: World, tmp_path: P
     untenanted = await submit(world.address, TaskSpec({"CPUS": 1.0}, 1), 1, detach=True)
     assert untenanted.infeasible == 1
     await tenant
+    gpu_args = ["--resources", '{"GPU": 1}', "--count", "3", "--seconds", str(GPU_TASK_S)]
     gpu_submit = asyncio.ensure_future(
         _cli(
-            "submit",
-            "--address",
-            world.address,
-            "--resources",
-            '{"GPU": 1}',
-            "--count",
-            "3",
-            "--seconds",
-            str(GPU_TASK_S),
-            "--timeout",
-            "120",
-            "--format",
-            "json",
-        )  # fmt: skip
+            "submit", "--address", world.address, *gpu_args, "--timeout", "120", "--format", "json"
+        )
     )
-    await world.polled(lambda: sum(n for (r, *_), n in world.waiting().items()) >= 3)
 
-    # the gpu1 comes up and takes one task; the two others wait, capped at max_workers 1
+    # the round that launches the gpu1: one task waits for it, two are capped already
+    await world.demand_seen({'{"GPU": 1.0}': 3, '{"CPUS": 1.0}': 1, '{"CPU": 4.0}': 1})
+    await rounds.round()
+    assert world.waiting() == Counter(
+        {
+            ("pending-capacity", '{"GPU": 1.0}', 1, ""): 1,
+            ("capped", '{"GPU": 1.0}', 2, ""): 1,
+            ("infeasible", '{"CPUS": 1.0}', 1, ""): 1,
+            ("capped", '{"CPU": 4.0}', 1, "team-a"): 1,
+        }
+    )
+    # the gpu1 comes up busy: the three wait, capped at max_workers 1
     await world.polled(
         lambda: (
             len(world.provider.agent_of("gpu1")) == 1
-            and ("capped", '{"GPU": 1.0}', 2, "") in world.waiting()
+            and ("capped", '{"GPU": 1.0}', 3, "") in world.waiting()
             and ("infeasible", '{"CPUS": 1.0}', 1, "") in world.waiting()
             and ("capped", '{"CPU": 4.0}', 1, "team-a") in world.waiting()
         )
@@ -218,7 +239,7 @@ async def test_every_tool_tells_why_demand_waits_alike(world: World, tmp_path: P
     capped = text.index(
         "Capped (a node type fits but a limit stops the launch; they run when capacity frees):"
     )
-    assert any(line.startswith(" {GPU: 1}: 2 pending tasks/actors - ") for line in text[capped:])
+    assert any(line.startswith(" {GPU: 1}: 3 pending tasks/actors - ") for line in text[capped:])
     assert any("[virtual cluster team-a]" in line for line in text[capped:])
 
     # gcs autoscaler plan, from the live GCS and the same config
@@ -244,6 +265,8 @@ async def test_every_tool_tells_why_demand_waits_alike(world: World, tmp_path: P
     )
     assert cpus.exit_code == 1, cpus.output
     assert "the autoscaler finds no node type that fits them" in cpus.stderr
+    assert not gpu_submit.done()  # kept waiting
+    world.provider.release_claims()  # capacity frees
     result = await gpu_submit
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
