@@ -67,6 +67,7 @@ class _Round:
         self.reasons: list[Decision] = []
         self.notes: list[LaunchNote] = []
         self.waiting: list[WaitingDemand] = []
+        self._limited_memo: tuple[list[WorkNode], dict[str, str]] | None = None
         blocked: dict[str, str] = {}
         ttl = self.opts.unavailable_type_ttl_s
         if ttl is not None:
@@ -429,16 +430,24 @@ class _Round:
             )
 
     def limited(self) -> dict[str, str]:
-        """Node types a limit stops from launching now, with why."""
+        """Node types a limit stops from launching now, with why.  Counting looks at every
+        node, so it is kept until ``self.nodes`` is replaced (every placement replaces the
+        list; the memo holds it, so its identity cannot be reused): many unplaced gangs
+        in a row cost one count, not one each."""
+        memo = self._limited_memo
+        if memo is not None and memo[0] is self.nodes:
+            return memo[1]
         count: dict[str, int] = defaultdict(int)
         for n in self.nodes:
             if n.status is not NodeStatus.TO_TERMINATE:
                 count[n.node_type] += 1
-        return {
+        out = {
             name: f"is at max_workers {cfg.max_workers}"
             for name, cfg in self.cfg.node_types.items()
             if count[name] >= cfg.max_workers
         }
+        self._limited_memo = (self.nodes, out)
+        return out
 
     def excluded(self) -> dict[str, str]:
         """Node types that cannot be launched now, with why (for the reasons)."""
@@ -512,6 +521,7 @@ class _Round:
         return min(limits), spent
 
     def idle(self) -> None:
+        self._limited_memo = None  # idle termination marks nodes of this very list
         keep: list[tuple[str, str]] = []
         budget = self.budget()
         limit, spent = budget if budget is not None else (None, 0)
