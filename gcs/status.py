@@ -145,8 +145,24 @@ def waiting_lines(waiting: tuple[WaitingDemand, ...]) -> list[str]:
                 WaitKind.PLACEMENT_GROUP: f"placement group {w.details or ''}".rstrip(),
                 WaitKind.CONSTRAINT: "request_resources() constraint",
             }[w.kind]
-            lines.append(f" {_fmt_shape(dict(w.resources))}: {what}{where} - {w.why}")
+            shape = _fmt_shape(dict(w.resources)) + _fmt_wait_selectors(w)
+            lines.append(f" {shape}: {what}{where} - {w.why}")
     return lines
+
+
+_OPS = {"in": "in", "not_in": "!in", "exists": "exists", "does_not_exist": "!exists"}
+
+
+def _fmt_wait_selectors(w: WaitingDemand) -> str:
+    parts = [
+        " && ".join(
+            f"{c.key} {_OPS[c.op.value]}" + (f" ({','.join(c.values)})" if c.values else "")
+            for c in sel
+        )
+        for sel in w.selectors
+        if sel
+    ]
+    return f" [{' | '.join(parts)}]" if parts else ""
 
 
 def _pending_lines(scaling: autoscaler_pb2.AutoscalingState) -> list[str]:

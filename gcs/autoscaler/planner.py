@@ -228,7 +228,8 @@ def render_table(doc: dict[str, Any], *, verbose: bool = False) -> str:
     lines += rows or ["  (none)"]
     lines.append("WAITING (why: infeasible = no node type fits; capped = a limit stops the launch)")
     lines += [
-        f"  {w['count']:>6} x {json.dumps(w['resources'], sort_keys=True)} {w['reason']}"
+        f"  {w['count']:>6} x {json.dumps(w['resources'], sort_keys=True)}{_selectors_text(w)}"
+        + f" {w['reason']}"
         + (f" [virtual cluster {w['virtual_cluster']}]" if w.get("virtual_cluster") else "")
         + f": {w['why']}"
         for w in doc.get("waiting", [])

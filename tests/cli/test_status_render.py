@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gcs.autoscaler.scheduler.types import LabelConstraint, LabelOp
 from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitKind, WaitReason
 from gcs.proto import autoscaler_pb2
 from gcs.status import render, render_nodes
@@ -112,6 +113,14 @@ class TestRender:
             WaitingDemand(
                 WaitKind.TASKS, {"CPUS": 1}, 1, WaitReason.INFEASIBLE, "no CPUS", "team-a"
             ),
+            WaitingDemand(
+                WaitKind.TASKS,
+                {"TPU": 1},
+                1,
+                WaitReason.INFEASIBLE,
+                "no TPU",
+                selectors=((LabelConstraint("zone", LabelOp.IN, ("a", "b")),),),
+            ),
         )
         lines = render(_reply(), now_s=0, waiting=waiting).splitlines()
         infeasible = lines.index(
@@ -123,6 +132,7 @@ class TestRender:
         assert lines[infeasible + 1 : capped] == [
             " {FOO: 1}: 2 pending tasks/actors - no type has FOO",
             " {CPUS: 1}: 1 pending tasks/actors [virtual cluster team-a] - no CPUS",
+            " {TPU: 1} [zone in (a,b)]: 1 pending tasks/actors - no TPU",
         ]
         assert lines[capped + 1] == " {CPU: 1, GPU: 1}: 3 pending tasks/actors - gpu1 is at max 1"
 

@@ -245,7 +245,9 @@ class _Round:
             if res.leftover:
                 infeasible.append(c)
                 left = ", ".join(f"{n} x {shape_text(d.resources)}" for d, n in res.leftover)
-                verdict, why = self.gang_verdict([d for d, _ in res.leftover])
+                verdict, why = self.gang_verdict(
+                    [(b, b.count) for b in c.bundles], Source.CONSTRAINT
+                )
                 self.reasons.append(
                     Decision(
                         verdict.value,
@@ -271,7 +273,11 @@ class _Round:
             if placed is not None:
                 if not placed:
                     infeasible.append(g)
-                    verdict, why = self.gang_verdict([d for d, _ in combine_affinity(g.bundles)])
+                    if g.bundles[0].anti_affinity is None:  # STRICT_PACK: only with survivors
+                        verdict = WaitReason.INFEASIBLE
+                        why = "lost bundles must join the survivors' nodes, which lack room"
+                    else:
+                        verdict, why = self.gang_verdict(combine_affinity(g.bundles), Source.DEMAND)
                     self._wait(WaitKind.PLACEMENT_GROUP, g.bundles, verdict, why, g.details)
                 continue
             options = [g.bundles] + (list(g.fallbacks) if self.opts.gang_fallbacks else [])
@@ -283,7 +289,7 @@ class _Round:
                     break
             else:
                 infeasible.append(g)
-                verdict, why = self.gang_verdict([d for d, _ in combine_affinity(g.bundles)])
+                verdict, why = self.gang_verdict(combine_affinity(g.bundles), Source.DEMAND)
                 self.reasons.append(
                     Decision(
                         verdict.value,
@@ -294,9 +300,21 @@ class _Round:
                 self._wait(WaitKind.PLACEMENT_GROUP, g.bundles, verdict, why, g.details)
         return infeasible
 
-    def gang_verdict(self, shapes: list[ResourceDemand]) -> tuple[WaitReason, str]:
+    def gang_verdict(
+        self, groups: list[tuple[ResourceDemand, int]], source: Source
+    ) -> tuple[WaitReason, str]:
+        """Why a gang or constraint did not place: the packer tries it once more with no
+        node-type or cluster limit (and no type held back); if it places then, a limit
+        stopped it."""
+        unlimited = replace(
+            self.pack,
+            configs={n: replace(c, max_workers=1 << 30) for n, c in self.cfg.node_types.items()},
+            max_num_nodes=None,
+            blocked_types=frozenset(),
+        )
+        fits = not try_schedule(self.nodes, groups, source, unlimited).leftover
         return gang_verdict(
-            shapes, self.cfg.node_types, self.limited(), self.blocked_why, self.cluster_full()
+            [d for d, _ in groups], fits, self.limited(), self.blocked_why, self.cluster_full()
         )
 
     def _wait(
@@ -404,7 +422,9 @@ class _Round:
                 d, n, self.cfg.node_types, limited, self.blocked_why, full
             )
             self.reasons.append(Decision(verdict.value, shape_text(d.resources), why))
-            self.waiting.append(WaitingDemand(WaitKind.TASKS, d.resources, n, verdict, why))
+            self.waiting.append(
+                WaitingDemand(WaitKind.TASKS, d.resources, n, verdict, why, selectors=d.selectors)
+            )
         self._waiting_on_new_nodes()
         return out
 
@@ -426,7 +446,14 @@ class _Round:
             nodes = ", ".join(f"{c} x {t}" for t, c in types.items())
             why = f"{k} pending {shape_text(d.resources)} requests wait for {nodes} being added"
             self.waiting.append(
-                WaitingDemand(WaitKind.TASKS, d.resources, k, WaitReason.PENDING_CAPACITY, why)
+                WaitingDemand(
+                    WaitKind.TASKS,
+                    d.resources,
+                    k,
+                    WaitReason.PENDING_CAPACITY,
+                    why,
+                    selectors=d.selectors,
+                )
             )
 
     def limited(self) -> dict[str, str]:

@@ -30,7 +30,13 @@ from typing import Any
 
 from gcs.autoscaler.scheduler.explain import explain_unplaced
 from gcs.autoscaler.scheduler.resources import selector_matches, shape_text
-from gcs.autoscaler.scheduler.types import LabelSelector, NodeTypeConfig, ResourceDemand
+from gcs.autoscaler.scheduler.types import (
+    LabelConstraint,
+    LabelOp,
+    LabelSelector,
+    NodeTypeConfig,
+    ResourceDemand,
+)
 
 
 class WaitReason(enum.Enum):
@@ -58,6 +64,8 @@ class WaitingDemand:
     cluster_id: str = ""
     #: Placement-group details (its id and strategy), "" for tasks.
     details: str = ""
+    #: The requests' label selectors (alternatives), as the scheduler read them.
+    selectors: tuple[LabelSelector, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -71,6 +79,10 @@ class WaitingDemand:
             out["virtual_cluster"] = self.cluster_id
         if self.details:
             out["details"] = self.details
+        if self.selectors:
+            out["label_selectors"] = [
+                [[c.key, c.op.value, list(c.values)] for c in sel] for sel in self.selectors
+            ]
         return out
 
     @classmethod
@@ -85,6 +97,10 @@ class WaitingDemand:
             why=str(raw["why"]),
             cluster_id=str(raw.get("virtual_cluster", "")),
             details=str(raw.get("details", "")),
+            selectors=tuple(
+                tuple(LabelConstraint(str(k), LabelOp(op), tuple(map(str, v))) for k, op, v in sel)
+                for sel in raw.get("label_selectors", ())
+            ),
         )
 
 
@@ -138,30 +154,31 @@ def unplaced_verdict(
 
 def gang_verdict(
     shapes: Iterable[ResourceDemand],
-    configs: Mapping[str, NodeTypeConfig],
+    fits_without_limits: bool,
     limited: Mapping[str, str],
     unavailable: Mapping[str, str],
     cluster_full: str | None,
 ) -> tuple[WaitReason, str]:
-    """A placement group or constraint that could not be placed whole: infeasible when one
-    of its (STRICT_PACK-combined) bundles fits no node type, else capped by the limits."""
-    shapes = list(shapes)
-    for d in shapes:
-        if not fitting_types(d.resources, d.selectors, configs):
-            return WaitReason.INFEASIBLE, (
-                f"bundle {shape_text(d.resources)} fits no node type; change the request or "
-                "add a type"
-            )
-    why = [f"{t} {w}" for t, w in {**limited, **unavailable}.items()]
+    """A placement group or constraint that could not be placed whole.  Infeasible unless
+    it would be placed with no limit on any node type and the cluster
+    (``fits_without_limits``, the packer's answer); then capped by the limits, or waiting
+    for a type the cloud holds back.  ``shapes``: its (STRICT_PACK-combined) bundles."""
+    if not fits_without_limits:
+        big = [shape_text(d.resources) for d in shapes]
+        return WaitReason.INFEASIBLE, (
+            f"no set of node types can hold its bundles ({', '.join(big)}) together, even "
+            "without node limits (resources, strategy or label selectors); change the "
+            "request or add a type"
+        )
+    why = [f"{t} {w}" for t, w in limited.items()]
     if cluster_full is not None:
         why.append(f"cluster {cluster_full}")
-    if cluster_full is not None or limited:
-        return WaitReason.CAPPED, "cannot be placed whole now: " + "; ".join(why)
-    if unavailable:
-        return WaitReason.PENDING_CAPACITY, "cannot be placed whole now: " + "; ".join(why)
-    return WaitReason.INFEASIBLE, (
-        "cannot be placed whole on any set of node types (placement strategy or label selectors)"
-    )
+    if unavailable and not why:
+        what = "; ".join(f"{t} {w}" for t, w in unavailable.items())
+        return WaitReason.PENDING_CAPACITY, f"cannot be placed whole now: {what}"
+    if not why:
+        why = ["it needs more nodes than the node types' max_workers or max_num_nodes allow"]
+    return WaitReason.CAPPED, "cannot be placed whole now: " + "; ".join(why)
 
 
 def in_cluster(items: Iterable[WaitingDemand], cluster_id: str) -> tuple[WaitingDemand, ...]:
@@ -187,7 +204,7 @@ def from_json(raw: bytes) -> tuple[WaitingDemand, ...]:
     try:
         doc = json.loads(raw)
         return tuple(WaitingDemand.from_json(e) for e in doc["waiting"])
-    except (KeyError, TypeError, AttributeError) as err:
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
         raise ValueError(f"not a waiting-demand document: {err}") from None
 
 
