@@ -225,3 +225,29 @@ class TestVirtualClusterPlan:
         assert [(w.reason, w.count, w.cluster_id) for w in plan.waiting] == [
             (WaitReason.CAPPED, 2, "vc1")
         ]
+
+
+class TestEvents:
+    def test_capped_and_infeasible_are_told_apart_once_each(self) -> None:
+        """The event line said "cannot be placed now: cpu2 is at max_workers 1" under a
+        status that called the same demand infeasible; now the event's kind is the verdict
+        too, and a verdict is told once until it changes."""
+        from gcs.autoscaler.reconciler.events import EventLog
+        from gcs.autoscaler.reconciler.explanations import DecisionNotes
+        from gcs.clock import FakeClock
+
+        log = EventLog(FakeClock(0.0))
+        notes = DecisionNotes(log)
+        reply = schedule(_inp(ResourceDemand({"CPU": 2.0}, 3), ResourceDemand({"CPUS": 1.0})))
+        notes.note(reply.reasons)
+        notes.note(
+            schedule(_inp(ResourceDemand({"CPU": 2.0}, 4), ResourceDemand({"CPUS": 1.0}))).reasons
+        )
+        assert [(e.kind, e.message) for e in log.recent()] == [
+            ("capped", "2 pending {CPU:2} requests cannot be placed now: cpu2 is at max_workers 1"),
+            (
+                "infeasible",
+                "1 pending {CPUS:1} requests fit no node type: no node type has CPUS; change "
+                "the request or add a type",
+            ),
+        ]
