@@ -359,7 +359,12 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
     import time
 
     from gcs.json_output import message_to_dict
-    from gcs.sdk import get_autoscaler_events, get_cluster_status, get_ha_leader
+    from gcs.sdk import (
+        get_autoscaler_events,
+        get_autoscaler_waiting,
+        get_cluster_status,
+        get_ha_leader,
+    )
     from gcs.status import render, render_events, render_nodes, render_virtual_clusters
 
     resolved = resolve_address(address)
@@ -367,10 +372,13 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
         reply = get_cluster_status(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
         clusters = _virtual_cluster_rows(resolved) if verbose else None
         events = get_autoscaler_events(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
+        waiting = get_autoscaler_waiting(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
         leader = get_ha_leader(address=resolved, timeout_s=CLIENT_TIMEOUT_S)
         if fmt == "json":
             doc = message_to_dict(reply)
             doc["autoscaler_events"] = events
+            if waiting is not None:
+                doc["waiting_demand"] = [w.to_json() for w in waiting]
             if leader is not None:
                 doc["ha"] = {"role": "leader", **leader}
             if clusters is not None:
@@ -380,7 +388,7 @@ def status(address: str | None, fmt: str, verbose: bool, watch: bool, interval: 
                 ]
             click.echo(dumps(doc, indent=2))
         else:
-            text = render(reply)
+            text = render(reply, waiting=waiting)
             if verbose:
                 text += render_nodes(reply) + render_virtual_clusters(clusters or [])
             text += render_events(events)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 
+from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitKind, WaitReason
 from gcs.proto import autoscaler_pb2, common_pb2
 from gcs.units import format_shape, usage_line
 
@@ -37,7 +38,14 @@ def _fmt_selectors(selectors: list[common_pb2.LabelSelector]) -> str:
     return f" [{'; '.join(parts)}]" if parts else ""
 
 
-def render(reply: autoscaler_pb2.GetClusterStatusReply, *, now_s: float | None = None) -> str:
+def render(
+    reply: autoscaler_pb2.GetClusterStatusReply,
+    *,
+    now_s: float | None = None,
+    waiting: tuple[WaitingDemand, ...] | None = None,
+) -> str:
+    """``waiting``: the autoscaler's verdicts on waiting demand (None: no autoscaler of ours
+    published any, so only Ray's undivided list can be shown)."""
     state = reply.cluster_resource_state
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now_s or time.time()))
     lines = [f"======== Cluster status: {stamp} ========", "Node status", _RULE]
@@ -101,8 +109,60 @@ def render(reply: autoscaler_pb2.GetClusterStatusReply, *, now_s: float | None =
         strategy = gang.details.split(":", 1)[-1].split("|", 1)[0] if gang.details else "?"
         body = ", ".join(f"{s} * {n}" for s, n in shapes.items())
         lines.append(f" {body} ({strategy}): 1+ pending placement groups")
-    lines += _infeasible_lines(reply.autoscaling_state)
+    if waiting is None:
+        lines += _infeasible_lines(reply.autoscaling_state)
+    else:
+        lines += waiting_lines(waiting)
     return "\n".join(lines) + "\n"
+
+
+_SECTIONS = (
+    (
+        WaitReason.INFEASIBLE,
+        "Infeasible (no node type fits; they wait until the cluster config changes):",
+    ),
+    (
+        WaitReason.CAPPED,
+        "Capped (a node type fits but a limit stops the launch; they run when capacity frees):",
+    ),
+    (WaitReason.PENDING_CAPACITY, "Waiting for nodes being added:"),
+)
+
+
+def waiting_lines(waiting: tuple[WaitingDemand, ...]) -> list[str]:
+    """The autoscaler's verdicts, one section per reason, each line with its virtual
+    cluster (if any) and why."""
+    lines: list[str] = []
+    for reason, title in _SECTIONS:
+        rows = [w for w in waiting if w.reason is reason]
+        if not rows:
+            continue
+        lines.append(title)
+        for w in rows:
+            where = f" [virtual cluster {w.cluster_id}]" if w.cluster_id else ""
+            what = {
+                WaitKind.TASKS: f"{w.count} pending tasks/actors",
+                WaitKind.PLACEMENT_GROUP: f"placement group {w.details or ''}".rstrip(),
+                WaitKind.CONSTRAINT: "request_resources() constraint",
+            }[w.kind]
+            shape = _fmt_shape(dict(w.resources)) + _fmt_wait_selectors(w)
+            lines.append(f" {shape}: {what}{where} - {w.why}")
+    return lines
+
+
+_OPS = {"in": "in", "not_in": "!in", "exists": "exists", "does_not_exist": "!exists"}
+
+
+def _fmt_wait_selectors(w: WaitingDemand) -> str:
+    parts = [
+        " && ".join(
+            f"{c.key} {_OPS[c.op.value]}" + (f" ({','.join(c.values)})" if c.values else "")
+            for c in sel
+        )
+        for sel in w.selectors
+        if sel
+    ]
+    return f" [{' | '.join(parts)}]" if parts else ""
 
 
 def _pending_lines(scaling: autoscaler_pb2.AutoscalingState) -> list[str]:
@@ -147,7 +207,8 @@ def _failure_lines(
 
 
 def _infeasible_lines(scaling: autoscaler_pb2.AutoscalingState) -> list[str]:
-    """What no node type can ever hold (the autoscaler's verdict), grouped by shape."""
+    """Ray's infeasible lists, grouped by shape: what the autoscaler could not place, a
+    node-type limit included (Ray's meaning), when no verdict tells the two apart."""
     shapes: Counter[str] = Counter()
     for request in scaling.infeasible_resource_requests:
         shapes[_fmt_shape(dict(request.resources_bundle))] += 1
@@ -155,7 +216,7 @@ def _infeasible_lines(scaling: autoscaler_pb2.AutoscalingState) -> list[str]:
     constraints = len(scaling.infeasible_cluster_resource_constraints)
     if not shapes and not gangs and not constraints:
         return []
-    lines = ["Infeasible (no node type fits; they wait until the cluster config changes):"]
+    lines = ["Not placeable by the autoscaler (no node type fits, or a limit is reached):"]
     lines += [f" {shape}: {n} pending tasks/actors" for shape, n in shapes.items()]
     if gangs:
         lines.append(f" {gangs} placement groups")

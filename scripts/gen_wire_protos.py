@@ -71,6 +71,9 @@ ADDITIONS: dict[str, list[str]] = {
         "optional .gcs.rpc.GetAllNodeInfoRequest.Filters filters = 4;",
     ],
 }
+# gcs's own (from 100): the job whose queued requests a load row counts, so that demand is
+# booked to a virtual cluster only when its job runs in one (a Ray raylet leaves it unset).
+ADDITIONS["ray.rpc.ResourceDemand"] = ["bytes job_id = 100;"]
 # ant-ray's per-virtual-cluster autoscaler state (Ray 2.60's ClusterResourceState ends at 7).
 ADDITIONS["ray.rpc.autoscaler.ClusterResourceState"] = [
     "map<string, .gcs.rpc.autoscaler.VirtualClusterState> virtual_cluster_states = 8;",

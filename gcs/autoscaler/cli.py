@@ -82,7 +82,8 @@ def plan_cmd(
     verbose: bool,
     lost_bundle_replacement: bool,
 ) -> None:
-    """Print launches, terminations and infeasible demand, each with its reason.
+    """Print launches, terminations and waiting demand (infeasible / capped / pending
+    capacity, per virtual cluster), each with its reason.
 
     Reads the cluster state from --state FILE, else from the live GCS at --address (or
     GCS_ADDRESS / RAY_ADDRESS).  Live nodes of a type the YAML lacks are left out with a

@@ -8,7 +8,7 @@ grows is a counter, so ``rate()`` works across restarts.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -31,6 +31,8 @@ class AutoscalerFigures:
     invalid_updates: int
     failed_launches_by_cause: Mapping[str, int]
     held_back_node_types: tuple[str, ...]
+    #: Waiting requests by (reason, virtual cluster) as of the last round.
+    waiting_requests: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 def _counter(name: str, doc: str, value: float) -> Metric:
@@ -66,6 +68,15 @@ def families(f: AutoscalerFigures) -> list[Metric]:
     )
     for node_type in sorted(f.held_back_node_types):
         held.add_metric([node_type], 1.0)
+    waiting = GaugeMetricFamily(
+        "gcs_autoscaler_waiting_requests",
+        "Pending requests the last round could not run now, by why they wait (infeasible: "
+        "no node type fits; capped: a limit stops the launch; pending-capacity: a node is "
+        "being added) and virtual cluster ('' = cluster-wide)",
+        labels=["reason", "virtual_cluster"],
+    )
+    for (reason, cluster), n in sorted(f.waiting_requests.items()):
+        waiting.add_metric([reason, cluster], float(n))
     return [
         instances,
         _counter("gcs_autoscaler_rounds", "Reconcile rounds run", f.rounds),
@@ -90,4 +101,5 @@ def families(f: AutoscalerFigures) -> list[Metric]:
         ),
         failed,
         held,
+        waiting,
     ]

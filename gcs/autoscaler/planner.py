@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,13 @@ from google.protobuf import json_format
 
 from gcs.autoscaler.cluster_state import LIVE_NODE_STATUSES, PlanInputError, state_to_input
 from gcs.autoscaler.config import ClusterConfig
+from gcs.autoscaler.reconciler.observed import ray_nodes_from_state
+from gcs.autoscaler.reconciler.vc_scaling import (
+    hide_held_capacity,
+    plan_virtual_clusters,
+    primary_demand,
+    waiting_demand,
+)
 from gcs.autoscaler.scheduler import IpprStatus, ResourceDemand, SchedulingReply, schedule
 from gcs.proto import autoscaler_pb2
 
@@ -107,7 +115,14 @@ def plan(
     now_s: float = 0.0,
     ippr_statuses: Mapping[str, IpprStatus] | None = None,
 ) -> SchedulingReply:
-    return schedule(state_to_input(state, cluster, now_s, ippr_statuses))
+    """What a reconcile round would decide for ``state``, as the reconciler composes it:
+    each indivisible virtual cluster's demand is planned on its own, the rest by the
+    cluster's scheduler, and ``waiting`` says why each piece of demand waits (the one
+    verdict ``gcs status`` and ``gcs submit`` read)."""
+    vc = plan_virtual_clusters(state, {}, ray_nodes_from_state(state), cluster, now_s, schedule)
+    inp = state_to_input(primary_demand(state, vc.planned), cluster, now_s, ippr_statuses)
+    reply = schedule(hide_held_capacity(inp, vc.held))
+    return replace(reply, waiting=waiting_demand(reply, vc))
 
 
 def _demand_json(d: ResourceDemand) -> dict[str, Any]:
@@ -163,6 +178,7 @@ def reply_to_json(reply: SchedulingReply) -> dict[str, Any]:
             }
             for r in reply.resizes
         ],
+        "waiting": [w.to_json() for w in reply.waiting],
         "reasons": [_reason_line(r) for r in reply.reasons],
         "scores": {_reason_line(r): r.detail for r in reply.reasons if r.detail},
     }
@@ -198,7 +214,7 @@ def render_table(doc: dict[str, Any], *, verbose: bool = False) -> str:
         for r in doc.get("resize", [])
     ] or ["  (none)"]
     inf = doc["infeasible"]
-    lines.append("INFEASIBLE")
+    lines.append("INFEASIBLE (Ray's list: not placed this round, a node-type limit included)")
     rows = [
         f"  {r['count']:>6} x {json.dumps(r['resources'], sort_keys=True)}{_selectors_text(r)}"
         for r in inf["requests"]
@@ -206,6 +222,14 @@ def render_table(doc: dict[str, Any], *, verbose: bool = False) -> str:
     rows += [f"  gang {g['details'] or '(no details)'}" for g in inf["gangs"]]
     rows += ["  request_resources constraint" for _ in inf["constraints"]]
     lines += rows or ["  (none)"]
+    lines.append("WAITING (why: infeasible = no node type fits; capped = a limit stops the launch)")
+    lines += [
+        f"  {w['count']:>6} x {json.dumps(w['resources'], sort_keys=True)}{_selectors_text(w)}"
+        + f" {w['reason']}"
+        + (f" [virtual cluster {w['virtual_cluster']}]" if w.get("virtual_cluster") else "")
+        + f": {w['why']}"
+        for w in doc.get("waiting", [])
+    ] or ["  (none)"]
     lines.append("REASONS")
     scores = doc.get("scores", {}) if verbose else {}
     for r in doc["reasons"]:

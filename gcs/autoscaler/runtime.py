@@ -45,6 +45,7 @@ from gcs.autoscaler.reconciler import (
     ReconcileConfig,
     Reconciler,
 )
+from gcs.autoscaler.scheduler import waiting
 from gcs.clock import Clock, SystemClock
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.security import Security
@@ -62,6 +63,8 @@ log = structlog.get_logger("gcs.autoscaler")
 
 EVENTS_NAMESPACE = b"gcs_autoscaler"
 EVENTS_KEY = b"events"
+WAITING_KEY = b"waiting"
+"""Why demand waits (:mod:`gcs.autoscaler.scheduler.waiting`), as of the last round."""
 DEFAULT_INTERVAL_S = 5.0
 """Ray's ``AUTOSCALER_UPDATE_INTERVAL_S``."""
 
@@ -196,6 +199,7 @@ class AutoscalerRuntime:
         while True:
             await self.reconciler.reconcile_safely()
             await self._publish_events()
+            await self._publish_waiting()
             self.completed_rounds += 1
             done, self._round_done = self._round_done, asyncio.Event()
             done.set()
@@ -272,6 +276,15 @@ class AutoscalerRuntime:
         except Exception as err:  # the next round tries again
             log.warning("autoscaler.events_not_published", error=str(err))
 
+    async def _publish_waiting(self) -> None:
+        """The last round's verdicts, for ``gcs status`` and ``gcs submit`` (rewritten every
+        round: its time says how fresh it is)."""
+        doc = waiting.to_json(self.reconciler.waiting, at_s=self.clock.now_s())
+        try:
+            await self.gcs.put(EVENTS_NAMESPACE, WAITING_KEY, doc)
+        except Exception as err:  # the next round tries again
+            log.warning("autoscaler.waiting_not_published", error=str(err))
+
     def figures(self) -> metrics.AutoscalerFigures:
         return metrics.AutoscalerFigures(
             instances_by_status=Counter(i.status.name for i in self.instances.instances.values()),
@@ -285,6 +298,7 @@ class AutoscalerRuntime:
             held_back_node_types=tuple(
                 self.reconciler.capacity.cache.held_back(self.clock.now_s())
             ),
+            waiting_requests=dict(waiting.counts(self.reconciler.waiting)),
         )
 
     def metric_families(self) -> list[Metric]:

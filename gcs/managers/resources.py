@@ -50,6 +50,23 @@ def demand_key(demand: gcs_pb2.ResourceDemand) -> DemandKey:
     return shape, selectors
 
 
+def _add_jobs(
+    total: dict[bytes, dict[DemandKey, int]],
+    part: Mapping[bytes, Mapping[DemandKey, int]],
+    sign: int,
+) -> None:
+    for job_id, rows in part.items():
+        mine = total.setdefault(job_id, {})
+        for key, count in rows.items():
+            left = mine.get(key, 0) + sign * count
+            if left > 0:
+                mine[key] = left
+            else:
+                mine.pop(key, None)
+        if not mine:
+            del total[job_id]
+
+
 @dataclass(slots=True)
 class NodeResources:
     data: gcs_pb2.ResourcesData
@@ -57,6 +74,8 @@ class NodeResources:
     generation: int = 0
     load_bytes: bytes = b""
     demand: dict[DemandKey, Counts] = field(default_factory=dict)
+    #: The part of ``demand`` whose rows name their job (our raylets' ``job_id``), by job.
+    job_demand: dict[bytes, dict[DemandKey, int]] = field(default_factory=dict)
 
 
 def node_entry(node: gcs_pb2.GcsNodeInfo) -> NodeResources:
@@ -148,6 +167,9 @@ class ResourceCache:
         self._clock = clock
         self.nodes: dict[bytes, NodeResources] = {}
         self.demand = DemandAggregate()
+        self.job_demand: dict[bytes, dict[DemandKey, int]] = {}
+        """Pending requests by the job that queued them, summed over nodes: only rows that
+        name their job count (a Ray raylet's rows do not); virtual clusters read it."""
         self.demand_version = 0
         """Bumped whenever some node's pending demand changes (caches key on it)."""
         self.updates = 0
@@ -184,6 +206,7 @@ class ResourceCache:
         entry = self.nodes.pop(node.node_id, None)
         if entry is not None:
             self.demand.add(entry.demand, -1)
+            _add_jobs(self.job_demand, entry.job_demand, -1)
             if entry.demand:
                 self.demand_version += 1
 
@@ -195,17 +218,25 @@ class ResourceCache:
         load_bytes = data.resource_load_by_shape.SerializeToString(deterministic=True)
         if load_bytes != entry.load_bytes:
             contribution: dict[DemandKey, Counts] = {}
+            by_job: dict[bytes, dict[DemandKey, int]] = {}
             for demand in data.resource_load_by_shape.resource_demands:
                 key = demand_key(demand)
                 prev = contribution.get(key, (0, 0, 0))
-                contribution[key] = (
-                    prev[0] + demand.num_ready_requests_queued,
-                    prev[1] + demand.num_infeasible_requests_queued,
-                    prev[2] + max(demand.backlog_size, 0),
+                counts = (
+                    demand.num_ready_requests_queued,
+                    demand.num_infeasible_requests_queued,
+                    max(demand.backlog_size, 0),
                 )
+                contribution[key] = (prev[0] + counts[0], prev[1] + counts[1], prev[2] + counts[2])
+                if demand.job_id and sum(counts):
+                    rows = by_job.setdefault(demand.job_id, {})
+                    rows[key] = rows.get(key, 0) + sum(counts)
             self.demand.add(entry.demand, -1)
             self.demand.add(contribution, +1)
+            _add_jobs(self.job_demand, entry.job_demand, -1)
+            _add_jobs(self.job_demand, by_job, +1)
             entry.demand = contribution
+            entry.job_demand = by_job
             entry.load_bytes = load_bytes
             self.demand_version += 1
         if not data.labels and entry.data.labels:

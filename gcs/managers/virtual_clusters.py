@@ -139,7 +139,7 @@ class VirtualClusterManager:
         self._queued: list[_NodeEvent] = []
         self._background = Background("virtual_clusters")
         self.registry = VirtualClusterRegistry(RevisionSource(self._now_ns))
-        self._section_key: tuple[int, int, int] | None = None
+        self._section_key: tuple[int, int, int, int] | None = None
         self._section = b""
 
     def _now_ns(self) -> int:
@@ -435,7 +435,14 @@ class VirtualClusterManager:
         Empty while only the primary exists (a Ray 2.60 autoscaler never sees the field).
         Cached on (registry generation, demand version, PG version).
         """
-        key = (self.registry.generation, self._resources.demand_version, self._pgs.version)
+        # a job's virtual cluster is fixed when it is added: the job count covers a job
+        # whose record arrives after its demand
+        key = (
+            self.registry.generation,
+            self._resources.demand_version,
+            self._pgs.version,
+            len(self._jobs.jobs),
+        )
         if key != self._section_key:
             self._section = self._build_section()
             self._section_key = key
@@ -466,13 +473,18 @@ class VirtualClusterManager:
         return b"".join(parts)
 
     def _demand_of(self, cluster: Cluster) -> dict:  # type: ignore[type-arg]
+        """The cluster's pending task demand: what the jobs running in it queued, wherever
+        it waits.  Demand is booked to a virtual cluster only when its job says so (the
+        job's ``virtual_cluster_id``); a request queued on a member node by a job outside
+        the cluster (an infeasible task waits on the raylet it was sent to) is not the
+        cluster's, and a Ray raylet, which does not name the job of a load row, books none.
+        """
         total: dict = {}  # type: ignore[type-arg]
-        for node_id in cluster.members:
-            entry = self._resources.nodes.get(bytes.fromhex(node_id))
-            if entry is None:
+        for job_id, rows in self._resources.job_demand.items():
+            if self._jobs.virtual_cluster_of(job_id) != cluster.id:
                 continue
-            for key, counts in entry.demand.items():
-                total[key] = total.get(key, 0) + sum(counts)
+            for key, count in rows.items():
+                total[key] = total.get(key, 0) + count
         return total
 
 

@@ -50,6 +50,7 @@ def demand_to_proto(row: Demand) -> gcs_pb2.ResourceDemand:
         num_infeasible_requests_queued=row.infeasible,
         backlog_size=row.backlog_size,
         label_selectors=[selector_to_proto(row.selector)],
+        job_id=row.job_id,
     )
 
 

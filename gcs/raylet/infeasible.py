@@ -3,11 +3,14 @@
 A task no alive node can hold is not necessarily hopeless: an autoscaler may add a node
 type that fits it (that is the usual way a GPU task starts on a cluster with no GPU node up).
 So, as Ray does with an infeasible task, ``gcs submit`` keeps it waiting and warns on stderr
-at once.  What ends the wait is the autoscaler's own verdict: once the autoscaler reports
-the task's shape among its infeasible requests (it cannot launch a node that fits: no node
-type has the resources, or its limits are reached), ``gcs submit`` withdraws the tasks and
-exits 1, as Ray's ``RAY_enable_infeasible_task_early_exit`` fails such tasks.  With no
-autoscaler reporting, it keeps waiting (``--timeout`` bounds it).
+at once.  What ends the wait is the autoscaler's own verdict on why the shape waits
+(:mod:`gcs.autoscaler.scheduler.waiting`, published each round): only when *no node type
+fits* the shape (``infeasible``) are the tasks withdrawn, exit 1, as Ray's
+``RAY_enable_infeasible_task_early_exit`` fails such tasks.  A shape a node-type limit holds
+back (``capped``: max_workers, the cluster's or a virtual cluster's cap) or one waiting on a
+node being added is kept: it runs when capacity frees.  Ray's own infeasible list on the
+wire counts the capped ones too, so it is not what decides.  With no verdict published (no
+autoscaler of ours) it keeps waiting (``--timeout`` bounds it).
 """
 
 from __future__ import annotations
@@ -16,12 +19,7 @@ import asyncio
 import json
 from collections.abc import Mapping
 
-from gcs.proto import autoscaler_pb2
-
-
-def shape_key(resources: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
-    """A resource shape compared as Ray does: zero amounts do not count."""
-    return tuple(sorted((k, float(v)) for k, v in resources.items() if v > 0))
+from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitReason, verdict_for
 
 
 def shape_text(resources: Mapping[str, float]) -> str:
@@ -37,24 +35,19 @@ def infeasible_warning(infeasible: int, count: int, resources: Mapping[str, floa
 
 
 def autoscaler_verdict(
-    reply: autoscaler_pb2.GetClusterStatusReply, resources: Mapping[str, float]
+    waiting: tuple[WaitingDemand, ...] | None, resources: Mapping[str, float]
 ) -> bool:
-    """True when the autoscaler reports this shape as infeasible (no node type fits it)."""
-    scaling = reply.autoscaling_state
-    if not scaling.autoscaler_state_version:
-        return False  # no autoscaler has reported: nobody can say it is final
-    wanted = shape_key(resources)
-    return any(
-        shape_key(dict(request.resources_bundle)) == wanted
-        for request in scaling.infeasible_resource_requests
-    )
+    """True when the autoscaler's verdict on this shape (submitted outside any virtual
+    cluster) is that no node type fits it."""
+    if waiting is None:
+        return False  # no autoscaler has published: nobody can say it is final
+    return verdict_for(waiting, resources) is WaitReason.INFEASIBLE
 
 
 def final_message(abandoned: int, count: int, resources: Mapping[str, float]) -> str:
     return (
         f"{abandoned} of {count} tasks of {shape_text(resources)} cannot start: the autoscaler "
-        "lists them as infeasible (no node type it may launch fits them, within its limits); "
-        "they were withdrawn"
+        "finds no node type that fits them; they were withdrawn"
     )
 
 
@@ -66,16 +59,16 @@ async def watch_for_verdict(
     poll_s: float,
     timeout_s: float = 10.0,
 ) -> None:
-    """Ask the GCS every ``poll_s`` whether the autoscaler declared the shape infeasible;
-    set ``stop`` when it did.  A GCS that cannot answer is asked again next time."""
-    from gcs.sdk import GcsSdkError, get_cluster_status_async
+    """Ask the GCS every ``poll_s`` for the autoscaler's verdict on the shape; set ``stop``
+    when it is infeasible.  A GCS that cannot answer is asked again next time."""
+    from gcs.sdk import GcsSdkError, get_autoscaler_waiting_async
 
     while not stop.is_set():
         try:
-            reply = await get_cluster_status_async(address, timeout_s=timeout_s)
+            waiting = await get_autoscaler_waiting_async(address, timeout_s=timeout_s)
         except GcsSdkError:
-            reply = None
-        if reply is not None and autoscaler_verdict(reply, resources):
+            waiting = None
+        if autoscaler_verdict(waiting, resources):
             stop.set()
             return
         await asyncio.sleep(poll_s)

@@ -58,17 +58,20 @@ class LeaseRequest:
     shape: Mapping[str, float]
     selector: tuple[LabelConstraint, ...] = ()
     backlog_size: int = 0
+    #: The job that asked (``LeaseSpec.job_id``; b"" = unknown).
+    job_id: bytes = b""
 
 
 @dataclass(frozen=True)
 class Demand:
-    """One ``ResourceDemand`` row: queued requests of one (shape, selector)."""
+    """One ``ResourceDemand`` row: queued requests of one (shape, selector, job)."""
 
     shape: dict[str, float]
     selector: tuple[LabelConstraint, ...]
     ready: int = 0
     infeasible: int = 0
     backlog_size: int = 0
+    job_id: bytes = b""
 
 
 @dataclass
@@ -145,21 +148,29 @@ class LocalResources:
         return selector_matches(request.selector, self.labels) and _fits(request.shape, self.total)
 
     def load(self) -> tuple[dict[str, float], list[Demand]]:
-        """(sum of queued shapes, one row per (shape, selector) in first-seen order)."""
+        """(sum of queued shapes, one row per (shape, selector, job) in first-seen order).
+
+        Rows name their job (beyond Ray, whose rows are per shape only), so the GCS books
+        demand to a virtual cluster only when the job that queued it runs in one."""
         summed: dict[str, float] = {}
-        rows: dict[tuple[tuple[tuple[str, float], ...], tuple[LabelConstraint, ...]], Demand] = {}
+        rows: dict[
+            tuple[tuple[tuple[str, float], ...], tuple[LabelConstraint, ...], bytes], Demand
+        ] = {}
         for entry in self._waiting:
             req = entry.request
             for name, amount in req.shape.items():
                 summed[name] = summed.get(name, 0.0) + amount
-            key = (tuple(sorted(req.shape.items())), req.selector)
-            row = rows.get(key) or Demand(shape=dict(req.shape), selector=req.selector)
+            key = (tuple(sorted(req.shape.items())), req.selector, req.job_id)
+            row = rows.get(key) or Demand(
+                shape=dict(req.shape), selector=req.selector, job_id=req.job_id
+            )
             rows[key] = Demand(
                 shape=row.shape,
                 selector=row.selector,
                 ready=row.ready + (entry.state is Placement.QUEUED),
                 infeasible=row.infeasible + (entry.state is Placement.INFEASIBLE),
                 backlog_size=row.backlog_size + req.backlog_size,
+                job_id=row.job_id,
             )
         return summed, list(rows.values())
 

@@ -222,6 +222,7 @@ class NodeManagerServicer:
             shape={k: v for k, v in spec.required_resources.items() if v > 0},
             selector=convert.selector_from_proto(spec.label_selector),
             backlog_size=request.backlog_size,
+            job_id=spec.job_id,
         )
         metadata = context.invocation_metadata() if context is not None else ()
         hold = convert.metadata_value(metadata, convert.SYNTHETIC_SECONDS_KEY)

@@ -41,6 +41,9 @@ class TaskSpec:
     resources: Mapping[str, float]
     seconds: float
     label_selector: tuple[LabelConstraint, ...] = ()
+    #: The job the tasks belong to (b"" = none): a job running in a virtual cluster books
+    #: their demand to it.
+    job_id: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ def _lease_request(task: TaskSpec) -> node_manager_pb2.RequestWorkerLeaseRequest
             required_resources=dict(task.resources),
             label_selector=convert.selector_to_proto(task.label_selector),
             task_name="gcs-synthetic",
+            job_id=task.job_id,
         )
     )
 

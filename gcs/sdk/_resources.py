@@ -17,8 +17,10 @@ from typing import Any
 
 import grpc
 
+from gcs.autoscaler.scheduler.waiting import WaitingDemand
+from gcs.autoscaler.scheduler.waiting import from_json as waiting_from_json
 from gcs.labels import label_selector_error, selector_proto
-from gcs.proto import autoscaler_pb2
+from gcs.proto import autoscaler_pb2, gcs_service_pb2
 from gcs.rpc.services import AUTOSCALER_STATE
 from gcs.sdk._address import resolve_address
 from gcs.sdk._client import DEFAULT_TIMEOUT_S, AsyncGcsClient, GcsClient
@@ -158,6 +160,58 @@ async def get_cluster_status_async(
 
 AUTOSCALER_EVENTS_NAMESPACE = b"gcs_autoscaler"
 AUTOSCALER_EVENTS_KEY = b"events"
+AUTOSCALER_WAITING_KEY = b"waiting"
+"""Why demand waits, as the autoscaler's last round decided (:mod:`gcs.autoscaler.scheduler.
+waiting`)."""
+
+
+def _waiting_from(reply: gcs_service_pb2.InternalKVGetReply) -> tuple[WaitingDemand, ...] | None:
+    if reply.status.code != 0 or not reply.value:
+        return None
+    try:
+        return waiting_from_json(reply.value)
+    except ValueError:
+        return None
+
+
+def get_autoscaler_waiting(
+    address: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> tuple[WaitingDemand, ...] | None:
+    """Why each piece of pending demand waits (infeasible / capped / pending capacity, and
+    its virtual cluster), as our autoscaler (embedded or standalone) last published it;
+    None when none did (e.g. Ray's own autoscaler runs)."""
+    from gcs.rpc.services import INTERNAL_KV
+
+    request = gcs_service_pb2.InternalKVGetRequest(
+        namespace=AUTOSCALER_EVENTS_NAMESPACE, key=AUTOSCALER_WAITING_KEY
+    )
+    with GcsClient(resolve_address(address), timeout_s=timeout_s) as client:
+        try:
+            reply = client.call(INTERNAL_KV, "InternalKVGet", request)
+        except RpcError as err:
+            if err.status == grpc.StatusCode.UNIMPLEMENTED:  # a GCS without InternalKV
+                return None
+            raise
+    return _waiting_from(reply)
+
+
+async def get_autoscaler_waiting_async(
+    address: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> tuple[WaitingDemand, ...] | None:
+    """:func:`get_autoscaler_waiting` on the caller's event loop."""
+    from gcs.rpc.services import INTERNAL_KV
+
+    request = gcs_service_pb2.InternalKVGetRequest(
+        namespace=AUTOSCALER_EVENTS_NAMESPACE, key=AUTOSCALER_WAITING_KEY
+    )
+    async with AsyncGcsClient(resolve_address(address), timeout_s=timeout_s) as client:
+        try:
+            reply = await client.call(INTERNAL_KV, "InternalKVGet", request)
+        except RpcError as err:
+            if err.status == grpc.StatusCode.UNIMPLEMENTED:
+                return None
+            raise
+    return _waiting_from(reply)
 
 
 HA_NAMESPACE = b"gcs_ha"

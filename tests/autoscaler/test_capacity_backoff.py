@@ -120,8 +120,10 @@ class TestFallback:
         types = [ntype("a", cpu=4)]
         reply = schedule(replace(inp(types, [], [cpu(2)]), unavailable_types={"a": "quota"}))
         assert reply.launches == {}
-        (why,) = [d.reason for d in reply.reasons if d.action == "infeasible"]
+        # not infeasible: the type fits, the cloud holds it back for a while
+        (why,) = [d.reason for d in reply.reasons if d.action == "pending-capacity"]
         assert why == "2 pending {CPU:1} requests cannot be placed now: a is unavailable (quota)"
+        assert [w.reason.value for w in reply.waiting] == ["pending-capacity"]
 
 
 class TestConfig:

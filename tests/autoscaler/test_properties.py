@@ -19,6 +19,7 @@ from gcs.autoscaler.scheduler import (
     schedule,
 )
 from gcs.autoscaler.scheduler.types import SCHEDULABLE_STATUSES
+from gcs.autoscaler.scheduler.waiting import WaitKind, WaitReason, fitting_types, shape_key
 
 TYPES = {
     "head": NodeTypeConfig("head", {"CPU": 0}, 0, 1),
@@ -152,9 +153,28 @@ class TestSchedulerProperties:
             assert t in subjects
         for term in reply.terminations:
             assert term.reason and term.instance_id in subjects
-        assert len([d for d in reply.reasons if d.action == "infeasible"]) >= len(
+        unplaced = {"infeasible", "capped", "pending-capacity"}
+        assert len([d for d in reply.reasons if d.action in unplaced]) >= len(
             reply.infeasible_demands
         )
+
+    @SETTINGS
+    @given(inputs())
+    def test_every_unplaced_request_has_one_verdict(self, inp: SchedulingInput) -> None:
+        """Ray's infeasible list (a limit counts) is told apart, request for request: each
+        unplaced shape has a verdict of the same count, and only a shape no node type fits
+        (resources or labels) or one no limit explains is called infeasible."""
+        reply = schedule(inp)
+        verdicts = {
+            (shape_key(w.resources), w.count): w
+            for w in reply.waiting
+            if w.kind is WaitKind.TASKS and not w.why.endswith("being added")
+        }
+        for d in reply.infeasible_demands:
+            w = verdicts[(shape_key(d.resources), d.count)]
+            fits = fitting_types(d.resources, d.selectors, inp.config.node_types)
+            if fits and w.reason is WaitReason.INFEASIBLE:
+                assert "cannot be placed now" not in w.why or "label selectors" in w.why
 
     @SETTINGS
     @given(inputs())

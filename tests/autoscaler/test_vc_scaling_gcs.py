@@ -51,15 +51,24 @@ class ConflictingGcs(GrpcAutoscalerGcs):
         )
 
 
+VC1_JOB = b"\x01\x00\x00\x00"
+"""A job running in vc1: the demand its rows name is vc1's."""
+
+
 def load(
-    demand_cpus: float = 0, count: int = 0, *, busy: bool = False, idle_ms: int = 0
+    demand_cpus: float = 0,
+    count: int = 0,
+    *,
+    busy: bool = False,
+    idle_ms: int = 0,
+    job: bytes = VC1_JOB,
 ) -> gcs_pb2.ResourcesData:
     data = gcs_pb2.ResourcesData(idle_duration_ms=idle_ms)
     if busy:
         data.resources_available["CPU"] = 0.0
     if count:
         data.resource_load_by_shape.resource_demands.add(
-            shape={"CPU": demand_cpus}, num_ready_requests_queued=count
+            shape={"CPU": demand_cpus}, num_ready_requests_queued=count, job_id=job
         )
     return data
 
@@ -133,6 +142,7 @@ async def test_vc_demand_moves_then_launches_then_releases(world: World) -> None
     [member] = created.node_instances
     free = spare if member == first else first
     await autoscaling_config(env, max_nodes=1)
+    await env.add_job(VC1_JOB, "vc1")
     env.raylet(member).load = load(4, 1, busy=True)
     await world.state_shows(
         lambda s: (
@@ -202,3 +212,38 @@ async def test_vc_demand_moves_then_launches_then_releases(world: World) -> None
     assert world.env.raylet(member).drains == []
     assert await world.members() == {member}
     assert {"vc-move", "vc-launch", "release"} <= set(world.kinds())
+
+
+async def test_demand_is_booked_to_a_virtual_cluster_only_when_its_job_runs_there(
+    world: World,
+) -> None:
+    """An untenanted `gcs submit` whose infeasible task waited on a team-a member was
+    logged as team-a's demand and scaled for team-a.  Now the queue's node does not decide:
+    rows of no job, or of a job outside vc1, stay cluster-wide; vc1's job's rows are vc1's,
+    wherever they wait (here on a primary node)."""
+    env = world.env
+    await world.join("head", 0, **{"node:__internal_head__": 1})
+    first = await world.join("type-1", 4)
+    spare = await world.join("type-1", 4)
+    created = await env.create("vc1", {"type-1": 1})
+    [member] = created.node_instances
+    other = spare if member == first else first
+    await env.add_job(VC1_JOB, "vc1")
+    await env.add_job(b"\x02\x00\x00\x00", "")  # a job of the primary
+    data = load(4, 1, busy=True, job=b"")  # no job named (as a Ray raylet reports)
+    data.resource_load_by_shape.resource_demands.add(
+        shape={"CPUS": 1}, num_infeasible_requests_queued=2, job_id=b"\x02\x00\x00\x00"
+    )
+    env.raylet(member).load = data
+    env.raylet(other).load = load(2, 3, busy=True)  # vc1's job, on a primary node
+    await world.state_shows(
+        lambda s: (
+            sum(r.count for r in s.pending_resource_requests) == 6
+            and "vc1" in s.virtual_cluster_states
+        )
+    )
+    state = await world.gcs.get_cluster_resource_state()
+    vc1 = state.virtual_cluster_states["vc1"]
+    assert [(dict(r.request.resources_bundle), r.count) for r in vc1.pending_resource_requests] == [
+        ({"CPU": 2.0}, 3)
+    ]

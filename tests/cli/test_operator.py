@@ -11,10 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 from click.testing import CliRunner, Result
 
+from gcs.autoscaler.scheduler import waiting
+from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitKind, WaitReason
 from gcs.cli import main
-from gcs.proto import autoscaler_pb2
+from gcs.proto import autoscaler_pb2, gcs_service_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
-from gcs.rpc.services import AUTOSCALER_STATE
+from gcs.rpc.services import AUTOSCALER_STATE, INTERNAL_KV
 from gcs.sdk import AsyncGcsClient
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
@@ -122,15 +124,26 @@ class TestVirtualClusterCreate:
         )
 
 
-async def _report_infeasible(address: str, shape: dict[str, float]) -> None:
-    """What an autoscaler reports when no node type fits ``shape``."""
+async def _report_waiting(address: str, shape: dict[str, float], reason: WaitReason) -> None:
+    """What our autoscaler publishes each round; Ray's wire list says infeasible either way
+    (Ray counts a limit as infeasible)."""
     state = autoscaler_pb2.AutoscalingState(autoscaler_state_version=1)
     state.infeasible_resource_requests.add(resources_bundle=shape)
+    doc = waiting.to_json(
+        [WaitingDemand(WaitKind.TASKS, shape, 2, reason, "the autoscaler's why")], at_s=1.0
+    )
     async with AsyncGcsClient(address) as client:
         await client.call(
             AUTOSCALER_STATE,
             "ReportAutoscalingState",
             autoscaler_pb2.ReportAutoscalingStateRequest(autoscaling_state=state),
+        )
+        await client.call(
+            INTERNAL_KV,
+            "InternalKVPut",
+            gcs_service_pb2.InternalKVPutRequest(
+                namespace=b"gcs_autoscaler", key=b"waiting", value=doc, overwrite=True
+            ),
         )
 
 
@@ -142,7 +155,7 @@ class TestSubmitInfeasible:
         autoscaler lists the shape as infeasible, exit 1 with the tasks withdrawn (it used
         to wait silently forever)."""
         server, agent = cluster
-        await _report_infeasible(server.address, {"FOO": 1.0})
+        await _report_waiting(server.address, {"FOO": 1.0}, WaitReason.INFEASIBLE)
         result = await _cli(
             "submit", "--resources", '{"FOO": 1}', "--count", "2", "--address", server.address
         )
@@ -150,21 +163,39 @@ class TestSubmitInfeasible:
         warning, error = result.stderr.strip().splitlines()
         assert warning.startswith('Warning: 2 of 2 tasks of {"FOO": 1.0} fit no alive node')
         assert error == (
-            'Error: 2 of 2 tasks of {"FOO": 1.0} cannot start: the autoscaler lists them as '
-            "infeasible (no node type it may launch fits them, within its limits); they were "
-            "withdrawn"
+            'Error: 2 of 2 tasks of {"FOO": 1.0} cannot start: the autoscaler finds no node '
+            "type that fits them; they were withdrawn"
         )
         assert "abandoned 2" in result.stdout
         _, rows = agent.resources.load()
         assert sum(r.ready + r.infeasible for r in rows) == 0  # nothing left as demand
 
+    async def test_capped_tasks_are_kept(self, cluster: tuple[GcsServer, RayletAgent]) -> None:
+        """A shape a node type fits but its max_workers holds back is kept waiting (3 x
+        {CPU: 2} with one cpu2 allowed were all withdrawn, the wire list calling them
+        infeasible): here --timeout ends the wait, exit 3, nothing abandoned."""
+        server, _ = cluster
+        await _report_waiting(server.address, {"FOO": 1.0}, WaitReason.CAPPED)
+        result = await _cli(
+            "submit", "--resources", '{"FOO": 1}', "--count", "2", "--timeout", "1.5",
+            "--address", server.address,
+        )  # fmt: skip
+        assert result.exit_code == 3, result.output
+        assert "abandoned 0" in result.stdout
+        assert "timed_out 2" in result.stdout
+
     def test_no_autoscaler_no_verdict(self) -> None:
-        """Without an autoscaler report nobody can say the shape is hopeless."""
+        """Without a published verdict nobody can say the shape is hopeless; a verdict is
+        final only when every entry for the shape outside virtual clusters says infeasible."""
         from gcs.raylet.infeasible import autoscaler_verdict
 
-        reply = autoscaler_pb2.GetClusterStatusReply()
-        reply.autoscaling_state.infeasible_resource_requests.add(resources_bundle={"FOO": 1})
-        assert not autoscaler_verdict(reply, {"FOO": 1.0})
-        reply.autoscaling_state.autoscaler_state_version = 3
-        assert autoscaler_verdict(reply, {"FOO": 1.0, "CPU": 0.0})
-        assert not autoscaler_verdict(reply, {"FOO": 2.0})
+        def entry(reason: WaitReason, cluster: str = "") -> WaitingDemand:
+            return WaitingDemand(WaitKind.TASKS, {"FOO": 1.0}, 1, reason, "why", cluster)
+
+        assert not autoscaler_verdict(None, {"FOO": 1.0})
+        assert autoscaler_verdict((entry(WaitReason.INFEASIBLE),), {"FOO": 1.0, "CPU": 0.0})
+        assert not autoscaler_verdict((entry(WaitReason.INFEASIBLE),), {"FOO": 2.0})
+        both = (entry(WaitReason.INFEASIBLE), entry(WaitReason.PENDING_CAPACITY))
+        assert not autoscaler_verdict(both, {"FOO": 1.0})
+        tenant = (entry(WaitReason.INFEASIBLE, "team-a"),)
+        assert not autoscaler_verdict(tenant, {"FOO": 1.0})

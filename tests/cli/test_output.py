@@ -77,9 +77,12 @@ class TestPlanTable:
         args = ["autoscaler", "plan", "--state", str(sp), "--config", str(cp)]
         result = CliRunner().invoke(main, [*args, "--format", "text"])
         assert result.exit_code == 0, result.output
-        rows = [line for line in result.stdout.splitlines() if ' x {"TPU"' in line]
-        assert len(rows) == 3 and len(set(rows)) == 3, rows
-        assert any("zone in (a)" in r for r in rows)
+        lines = result.stdout.splitlines()
+        waiting = next(i for i, line in enumerate(lines) if line.startswith("WAITING"))
+        for section in (lines[:waiting], lines[waiting:]):  # Ray's list, then the verdicts
+            rows = [line for line in section if ' x {"TPU"' in line]
+            assert len(rows) == 3 and len(set(rows)) == 3, rows
+            assert any("zone in (a)" in r for r in rows)
 
 
 class TestRequestResources:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from gcs.autoscaler.scheduler.types import LabelConstraint, LabelOp
+from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitKind, WaitReason
 from gcs.proto import autoscaler_pb2
 from gcs.status import render, render_nodes
 from gcs.units import format_memory, usage_line
@@ -92,10 +94,47 @@ class TestRender:
             ", 2 failed) - capacity exhausted: all 3 gpu1 instances of the cloud are in use"
         )
 
-    def test_infeasible_demand_is_listed(self) -> None:
+    def test_without_verdicts_ray_s_list_is_not_called_infeasible(self) -> None:
+        """Ray's infeasible list counts demand a limit stopped too: with no verdict from our
+        autoscaler (Ray's own runs), it is not called "no node type fits"."""
         text = render(_reply(), now_s=0)
-        assert "Infeasible (no node type fits; they wait until the cluster config changes):" in text
+        assert "Not placeable by the autoscaler (no node type fits, or a limit is reached):" in text
+        assert "no node type fits; they wait" not in text
         assert " {FOO: 1}: 2 pending tasks/actors" in text
+
+    def test_verdicts_tell_capped_from_infeasible(self) -> None:
+        """The demo printed `Infeasible (no node type fits ...): {CPU: 1, GPU: 1}` while gpu1
+        fitted it and was only at its max_workers."""
+        waiting = (
+            WaitingDemand(WaitKind.TASKS, {"FOO": 1}, 2, WaitReason.INFEASIBLE, "no type has FOO"),
+            WaitingDemand(
+                WaitKind.TASKS, {"CPU": 1, "GPU": 1}, 3, WaitReason.CAPPED, "gpu1 is at max 1"
+            ),
+            WaitingDemand(
+                WaitKind.TASKS, {"CPUS": 1}, 1, WaitReason.INFEASIBLE, "no CPUS", "team-a"
+            ),
+            WaitingDemand(
+                WaitKind.TASKS,
+                {"TPU": 1},
+                1,
+                WaitReason.INFEASIBLE,
+                "no TPU",
+                selectors=((LabelConstraint("zone", LabelOp.IN, ("a", "b")),),),
+            ),
+        )
+        lines = render(_reply(), now_s=0, waiting=waiting).splitlines()
+        infeasible = lines.index(
+            "Infeasible (no node type fits; they wait until the cluster config changes):"
+        )
+        capped = lines.index(
+            "Capped (a node type fits but a limit stops the launch; they run when capacity frees):"
+        )
+        assert lines[infeasible + 1 : capped] == [
+            " {FOO: 1}: 2 pending tasks/actors - no type has FOO",
+            " {CPUS: 1}: 1 pending tasks/actors [virtual cluster team-a] - no CPUS",
+            " {TPU: 1} [zone in (a,b)]: 1 pending tasks/actors - no TPU",
+        ]
+        assert lines[capped + 1] == " {CPU: 1, GPU: 1}: 3 pending tasks/actors - gpu1 is at max 1"
 
     def test_per_node_memory_too(self) -> None:
         assert "  0B/15.15GiB memory" in render_nodes(_reply()).splitlines()

@@ -61,6 +61,7 @@ ALLOWED = AllowList(
         # reads (an old client leaves them unset and gets ant-ray's behaviour).
         ("ray.rpc.CreateOrUpdateVirtualClusterRequest", "autoscaler_move"): 100,
         ("ray.rpc.VirtualClusterTableData", "declared_replica_sets"): 100,
+        ("ray.rpc.ResourceDemand", "job_id"): 100,
     },
     enum_values={("ray.rpc.ChannelType", "RAY_VIRTUAL_CLUSTER_CHANNEL"): 11},
     messages=frozenset(

@@ -18,6 +18,8 @@ class TestExports:
             "RpcError",
             "build_constraint_request",
             "get_autoscaler_events",
+            "get_autoscaler_waiting",
+            "get_autoscaler_waiting_async",
             "get_cluster_status",
             "get_cluster_status_async",
             "get_ha_leader",

@@ -8,7 +8,7 @@ import grpc
 
 from gcs.clock import Clock, FakeClock, SystemClock
 from gcs.config import GcsConfig
-from gcs.proto import common_pb2, gcs_service_pb2, virtual_cluster_pb2
+from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.rpc import ServiceStub
 from gcs.rpc import services as svc
 from gcs.server import GcsServer
@@ -93,6 +93,15 @@ class VcEnv:
             )
             ids.append(raylet.node_id.hex())
         return ids
+
+    async def add_job(self, job_id: bytes, cluster_id: str) -> None:
+        """A running job in ``cluster_id``: demand its raylet rows name is booked there."""
+        reply = await self.stubs.jobs.AddJob(
+            Req.AddJobRequest(
+                data=gcs_pb2.JobTableData(job_id=job_id, virtual_cluster_id=cluster_id)
+            )
+        )
+        assert reply.status.code == 0, reply.status.message
 
     def raylet(self, node_hex: str) -> FakeRaylet:
         return next(r for r in self.raylets if r.node_id.hex() == node_hex)

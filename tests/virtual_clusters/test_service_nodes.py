@@ -89,7 +89,8 @@ class TestAutoscalerState:
         self, memory_env
     ) -> None:
         """virtual_cluster_states has the primary and each cluster; an indivisible cluster
-        carries the pending shapes its nodes report; the cached section follows changes."""
+        carries the pending shapes its jobs queued (rows naming a job of the cluster); the
+        cached section follows changes."""
         stub = memory_env.stubs.autoscaler
         request = autoscaler_pb2.GetClusterResourceStateRequest()
         before = await stub.GetClusterResourceState(request)
@@ -98,10 +99,15 @@ class TestAutoscalerState:
         created = await memory_env.create("ind", {"4c8g": 1})
         await memory_env.create("div", {"8c16g": 1}, divisible=True)
         (node,) = created.node_instances
+        await memory_env.add_job(b"\x07\x00\x00\x00", "ind")
         raylet = memory_env.raylet(node)
         raylet.load = gcs_pb2.ResourcesData()
         raylet.load.resource_load_by_shape.resource_demands.add(
-            shape={"CPU": 2}, num_ready_requests_queued=1, backlog_size=2
+            shape={"CPU": 2}, num_ready_requests_queued=1, backlog_size=2, job_id=b"\x07\0\0\0"
+        )
+        raylet.load.resource_load_by_shape.resource_demands.add(
+            shape={"CPU": 1},
+            num_ready_requests_queued=5,  # no job: not the cluster's
         )
 
         async def has_demand() -> bool:

@@ -20,7 +20,7 @@ from gcs.autoscaler.reconciler.events import EventLog
 from gcs.autoscaler.scheduler.types import Decision
 from gcs.autoscaler.scheduler.types import InstanceStatus as S
 
-_NARRATED = frozenset({"infeasible"})
+_NARRATED = frozenset({"infeasible", "capped"})
 """Held-back types ("skip") are told by :class:`CapacityWatch` when the cloud refuses them."""
 
 

@@ -43,6 +43,7 @@ from gcs.autoscaler.reconciler.report import autoscaling_state
 from gcs.autoscaler.reconciler.subscribers import CloudInstanceUpdater, RayStopper
 from gcs.autoscaler.scheduler import schedule
 from gcs.autoscaler.scheduler.types import SchedulingInput, SchedulingReply
+from gcs.autoscaler.scheduler.waiting import WaitingDemand
 from gcs.clock import Clock
 from gcs.proto import autoscaler_pb2
 
@@ -62,6 +63,8 @@ class RoundResult:
     state: autoscaler_pb2.AutoscalingState
     reply: SchedulingReply | None
     warnings: list[str] = field(default_factory=list)
+    #: Why each piece of demand waits (the primary's and every planned cluster's).
+    waiting: tuple[WaitingDemand, ...] = ()
 
 
 def _new_id() -> str:
@@ -118,6 +121,8 @@ class Reconciler:
         self._vc_noted: dict[str, str] = {}
         self._ray_nodes = RayNodeReader()
         self._input_memo: Memo = {}
+        self.waiting: tuple[WaitingDemand, ...] = ()
+        """The last round's verdicts on waiting demand (published, exported as metrics)."""
         self.rounds = 0
         self.failed_rounds = 0
         self.last_error = ""
@@ -200,6 +205,7 @@ class Reconciler:
             vc_scaling.primary_demand(state, plan.planned), ray_nodes, frozenset(held)
         )
         reply, release = steps.hold_back_vc_nodes(reply, holders, plan.planned)
+        self.waiting = vc_scaling.waiting_demand(reply, plan)
         for cluster_id, node_ids in vc_scaling.within_floor(state, release, ray_nodes).items():
             await self._release(cluster_id, node_ids)
         if scaling:
@@ -226,7 +232,7 @@ class Reconciler:
             self._im.instances, reply, im_version=self._im.version, cluster_state=state
         )
         await self._gcs.report_autoscaling_state(report)
-        return RoundResult(report, reply, warnings)
+        return RoundResult(report, reply, warnings, self.waiting)
 
     async def _list_cloud(self) -> dict[str, CloudInstance]:
         try:

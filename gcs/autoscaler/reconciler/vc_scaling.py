@@ -41,6 +41,7 @@ from gcs.autoscaler.scheduler.types import (
     SchedulingReply,
     TerminationCause,
 )
+from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitReason, in_cluster
 from gcs.proto import autoscaler_pb2
 from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID
 
@@ -88,6 +89,8 @@ class VcPlan:
     #: Member nodes (hex) of the planned clusters.
     held: frozenset[str] = frozenset()
     decisions: tuple[Decision, ...] = ()
+    #: Why the planned clusters' demand waits, each entry naming its cluster.
+    waiting: tuple[WaitingDemand, ...] = ()
 
     @property
     def launch_counts(self) -> dict[str, int]:
@@ -212,6 +215,7 @@ def plan_virtual_clusters(
     launches: list[VcLaunch] = []
     releases: dict[str, tuple[str, ...]] = {}
     decisions: list[Decision] = []
+    waiting: list[WaitingDemand] = []
     held: set[str] = set()
     for cid, vc in clusters.items():
         members = [nodes[n] for n in vc.nodes if n in nodes and nodes[n].status in _LIVE]
@@ -241,6 +245,7 @@ def plan_virtual_clusters(
         add: dict[str, int] = {}
         have = Counter(m.node_type for m in members) + Counter(p.node_type for p in pending)
         room_total = vc.max_nodes - sum(have.values()) if vc.max_nodes else 1 << 30
+        capped: dict[str, str] = {}
         for node_type, wanted in reply.launches.items():
             # the scheduler can ask past the caps (min_workers first, then the excess goes):
             # a VC never grows past max_nodes or its type's max.
@@ -248,14 +253,12 @@ def plan_virtual_clusters(
             count = min(wanted, room_total, (cap - have[node_type]) if cap is not None else wanted)
             count = max(0, count)
             if count < wanted:
-                decisions.append(
-                    Decision(
-                        "capped",
-                        cid,
-                        f"{wanted - count} x {node_type} not added: max_nodes {vc.max_nodes}, "
-                        f"max {node_type} {cap if cap is not None else '-'}",
-                    )
+                why = (
+                    f"{wanted - count} x {node_type} not added: max_nodes {vc.max_nodes}, "
+                    f"max {node_type} {cap if cap is not None else '-'}"
                 )
+                capped[node_type] = why
+                decisions.append(Decision("capped", cid, why))
             room_total -= count
             take = min(count, len(pool.get(node_type, ())))
             if take:
@@ -267,14 +270,12 @@ def plan_virtual_clusters(
                 room[""] -= rest
                 launches.append(VcLaunch(cid, node_type, rest, f"no free primary {node_type} node"))
             if count - take - rest > 0:
-                decisions.append(
-                    Decision(
-                        "capped",
-                        cid,
-                        f"{count - take - rest} x {node_type} not launched: the cluster's "
-                        "max_workers is reached",
-                    )
+                why = (
+                    f"{count - take - rest} x {node_type} not launched: the cluster's "
+                    "max_workers is reached"
                 )
+                capped.setdefault(node_type, why)
+                decisions.append(Decision("capped", cid, why))
         if add:
             what = ", ".join(f"{n} x {t}" for t, n in add.items())
             grows.append(VcGrow(cid, add, f"move {what} free primary node(s) for pending demand"))
@@ -283,6 +284,7 @@ def plan_virtual_clusters(
             for d in reply.reasons
             if d.action in ("capped", "infeasible", "skip")
         )
+        waiting.extend(in_cluster(_recap(reply.waiting, capped), cid))
     return VcPlan(
         grows=tuple(grows),
         launches=tuple(launches),
@@ -290,7 +292,28 @@ def plan_virtual_clusters(
         planned=frozenset(clusters),
         held=frozenset(held),
         decisions=tuple(decisions),
+        waiting=tuple(waiting),
     )
+
+
+def waiting_demand(primary: SchedulingReply, plan: VcPlan) -> tuple[WaitingDemand, ...]:
+    """Why demand waits, cluster-wide: the primary's scheduler for the demand no planned
+    virtual cluster claims, each planned cluster's own for its demand."""
+    return (*primary.waiting, *plan.waiting)
+
+
+def _recap(items: Sequence[WaitingDemand], capped: Mapping[str, str]) -> list[WaitingDemand]:
+    """Demand the cluster's scheduler placed on a new node of a type the virtual cluster
+    (or the cluster) then could not add waits on that limit, not on the node."""
+    out = []
+    for item in items:
+        hit = next((t for t in capped if f" x {t} being added" in item.why), None)
+        if item.reason is WaitReason.PENDING_CAPACITY and hit is not None:
+            head = item.why.split(" wait ", 1)[0]
+            out.append(replace(item, reason=WaitReason.CAPPED, why=f"{head}: {capped[hit]}"))
+        else:
+            out.append(item)
+    return out
 
 
 def _above_floor(

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
-from gcs.autoscaler.scheduler.explain import explain_choice, explain_unplaced, score_text
+from gcs.autoscaler.scheduler.explain import explain_choice, score_text
 from gcs.autoscaler.scheduler.nodes import NodeStatus, Source, WorkNode, from_instance, from_type
 from gcs.autoscaler.scheduler.packing import LaunchNote, PackContext, try_schedule
 from gcs.autoscaler.scheduler.resources import memory_text, shape_text
@@ -29,6 +29,13 @@ from gcs.autoscaler.scheduler.types import (
     SchedulingInput,
     SchedulingReply,
     TerminationCause,
+)
+from gcs.autoscaler.scheduler.waiting import (
+    WaitingDemand,
+    WaitKind,
+    WaitReason,
+    gang_verdict,
+    unplaced_verdict,
 )
 
 
@@ -59,6 +66,8 @@ class _Round:
         self.opts = inp.config.options
         self.reasons: list[Decision] = []
         self.notes: list[LaunchNote] = []
+        self.waiting: list[WaitingDemand] = []
+        self._limited_memo: tuple[list[WorkNode], dict[str, str]] | None = None
         blocked: dict[str, str] = {}
         ttl = self.opts.unavailable_type_ttl_s
         if ttl is not None:
@@ -236,13 +245,18 @@ class _Round:
             if res.leftover:
                 infeasible.append(c)
                 left = ", ".join(f"{n} x {shape_text(d.resources)}" for d, n in res.leftover)
+                verdict, why = self.gang_verdict(
+                    [(b, b.count) for b in c.bundles], Source.CONSTRAINT
+                )
                 self.reasons.append(
                     Decision(
-                        "infeasible",
+                        verdict.value,
                         "request_resources",
-                        f"constraint cannot be met ({left} do not fit); nothing launched for it",
+                        f"constraint cannot be met ({left} do not fit: {why}); nothing "
+                        "launched for it",
                     )
                 )
+                self._wait(WaitKind.CONSTRAINT, c.bundles, verdict, why, "request_resources")
                 continue
             self.nodes = res.nodes
             self.notes.extend(res.launches)
@@ -259,6 +273,12 @@ class _Round:
             if placed is not None:
                 if not placed:
                     infeasible.append(g)
+                    if g.bundles[0].anti_affinity is None:  # STRICT_PACK: only with survivors
+                        verdict = WaitReason.INFEASIBLE
+                        why = "lost bundles must join the survivors' nodes, which lack room"
+                    else:
+                        verdict, why = self.gang_verdict(combine_affinity(g.bundles), Source.DEMAND)
+                    self._wait(WaitKind.PLACEMENT_GROUP, g.bundles, verdict, why, g.details)
                 continue
             options = [g.bundles] + (list(g.fallbacks) if self.opts.gang_fallbacks else [])
             for bundles in options:
@@ -269,14 +289,47 @@ class _Round:
                     break
             else:
                 infeasible.append(g)
+                verdict, why = self.gang_verdict(combine_affinity(g.bundles), Source.DEMAND)
                 self.reasons.append(
                     Decision(
-                        "infeasible",
+                        verdict.value,
                         g.details or "placement group",
-                        "gang cannot be placed as a whole within node type limits",
+                        f"gang cannot be placed as a whole within node type limits: {why}",
                     )
                 )
+                self._wait(WaitKind.PLACEMENT_GROUP, g.bundles, verdict, why, g.details)
         return infeasible
+
+    def gang_verdict(
+        self, groups: list[tuple[ResourceDemand, int]], source: Source
+    ) -> tuple[WaitReason, str]:
+        """Why a gang or constraint did not place: the packer tries it once more with no
+        node-type or cluster limit (and no type held back); if it places then, a limit
+        stopped it."""
+        unlimited = replace(
+            self.pack,
+            configs={n: replace(c, max_workers=1 << 30) for n, c in self.cfg.node_types.items()},
+            max_num_nodes=None,
+            blocked_types=frozenset(),
+        )
+        fits = not try_schedule(self.nodes, groups, source, unlimited).leftover
+        return gang_verdict(
+            [d for d, _ in groups], fits, self.limited(), self.blocked_why, self.cluster_full()
+        )
+
+    def _wait(
+        self,
+        kind: WaitKind,
+        bundles: tuple[ResourceDemand, ...],
+        verdict: WaitReason,
+        why: str,
+        details: str,
+    ) -> None:
+        """One waiting gang or constraint, shown by its largest bundle."""
+        if not bundles:
+            return
+        big = max(bundles, key=lambda b: sum(b.resources.values()))
+        self.waiting.append(WaitingDemand(kind, dict(big.resources), 1, verdict, why, "", details))
 
     def _replace_lost_bundles(self, g: GangRequest) -> bool | None:
         """ray#40212 (option): place a RESCHEDULING group's lost bundles relative to the
@@ -362,15 +415,55 @@ class _Round:
         self.nodes = res.nodes
         self.notes.extend(res.launches)
         out = []
-        excluded, full = self.excluded(), self.cluster_full()
+        limited, full = self.limited(), self.cluster_full()
         for d, n in res.leftover:
             out.append(ResourceDemand(d.resources, n, d.selectors, d.affinity, d.anti_affinity))
-            why = explain_unplaced(d.resources, n, self.cfg.node_types, excluded, full)
-            self.reasons.append(Decision("infeasible", shape_text(d.resources), why))
+            verdict, why = unplaced_verdict(
+                d, n, self.cfg.node_types, limited, self.blocked_why, full
+            )
+            self.reasons.append(Decision(verdict.value, shape_text(d.resources), why))
+            self.waiting.append(
+                WaitingDemand(WaitKind.TASKS, d.resources, n, verdict, why, selectors=d.selectors)
+            )
+        self._waiting_on_new_nodes()
         return out
 
-    def excluded(self) -> dict[str, str]:
-        """Node types that cannot be launched now, with why (for the reasons)."""
+    def _waiting_on_new_nodes(self) -> None:
+        """Task demand placed on nodes not running Ray yet (launched this round or earlier)
+        waits for those nodes to come up."""
+        mine = {id(d) for d in self.inp.demands}
+        per: dict[int, tuple[ResourceDemand, int, dict[str, int]]] = {}
+        for n in self.nodes:
+            if n.is_running or n.status is NodeStatus.TO_TERMINATE or not n.placed[Source.DEMAND]:
+                continue
+            for d, k in n.placed[Source.DEMAND]:
+                if id(d) not in mine:
+                    continue
+                _, total, types = per.get(id(d), (d, 0, {}))
+                types[n.node_type] = types.get(n.node_type, 0) + 1
+                per[id(d)] = (d, total + k, types)
+        for d, k, types in per.values():
+            nodes = ", ".join(f"{c} x {t}" for t, c in types.items())
+            why = f"{k} pending {shape_text(d.resources)} requests wait for {nodes} being added"
+            self.waiting.append(
+                WaitingDemand(
+                    WaitKind.TASKS,
+                    d.resources,
+                    k,
+                    WaitReason.PENDING_CAPACITY,
+                    why,
+                    selectors=d.selectors,
+                )
+            )
+
+    def limited(self) -> dict[str, str]:
+        """Node types a limit stops from launching now, with why.  Counting looks at every
+        node, so it is kept until ``self.nodes`` is replaced (every placement replaces the
+        list; the memo holds it, so its identity cannot be reused): many unplaced gangs
+        in a row cost one count, not one each."""
+        memo = self._limited_memo
+        if memo is not None and memo[0] is self.nodes:
+            return memo[1]
         count: dict[str, int] = defaultdict(int)
         for n in self.nodes:
             if n.status is not NodeStatus.TO_TERMINATE:
@@ -380,8 +473,12 @@ class _Round:
             for name, cfg in self.cfg.node_types.items()
             if count[name] >= cfg.max_workers
         }
-        out.update(self.blocked_why)
+        self._limited_memo = (self.nodes, out)
         return out
+
+    def excluded(self) -> dict[str, str]:
+        """Node types that cannot be launched now, with why (for the reasons)."""
+        return {**self.limited(), **self.blocked_why}
 
     def cluster_full(self) -> str | None:
         cap = self.cfg.max_num_nodes
@@ -451,6 +548,7 @@ class _Round:
         return min(limits), spent
 
     def idle(self) -> None:
+        self._limited_memo = None  # idle termination marks nodes of this very list
         keep: list[tuple[str, str]] = []
         budget = self.budget()
         limit, spent = budget if budget is not None else (None, 0)
@@ -580,6 +678,7 @@ class _Round:
             pending_since_s=pending_clocks,
             unavailable_types=tuple(sorted(self.blocked)),
             resizes=resizes,
+            waiting=tuple(self.waiting),
         )
 
     def _next_last_work(self) -> dict[str, float]:

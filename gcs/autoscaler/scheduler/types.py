@@ -9,8 +9,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gcs.autoscaler.model import InstanceStatus, NodeKind
+
+if TYPE_CHECKING:
+    from gcs.autoscaler.scheduler.waiting import WaitingDemand
 
 IMPLICIT_RESOURCE_PREFIX = "node:__internal_implicit_resource_"
 
@@ -335,3 +339,6 @@ class SchedulingReply:
     unavailable_types: tuple[str, ...] = ()
     #: In-place pod resizes to send (Ray's ``to_ippr``).
     resizes: tuple[Resize, ...] = ()
+    #: Why each piece of unplaced demand waits (:mod:`~gcs.autoscaler.scheduler.waiting`):
+    #: the infeasible lists above keep Ray's meaning (a limit counts), this tells them apart.
+    waiting: tuple[WaitingDemand, ...] = ()
