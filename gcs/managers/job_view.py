@@ -38,6 +38,9 @@ JOB_API_KV_NAMESPACE = b"job"
 JOB_API_KEY_PREFIX = "_ray_internal_job_info_"
 NUM_PENDING_TASKS_TIMEOUT_S = 1.0
 """Ray's ``kNumPendingTasksRequestTimeoutMs``."""
+MAX_DRIVER_CALLS = 64
+"""Drivers asked at once (Ray asks all at once; a listing of thousands of running jobs
+would open thousands of connections)."""
 
 KvMultiGet = Callable[[bytes, list[bytes]], Awaitable[dict[bytes, bytes]]]
 
@@ -96,6 +99,7 @@ class JobView:
         self._jobs = jobs
         self._kv_multi_get = kv_multi_get
         self._drivers = drivers
+        self._driver_calls = asyncio.Semaphore(MAX_DRIVER_CALLS)
 
     async def all_job_info(
         self,
@@ -119,9 +123,10 @@ class JobView:
             job.is_running_tasks = False
             return
         try:
-            pending = await self._drivers.num_pending_tasks(
-                job.driver_address, NUM_PENDING_TASKS_TIMEOUT_S
-            )
+            async with self._driver_calls:
+                pending = await self._drivers.num_pending_tasks(
+                    job.driver_address, NUM_PENDING_TASKS_TIMEOUT_S
+                )
         except WorkerUnreachable as err:
             log.warning("jobs.num_pending_tasks_failed", job_id=job.job_id.hex(), error=str(err))
             job.ClearField("is_running_tasks")
