@@ -1,7 +1,7 @@
 """``ray list jobs/tasks/actors`` and ``ray job status`` on our GCS equal stock Ray's.
 
 The same driver and the same submitted job run on two one-node clusters side by side:
-stock Ray 2.60 (``ray start --head`` with its own gcs_server and dashboard, on 127.0.0.4)
+stock Ray 2.60 (``ray start --head`` with its own gcs_server and dashboard, on 127.0.0.7)
 and ours (``gcs serve --head --dashboard --head-raylet``, on 127.0.0.2).  Ray's own CLI
 lists both through their dashboards; the outputs are compared after normalizing what
 differs by nature (ids, pids, addresses, times).  Every port is chosen free; every process
@@ -28,7 +28,7 @@ from tests.interop.real_cluster import RealCluster, real_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-STOCK_HOST = "127.0.0.4"
+STOCK_HOST = "127.0.0.7"  # no other module uses it (127.0.0.4 hosts a worker elsewhere)
 CLI_TIMEOUT_S = 180.0
 SUBMISSION_ID = "parity-job-1"
 
