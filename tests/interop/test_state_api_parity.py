@@ -242,3 +242,36 @@ def test_rays_client_gets_the_same_exception_for_a_refused_drain(
     got = ours.driver(DRAIN_WITH_NEGATIVE_DEADLINE)
     assert "Draining deadline must be non-negative, received -1" in want["message"], want
     assert got == want
+
+
+TASK_EVENTS_UNDER_A_LIMIT = textwrap.dedent(
+    """
+    import json, sys
+    import grpc
+    from ray.core.generated import gcs_service_pb2 as S, gcs_service_pb2_grpc as G
+
+    stub = G.TaskInfoGcsServiceStub(grpc.insecure_channel(sys.argv[1]))
+    every = stub.GetTaskEvents(S.GetTaskEventsRequest(), timeout=60)
+    cut = stub.GetTaskEvents(S.GetTaskEventsRequest(limit=3), timeout=60)
+    states = [max(e.state_updates.state_ts_ns) for e in cut.events_by_task]
+    print(json.dumps({
+        "stored": len(every.events_by_task),
+        "returned": len(cut.events_by_task),
+        "truncated": cut.num_truncated,
+        "status_dropped": cut.num_status_task_events_dropped,
+        "total_stored": cut.num_total_stored,
+        "all_returned_finished_or_failed": all(s in (11, 12) for s in states),
+    }))
+    """
+)
+
+
+def test_a_limit_on_task_events_is_reported_as_rays(both: tuple[RealCluster, RealCluster]) -> None:
+    """What the state API's "truncated" warning reads: Ray keeps the newest finished
+    attempts first and counts what the limit cut as dropped (ours kept the oldest and
+    counted nothing, so the state API never said the list was incomplete)."""
+    stock, ours = both
+    want = stock.driver(TASK_EVENTS_UNDER_A_LIMIT)
+    got = ours.driver(TASK_EVENTS_UNDER_A_LIMIT)
+    assert want["stored"] > 3 and want["status_dropped"] == want["stored"] - 3, want
+    assert got == want
