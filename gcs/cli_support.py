@@ -69,9 +69,10 @@ def unreachable(address: str | None, code: str, details: str) -> str:
 
 
 def _grpc_code_and_details(exc: Any) -> tuple[Any, str]:
+    from gcs.rpc.errors import ray_message  # a Ray-style status's message too
+
     code = exc.code() if hasattr(exc, "code") else None
-    details = exc.details() if hasattr(exc, "details") else ""
-    return code, details or ""
+    return code, ray_message(exc)
 
 
 def describe(exc: BaseException, address: str | None = None) -> str:

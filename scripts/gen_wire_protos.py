@@ -38,8 +38,9 @@ SERVICES = {
 }
 # Services of which we call only some methods (the rest, and what only they reach, left out).
 SERVICE_METHODS: dict[str, set[str]] = {
-    # The GCS actor scheduler pushes the creation task to the leased worker.
-    "ray.rpc.CoreWorkerService": {"PushTask"},
+    # The GCS actor scheduler pushes the creation task to the leased worker; GetAllJobInfo
+    # asks each running driver for its pending tasks (is_running_tasks).
+    "ray.rpc.CoreWorkerService": {"PushTask", "NumPendingTasks"},
 }
 # Messages we use directly although no service method reaches them.
 EXTRA_MESSAGES = {

@@ -28,9 +28,10 @@ can interleave), and reads never wait.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gcs.errors import InvalidArgument
+from gcs.errors import InvalidArgument, RayStatusCode
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 from gcs.wire_encoding import framed_size
 
@@ -40,6 +41,7 @@ TaskKey = tuple[bytes, int]
 _TERMINAL = (common_pb2.FINISHED, common_pb2.FAILED)
 _PRIORITY_TERMINAL, _PRIORITY_ACTOR, _PRIORITY_OTHER = 0, 1, 2
 EQUAL = gcs_service_pb2.EQUAL
+_PREDICATES = frozenset(gcs_service_pb2.FilterPredicate.values())
 _INT32_MAX = 2**31 - 1
 _DROPPED_TRACKED_UNLIMITED = 100_000
 """Attempts remembered as dropped when the task limit is off (that index stays bounded)."""
@@ -139,8 +141,8 @@ class TaskEventStore:
             self._by_worker.setdefault(held.state_updates.worker_id, set()).add(key)
 
     def _reindex(self, key: TaskKey, events: gcs_pb2.TaskEvents) -> None:
-        if latest_state(events) in _TERMINAL:
-            priority = _PRIORITY_TERMINAL
+        if any(state in events.state_updates.state_ts_ns for state in _TERMINAL):
+            priority = _PRIORITY_TERMINAL  # Ray's IsTaskTerminated
         elif events.task_info.type == common_pb2.ACTOR_TASK:
             priority = _PRIORITY_ACTOR
         else:
@@ -214,41 +216,85 @@ class TaskEventStore:
                 return
 
     # -- reads ---------------------------------------------------------------------------
+    def newest_first(self) -> Iterator[gcs_pb2.TaskEvents]:
+        """Every attempt in Ray's reply order: finished or failed ones, then actor tasks,
+        then the rest, each group newest first (the most recently added, or moved into the
+        group by a state change); ``limit`` keeps the front of it."""
+        for index in self._by_priority:
+            for key in reversed(index):
+                yield self._events[key]
+
+    def _candidates(
+        self, f: gcs_service_pb2.GetTaskEventsRequest.Filters
+    ) -> tuple[list[gcs_pb2.TaskEvents], JobDrops]:
+        """Ray's pre-selection and the loss it reports with it: one task id (EQUAL) -> its
+        attempts, no loss; else one job id -> its attempts and that job's loss; several
+        EQUAL ids of the kind it looks at -> nothing; otherwise everything and all loss."""
+        if f.task_filters:
+            task_ids = {tf.task_id for tf in f.task_filters if tf.predicate == EQUAL}
+            if len(task_ids) == 1:
+                (task_id,) = task_ids
+                return [e for e in self.newest_first() if e.task_id == task_id], JobDrops()
+            if task_ids:
+                return [], JobDrops()
+        elif f.job_filters:
+            job_ids = {jf.job_id for jf in f.job_filters if jf.predicate == EQUAL}
+            if len(job_ids) == 1:
+                (job_id,) = job_ids
+                keys = self._by_job.get(job_id, ())
+                events = [e for e in self.newest_first() if (e.task_id, e.attempt_number) in keys]
+                return events, self.drops(job_id)
+            if job_ids:
+                return [], JobDrops()
+        total = JobDrops(
+            status=sum(d.status for d in self._drops.values()),
+            profile=sum(d.profile for d in self._drops.values()),
+        )
+        return list(self.newest_first()), total
+
     def query(
         self, request: gcs_service_pb2.GetTaskEventsRequest, *, max_bytes: int | None = None
     ) -> gcs_service_pb2.GetTaskEventsReply:
-        """Ray's GetTaskEvents: filters AND-ed (each list of one kind AND-ed too), then the
-        limit; counts of what was filtered, truncated and dropped.  ``max_bytes`` bounds the
-        reply as ``limit`` does: what would not fit is counted truncated (the state API
-        says so), never built."""
+        """Ray 2.60's GetTaskEvents: pre-selection by one task or job id, filters AND-ed,
+        then ``limit`` (negative or unset: none) over the newest-first order.  Attempts the
+        limit cuts count as truncated and as dropped (status updates and profile events), so
+        the state API says the list is incomplete.  ``max_bytes`` bounds the reply as
+        ``limit`` does (what would not fit is counted the same way, never built).  An
+        unknown filter predicate answers Ray's in-reply InvalidArgument."""
         f = request.filters
-        limit = request.limit if request.HasField("limit") and request.limit >= 0 else None
-        states = [(s.predicate, s.state.upper()) for s in f.state_filters]
-        exclude_driver = f.exclude_driver  # unset: False, as in Ray
-        reply = gcs_service_pb2.GetTaskEventsReply(num_total_stored=len(self._events))
-        kept = 0
-        size = 0
+        limit = request.limit if request.HasField("limit") else -1
+        candidates, drops = self._candidates(f)
+        states = [(s.predicate, s.state) for s in f.state_filters]
+        reply = gcs_service_pb2.GetTaskEventsReply()
+        kept = size = 0
         full = False
-        for events in self._events.values():
-            if not _matches(events, f, states, exclude_driver):
-                reply.num_filtered_on_gcs += 1
-                continue
-            if full or (limit is not None and kept >= limit):
-                reply.num_truncated += 1
-                continue
-            if max_bytes is not None:
-                size += framed_size(events.ByteSize())
-                if size > max_bytes:
-                    full = True
+        status_cut = profile_cut = 0
+        try:
+            for events in candidates:
+                if not _matches(events, f, states, f.exclude_driver):
+                    reply.num_filtered_on_gcs += 1
+                    continue
+                if not full and (limit < 0 or kept < limit) and max_bytes is not None:
+                    size += framed_size(events.ByteSize())
+                    full = size > max_bytes
+                if full or 0 <= limit <= kept:
+                    status_cut += 1 if events.HasField("state_updates") else 0
+                    if events.HasField("profile_events"):
+                        profile_cut += len(events.profile_events.events)
                     reply.num_truncated += 1
                     continue
-            reply.events_by_task.append(events)
-            kept += 1
-        jobs = [jf.job_id for jf in f.job_filters if jf.predicate == EQUAL]
-        drops = [self.drops(j) for j in jobs] if jobs else list(self._drops.values())
+                reply.events_by_task.append(events)
+                kept += 1
+        except _UnknownPredicate as err:
+            return gcs_service_pb2.GetTaskEventsReply(
+                status=gcs_service_pb2.GcsStatus(
+                    code=RayStatusCode.InvalidArgument, message=str(err)
+                )
+            )
+        reply.num_total_stored = len(candidates)
         # int32 on the wire: saturate rather than fail
-        reply.num_status_task_events_dropped = min(sum(d.status for d in drops), _INT32_MAX)
-        reply.num_profile_task_events_dropped = min(sum(d.profile for d in drops), _INT32_MAX)
+        reply.num_status_task_events_dropped = min(drops.status + status_cut, _INT32_MAX)
+        reply.num_profile_task_events_dropped = min(drops.profile + profile_cut, _INT32_MAX)
         return reply
 
 
@@ -260,30 +306,52 @@ def _unindex(index: dict[bytes, set[TaskKey]], owner: bytes, key: TaskKey) -> No
             del index[owner]
 
 
+class _UnknownPredicate(Exception):
+    pass
+
+
+def _equal(predicate: int) -> bool:
+    """Ray's two predicates; any other value fails the query as Ray's does."""
+    if predicate == EQUAL:
+        return True
+    if predicate == gcs_service_pb2.NOT_EQUAL:
+        return False
+    name = gcs_service_pb2.FilterPredicate.Name(predicate) if predicate in _PREDICATES else ""
+    raise _UnknownPredicate(f"Unknown filter predicate: {name}")
+
+
+def filter_state(events: gcs_pb2.TaskEvents) -> int:
+    """The state Ray's state filter compares: the highest-numbered one reported (NIL when
+    none), not the newest by time."""
+    return max(events.state_updates.state_ts_ns, default=common_pb2.NIL)
+
+
 def _matches(
     events: gcs_pb2.TaskEvents,
     f: gcs_service_pb2.GetTaskEventsRequest.Filters,
     states: list[tuple[int, str]],
     exclude_driver: bool,
 ) -> bool:
+    if not events.HasField("task_info"):
+        return False  # Ray lists only attempts whose task info arrived
     info = events.task_info
     if exclude_driver and info.type == common_pb2.DRIVER_TASK:
         return False
-    for jf in f.job_filters:
-        if (events.job_id == jf.job_id) != (jf.predicate == EQUAL):
-            return False
     for tf in f.task_filters:
-        if (events.task_id == tf.task_id) != (tf.predicate == EQUAL):
+        if (events.task_id == tf.task_id) != _equal(tf.predicate):
+            return False
+    for jf in f.job_filters:
+        if (info.job_id == jf.job_id) != _equal(jf.predicate):
             return False
     for af in f.actor_filters:
-        if (info.actor_id == af.actor_id) != (af.predicate == EQUAL):
+        if (info.actor_id == af.actor_id) != _equal(af.predicate):
             return False
     for nf in f.task_name_filters:
-        if (info.name.lower() == nf.task_name.lower()) != (nf.predicate == EQUAL):
+        if (info.name.lower() == nf.task_name.lower()) != _equal(nf.predicate):
             return False
     if states:
-        name = common_pb2.TaskStatus.Name(latest_state(events))
+        name = common_pb2.TaskStatus.Name(filter_state(events)).lower()
         for predicate, state in states:
-            if (name == state) != (predicate == EQUAL):
+            if (name == state.lower()) != _equal(predicate):
                 return False
     return True

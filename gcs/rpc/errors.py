@@ -5,6 +5,14 @@ Servicers never let an exception escape as gRPC UNKNOWN: Ray's C++ client retrie
 silently, which looks like a hang to users.  Anything not in the table becomes INTERNAL
 (and the wrapper logs it).
 
+A :class:`RayStatusError` goes out as Ray's own handlers send a non-OK Ray status
+(``RayStatusToGrpcStatus``): gRPC ABORTED, details = the StatusCode *name* alone
+("Invalid"), and the human message as the status's binary error details (trailer
+``grpc-status-details-bin``, :func:`trailers_for`).  Ray 2.60's client turns that back
+into the Ray status: the code from the name (an unknown name is IOError) and the message
+from the error details, so ``"Invalid: msg"`` in the details reached Python as a bare
+``OSError()``.  :func:`ray_message` reads such an answer back on our side.
+
 The domain error classes are re-exported here for older import sites.
 """
 
@@ -36,6 +44,7 @@ from gcs.store.errors import (
 )
 
 __all__ = [
+    "RAY_STATUS_DETAILS_KEY",
     "AlreadyExists",
     "FailedPrecondition",
     "GcsError",
@@ -49,8 +58,13 @@ __all__ = [
     "as_ray_status",
     "grpc_details",
     "ray_code_for",
+    "ray_message",
     "status_for",
+    "trailers_for",
 ]
+
+RAY_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""The trailer carrying a gRPC status's binary error details (a Ray status's message)."""
 
 Details = Callable[[GcsError], str]
 
@@ -64,8 +78,9 @@ def _prefixed(prefix: str) -> Details:
 
 
 def _ray_style(err: GcsError) -> str:
+    """The code name alone: Ray's client parses the whole details string as a code name."""
     code = err.ray_code if isinstance(err, RayStatusError) else RayStatusCode.UnknownError
-    return f"{code.name}: {err.message}" if err.message else code.name
+    return code.name
 
 
 # Most specific first: the first isinstance match wins.  Store rows keep what a client may
@@ -135,8 +150,8 @@ def ray_code_for(err: GcsError) -> RayStatusCode:
 
 def as_ray_status(err: GcsError) -> RayStatusError:
     """``err`` the way Ray's AutoscalerStateService and pubsub handlers answer it: gRPC
-    ABORTED with details "<StatusCode name>: message" (servicers of those services call
-    this; managers raise the plain domain error)."""
+    ABORTED with details "<StatusCode name>" and the message in the error-details trailer
+    (servicers of those services call this; managers raise the plain domain error)."""
     if isinstance(err, RayStatusError):
         return err
     return RayStatusError(ray_code_for(err), err.message)
@@ -152,3 +167,24 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
         return None
     code, _, details = _row(exc)
     return code, details(exc)
+
+
+def trailers_for(exc: BaseException) -> tuple[tuple[str, bytes], ...]:
+    """The trailing metadata a failed call answers with besides its status: a Ray-style
+    status's message as the binary error details (empty for everything else)."""
+    if isinstance(exc, RayStatusError) and exc.message:
+        return ((RAY_STATUS_DETAILS_KEY, exc.message.encode()),)
+    return ()
+
+
+def ray_message(err: grpc.RpcError) -> str:
+    """What a client shows for a failed call: its details, and for a Ray-style status
+    (ABORTED "<code name>") the message from the error-details trailer after a colon."""
+    details = err.details() if hasattr(err, "details") else ""  # type: ignore[attr-defined]
+    details = details or ""
+    trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None  # type: ignore[attr-defined]
+    for key, value in trailing or ():
+        if key == RAY_STATUS_DETAILS_KEY and value:
+            text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+            return f"{details}: {text}" if details else text
+    return details

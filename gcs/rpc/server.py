@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
 from gcs.handler_delays import Pause
-from gcs.rpc.errors import InvalidArgument, status_for
+from gcs.rpc.errors import InvalidArgument, status_for, trailers_for
 from gcs.rpc.warnings import WarningSampler
 from gcs.rpc.wire import method_path, wire_service_name
 
@@ -145,6 +145,9 @@ def _wrap(
             # that holds the request until a full GC, megabytes per rejected call.
             context.set_code(status)
             context.set_details(details)
+            trailers = trailers_for(exc)
+            if trailers:  # a Ray-style status's message (gcs.rpc.errors)
+                context.set_trailing_metadata(trailers)
             return b""
         finally:
             if on_call is not None:

@@ -33,6 +33,7 @@ class RpcError(GcsSdkError):
 
     @classmethod
     def from_grpc(cls, method: str, err: grpc.RpcError) -> RpcError:
+        from gcs.rpc.errors import ray_message  # a Ray-style status's message too
+
         code = err.code() if hasattr(err, "code") else None
-        details = err.details() if hasattr(err, "details") else None
-        return cls(method, code or grpc.StatusCode.UNKNOWN, details or "")
+        return cls(method, code or grpc.StatusCode.UNKNOWN, ray_message(err))

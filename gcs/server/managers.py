@@ -9,6 +9,7 @@ from gcs.managers.actors import ActorManager
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.events import WorkerEvents
 from gcs.managers.health import HealthChecker
+from gcs.managers.job_view import JobView
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
 from gcs.managers.nodes import NodeManager
@@ -47,3 +48,6 @@ class Managers:
     actors: ActorManager
     worker_events: WorkerEvents
     """Emit worker deaths here (``ReportWorkerFailure``): the actor manager listens."""
+    job_view: JobView
+    """``GetAllJobInfo``'s answer: the JOB table with the job API's records and the drivers'
+    pending tasks."""

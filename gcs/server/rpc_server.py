@@ -192,7 +192,7 @@ class RpcServer:
                 ),
             ),
             (svc.AUTOSCALER_STATE, AutoscalerStateServicer(m.autoscaler, limits=limits)),
-            (svc.JOB_INFO, JobInfoServicer(m.jobs, limits=limits)),
+            (svc.JOB_INFO, JobInfoServicer(m.jobs, m.job_view, limits=limits)),
             (svc.WORKER_INFO, WorkerInfoServicer(m.workers, limits=limits)),
             (svc.TASK_INFO, TaskInfoServicer(m.tasks, limits=limits)),
             (svc.RUNTIME_ENV, RuntimeEnvServicer(m.runtime_envs, limits=limits)),

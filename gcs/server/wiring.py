@@ -45,6 +45,7 @@ from gcs.managers.events import (
 )
 from gcs.managers.exported_functions import remove_exports
 from gcs.managers.health import HealthChecker
+from gcs.managers.job_view import JobView
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
 from gcs.managers.lane import ResolvePolicy
@@ -63,6 +64,7 @@ from gcs.proto import gcs_pb2
 from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.pubsub.config import PublisherConfig
 from gcs.pubsub.runtime import GcsPubSub
+from gcs.rpc.drivers import GrpcDriverGateway
 from gcs.rpc.raylets.actors import ActorGateway, GrpcActorGateway
 from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
 from gcs.rpc.raylets.gateway import RayletGateway
@@ -324,6 +326,7 @@ def build(
         runtime_envs,
         actors,
         worker_events,
+        JobView(jobs.all_jobs, kv.multi_get, GrpcDriverGateway(security=security)),
     )
 
     # -- serving ---------------------------------------------------------------------------

@@ -8,11 +8,18 @@ INVALID_ARGUMENT naming the field.  Lookups first let the mutations already rece
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from gcs import validate
 from gcs.config import RequestLimits
-from gcs.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from gcs.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    NotFound,
+    RayStatusCode,
+    RayStatusError,
+)
 from gcs.ids import JOB_ID_SIZE
 from gcs.managers.actors import ACTOR_ID_SIZE, ActorManager
 from gcs.proto import common_pb2, gcs_service_pb2
@@ -94,8 +101,6 @@ class ActorInfoServicer:
         return out
 
     async def GetAllActorInfo(self, request: Req.GetAllActorInfoRequest, context: Any) -> Any:
-        if request.HasField("limit") and request.limit < 0:
-            raise InvalidArgument(f"limit must be >= 0, got {request.limit}")
         filters = request.filters
         actor_id = filters.actor_id if filters.HasField("actor_id") else None
         job_id = filters.job_id if filters.HasField("job_id") else None
@@ -130,12 +135,10 @@ class ActorInfoServicer:
     async def ReportActorOutOfScope(
         self, request: Req.ReportActorOutOfScopeRequest, context: Any
     ) -> Any:
-        try:
+        with contextlib.suppress(NotFound):  # Ray 2.60: OK for an actor it does not know
             await self._actors.report_out_of_scope(
                 request.actor_id, request.num_restarts_due_to_lineage_reconstruction
             )
-        except NotFound as err:
-            return Req.ReportActorOutOfScopeReply(status=error_status(err))
         return Req.ReportActorOutOfScopeReply(status=ok_status())
 
     async def RestartActorForLineageReconstruction(
@@ -145,6 +148,9 @@ class ActorInfoServicer:
             await self._actors.restart_for_lineage(
                 request.actor_id, request.num_restarts_due_to_lineage_reconstruction
             )
-        except (NotFound, FailedPrecondition) as err:
+        except NotFound:  # Ray 2.60's answer for an actor it does not know
+            dead = RayStatusError(RayStatusCode.Invalid, "Actor is permanently dead.")
+            return Req.RestartActorForLineageReconstructionReply(status=error_status(dead))
+        except FailedPrecondition as err:
             return Req.RestartActorForLineageReconstructionReply(status=error_status(err))
         return Req.RestartActorForLineageReconstructionReply(status=ok_status())

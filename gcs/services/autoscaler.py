@@ -74,10 +74,10 @@ class AutoscalerStateServicer:
         require_node_id(request.node_id)
         validate.enum_value(request.reason, A.DrainNodeReason.DESCRIPTOR, "reason")
         validate.text(request.reason_message, "reason_message", self._limits.max_text_bytes)
-        if request.deadline_timestamp_ms < 0:  # Ray answers ABORTED "Invalid" here
+        if request.deadline_timestamp_ms < 0:  # Ray 2.60's words, ABORTED "Invalid"
             raise RayStatusError(
                 RayStatusCode.Invalid,
-                f"deadline_timestamp_ms must be >= 0, got {request.deadline_timestamp_ms}",
+                f"Draining deadline must be non-negative, received {request.deadline_timestamp_ms}",
             )
         return await self._m.drain_node(request)
 

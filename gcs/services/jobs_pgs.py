@@ -7,10 +7,11 @@ from typing import Any
 from gcs import validate
 from gcs.config import RequestLimits
 from gcs.ids import JOB_ID_SIZE, NODE_ID_SIZE
+from gcs.managers.job_view import JobView
 from gcs.managers.jobs import VIRTUAL_CLUSTER_METADATA_KEY, JobManager, JobRejected
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.proto import common_pb2, gcs_service_pb2
-from gcs.rpc.errors import FailedPrecondition, InvalidArgument, NotFound
+from gcs.rpc.errors import FailedPrecondition, NotFound, RayStatusCode, RayStatusError
 from gcs.services.common import ReplySize, error_status, ok_status
 
 Req = gcs_service_pb2
@@ -19,8 +20,9 @@ PG_ID_SIZE = 18
 
 
 class JobInfoServicer:
-    def __init__(self, jobs: JobManager, *, limits: RequestLimits) -> None:
+    def __init__(self, jobs: JobManager, view: JobView, *, limits: RequestLimits) -> None:
         self._jobs = jobs
+        self._view = view
         self._limits = limits
 
     async def AddJob(self, request: Req.AddJobRequest, context: Any) -> Any:
@@ -45,21 +47,26 @@ class JobInfoServicer:
         return Req.MarkJobFinishedReply(status=ok_status())
 
     async def GetAllJobInfo(self, request: Req.GetAllJobInfoRequest, context: Any) -> Any:
+        """Ray 2.60's answer (:mod:`gcs.managers.job_view`); a negative limit is its
+        in-reply Invalid "Invalid limit"."""
         if request.HasField("limit") and request.limit < 0:
-            raise InvalidArgument(f"limit must be >= 0, got {request.limit}")
+            invalid = RayStatusError(RayStatusCode.Invalid, "Invalid limit")
+            return Req.GetAllJobInfoReply(status=error_status(invalid))
         validate.text(
             request.job_or_submission_id, "job_or_submission_id", self._limits.max_name_bytes
         )
-        out = Req.GetAllJobInfoReply(status=ok_status())
+        jobs = await self._view.all_job_info(
+            job_or_submission_id=(
+                request.job_or_submission_id if request.HasField("job_or_submission_id") else None
+            ),
+            limit=request.limit if request.HasField("limit") else None,
+            with_job_api_info=not request.skip_submission_job_info_field,
+            with_running_tasks=not request.skip_is_running_tasks_field,
+        )
         size = ReplySize(self._limits.max_reply_bytes, "jobs")
-        for job in self._jobs.jobs.values():
-            if request.HasField("limit") and 0 < request.limit <= len(out.job_info_list):
-                break
-            if request.job_or_submission_id and job.job_id.hex() != request.job_or_submission_id:
-                continue
+        for job in jobs:
             size.add(job)
-            out.job_info_list.append(job)
-        return out
+        return Req.GetAllJobInfoReply(status=ok_status(), job_info_list=jobs)
 
     async def GetNextJobID(self, request: Any, context: Any) -> Any:
         return Req.GetNextJobIDReply(status=ok_status(), job_id=await self._jobs.next_job_id())

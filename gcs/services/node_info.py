@@ -98,8 +98,6 @@ class NodeInfoServicer:
         return reply
 
     async def GetAllNodeInfo(self, request: Req.GetAllNodeInfoRequest, context: Any) -> Any:
-        if request.HasField("limit") and request.limit < 0:
-            raise InvalidArgument(f"limit must be >= 0, got {request.limit}")
         if request.HasField("state_filter"):
             validate.enum_value(
                 request.state_filter, gcs_pb2.GcsNodeInfo.GcsNodeState.DESCRIPTOR, "state_filter"
@@ -155,8 +153,6 @@ class NodeInfoServicer:
         out.total += 1
 
     async def GetAllNodeAddressAndLiveness(self, request: Any, context: Any) -> Any:
-        if request.HasField("limit") and request.limit < 0:
-            raise InvalidArgument(f"limit must be >= 0, got {request.limit}")
         if request.HasField("state_filter"):
             validate.enum_value(
                 request.state_filter, gcs_pb2.GcsNodeInfo.GcsNodeState.DESCRIPTOR, "state_filter"

@@ -51,8 +51,6 @@ class WorkerInfoServicer:
         return reply
 
     async def GetAllWorkerInfo(self, request: Req.GetAllWorkerInfoRequest, context: Any) -> Any:
-        if request.HasField("limit") and request.limit < 0:
-            raise InvalidArgument(f"limit must be >= 0, got {request.limit}")
         limit = request.limit if request.HasField("limit") and request.limit > 0 else None
         f = request.filters
         reply = Req.GetAllWorkerInfoReply(status=ok_status(), total=self._workers.total())
@@ -112,8 +110,6 @@ class TaskInfoServicer:
         return Req.AddTaskEventDataReply(status=ok_status())
 
     async def GetTaskEvents(self, request: Req.GetTaskEventsRequest, context: Any) -> Any:
-        if request.HasField("limit") and request.limit < 0:
-            raise InvalidArgument(f"limit must be >= 0, got {request.limit}")
         f = request.filters
         for name in ("job_filters", "task_filters", "actor_filters", "task_name_filters"):
             validate.entries(getattr(f, name), f"filters.{name}", self._limits.max_repeated_entries)
@@ -122,7 +118,8 @@ class TaskInfoServicer:
         )
         # room for the counters and the status beside the events
         reply = self._tasks.query(request, max_bytes=self._limits.max_reply_bytes - 1024)
-        reply.status.CopyFrom(ok_status())
+        if not reply.HasField("status"):  # else Ray's in-reply refusal (a bad predicate)
+            reply.status.CopyFrom(ok_status())
         return reply
 
 
@@ -135,7 +132,6 @@ class RuntimeEnvServicer:
         if not request.uri:
             raise InvalidArgument("uri is empty")
         validate.text(request.uri, "uri", self._limits.max_text_bytes)
-        if request.expiration_s < 0:
-            raise InvalidArgument(f"expiration_s must be >= 0, got {request.expiration_s}")
-        self._pins.pin(request.uri, request.expiration_s)
+        # Ray 2.60 takes a negative expiry (OK): nothing is kept past now
+        self._pins.pin(request.uri, max(request.expiration_s, 0))
         return Req.PinRuntimeEnvURIReply(status=ok_status())

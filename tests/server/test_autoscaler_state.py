@@ -10,6 +10,7 @@ import pytest
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
+from gcs.rpc.errors import ray_message
 from tests.conftest import poll_rounds
 
 S = A.NodeStatus
@@ -321,10 +322,10 @@ class TestDrainAndResize:
             ({"node_id": b"abc"}, grpc.StatusCode.INVALID_ARGUMENT, "node_id"),
             ({"node_id": b""}, grpc.StatusCode.INVALID_ARGUMENT, "node_id"),
             ({"node_id": b"\x05" * 28, "reason": 9}, grpc.StatusCode.INVALID_ARGUMENT, "reason"),
-            (
+            (  # Ray 2.60's words, in the error details (ray_message)
                 {"node_id": b"\x05" * 28, "deadline_timestamp_ms": -1},
                 grpc.StatusCode.ABORTED,
-                "Invalid",
+                "Invalid: Draining deadline must be non-negative, received -1",
             ),
         ],
     )
@@ -332,7 +333,7 @@ class TestDrainAndResize:
         """Malformed ids, unknown reasons, negative deadlines fail cleanly (never a crash)."""
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stubs.autoscaler.DrainNode(A.DrainNodeRequest(**request_kwargs))
-        assert info.value.code() == code and needle in info.value.details()
+        assert info.value.code() == code and needle in ray_message(info.value)
 
     async def test_resize_is_forwarded_and_totals_returned(self, stubs, raylets) -> None:
         """Resize reaches the raylet; its new totals are replied and the view updated."""
@@ -353,7 +354,7 @@ class TestDrainAndResize:
                 A.ResizeRayletResourceInstancesRequest(node_id=r.node_id, resources={"GPU": 1})
             )
         assert info.value.code() == grpc.StatusCode.ABORTED
-        assert info.value.details().startswith("InvalidArgument")
+        assert info.value.details() == "InvalidArgument"
 
     async def test_resize_of_dead_node_is_not_found(self, stubs) -> None:
         """Ray's NotFound: 'Raylet <hex> is not alive.'"""
@@ -362,5 +363,7 @@ class TestDrainAndResize:
             await stubs.autoscaler.ResizeRayletResourceInstances(
                 A.ResizeRayletResourceInstancesRequest(node_id=node_id, resources={"CPU": 1})
             )
+        # Ray's form: details the code name, the message as the binary error details
         assert info.value.code() == grpc.StatusCode.ABORTED
-        assert info.value.details() == f"NotFound: Raylet {node_id.hex()} is not alive."
+        assert info.value.details() == "NotFound"
+        assert ray_message(info.value) == f"NotFound: Raylet {node_id.hex()} is not alive."

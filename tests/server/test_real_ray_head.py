@@ -287,13 +287,18 @@ class TestWorkers:
 
 class TestTasksOverTheWire:
     async def test_events_added_then_read_back(self, stubs: Stubs) -> None:
+        """Listed once its task info arrived (Ray lists no attempt without it)."""
         events = gcs_pb2.TaskEvents(task_id=b"\x01" * 24, job_id=b"\x01\x00\x00\x00")
         events.state_updates.state_ts_ns[common_pb2.FINISHED] = 5
-        await stubs.tasks.AddTaskEventData(
-            G.AddTaskEventDataRequest(data=gcs_pb2.TaskEventData(events_by_task=[events]))
-        )
+        data = gcs_pb2.TaskEventData(events_by_task=[events])
+        await stubs.tasks.AddTaskEventData(G.AddTaskEventDataRequest(data=data))
         reply = await stubs.tasks.GetTaskEvents(G.GetTaskEventsRequest())
-        assert reply.status.code == 0
+        assert reply.status.code == 0 and not reply.events_by_task
+        assert reply.num_filtered_on_gcs == 1
+        events.task_info.name = "f"
+        data = gcs_pb2.TaskEventData(events_by_task=[events])
+        await stubs.tasks.AddTaskEventData(G.AddTaskEventDataRequest(data=data))
+        reply = await stubs.tasks.GetTaskEvents(G.GetTaskEventsRequest())
         assert [e.task_id for e in reply.events_by_task] == [b"\x01" * 24]
 
 

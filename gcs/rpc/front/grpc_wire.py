@@ -21,6 +21,8 @@ Metadata = tuple[tuple[str, str | bytes], ...]
 RESPONSE_HEADERS = b"\x88" + literal(31, "application/grpc")  # :status 200, content-type
 """Response HEADERS without metadata (static table: 8 = :status 200, 31 = content-type)."""
 OK_TRAILERS = literal_new("grpc-status", "0")
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""The one ``grpc-`` trailer a handler may set: the status's binary error details."""
 _RESERVED = (b":", b"grpc-", b"content-type", b"te", b"user-agent", b"host", b"connection")
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 _BAD_KEY = re.compile(rb"[^0-9a-z_.\-]")
@@ -126,7 +128,8 @@ def _b64decode(value: bytes) -> bytes | None:
 def metadata_block(metadata: Sequence[tuple[str, str | bytes]] | None) -> bytes:
     parts = []
     for key, value in metadata or ():
-        if key.startswith(("grpc-", ":")) or key in ("content-type", "te"):
+        reserved = key.startswith(("grpc-", ":")) and key != STATUS_DETAILS_KEY
+        if reserved or key in ("content-type", "te"):
             continue
         if isinstance(value, bytes):
             raw = base64.b64encode(value).rstrip(b"=") if key.endswith("-bin") else value

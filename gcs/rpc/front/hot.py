@@ -17,6 +17,7 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
+from gcs.rpc.errors import trailers_for
 from gcs.rpc.front.body import RequestBody, prefix_refusal
 from gcs.rpc.front.grpc_wire import (
     OK_TRAILERS,
@@ -128,7 +129,7 @@ class HotDispatcher:
             return
         except Exception as exc:
             code, details = failure_status(method.path, exc)
-            self._fail_status(conn, stream, call, code, details)
+            self._fail_status(conn, stream, call, code, details, trailers_for(exc))
             return
         if not method.held:
             self._reply(conn, stream, call, result.SerializeToString())
@@ -176,7 +177,7 @@ class HotDispatcher:
         exc = fut.exception()
         if exc is not None:
             code, details = failure_status(call.method.path, exc)  # type: ignore[arg-type]
-            self._fail_status(conn, stream, call, code, details)
+            self._fail_status(conn, stream, call, code, details, trailers_for(exc))
             return
         wire = fut.result().wire
         if wire is not self._last_wire:  # one publish: the same bytes for every subscriber
@@ -196,8 +197,9 @@ class HotDispatcher:
         call: HotCall,
         code: grpc.StatusCode,
         details: str,
+        trailers: tuple[tuple[str, bytes], ...] = (),
     ) -> None:
-        conn.send_headers(stream, trailers_only(code, details), end_stream=True)
+        conn.send_headers(stream, trailers_only(code, details, trailers), end_stream=True)
         self._record(call, code.name)
 
     def _record(self, call: HotCall, code: str) -> None:

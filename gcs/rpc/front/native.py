@@ -91,7 +91,7 @@ def serves(handlers: Iterable[grpc.GenericRpcHandler], path: str) -> bool:
 class FrontContext:
     """What handlers use of ``grpc.aio.ServicerContext``."""
 
-    __slots__ = ("_code", "_conn", "_deadline", "_details", "_headers")
+    __slots__ = ("_code", "_conn", "_deadline", "_details", "_headers", "_trailers")
 
     def __init__(
         self, headers: list[Header], deadline: float | None, conn: H2ServerConnection
@@ -101,12 +101,19 @@ class FrontContext:
         self._conn = conn
         self._code: grpc.StatusCode | None = None
         self._details = ""
+        self._trailers: Metadata = ()
 
     def set_code(self, code: grpc.StatusCode) -> None:
         self._code = code
 
     def set_details(self, details: str) -> None:
         self._details = details
+
+    def set_trailing_metadata(self, metadata: Metadata) -> None:
+        self._trailers = tuple(metadata)
+
+    def trailing_metadata(self) -> Metadata:
+        return self._trailers
 
     def code(self) -> grpc.StatusCode | None:
         return self._code
@@ -119,6 +126,8 @@ class FrontContext:
     ) -> NoReturn:
         self._code = code
         self._details = details
+        if trailing_metadata:
+            self._trailers = tuple(trailing_metadata)
         raise grpc.aio.AbortError()
 
     def invocation_metadata(self) -> Metadata:
@@ -259,7 +268,11 @@ class NativeDispatcher:
         code = context.code()
         size = sum(len(part) for part in parts)
         if code is not None and code is not grpc.StatusCode.OK:
-            conn.send_headers(stream, trailers_only(code, context.details()), end_stream=True)
+            conn.send_headers(
+                stream,
+                trailers_only(code, context.details(), context.trailing_metadata()),
+                end_stream=True,
+            )
         elif size > self._max_message:
             message = f"SERVER: Sent message larger than max ({size} vs. {self._max_message})"
             conn.send_headers(
