@@ -22,8 +22,11 @@ from typing import Any
 import pytest
 
 from gcs.testing.servers import free_port
+from tests.interop import dashboard_facts as facts
 from tests.interop import venvs
+from tests.interop.dashboard_browser import headless_chromium
 from tests.interop.real_cluster import GCS_HOST, RealCluster, Worker, kill_group, real_cluster
+from tests.interop.stock_ray import stock_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -51,6 +54,37 @@ DRIVER = textwrap.dedent(
                       "node": ray.get_runtime_context().get_node_id()}))
     """
 )
+
+PAGES_DRIVER = textwrap.dedent(
+    """
+    import json, sys, ray
+
+    ray.init(address=sys.argv[1], namespace="pages", logging_level="ERROR")
+
+    @ray.remote(num_cpus=1)
+    def cube(x):
+        return x ** 3
+
+    @ray.remote(num_cpus=0)
+    class PageKeeper:
+        def ping(self):
+            return "pong"
+
+    @ray.remote(num_cpus=0)
+    class Counter:  # the driver's own: dead once the driver exits
+        def get(self):
+            return 1
+
+    keeper = PageKeeper.options(name="page-keeper", lifetime="detached").remote()
+    counter = Counter.remote()
+    cubes = ray.get([cube.remote(i) for i in range(4)], timeout=300)
+    pings = ray.get([keeper.ping.remote(), counter.get.remote()], timeout=300)
+    print(json.dumps({"cubes": cubes, "pings": pings}))
+    """
+)
+PAGES = ("overview", "cluster", "jobs", "actors")
+SCREENSHOTS = "GCS_DASHBOARD_SCREENSHOTS"
+"""A directory to save each page's screenshot in (docs/dashboard/), when set."""
 
 GHOST_DRIVER = textwrap.dedent(
     """
@@ -101,6 +135,19 @@ def cluster(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
     # our GCS stopped its dashboard and head raylet, each with its whole process group
     left = [pid for pid in children if _group_alive(pid)]
     assert not left, f"process groups left running: {left}"
+
+
+@pytest.fixture
+def stock(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
+    """Stock Ray beside the module's cluster, the same shape: a 1-CPU head and a 2-CPU worker
+    (its autoscaler in v2 mode, as ours reports)."""
+    with stock_cluster(
+        ray_default_venv,
+        head_args=("--num-cpus=1",),
+        workers=[Worker("127.0.0.5")],
+        env={"RAY_enable_autoscaler_v2": "1"},
+    ) as c:
+        yield c
 
 
 def child_starts(
@@ -176,6 +223,50 @@ def ray_list(c: RealCluster, what: str, *extra: str) -> list[dict[str, Any]]:
         return []
     rows: list[dict[str, Any]] = json.loads(out)
     return rows
+
+
+def _pages_workload(c: RealCluster) -> None:
+    """A driver with tasks and actors (one detached), then a job through the job API."""
+    assert ray_list(c, "jobs") == [], "the first workload of this cluster (see the test)"
+    assert c.driver(PAGES_DRIVER)["cubes"] == [0, 1, 8, 27]
+    ray_cli(c, "job", "submit", "--submission-id", "pages-job", "--", "python", "-c", "print(1)")
+
+
+def _read_pages(c: RealCluster, shots: str) -> dict[str, Any]:
+    """Each page's facts once it shows the whole workload (2 nodes, 2 jobs, 3 actors)."""
+    head = c.gcs_host
+    readers = {
+        "overview": (facts.overview_facts, lambda f: facts.overview_ready(f, nodes=2, jobs=2)),
+        "cluster": (facts.cluster_facts, lambda f: facts.cluster_ready(f, nodes=2)),
+        "jobs": (facts.jobs_facts, lambda f: facts.jobs_ready(f, jobs=2)),
+        "actors": (facts.actors_facts, lambda f: facts.actors_ready(f, actors=3)),
+    }
+    side = "ours" if head == GCS_HOST else "stock"
+    seen = {}
+    with headless_chromium() as browser:
+        for page in PAGES:
+            read, ready = readers[page]
+            seen[page] = browser.read(
+                f"{c.dashboard}/#/{page}", lambda p, r=read: r(p, head), ready, f"{side} {page}"
+            )
+            if shots:
+                browser.screenshot(pathlib.Path(shots) / f"{page}-{side}.png")
+    return seen
+
+
+def test_dashboard_pages_show_what_stock_rays_show(
+    cluster: RealCluster, stock: RealCluster
+) -> None:
+    """The Overview, Cluster, Jobs and Actors pages of Ray's web UI, opened in headless
+    Chromium on our GCS and on stock Ray after the same workload, show the same facts
+    (dashboard_facts: ids, addresses, times and memory sizes made neutral).  The module's
+    first test: the workload must be the first on its cluster."""
+    for c in (cluster, stock):
+        _pages_workload(c)
+    shots = os.environ.get(SCREENSHOTS, "")
+    ours, theirs = _read_pages(cluster, shots), _read_pages(stock, shots)
+    differ = {p: (ours[p], theirs[p]) for p in PAGES if ours[p] != theirs[p]}
+    assert not differ, "\n".join(f"{p}:\n ours  {o}\n stock {t}" for p, (o, t) in differ.items())
 
 
 def test_ray_list_nodes_shows_the_head_raylet_and_the_worker(cluster: RealCluster) -> None:
