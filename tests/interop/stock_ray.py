@@ -18,7 +18,7 @@ import pathlib
 import shutil
 import tempfile
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from gcs.testing.servers import free_ports
 from tests.interop import venvs
@@ -30,14 +30,14 @@ WORKER_PORTS = 24
 range 10002-19999 that other clusters on this machine use too."""
 
 
-def node_ports(*, agent_http: bool = True) -> tuple[str, ...]:
-    """``ray start`` arguments giving every port a node opens a free one (``agent_http``:
-    the agent's HTTP port too; :meth:`RealCluster.add_worker` gives its workers one)."""
-    http, agent_grpc, runtime_env, metrics, node_manager, object_manager, *workers = free_ports(
-        6 + WORKER_PORTS
-    )
+def node_ports(taken: Collection[int] = ()) -> tuple[str, ...]:
+    """``ray start`` arguments giving every port a node opens a free one, all distinct and
+    none of ``taken`` (Ray refuses a node whose components share a port)."""
+    count = 6 + WORKER_PORTS
+    ports = [p for p in free_ports(count + len(taken)) if p not in taken][:count]
+    http, agent_grpc, runtime_env, metrics, node_manager, object_manager, *workers = ports
     return (
-        *([f"--dashboard-agent-listen-port={http}"] if agent_http else []),
+        f"--dashboard-agent-listen-port={http}",
         f"--dashboard-agent-grpc-port={agent_grpc}",
         f"--runtime-env-agent-port={runtime_env}",
         f"--metrics-export-port={metrics}",
@@ -69,7 +69,8 @@ def stock_cluster(
     ``cluster.dashboard`` is the dashboard's URL; ``env`` adds to every process's
     environment (Ray's ``RAY_...`` settings)."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="rays", dir="/tmp"))
-    gcs_port, dashboard_port, client_port = free_ports(3)
+    taken = free_ports(3)
+    gcs_port, dashboard_port, client_port = taken
     cluster = RealCluster(ray_venv=ray_venv, tmp=tmp, port=gcs_port, storage="", gcs_host=host)
     cluster.dashboard = f"http://{host}:{dashboard_port}"
     cluster.env.update(env or {})
@@ -82,7 +83,7 @@ def stock_cluster(
                 f"--node-ip-address={host}", f"--port={gcs_port}",
                 "--include-dashboard=true", f"--dashboard-host={host}",
                 f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={client_port}",
-                f"--temp-dir={temp_dir}", "--disable-usage-stats", *node_ports(), *head_args,
+                f"--temp-dir={temp_dir}", "--disable-usage-stats", *node_ports(taken), *head_args,
             ],
             name="stock-head",
         )  # fmt: skip
@@ -94,11 +95,16 @@ def stock_cluster(
 
         cluster.wait(head_up, START_TIMEOUT_S, "stock Ray's head node alive")
         for worker in workers:
-            cluster.add_worker(
-                dataclasses.replace(worker, args=(*worker.args, *node_ports(agent_http=False)))
-            )
-        want = 1 + len(workers)
-        cluster.wait(lambda: len(cluster.alive_nodes()) >= want, START_TIMEOUT_S, "stock nodes")
+            # the ports of node_ports() last: they replace add_worker's agent port, drawn
+            # apart from them (click keeps an option's last value)
+            cluster.add_worker(dataclasses.replace(worker, args=(*worker.args, *node_ports(taken))))
+
+        def nodes_up() -> bool:
+            if any(p.poll() is not None for p in (head, *cluster.workers)):
+                raise AssertionError(f"a stock `ray start` exited\n{cluster.logs()}")
+            return len(cluster.alive_nodes()) >= 1 + len(workers)
+
+        cluster.wait(nodes_up, START_TIMEOUT_S, "stock Ray's nodes alive")
         cluster.wait(lambda: _dashboard_up(cluster.dashboard), START_TIMEOUT_S, "its dashboard")
         yield cluster
     finally:

@@ -254,6 +254,7 @@ def _read_pages(c: RealCluster, shots: str) -> dict[str, Any]:
     return seen
 
 
+@pytest.mark.timeout(600)  # both clusters start within it: the module's and stock's
 def test_dashboard_pages_show_what_stock_rays_show(
     cluster: RealCluster, stock: RealCluster
 ) -> None:
