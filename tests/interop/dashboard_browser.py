@@ -86,8 +86,8 @@ class Browser:
     ) -> T:
         """Open ``url`` and return ``facts(page)`` once ``ready`` holds for them (the
         dashboard polls its APIs: a table fills in after the first paint)."""
+        self._driver.get("about:blank")  # a new load of the app, even for the same route
         self._driver.get(url)
-        self._driver.refresh()  # a hash route: make the app load its data anew
         deadline = time.monotonic() + PAGE_TIMEOUT_S
         while True:
             raw = self._driver.execute_script(READ_PAGE)
