@@ -13,4 +13,4 @@ echo "installing chromium and chromium-driver (the dashboard page tests)..." >&2
 $SUDO apt-get update -y -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
   chromium chromium-driver >/dev/null
-chromium --version
+chromium --version 2>/dev/null

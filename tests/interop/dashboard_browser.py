@@ -106,6 +106,18 @@ class Browser:
         self._driver.set_window_size(1600, 1000)
 
 
+def unavailable() -> str:
+    """Why :func:`headless_chromium` cannot start here ("" when it can)."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not shutil.which(path)]
+    if missing:
+        return f"{' and '.join(missing)} not installed: run scripts/ensure_browser.sh"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium not installed: run scripts/bootstrap.sh (the test extras)"
+    return ""
+
+
 @contextlib.contextmanager
 def headless_chromium() -> Iterator[Browser]:
     """Chromium with a new empty profile; chromedriver and the browser it starts run in a

@@ -270,7 +270,7 @@ def _read_page(browser: Browser, c: RealCluster, page: str, shots: str) -> Any:
 
 @pytest.mark.timeout(600)  # both clusters start within it: the module's and stock's
 def test_dashboard_pages_show_what_stock_rays_show(
-    cluster: RealCluster, stock: RealCluster
+    chromium: None, cluster: RealCluster, stock: RealCluster
 ) -> None:
     """The Overview, Cluster, Jobs and Actors pages of Ray's web UI, opened in headless
     Chromium on our GCS and on stock Ray after the same workload, show the same facts
