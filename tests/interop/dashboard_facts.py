@@ -95,7 +95,7 @@ def overview_ready(facts: dict[str, Any], nodes: int, jobs: int) -> bool:
     node_lines = [s for s in facts["node_status"] if s.startswith("1 node_")]
     return (
         len(node_lines) == nodes
-        and len(facts["recent_jobs"]) >= jobs
+        and len(facts["recent_jobs"]) >= 2 * jobs  # each: its title, its entrypoint
         and len(facts["events"]) >= 2  # the job API's submitted job: started, completed
         and any("CPU" in s for s in facts["resource_status"])
     )
