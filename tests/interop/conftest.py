@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import pytest
 
-from tests.interop import dashboard_browser, venvs
+from tests.interop import venvs
 
 T = TypeVar("T")
 
@@ -62,13 +62,3 @@ class VenvWithGcs:
 def ray_venv_with_gcs(ray_venv: venvs.Venv) -> VenvWithGcs:
     _obtain(lambda: venvs.ensure_our_dependencies(ray_venv), "ray + gcs dependencies")
     return VenvWithGcs(ray_venv, venvs.with_our_package())
-
-
-@pytest.fixture(scope="session")
-def chromium() -> None:
-    """Debian's chromium and chromedriver with Selenium (scripts/ensure_browser.sh)."""
-    reason = dashboard_browser.unavailable()
-    if reason and os.environ.get("GCS_INTEROP_REQUIRED") == "1":
-        pytest.fail(reason)
-    if reason:
-        pytest.skip(reason)

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from gcs.testing.servers import free_port
+from tests.interop import dashboard_browser, venvs
 from tests.interop import dashboard_facts as facts
-from tests.interop import venvs
 from tests.interop.dashboard_browser import Browser, Page, headless_chromium
 from tests.interop.real_cluster import GCS_HOST, RealCluster, Worker, kill_group, real_cluster
 from tests.interop.stock_ray import stock_cluster
@@ -137,6 +137,18 @@ def cluster(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
     # our GCS stopped its dashboard and head raylet, each with its whole process group
     left = [pid for pid in children if _group_alive(pid)]
     assert not left, f"process groups left running: {left}"
+
+
+@pytest.fixture(scope="module")
+def chromium() -> None:
+    """Debian's chromium and chromedriver with Selenium (scripts/ensure_browser.sh), checked
+    before any cluster starts: a skip naming the script, a failure under
+    GCS_INTEROP_REQUIRED=1 (as a missing venv)."""
+    reason = dashboard_browser.unavailable()
+    if reason and os.environ.get("GCS_INTEROP_REQUIRED") == "1":
+        pytest.fail(reason)
+    if reason:
+        pytest.skip(reason)
 
 
 @pytest.fixture
