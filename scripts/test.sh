@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 bash scripts/ensure_services.sh
+bash scripts/ensure_browser.sh  # chromium + chromedriver: the dashboard page tests
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy gcs

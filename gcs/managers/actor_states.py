@@ -13,6 +13,8 @@ __all__ = [
     "ALIVE",
     "DEAD",
     "DEPENDENCIES_UNREADY",
+    "OWNER_NODE_DIED",
+    "OWNER_WORKER_DIED",
     "PENDING_CREATION",
     "RESTARTING",
     "TRANSITIONS",
@@ -126,18 +128,30 @@ def out_of_scope(actor: gcs_pb2.ActorTableData) -> common_pb2.ActorDeathCause:
     )
 
 
+OWNER_WORKER_DIED = "Owner's worker process has crashed."
+"""Ray's detail for an actor whose owner's worker died, whatever that worker's own exit
+detail was (a driver's ``ray.shutdown()`` included)."""
+OWNER_NODE_DIED = "Owner's node has crashed."
+"""Ray's detail for an actor whose owner's node died (exit type ``SYSTEM_ERROR``)."""
+
+
 def owner_died(
-    actor: gcs_pb2.ActorTableData, exit_type: str = "", exit_detail: str = ""
+    actor: gcs_pb2.ActorTableData,
+    exit_type: str = "",
+    exit_detail: str = "",
+    *,
+    owner_ip: str = "",
 ) -> common_pb2.ActorDeathCause:
+    """The owner (a worker or driver) died.  With ``exit_type`` the message is Ray's in
+    full (``... Owner worker exit type: T Worker exit detail: D``; ``owner_ip``: the dead
+    worker's or node's address, the actor's owner address when not given)."""
     message = (
         "The actor is dead because its owner has died. Owner Id: "
         f"{actor.owner_address.worker_id.hex()} Owner Ip address: "
-        f"{actor.owner_address.ip_address}"
+        f"{owner_ip or actor.owner_address.ip_address}"
     )
     if exit_type:
-        message += f" Owner worker exit type: {exit_type}"
-    if exit_detail:
-        message += f" Worker exit detail: {exit_detail}"
+        message += f" Owner worker exit type: {exit_type} Worker exit detail: {exit_detail}"
     return _context(actor, Reason.OWNER_DIED, message)
 
 

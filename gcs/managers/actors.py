@@ -470,7 +470,15 @@ class ActorManager:
             for owned in sorted(self._owned.get(worker_id, ())):
                 actor = self.actors[owned]
                 if not actor.is_detached and actor.state != states.DEAD:
-                    await self._destroy(owned, states.owner_died(actor, exit_type, detail))
+                    # Ray's words: the exit type (SYSTEM_ERROR when unset), never the
+                    # owner's own exit detail
+                    cause = states.owner_died(
+                        actor,
+                        _EXIT.Name(failure.exit_type),
+                        states.OWNER_WORKER_DIED,
+                        owner_ip=address.ip_address,
+                    )
+                    await self._destroy(owned, cause)
             actor_id = (
                 self._by_worker.get(worker_id)
                 or self._leased_to(worker_id)
@@ -499,7 +507,13 @@ class ActorManager:
                 if actor is None or actor.state == states.DEAD:
                     continue
                 if actor.owner_address.node_id == node_id and not actor.is_detached:
-                    await self._destroy(actor_id, states.owner_died(actor))
+                    cause = states.owner_died(
+                        actor,
+                        _EXIT.Name(_EXIT.SYSTEM_ERROR),
+                        states.OWNER_NODE_DIED,
+                        owner_ip=node.node_manager_address,
+                    )
+                    await self._destroy(actor_id, cause)
                     continue
                 entry = self._scheduling.get(actor_id)
                 on_node = actor.node_id == node_id and actor.state == states.ALIVE

@@ -359,6 +359,11 @@ class TestRestarts:
         assert h.actors.actors[owned_on_two.actor_id].state == states.DEAD
         ctx = h.actors.actors[owned_on_two.actor_id].death_cause.actor_died_error_context
         assert ctx.reason == Reason.OWNER_DIED
+        assert ctx.error_message == (  # Ray's words
+            f"The actor is dead because its owner has died. Owner Id: {'02' * 28} "
+            "Owner Ip address: 127.0.0.2 Owner worker exit type: SYSTEM_ERROR "
+            "Worker exit detail: Owner's node has crashed."
+        )
         # detached: its owner's death does not kill it; its node's death restarts it
         await h.until(lambda: h.actors.actors[detached_owned_on_two.actor_id].state == states.ALIVE)
         assert h.actors.actors[detached_owned_on_two.actor_id].node_id == node_id(1)
@@ -449,6 +454,24 @@ class TestDeaths:
         assert ctx.reason == Reason.OWNER_DIED
         assert ctx.error_message.startswith("The actor is dead because its owner has died.")
         assert h.actors.actors[detached.actor_id].state == states.ALIVE
+
+    async def test_an_owner_drivers_exit_reads_as_on_ray_not_as_its_own_exit_detail(
+        self,
+    ) -> None:
+        """Ray's GCS names the owner's exit type and says "Owner's worker process has
+        crashed." whatever the driver's own detail (the dashboard's Actors page showed
+        "Shutdown by ray.shutdown()." on ours)."""
+        h = await Harness().start(1)
+        owned = await h.create(actor_spec(1))
+        driver = common_pb2.Address(node_id=node_id(1), worker_id=DRIVER, ip_address="127.0.0.9")
+        h.worker_failure(driver, common_pb2.INTENDED_USER_EXIT, "Shutdown by ray.shutdown().")
+        await h.until(lambda: h.actors.actors[owned.actor_id].state == states.DEAD)
+        ctx = h.actors.actors[owned.actor_id].death_cause.actor_died_error_context
+        assert ctx.error_message == (
+            f"The actor is dead because its owner has died. Owner Id: {DRIVER.hex()} "
+            "Owner Ip address: 127.0.0.9 Owner worker exit type: INTENDED_USER_EXIT "
+            "Worker exit detail: Owner's worker process has crashed."
+        )
 
     async def test_death_before_creation_answers_the_waiting_create(self) -> None:
         """Killed while its lease waits at a raylet: CreateActor is answered, and the

@@ -9,21 +9,26 @@ timeout, and every process (dashboard and head raylet included) is stopped at th
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import pathlib
 import re
 import signal
 import textwrap
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from gcs.testing.servers import free_port
-from tests.interop import venvs
+from tests.interop import dashboard_browser, venvs
+from tests.interop import dashboard_facts as facts
+from tests.interop.dashboard_browser import Browser, Page, headless_chromium
 from tests.interop.real_cluster import GCS_HOST, RealCluster, Worker, kill_group, real_cluster
+from tests.interop.stock_ray import stock_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -51,6 +56,37 @@ DRIVER = textwrap.dedent(
                       "node": ray.get_runtime_context().get_node_id()}))
     """
 )
+
+PAGES_DRIVER = textwrap.dedent(
+    """
+    import json, sys, ray
+
+    ray.init(address=sys.argv[1], namespace="pages", logging_level="ERROR")
+
+    @ray.remote(num_cpus=1)
+    def cube(x):
+        return x ** 3
+
+    @ray.remote(num_cpus=0)
+    class PageKeeper:
+        def ping(self):
+            return "pong"
+
+    @ray.remote(num_cpus=0)
+    class Counter:  # the driver's own: dead once the driver exits
+        def get(self):
+            return 1
+
+    keeper = PageKeeper.options(name="page-keeper", lifetime="detached").remote()
+    counter = Counter.remote()
+    cubes = ray.get([cube.remote(i) for i in range(4)], timeout=300)
+    pings = ray.get([keeper.ping.remote(), counter.get.remote()], timeout=300)
+    print(json.dumps({"cubes": cubes, "pings": pings}))
+    """
+)
+PAGES = ("overview", "cluster", "jobs", "actors")
+SCREENSHOTS = "GCS_DASHBOARD_SCREENSHOTS"
+"""A directory to save each page's screenshot in (docs/dashboard/), when set."""
 
 GHOST_DRIVER = textwrap.dedent(
     """
@@ -101,6 +137,31 @@ def cluster(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
     # our GCS stopped its dashboard and head raylet, each with its whole process group
     left = [pid for pid in children if _group_alive(pid)]
     assert not left, f"process groups left running: {left}"
+
+
+@pytest.fixture(scope="module")
+def chromium() -> None:
+    """Debian's chromium and chromedriver with Selenium (scripts/ensure_browser.sh), checked
+    before any cluster starts: a skip naming the script, a failure under
+    GCS_INTEROP_REQUIRED=1 (as a missing venv)."""
+    reason = dashboard_browser.unavailable()
+    if reason and os.environ.get("GCS_INTEROP_REQUIRED") == "1":
+        pytest.fail(reason)
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def stock(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
+    """Stock Ray beside the module's cluster, the same shape: a 1-CPU head and a 2-CPU worker
+    (its autoscaler in v2 mode, as ours reports)."""
+    with stock_cluster(
+        ray_default_venv,
+        head_args=("--num-cpus=1",),
+        workers=[Worker("127.0.0.5")],
+        env={"RAY_enable_autoscaler_v2": "1"},
+    ) as c:
+        yield c
 
 
 def child_starts(
@@ -176,6 +237,72 @@ def ray_list(c: RealCluster, what: str, *extra: str) -> list[dict[str, Any]]:
         return []
     rows: list[dict[str, Any]] = json.loads(out)
     return rows
+
+
+def _http_json(url: str, body: dict[str, Any] | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read())
+
+
+def _pages_workload(c: RealCluster) -> None:
+    """A driver with tasks and actors (one detached), then a job through the job API (its
+    REST calls, as `ray job submit` makes them, without a CLI to start)."""
+    jobs = f"{c.dashboard}/api/jobs/"
+    assert _http_json(jobs) == [], "the first workload of this cluster (see the test)"
+    assert c.driver(PAGES_DRIVER)["cubes"] == [0, 1, 8, 27]
+    _http_json(jobs, {"entrypoint": "python -c 'print(1)'", "submission_id": "pages-job"})
+    done = ("SUCCEEDED", "FAILED", "STOPPED")
+    c.wait(lambda: _http_json(f"{jobs}pages-job")["status"] in done, 180, "pages-job done")
+    assert _http_json(f"{jobs}pages-job")["status"] == "SUCCEEDED"
+
+
+READERS: dict[str, tuple[Callable[[Page, str], Any], Callable[[Any], bool]]] = {
+    # each page's facts, and when it shows the whole workload (2 nodes, 2 jobs, 3 actors)
+    "overview": (facts.overview_facts, lambda f: facts.overview_ready(f, nodes=2, jobs=2)),
+    "cluster": (facts.cluster_facts, lambda f: facts.cluster_ready(f, nodes=2)),
+    "jobs": (facts.jobs_facts, lambda f: facts.jobs_ready(f, jobs=2)),
+    "actors": (facts.actors_facts, lambda f: facts.actors_ready(f, actors=3)),
+}
+SETTLE_S = 60.0
+"""A page may catch either cluster between two states (a node going idle): the two are read
+again until they agree; a difference that lasts this long is a real one."""
+
+
+def _read_page(browser: Browser, c: RealCluster, page: str, shots: str) -> Any:
+    read, ready = READERS[page]
+    side = "ours" if c.gcs_host == GCS_HOST else "stock"
+    url = f"{c.dashboard}/#/{page}"
+    seen = browser.read(url, lambda p: read(p, c.gcs_host), ready, f"{side} {page}")
+    if shots:
+        browser.screenshot(pathlib.Path(shots) / f"{page}-{side}.png")
+    return seen
+
+
+@pytest.mark.timeout(600)  # both clusters start within it: the module's and stock's
+def test_dashboard_pages_show_what_stock_rays_show(
+    chromium: None, cluster: RealCluster, stock: RealCluster
+) -> None:
+    """The Overview, Cluster, Jobs and Actors pages of Ray's web UI, opened in headless
+    Chromium on our GCS and on stock Ray after the same workload, show the same facts
+    (dashboard_facts: ids, addresses, times and memory sizes made neutral).  The module's
+    first test: the workload must be the first on its cluster."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # subprocesses and HTTP calls
+        for done in [pool.submit(_pages_workload, c) for c in (cluster, stock)]:
+            done.result()
+    shots = os.environ.get(SCREENSHOTS, "")
+    differ = {}
+    with headless_chromium() as browser:
+        for page in PAGES:
+            deadline = time.monotonic() + SETTLE_S
+            while True:
+                ours, theirs = (_read_page(browser, c, page, shots) for c in (cluster, stock))
+                if ours == theirs or time.monotonic() > deadline:
+                    break
+            if ours != theirs:
+                differ[page] = f"{page}:\n ours  {ours}\n stock {theirs}"
+    assert not differ, "\n".join(differ.values())
 
 
 def test_ray_list_nodes_shows_the_head_raylet_and_the_worker(cluster: RealCluster) -> None:

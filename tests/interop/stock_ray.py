@@ -1,0 +1,112 @@
+"""Stock Ray 2.60 (its own GCS under ``ray start --head``) beside our GCS, for tests that
+compare what a user sees on both.
+
+The head binds another loopback address (:data:`STOCK_HEAD_HOST`), every port it opens is
+chosen free (GCS, dashboard, agents, metrics, Ray client, node and object managers, worker
+ports), it gets its own temp dir and the private HOME/TMPDIR of :func:`ray_env`, and the
+``ray start --block`` process groups are killed at the end (``ray stop`` would not find
+nodes under private temp dirs).  The value is a :class:`RealCluster` without our GCS, so
+drivers, CLI calls and waits read the same as on our side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import pathlib
+import shutil
+import tempfile
+import urllib.request
+from collections.abc import Collection, Iterator, Mapping, Sequence
+
+from gcs.testing.servers import free_ports
+from tests.interop import venvs
+from tests.interop.real_cluster import START_TIMEOUT_S, RealCluster, Worker
+
+STOCK_HEAD_HOST = "127.0.0.4"
+WORKER_PORTS = 24
+"""Ports for a node's worker processes (``--worker-port-list``), instead of Ray's default
+range 10002-19999 that other clusters on this machine use too."""
+
+
+def node_ports(taken: Collection[int] = ()) -> tuple[str, ...]:
+    """``ray start`` arguments giving every port a node opens a free one, all distinct and
+    none of ``taken`` (Ray refuses a node whose components share a port)."""
+    count = 6 + WORKER_PORTS
+    ports = [p for p in free_ports(count + len(taken)) if p not in taken][:count]
+    http, agent_grpc, runtime_env, metrics, node_manager, object_manager, *workers = ports
+    return (
+        f"--dashboard-agent-listen-port={http}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={runtime_env}",
+        f"--metrics-export-port={metrics}",
+        f"--node-manager-port={node_manager}",
+        f"--object-manager-port={object_manager}",
+        f"--worker-port-list={','.join(map(str, workers))}",
+    )
+
+
+def _dashboard_up(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/version", timeout=5) as reply:
+            return bool(json.loads(reply.read()).get("ray_version"))
+    except (OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def stock_cluster(
+    ray_venv: venvs.Venv,
+    *,
+    head_args: Sequence[str] = (),
+    workers: Sequence[Worker] = (),
+    host: str = STOCK_HEAD_HOST,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[RealCluster]:
+    """``ray start --head --block`` with its dashboard on ``host`` plus ``workers``, every
+    node alive in stock's GCS and the dashboard answering; everything stopped at the end.
+    ``cluster.dashboard`` is the dashboard's URL; ``env`` adds to every process's
+    environment (Ray's ``RAY_...`` settings)."""
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="rays", dir="/tmp"))
+    taken = free_ports(3)
+    gcs_port, dashboard_port, client_port = taken
+    cluster = RealCluster(ray_venv=ray_venv, tmp=tmp, port=gcs_port, storage="", gcs_host=host)
+    cluster.dashboard = f"http://{host}:{dashboard_port}"
+    cluster.env.update(env or {})
+    try:
+        temp_dir = pathlib.Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+        cluster.temp_dirs.append(temp_dir)
+        head = cluster.spawn(
+            [
+                str(cluster.ray_bin), "start", "--head", "--block",
+                f"--node-ip-address={host}", f"--port={gcs_port}",
+                "--include-dashboard=true", f"--dashboard-host={host}",
+                f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={client_port}",
+                f"--temp-dir={temp_dir}", "--disable-usage-stats", *node_ports(taken), *head_args,
+            ],
+            name="stock-head",
+        )  # fmt: skip
+
+        def head_up() -> bool:
+            if head.poll() is not None:
+                raise AssertionError(f"stock's `ray start --head` exited\n{cluster.logs()}")
+            return len(cluster.alive_nodes()) >= 1
+
+        cluster.wait(head_up, START_TIMEOUT_S, "stock Ray's head node alive")
+        for worker in workers:
+            # the ports of node_ports() last: they replace add_worker's agent port, drawn
+            # apart from them (click keeps an option's last value)
+            cluster.add_worker(dataclasses.replace(worker, args=(*worker.args, *node_ports(taken))))
+
+        def nodes_up() -> bool:
+            if any(p.poll() is not None for p in (head, *cluster.workers)):
+                raise AssertionError(f"a stock `ray start` exited\n{cluster.logs()}")
+            return len(cluster.alive_nodes()) >= 1 + len(workers)
+
+        cluster.wait(nodes_up, START_TIMEOUT_S, "stock Ray's nodes alive")
+        cluster.wait(lambda: _dashboard_up(cluster.dashboard), START_TIMEOUT_S, "its dashboard")
+        yield cluster
+    finally:
+        cluster.close()
+        shutil.rmtree(tmp, ignore_errors=True)
