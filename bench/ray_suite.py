@@ -230,13 +230,22 @@ def provide_redis(venv: venvs.Venv) -> None:
     target.symlink_to(found)
 
 
-def prepare(side: str) -> venvs.Venv:
-    """The side's venv, built once, tests installed; ours with the launcher in place."""
+def has_tests(source: pathlib.Path = SUITE_SOURCE) -> bool:
+    """Whether Ray's test files are there to run (``GCS_RAY_TESTS``)."""
+    return (source / "python" / "ray" / "tests").is_dir()
+
+
+def prepare(
+    side: str, *, build: bool = True, progress: venvs.Progress = lambda _: None
+) -> venvs.Venv:
+    """The side's venv, built once (or, ``build=False``, :class:`venvs.VenvMissing` if it is
+    not), tests installed; ours with the launcher in place."""
     spec = suite_spec(side)
-    venv = venvs.ensure_venv(spec)
+    venv = venvs.ensure_venv(spec, progress) if build else venvs.require_venv(spec)
     # one preparer at a time: two pytest workers copying the tests tree into the same venv
     # collide ("File exists"), as CI's first run on a fresh cache showed
     with venvs.locked(spec.name + "-prepare"):
+        progress("copying Ray's tests in, installing our gcs_server launcher")
         install_tests(venv)
         provide_redis(venv)
         if side == "ours":

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from xdist.remote import Producer
     from xdist.scheduler.protocol import Scheduling
 
+pytest_plugins = ("pytester", "tests.interop.fixtures")
+"""pytester (tests of the suite's own hooks), and the cached Ray / ant-ray virtualenvs
+(``ray_venv``, ...) for every test directory, with the hook that builds them before any
+test runs."""
+
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:

@@ -77,7 +77,7 @@ def check_request_size(
 
 def decode_request(
     path: str,
-    raw: bytes,
+    raw: bytes | memoryview,
     message_cls: Any,
     max_request_bytes: int | None,
     size: int = -1,
@@ -123,7 +123,7 @@ def _wrap(
     warnings: WarningSampler | None = None,
     pause: Pause | None = None,
 ) -> Handler:
-    async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+    async def handler(raw: bytes | memoryview, context: grpc.aio.ServicerContext) -> Any:
         start = time.perf_counter()
         code = "OK"
         try:

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from gcs.testing.servers import MissingServerBinary, PostgresServer, RedisServer, free_port
+from tests.interop import venvs
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -204,18 +205,11 @@ class TestQuickstart:
         assert "SERVING" in result.stdout
 
     @pytest.mark.interop
-    def test_ray_tools_reach_the_demo(self, demo: dict[str, int], tmp_path: Path) -> None:
+    def test_ray_tools_reach_the_demo(
+        self, ray_venv: venvs.Venv, demo: dict[str, int], tmp_path: Path
+    ) -> None:
         """``ray status`` and Ray's GcsClient, from the cached ray==2.60.0 venv."""
-        from tests.interop import venvs
-
-        # built on first use under the cache's lock: a parallel worker still building it
-        # makes this one wait (looking for bin/ray could skip, or find it half-built)
-        try:
-            venv = venvs.ensure_venv(venvs.RAY).path
-        except venvs.VenvError as exc:
-            if os.environ.get("GCS_INTEROP_REQUIRED") == "1":
-                pytest.fail(f"no ray venv: {exc}")
-            pytest.skip(f"no ray venv: {exc}")
+        venv = ray_venv.path
         block = BLOCKS[("Quickstart (with the demo running, in another shell)", 1)]
         env = _env(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
         env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"

@@ -5,12 +5,11 @@ copied into this repository (``/work/shared/ray-tests``, or ``$GCS_RAY_TESTS``).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from bench import ray_suite
 from tests.interop import venvs
+from tests.interop.fixtures import build_failures, obtain
 
 pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("ray_suite_smoke")]
 
@@ -29,23 +28,21 @@ too)."""
 
 
 @pytest.fixture(scope="module")
-def ours() -> venvs.Venv:
-    if not (ray_suite.SUITE_SOURCE / "python" / "ray" / "tests").is_dir():
+def ray_suite_venv(pytestconfig: pytest.Config) -> venvs.Venv:
+    """Built before the tests (tests.interop.prebuild); here only Ray's test files are put
+    in (again when they changed) and our launcher refreshed."""
+    if not ray_suite.has_tests():
         pytest.skip(f"Ray's test files are not at {ray_suite.SUITE_SOURCE} (GCS_RAY_TESTS)")
-    try:
-        return ray_suite.prepare("ours")
-    except venvs.VenvError as exc:
-        if os.environ.get("GCS_INTEROP_REQUIRED") == "1":
-            pytest.fail(f"cannot build the ray-suite venv: {exc}")
-        pytest.skip(f"cannot build the ray-suite venv: {exc}")
+    failures = build_failures(pytestconfig)
+    return obtain(failures, ("ray-suite",), lambda: ray_suite.prepare("ours", build=False))
 
 
 @pytest.mark.parametrize(("test_file", "keyword"), SMOKE_FILES)
 def test_rays_own_tests_pass_on_gcs_server(
-    ours: venvs.Venv, test_file: str, keyword: str | None
+    ray_suite_venv: venvs.Venv, test_file: str, keyword: str | None
 ) -> None:
     run = ray_suite.run_file(
-        ours,
+        ray_suite_venv,
         test_file,
         test_timeout_s=120,
         file_timeout_s=170,

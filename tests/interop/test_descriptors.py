@@ -8,6 +8,7 @@ by ``wire_diff``.  Deliberate additions are listed in ``ALLOWED`` below, exactly
 from __future__ import annotations
 
 import importlib
+import pathlib
 import pkgutil
 from typing import Any
 
@@ -118,11 +119,11 @@ def dump_in_venv(venv: venvs.Venv, modules: list[str]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def ray_dump(ray_venv: venvs.Venv) -> dict[str, Any]:
+def ray_dump(ray_venv: venvs.Venv, ray_wheel: pathlib.Path) -> dict[str, Any]:
     """Ray's modules, plus ``ray_syncer.proto``: the wheel has no ``ray_syncer_pb2``, its
     descriptor is read from the wheel's ``gcs_server`` binary."""
     dump = dump_in_venv(ray_venv, RAY_MODULES)
-    syncer = syncer_descriptor_from_wheel(venvs.wheel_path("ray"))
+    syncer = syncer_descriptor_from_wheel(ray_wheel)
     descriptor_dump.dump_file(syncer, dump)
     return dump
 

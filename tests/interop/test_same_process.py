@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.interop import venvs
-from tests.interop.conftest import VenvWithGcs
+from tests.interop.fixtures import VenvWithGcs
 
 SCRIPT = r"""
 import json, pkgutil, importlib

@@ -34,7 +34,7 @@ class FakePip:
         self.commands: list[list[str]] = []
         self.lock = threading.Lock()
 
-    def __call__(self, cmd: list[str], *, timeout: float = 0) -> None:
+    def __call__(self, cmd: list[str], *, timeout: float = 0, log: Any = None) -> None:
         with self.lock:
             self.commands.append(cmd)
             first = len(self.commands) == 1
@@ -46,7 +46,8 @@ class FakePip:
             python.write_text("")
         elif "download" in cmd:
             dest = pathlib.Path(cmd[cmd.index("--dest") + 1])
-            (dest / "fake-1.0-py3-none-any.whl").write_bytes(b"wheel")
+            dist, version = cmd[-1].split("==")
+            (dest / f"{dist.replace('-', '_')}-{version}-py3-none-any.whl").write_bytes(b"wheel")
 
     def kinds(self) -> list[str]:
         out = []
@@ -154,7 +155,7 @@ class TestEnsureVenv:
     def test_failed_build_leaves_no_stamp(self, fake_pip: FakePip, monkeypatch) -> None:
         """If a step fails the error propagates and the next call starts over."""
 
-        def failing(cmd: list[str], *, timeout: float = 0) -> None:
+        def failing(cmd: list[str], *, timeout: float = 0, log: Any = None) -> None:
             fake_pip(cmd)
             if "install" in cmd:
                 raise venvs.VenvError("no network")
@@ -188,14 +189,15 @@ class TestRunInVenv:
 
 @pytest.mark.interop
 class TestRealWheels:
-    @pytest.mark.parametrize(("dist", "prefix"), [("ray", "ray-2.60.0-"), ("ant-ray", "ant_ray-")])
-    def test_wheel_path_is_a_cached_wheel(self, dist: str, prefix: str) -> None:
-        """wheel_path gives the raw wheel under the cache's wheels/ directory."""
-        path = venvs.wheel_path(dist)
-        assert path.parent == venvs.cache_root() / "wheels"
-        assert path.name.startswith(prefix)
-        with zipfile.ZipFile(path) as zf:
-            assert "ray/core/generated/autoscaler_pb2.py" in zf.namelist()
+    def test_the_wheels_are_cached_wheels(
+        self, ray_wheel: pathlib.Path, ant_ray_wheel: pathlib.Path
+    ) -> None:
+        """The wheel fixtures give the raw wheels under the cache's wheels/ directory."""
+        for path, prefix in ((ray_wheel, "ray-2.60.0-"), (ant_ray_wheel, "ant_ray-")):
+            assert path.parent == venvs.cache_root() / "wheels"
+            assert path.name.startswith(prefix)
+            with zipfile.ZipFile(path) as zf:
+                assert "ray/core/generated/autoscaler_pb2.py" in zf.namelist()
 
     def test_ant_ray_venv_has_ant_rays_virtual_cluster_service(
         self, ant_ray_venv: venvs.Venv
@@ -207,24 +209,3 @@ class TestRealWheels:
             "g.DESCRIPTOR.services_by_name}))"
         )
         assert venvs.run_in_venv(ant_ray_venv, script) == {"vc": True}
-
-
-class TestUnbuildableVenv:
-    def _broken(self) -> None:
-        raise venvs.VenvError("pip: no network")
-
-    def test_skips_with_the_reason_by_default(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Without GCS_INTEROP_REQUIRED an unbuildable venv skips, naming the cause."""
-        from tests.interop.conftest import _obtain
-
-        monkeypatch.delenv("GCS_INTEROP_REQUIRED", raising=False)
-        with pytest.raises(pytest.skip.Exception, match=r"virtualenv: pip: no network"):
-            _obtain(self._broken, "ray==2.60.0")
-
-    def test_fails_when_interop_is_required(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """GCS_INTEROP_REQUIRED=1 (CI) turns the skip into a failure."""
-        from tests.interop.conftest import _obtain
-
-        monkeypatch.setenv("GCS_INTEROP_REQUIRED", "1")
-        with pytest.raises(pytest.fail.Exception, match="no network"):
-            _obtain(self._broken, "ray==2.60.0")

@@ -13,6 +13,12 @@ A venv without a matching stamp is half-built (or built by an older harness) and
 from scratch.  Our own package is never installed into the shared venv (several worktrees
 use one cache); its runtime dependencies are, once (stamped by their hash), and scripts that
 need ``gcs`` run with ``PYTHONPATH`` pointing at the repository under test.
+
+Builds happen before tests run, never inside one (a pip install outlived pytest's 300 s
+per-test timeout on a busy machine): ``python -m tests.interop.venvs`` (:data:`BUILD_COMMAND`,
+run by scripts/test.sh) builds what the suite needs (:mod:`tests.interop.prebuild`), and the
+fixtures (:mod:`tests.interop.fixtures`) only check.  Each build's pip output goes to
+``logs/<name>.log`` under the cache.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from gcs.testing.hermetic import user_home
@@ -40,6 +46,16 @@ HARNESS_VERSION = 1
 _COMPLETE = ".complete"
 _OURS_STAMP = ".gcs-deps"
 _INSTALL_TIMEOUT_S = 1800.0
+BUILD_COMMAND = "python -m tests.interop.venvs"
+"""What builds the cached venvs (every one the suite uses); fixtures name it when one is
+missing."""
+
+Progress = Callable[[str], None]
+"""Told each step of a build as it starts (one short line, e.g. ``installing ...``)."""
+
+
+def _quiet(step: str) -> None:
+    """The default :data:`Progress`: says nothing."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,10 @@ class VenvError(RuntimeError):
     """A venv could not be built, or a script run in it failed (message carries stderr)."""
 
 
+class VenvMissing(VenvError):
+    """A venv a test needs is not built (tests never build one: :data:`BUILD_COMMAND`)."""
+
+
 @dataclass(frozen=True)
 class Venv:
     spec: VenvSpec
@@ -152,7 +172,33 @@ def locked(name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run(cmd: list[str], *, timeout: float = _INSTALL_TIMEOUT_S) -> None:
+def _run(
+    cmd: list[str], *, timeout: float = _INSTALL_TIMEOUT_S, log: pathlib.Path | None = None
+) -> None:
+    """Run a build command.  With ``log``, its output is appended there (a developer can
+    follow it) and a failure's message is one line: the command's last output line and the
+    log's path."""
+    if log is None:
+        _run_captured(cmd, timeout)
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        try:
+            proc = subprocess.run(
+                cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False,
+                env=_builder_env(),
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            raise VenvError(f"timed out after {timeout:.0f}s: {_short(cmd)} (log: {log})") from exc
+    if proc.returncode != 0:
+        raise VenvError(
+            f"{_short(cmd)} failed (exit {proc.returncode}): {_last_line(log)} (log: {log})"
+        )
+
+
+def _run_captured(cmd: list[str], timeout: float) -> None:
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, check=False, env=_builder_env()
@@ -164,6 +210,24 @@ def _run(cmd: list[str], *, timeout: float = _INSTALL_TIMEOUT_S) -> None:
             f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
         )
+
+
+def _short(cmd: list[str]) -> str:
+    """``pip install`` / ``python -m venv`` / ``python -c``: what failed, without paths."""
+    words = [pathlib.Path(cmd[0]).name, *cmd[1:]]
+    if words[1:2] == ["-m"]:
+        return " ".join(words[2:4]) if words[2:3] == ["pip"] else f"python -m {words[2]}"
+    return " ".join(words[:2])
+
+
+def _last_line(log: pathlib.Path) -> str:
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+    return next((line for line in reversed(lines) if line), "no output")[:300]
+
+
+def log_path(name: str) -> pathlib.Path:
+    """Where the build of the venv ``name`` writes pip's output (rewritten by each build)."""
+    return cache_root() / "logs" / f"{name}.log"
 
 
 def _find_wheel(spec: VenvSpec) -> pathlib.Path | None:
@@ -178,19 +242,30 @@ def wheel_path(dist: str) -> pathlib.Path:
         return _download_wheel(spec)
 
 
-def _download_wheel(spec: VenvSpec) -> pathlib.Path:
+def cached_wheel(dist: str) -> pathlib.Path | None:
+    """The cached wheel of ``"ray"`` or ``"ant-ray"`` if it is there (never downloads)."""
+    return _find_wheel(SPECS[dist])
+
+
+def _download_wheel(
+    spec: VenvSpec, log: pathlib.Path | None = None, progress: Progress = _quiet
+) -> pathlib.Path:
     """Caller holds the wheels lock.  Local wheels are an accelerator, PyPI the source."""
     existing = _find_wheel(spec)
     if existing is not None:
         return existing
+    progress(f"downloading the {spec.requirement} wheel")
     dest = cache_root() / "wheels"
     dest.mkdir(parents=True, exist_ok=True)
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(dest)]
     if any(spec.local_wheel_dir.glob(spec.wheel_glob)):
         with contextlib.suppress(VenvError):  # fall through to the index
-            _run([*base, "--no-index", "--find-links", str(spec.local_wheel_dir), spec.requirement])
+            _run(
+                [*base, "--no-index", "--find-links", str(spec.local_wheel_dir), spec.requirement],
+                log=log,
+            )
     if _find_wheel(spec) is None:
-        _run([*base, spec.requirement])
+        _run([*base, spec.requirement], log=log)
     found = _find_wheel(spec)
     if found is None:
         raise VenvError(f"pip download {spec.requirement} left no {spec.wheel_glob} in {dest}")
@@ -210,23 +285,55 @@ def _stamp(spec: VenvSpec) -> str:
     )
 
 
-def ensure_venv(spec: VenvSpec) -> Venv:
-    """The venv for ``spec``, built once per cache (safe against concurrent builders)."""
-    venv = Venv(spec, cache_root() / spec.name)
+def venv_of(spec: VenvSpec) -> Venv:
+    """Where the venv of ``spec`` is (built or not)."""
+    return Venv(spec, cache_root() / spec.name)
+
+
+def is_complete(spec: VenvSpec) -> bool:
+    """Whether the venv of ``spec`` is built, by this harness, for this Python (never
+    builds; the stamp is written last, so a half-built venv is not complete)."""
+    venv = venv_of(spec)
     stamp = venv.path / _COMPLETE
+    try:
+        return stamp.read_text() == _stamp(spec) and venv.python.exists()
+    except OSError:
+        return False
+
+
+def ensure_venv(spec: VenvSpec, progress: Progress = _quiet) -> Venv:
+    """The venv for ``spec``, built once per cache (safe against concurrent builders)."""
+    venv = venv_of(spec)
     with locked(spec.name):
-        if stamp.is_file() and stamp.read_text() == _stamp(spec) and venv.python.exists():
+        if is_complete(spec):
             return venv
+        log = log_path(spec.name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("")
         with locked("wheels"):
-            wheel = _download_wheel(spec)
+            wheel = _download_wheel(spec, log, progress)
         shutil.rmtree(venv.path, ignore_errors=True)
-        _run([sys.executable, "-m", "venv", str(venv.path)], timeout=300)
+        progress("creating the virtualenv")
+        _run([sys.executable, "-m", "venv", str(venv.path)], timeout=300, log=log)
         pip = [str(venv.python), "-m", "pip", "install", "--no-input"]
         target = f"{wheel}[{','.join(spec.wheel_extras)}]" if spec.wheel_extras else str(wheel)
-        _run([*pip, target, *spec.extra])
-        _run([str(venv.python), "-c", "; ".join(spec.checks)], timeout=300)
-        stamp.write_text(_stamp(spec))  # last: its presence means "complete"
+        progress(f"installing {pathlib.Path(target).name} {' '.join(spec.extra)}".rstrip())
+        _run([*pip, target, *spec.extra], log=log)
+        progress("checking its imports")
+        _run([str(venv.python), "-c", "; ".join(spec.checks)], timeout=300, log=log)
+        (venv.path / _COMPLETE).write_text(_stamp(spec))  # last: its presence means "complete"
     return venv
+
+
+def require_venv(spec: VenvSpec) -> Venv:
+    """The venv of ``spec`` if it is complete, else :class:`VenvMissing` naming the command
+    that builds it (never builds)."""
+    if not is_complete(spec):
+        raise VenvMissing(
+            f"the {spec.name} virtualenv is not built under {cache_root()}: "
+            f"build it with `{BUILD_COMMAND}`"
+        )
+    return venv_of(spec)
 
 
 def our_runtime_dependencies() -> list[str]:
@@ -235,20 +342,34 @@ def our_runtime_dependencies() -> list[str]:
     return list(data["project"]["dependencies"])
 
 
-def ensure_our_dependencies(venv: Venv) -> None:
+def _dependencies_digest() -> str:
+    return hashlib.sha256("\n".join(sorted(our_runtime_dependencies())).encode()).hexdigest()
+
+
+def has_our_dependencies(venv: Venv) -> bool:
+    """Whether our current runtime dependencies are installed in ``venv`` (never installs)."""
+    try:
+        return (venv.path / _OURS_STAMP).read_text() == _dependencies_digest()
+    except OSError:
+        return False
+
+
+def ensure_our_dependencies(venv: Venv, progress: Progress = _quiet) -> None:
     """Install our runtime dependencies into ``venv`` unless this exact set already is.
 
     The ``gcs`` package itself is imported from ``REPO_ROOT`` via ``PYTHONPATH`` (see
     :func:`with_our_package`), so the cached venv never points at one particular checkout.
     """
-    deps = our_runtime_dependencies()
-    digest = hashlib.sha256("\n".join(sorted(deps)).encode()).hexdigest()
-    marker = venv.path / _OURS_STAMP
     with locked(venv.spec.name):
-        if marker.is_file() and marker.read_text() == digest:
+        if has_our_dependencies(venv):
             return
-        _run([str(venv.python), "-m", "pip", "install", "--no-input", *deps])
-        marker.write_text(digest)
+        progress("installing our runtime dependencies")
+        log = log_path(venv.spec.name)
+        _run(
+            [str(venv.python), "-m", "pip", "install", "--no-input", *our_runtime_dependencies()],
+            log=log,
+        )
+        (venv.path / _OURS_STAMP).write_text(_dependencies_digest())
 
 
 def with_our_package(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -307,12 +428,10 @@ def run_in_venv(
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tests.interop.venvs [ray|ant-ray ...]``: build the venvs ahead of tests."""
-    for dist in argv or list(SPECS):
-        start = time.monotonic()
-        venv = ensure_venv(SPECS[dist])
-        print(f"{dist}: {venv.path} ready in {time.monotonic() - start:.1f}s")
-    return 0
+    """``python -m tests.interop.venvs``: build every venv the suite uses, before tests."""
+    from tests.interop import prebuild  # it names what the suite needs (and imports us)
+
+    return prebuild.main(argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ parse those bytes (never import ant-ray) and compare every field of every VC mes
 from __future__ import annotations
 
 import ast
-import os
 import pathlib
 import re
 import zipfile
@@ -18,7 +17,6 @@ from google.protobuf import descriptor_pb2 as d
 from gcs.proto import autoscaler_pb2, pubsub_pb2, virtual_cluster_data_pb2, virtual_cluster_pb2
 from gcs.rpc import method_path
 from gcs.rpc.services import VIRTUAL_CLUSTER_INFO
-from tests.interop import venvs
 
 SERVICE_MESSAGES = (
     "CreateOrUpdateVirtualClusterRequest",
@@ -85,35 +83,18 @@ def by_name(fd: d.FileDescriptorProto) -> dict[str, d.DescriptorProto]:
     return {m.name: m for m in fd.message_type}
 
 
-@pytest.fixture(scope="module")
-def wheel() -> pathlib.Path:
-    """``GCS_ANTRAY_WHEEL``, else the interop cache's wheel, fetched on first use under the
-    cache's lock: while a parallel worker is still downloading it this one waits for it
-    (only looking for the file skipped 17 tests of an -n 4 run during such a download)."""
-    env = os.environ.get("GCS_ANTRAY_WHEEL")
-    if env:
-        if not pathlib.Path(env).is_file():
-            pytest.skip(f"GCS_ANTRAY_WHEEL={env} is not a file")
-        return pathlib.Path(env)
-    try:
-        return venvs.wheel_path("ant-ray")
-    except venvs.VenvError as exc:
-        message = f"ant-ray 2.44.1.1 wheel unavailable: {exc}"
-        if os.environ.get("GCS_INTEROP_REQUIRED") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 class TestTableDataWire:
-    def test_node_instance_matches_ant_ray(self, wheel: pathlib.Path) -> None:
+    def test_node_instance_matches_ant_ray(self, ant_ray_wheel: pathlib.Path) -> None:
         """NodeInstance has ant-ray's fields, numbers and types."""
-        theirs = by_name(wheel_descriptor(wheel, "gcs"))["NodeInstance"]
+        theirs = by_name(wheel_descriptor(ant_ray_wheel, "gcs"))["NodeInstance"]
         mine = by_name(ours(virtual_cluster_data_pb2))["NodeInstance"]
         assert message_facts(mine) == message_facts(theirs)
 
-    def test_table_data_fields_1_to_5_match_ant_ray(self, wheel: pathlib.Path) -> None:
+    def test_table_data_fields_1_to_5_match_ant_ray(self, ant_ray_wheel: pathlib.Path) -> None:
         """VirtualClusterTableData fields 1-5 (and the map entry) equal the wheel's."""
-        theirs = message_facts(by_name(wheel_descriptor(wheel, "gcs"))["VirtualClusterTableData"])
+        theirs = message_facts(
+            by_name(wheel_descriptor(ant_ray_wheel, "gcs"))["VirtualClusterTableData"]
+        )
         mine = message_facts(by_name(ours(virtual_cluster_data_pb2))["VirtualClusterTableData"])
         assert set(theirs["fields"]) == {1, 2, 3, 4, 5}
         for number, facts in theirs["fields"].items():
@@ -135,10 +116,10 @@ class TestTableDataWire:
 
 class TestServiceWire:
     @pytest.mark.parametrize("name", SERVICE_MESSAGES)
-    def test_request_and_reply_match_ant_ray(self, wheel: pathlib.Path, name: str) -> None:
+    def test_request_and_reply_match_ant_ray(self, ant_ray_wheel: pathlib.Path, name: str) -> None:
         """Every field of each VC request/reply equals the wheel's, modulo ray->gcs, besides
         our extensions (numbered from 100, so an ant-ray peer skips them)."""
-        theirs = by_name(wheel_descriptor(wheel, "gcs_service"))[name]
+        theirs = by_name(wheel_descriptor(ant_ray_wheel, "gcs_service"))[name]
         mine = by_name(ours(virtual_cluster_pb2))[name]
         assert without_extensions(message_facts(mine)) == message_facts(theirs)
         assert max(message_facts(theirs)["fields"]) < EXTENSION_FLOOR
@@ -151,9 +132,11 @@ class TestServiceWire:
         extensions = {f.number: f.name for f in message.field if f.number >= EXTENSION_FLOOR}
         assert extensions == GCS_EXTENSIONS[name]
 
-    def test_service_methods_match_ant_ray_plus_newer_ones(self, wheel: pathlib.Path) -> None:
+    def test_service_methods_match_ant_ray_plus_newer_ones(
+        self, ant_ray_wheel: pathlib.Path
+    ) -> None:
         """The wheel's 5 methods exist with the same types; ours adds exactly the 3 newer."""
-        fd = wheel_descriptor(wheel, "gcs_service")
+        fd = wheel_descriptor(ant_ray_wheel, "gcs_service")
         (service,) = [s for s in fd.service if s.name == "VirtualClusterInfoGcsService"]
         theirs = {m.name: (renamed(m.input_type), renamed(m.output_type)) for m in service.method}
         mine = {
@@ -171,16 +154,16 @@ class TestServiceWire:
 
 
 class TestPubsubWire:
-    def test_virtual_cluster_channel_matches_ant_ray(self, wheel: pathlib.Path) -> None:
+    def test_virtual_cluster_channel_matches_ant_ray(self, ant_ray_wheel: pathlib.Path) -> None:
         """RAY_VIRTUAL_CLUSTER_CHANNEL keeps ant-ray's number."""
-        fd = wheel_descriptor(wheel, "pubsub")
+        fd = wheel_descriptor(ant_ray_wheel, "pubsub")
         (channel,) = [e for e in fd.enum_type if e.name == "ChannelType"]
         theirs = {v.name: v.number for v in channel.value}["RAY_VIRTUAL_CLUSTER_CHANNEL"]
         assert pubsub_pb2.RAY_VIRTUAL_CLUSTER_CHANNEL == theirs == 11
 
-    def test_pub_message_field_matches_ant_ray(self, wheel: pathlib.Path) -> None:
+    def test_pub_message_field_matches_ant_ray(self, ant_ray_wheel: pathlib.Path) -> None:
         """PubMessage.virtual_cluster_message has ant-ray's number and type, in the oneof."""
-        fd = wheel_descriptor(wheel, "pubsub")
+        fd = wheel_descriptor(ant_ray_wheel, "pubsub")
         theirs = {f.name: f for f in by_name(fd)["PubMessage"].field}["virtual_cluster_message"]
         mine = pubsub_pb2.PubMessage.DESCRIPTOR.fields_by_name["virtual_cluster_message"]
         assert (mine.number, "." + mine.message_type.full_name) == (

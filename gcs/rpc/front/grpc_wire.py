@@ -66,7 +66,7 @@ def split_messages(
     return out
 
 
-def inflate(data: bytes, encoding: bytes | None, max_bytes: int) -> bytes:
+def inflate(data: bytes | memoryview, encoding: bytes | None, max_bytes: int) -> bytes:
     if encoding == b"gzip":
         wbits = 31
     elif encoding == b"deflate":

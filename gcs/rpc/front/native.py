@@ -45,7 +45,7 @@ _SMALL_REPLY = 64 << 10
 class NativeMethod:
     path: str
     behaviour: Callable[[Any, Any], Awaitable[Any]]
-    deserializer: Callable[[bytes], Any] | None
+    deserializer: Callable[[bytes | memoryview], Any] | None
     serializer: Callable[[Any], bytes] | None
     bound: RequestBound | None = None
     """The request limit the handler applies (our handlers); checked against the gRPC
@@ -238,7 +238,7 @@ class NativeDispatcher:
         conn: H2ServerConnection,
         stream: Stream,
         call: NativeCall,
-        raw: bytes,
+        raw: bytes | memoryview,
         context: FrontContext,
     ) -> None:
         method = call.method
