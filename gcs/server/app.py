@@ -34,9 +34,9 @@ from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
-from gcs.server.wiring import Wiring, build
+from gcs.server.wiring import Wiring, build, open_configured
 from gcs.store import Store, store_from_url
-from gcs.store.factory import open_with_retry, redact_url
+from gcs.store.factory import redact_url
 
 __all__ = ["GcsServer", "Managers"]
 
@@ -177,23 +177,16 @@ class GcsServer:
         """``--ha``: returns once this member is a warm standby (it may already lead);
         :meth:`wait` runs its terms (``gcs.server.ha_member``)."""
         cfg, store = self.config, self.store
-        await open_with_retry(
-            store,
-            self.clock,
-            retries=cfg.redis_db_connect_retries,
-            wait_ms=cfg.redis_db_connect_wait_milliseconds,
-        )
+        await open_configured(store, self.clock, cfg)
         if cfg.metrics_port >= 0:  # across terms; each term's wiring serves none
             self.metrics.serve(cfg.host, cfg.metrics_port)
         self.ha, self.ha_status = await member(
             cfg, store, self.clock, self.metrics, self._start_term
         )
         self._running = await run_until_warm(self.ha)
+        port = self.metrics_port or "off"
         log.info(
-            "gcs.ha_member",
-            storage=redact_url(store.url),
-            metrics_port=self.metrics_port or "off",
-            **self.ha.describe(),
+            "gcs.ha_member", storage=redact_url(store.url), metrics_port=port, **self.ha.describe()
         )
 
     def _build(

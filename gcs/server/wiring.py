@@ -390,12 +390,7 @@ def build(
             metrics.serve(cfg.host, cfg.metrics_port)
 
     async def open_store() -> None:  # a given store too: opening an open store is a no-op
-        await open_with_retry(
-            store,
-            clock,
-            retries=cfg.redis_db_connect_retries,
-            wait_ms=cfg.redis_db_connect_wait_milliseconds,
-        )
+        await open_configured(store, clock, cfg)
 
     async def close_store() -> None:
         if owns_store:
@@ -501,6 +496,17 @@ def build(
         job_events,
         pg_events,
         worker_events,
+    )
+
+
+async def open_configured(store: Store, clock: Clock, cfg: GcsConfig) -> None:
+    """Open ``store`` within Ray's retry budget (``redis_db_connect_retries`` x
+    ``redis_db_connect_wait_milliseconds``), for a term's wiring and an HA member alike."""
+    await open_with_retry(
+        store,
+        clock,
+        retries=cfg.redis_db_connect_retries,
+        wait_ms=cfg.redis_db_connect_wait_milliseconds,
     )
 
 

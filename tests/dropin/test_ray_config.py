@@ -74,6 +74,16 @@ RANGES: dict[str, tuple[str, list[tuple[int, int]], list[int]]] = {
         [(0, 0), (U64, U64), (-1, U64)],
         [],
     ),
+    "redis_db_connect_retries": (  # int64; 0 or less = one attempt, no retry
+        "redis_db_connect_retries",
+        [(0, 0), (-1, -1), (I64, I64)],
+        [],
+    ),
+    "redis_db_connect_wait_milliseconds": (  # int64, as Ray's
+        "redis_db_connect_wait_milliseconds",
+        [(0, 0), (I64, I64)],
+        [],
+    ),
     "event_stats_print_interval_ms": (  # int64; 0 or less = off
         "event_stats_print_interval_ms",
         [(0, 0), (I64, I64), (-1, -1)],

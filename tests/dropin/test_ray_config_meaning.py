@@ -85,6 +85,8 @@ class TestTaskEventLimits:
             events = data.events_by_task.add(
                 task_id=i.to_bytes(24, "big"), attempt_number=0, job_id=JOB
             )
+            # Ray's GetTaskEvents lists an attempt only once its task info arrived
+            events.task_info.name = f"t{i}"
             for _ in range(profile_events):
                 events.profile_events.events.add(event_name="e")
         store.add(data)

@@ -63,6 +63,7 @@ ALLOWED = AllowList(
         ("ray.rpc.CreateOrUpdateVirtualClusterRequest", "autoscaler_move"): 100,
         ("ray.rpc.VirtualClusterTableData", "declared_replica_sets"): 100,
         ("ray.rpc.ResourceDemand", "job_id"): 100,
+        ("ray.rpc.CreateOrUpdateVirtualClusterRequest", "must_exist"): 101,
     },
     enum_values={("ray.rpc.ChannelType", "RAY_VIRTUAL_CLUSTER_CHANNEL"): 11},
     messages=frozenset(

@@ -11,10 +11,7 @@ is stopped by group at the end.
 from __future__ import annotations
 
 import json
-import pathlib
 import re
-import shutil
-import tempfile
 import textwrap
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +22,7 @@ import pytest
 from gcs.testing.servers import free_port
 from tests.interop import venvs
 from tests.interop.real_cluster import RealCluster, real_cluster
+from tests.interop.stock_ray import stock_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -101,29 +99,8 @@ def normalized_rows(rows: list[dict[str, Any]]) -> list[Any]:
 def stock(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
     """Stock Ray 2.60: ``ray start --head --block`` with its dashboard (our helpers, none
     of our GCS: the head is Ray's own gcs_server)."""
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="rayp", dir="/tmp"))
-    c = RealCluster(
-        ray_venv=ray_default_venv, tmp=tmp, port=free_port(), storage="", gcs_host=STOCK_HOST
-    )
-    dashboard_port = free_port()
-    try:
-        c.spawn(
-            [
-                str(c.ray_bin), "start", "--head", "--block", f"--node-ip-address={STOCK_HOST}",
-                f"--port={c.port}", "--num-cpus=1", "--include-dashboard=true",
-                f"--dashboard-host={STOCK_HOST}", f"--dashboard-port={dashboard_port}",
-                f"--dashboard-agent-listen-port={free_port()}",
-                f"--ray-client-server-port={free_port()}", f"--temp-dir={tmp / 'ray'}",
-                "--disable-usage-stats",
-            ],
-            name="stock-head",
-        )  # fmt: skip
-        c.dashboard = f"http://{STOCK_HOST}:{dashboard_port}"
-        c.wait(lambda: _http_ok(f"{c.dashboard}/api/version"), 240, "stock Ray's dashboard")
+    with stock_cluster(ray_default_venv, head_args=("--num-cpus=1",), host=STOCK_HOST) as c:
         yield c
-    finally:
-        c.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
