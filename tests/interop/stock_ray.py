@@ -16,13 +16,14 @@ import dataclasses
 import json
 import pathlib
 import shutil
+import subprocess
 import tempfile
 import urllib.request
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from gcs.testing.servers import free_ports
 from tests.interop import venvs
-from tests.interop.real_cluster import START_TIMEOUT_S, RealCluster, Worker
+from tests.interop.real_cluster import START_TIMEOUT_S, RealCluster, Worker, kill_group
 
 STOCK_HEAD_HOST = "127.0.0.4"
 WORKER_PORTS = 24
@@ -59,7 +60,7 @@ HEAD_ATTEMPTS = 2
 STARTUP_TIMED_OUT = "The current node timed out during startup"
 """Ray's ``ray start`` gives its raylet a fixed 30 s to register (``node.py``), which a
 loaded 2-core machine can exceed; stock Ray is the baseline here, not what is tested, so
-a head that gave up that way is started once more on fresh ports."""
+a node (head or worker) that gave up that way is started once more on fresh ports."""
 
 
 def _start_head(
@@ -89,17 +90,17 @@ def _start_head(
     return cluster
 
 
-def _head_failure(cluster: RealCluster) -> str | None:
-    """None once the head node is alive in stock's GCS; else why it is not (its logs)."""
-    head = cluster.others[0]
+def _node_failure(cluster: RealCluster, node: subprocess.Popen[bytes], alive: int) -> str | None:
+    """None once ``alive`` nodes are alive in stock's GCS; else why not (with the logs):
+    ``node``, the ``ray start`` just started, exited or the wait ran out."""
 
-    def head_up() -> bool:
-        if head.poll() is not None:
-            raise AssertionError(f"stock's `ray start --head` exited\n{cluster.logs()}")
-        return len(cluster.alive_nodes()) >= 1
+    def up() -> bool:
+        if node.poll() is not None:
+            raise AssertionError(f"a stock `ray start` exited\n{cluster.logs()}")
+        return len(cluster.alive_nodes()) >= alive
 
     try:
-        cluster.wait(head_up, START_TIMEOUT_S, "stock Ray's head node alive")
+        cluster.wait(up, START_TIMEOUT_S, f"{alive} stock Ray node(s) alive")
     except AssertionError as exc:
         return str(exc)
     return None
@@ -122,7 +123,7 @@ def stock_cluster(
         tmp = pathlib.Path(tempfile.mkdtemp(prefix="rays", dir="/tmp"))
         taken = free_ports(3)
         cluster = _start_head(ray_venv, tmp, taken, host, head_args, env)
-        failure = _head_failure(cluster)
+        failure = _node_failure(cluster, cluster.others[0], alive=1)
         if failure is None:
             break
         cluster.close()
@@ -130,17 +131,19 @@ def stock_cluster(
         if attempt == HEAD_ATTEMPTS or STARTUP_TIMED_OUT not in failure:
             raise AssertionError(failure)
     try:
-        for worker in workers:
-            # the ports of node_ports() last: they replace add_worker's agent port, drawn
-            # apart from them (click keeps an option's last value)
-            cluster.add_worker(dataclasses.replace(worker, args=(*worker.args, *node_ports(taken))))
-
-        def nodes_up() -> bool:
-            if any(p.poll() is not None for p in (*cluster.others, *cluster.workers)):
-                raise AssertionError(f"a stock `ray start` exited\n{cluster.logs()}")
-            return len(cluster.alive_nodes()) >= 1 + len(workers)
-
-        cluster.wait(nodes_up, START_TIMEOUT_S, "stock Ray's nodes alive")
+        for n, worker in enumerate(workers, start=2):
+            for attempt in range(1, HEAD_ATTEMPTS + 1):
+                # the ports of node_ports() last: they replace add_worker's agent port, drawn
+                # apart from them (click keeps an option's last value)
+                args = (*worker.args, *node_ports(taken))
+                index = cluster.add_worker(dataclasses.replace(worker, args=args))
+                failure = _node_failure(cluster, cluster.workers[index], alive=n)
+                if failure is None:
+                    break
+                kill_group(cluster.workers[index], grace_s=0)
+                cluster.killed.add(index)
+                if attempt == HEAD_ATTEMPTS or STARTUP_TIMED_OUT not in failure:
+                    raise AssertionError(failure)
         cluster.wait(lambda: _dashboard_up(cluster.dashboard), START_TIMEOUT_S, "its dashboard")
         yield cluster
     finally:
