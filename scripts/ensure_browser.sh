@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install Debian's Chromium and its chromedriver if missing; idempotent, silent when present.
-# The dashboard page tests (tests/interop/test_dashboard_pages.py) drive it headless through
+# The dashboard page test (tests/interop/test_dashboard.py) drives it headless through
 # Selenium; nothing is downloaded at test time (Selenium is told both binaries' paths).
 set -euo pipefail
 
