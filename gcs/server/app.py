@@ -34,7 +34,8 @@ from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
-from gcs.server.wiring import Wiring, build, open_configured
+from gcs.server.store_open import open_configured
+from gcs.server.wiring import Wiring, build
 from gcs.store import Store, store_from_url
 from gcs.store.factory import redact_url
 
@@ -174,8 +175,7 @@ class GcsServer:
         )
 
     async def _start_ha(self) -> None:
-        """``--ha``: returns once this member is a warm standby (it may already lead);
-        :meth:`wait` runs its terms (``gcs.server.ha_member``)."""
+        """``--ha``: returns once a warm standby (it may lead); :meth:`wait` runs its terms."""
         cfg, store = self.config, self.store
         await open_configured(store, self.clock, cfg)
         if cfg.metrics_port >= 0:  # across terms; each term's wiring serves none

@@ -83,8 +83,8 @@ from gcs.server.metrics import GcsMetrics, MetricSource, on_loop
 from gcs.server.metrics_agent import MetricsAgentExporter
 from gcs.server.ray_metrics import snapshot_of
 from gcs.server.rpc_server import RpcServer
+from gcs.server.store_open import open_configured
 from gcs.store import Store
-from gcs.store.factory import open_with_retry
 from gcs.store.metered import MeteredStore
 
 __all__ = ["Extras", "Wiring", "build"]
@@ -496,17 +496,6 @@ def build(
         job_events,
         pg_events,
         worker_events,
-    )
-
-
-async def open_configured(store: Store, clock: Clock, cfg: GcsConfig) -> None:
-    """Open ``store`` within Ray's retry budget (``redis_db_connect_retries`` x
-    ``redis_db_connect_wait_milliseconds``), for a term's wiring and an HA member alike."""
-    await open_with_retry(
-        store,
-        clock,
-        retries=cfg.redis_db_connect_retries,
-        wait_ms=cfg.redis_db_connect_wait_milliseconds,
     )
 
 

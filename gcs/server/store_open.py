@@ -1,0 +1,20 @@
+"""Opening the store at start within Ray's retry budget, for a term's wiring and an HA
+member alike (``redis_db_connect_retries`` x ``redis_db_connect_wait_milliseconds``)."""
+
+from __future__ import annotations
+
+from gcs.clock import Clock
+from gcs.config import GcsConfig
+from gcs.store import Store
+from gcs.store.factory import open_with_retry
+
+
+async def open_configured(store: Store, clock: Clock, cfg: GcsConfig) -> None:
+    """Open ``store`` within Ray's retry budget (``redis_db_connect_retries`` x
+    ``redis_db_connect_wait_milliseconds``), for a term's wiring and an HA member alike."""
+    await open_with_retry(
+        store,
+        clock,
+        retries=cfg.redis_db_connect_retries,
+        wait_ms=cfg.redis_db_connect_wait_milliseconds,
+    )
