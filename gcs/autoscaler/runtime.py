@@ -17,7 +17,6 @@ cluster YAML and one command are all a user needs.  Every wait is on the injecte
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import uuid
 from collections import Counter
@@ -46,6 +45,7 @@ from gcs.autoscaler.reconciler import (
     Reconciler,
 )
 from gcs.autoscaler.scheduler import waiting
+from gcs.background import Background
 from gcs.clock import Clock, SystemClock
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.security import Security
@@ -167,6 +167,9 @@ class AutoscalerRuntime:
         self._published_events = -1
         self._round_done = asyncio.Event()
         self.completed_rounds = 0
+        self._background = Background("autoscaler")
+        """Only :meth:`start` uses it (standalone, tests): ``gcs serve``'s supervisor runs
+        :meth:`run` itself."""
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -211,10 +214,7 @@ class AutoscalerRuntime:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._background.close()
         await self.updater.close()
         await self.stopper.close()
         if self._embedded and self.capabilities.ends_with_server:
@@ -229,7 +229,7 @@ class AutoscalerRuntime:
     async def start(self) -> None:
         """``load()``, then ``run()`` in a task of its own (:meth:`wait`, :meth:`close`)."""
         await self.load()
-        self._task = asyncio.get_running_loop().create_task(self.run(), name="autoscaler")
+        self._task = self._background.spawn(self.run(), "rounds")
 
     async def wait(self) -> None:
         if self._task is not None:

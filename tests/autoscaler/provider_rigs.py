@@ -21,6 +21,7 @@ from gcs.autoscaler.providers.command import CommandProvider, NodeCommands
 from gcs.autoscaler.providers.local import LocalProvider
 from gcs.autoscaler.providers.processes import ProcessRecords, kill_group, terminate_records
 from gcs.autoscaler.providers.read_only import ReadOnlyProvider
+from gcs.clock import SystemClock
 from gcs.proto import autoscaler_pb2
 from gcs.testing.cloud import FakeAutoscalerGcs, FakeCloudProvider
 from gcs.testing.fake_k8s import ApiError
@@ -119,12 +120,12 @@ class LocalRig(Rig):
         return _tree(self.state)
 
     async def lose(self, cloud_instance_id: str) -> bool:
-        await kill_group(ProcessRecords(self.state).load()[cloud_instance_id].pid)
+        await kill_group(ProcessRecords(self.state).load()[cloud_instance_id].pid, SystemClock())
         return True
 
     async def close(self) -> None:
         records = ProcessRecords(self.state)
-        await terminate_records(records, sorted(records.load()))
+        await terminate_records(records, sorted(records.load()), SystemClock())
 
 
 class CommandRig(Rig):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import structlog
 
+from gcs.autoscaler.deadline import within
 from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
@@ -123,7 +124,7 @@ class CommandProvider:
         self._records.save(record)
         # A start command that exits at once either failed or daemonized.
         try:
-            code = await asyncio.wait_for(proc.wait(), timeout=2.0)
+            code = await within(self._clock, 2.0, proc.wait())
         except TimeoutError:
             return  # still running in the foreground: tracked by pid
         if code != 0:
@@ -154,7 +155,7 @@ class CommandProvider:
                 if not ok:
                     continue
             if rec.pid:
-                await kill_group(rec.pid)
+                await kill_group(rec.pid, self._clock)
             self._records.forget(cid)
 
     async def _run_stop(self, template: str, cid: str, node_type: str, request_id: str) -> bool:
@@ -166,7 +167,7 @@ class CommandProvider:
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env(cid, node_type),
             )
-            _, err = await asyncio.wait_for(proc.communicate(), self._timeout_s)
+            _, err = await within(self._clock, self._timeout_s, proc.communicate())
         except (OSError, ValueError, KeyError, TimeoutError) as exc:
             self._errors.append(TerminateNodeError(cid, request_id, self._now_ns(), str(exc)))
             return False
