@@ -35,7 +35,6 @@ from gcs.autoscaler.instances import InstanceManager, InstanceStorage, StoreInst
 from gcs.autoscaler.instances.storage import KvInstanceStorage
 from gcs.autoscaler.model import HEAD_RESOURCE, NodeKind
 from gcs.autoscaler.providers.base import CloudProvider, ProviderContext, provider_factory
-from gcs.autoscaler.providers.kuberay.k8s import KubeApi
 from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
@@ -106,7 +105,6 @@ class AutoscalerRuntime:
         interval_s: float = DEFAULT_INTERVAL_S,
         config: ReconcileConfig | None = None,
         security: Security | None = None,
-        kube_api: KubeApi | None = None,
         gcs: RuntimeGcs | None = None,
         providers: Registry = PROVIDERS,
         register_metrics: metrics.RegisterMetrics | None = None,
@@ -114,9 +112,10 @@ class AutoscalerRuntime:
     ) -> None:
         """``store``: keep instances there (embedded), else in the GCS's InternalKV.
         ``gcs``: the GCS to talk to in process (default: a gRPC client of ``gcs_address``,
-        which is also the address the instances' raylets register with).  ``kube_api``:
-        the RayCluster to manage when ``cluster.provider.type`` is ``kuberay`` (``cluster``
-        is then its config as first read; every round re-reads it).  ``embedded``: inside
+        which is also the address the instances' raylets register with).  ``providers``:
+        the registry ``cluster.provider.type`` is looked up in (a provider whose config
+        lives in the cloud re-reads it every round: ``cluster`` is its first read).
+        ``embedded``: inside
         ``gcs serve``; closing terminates the instances of a provider that
         ``ends_with_server``."""
         self.cluster = cluster
@@ -138,7 +137,6 @@ class AutoscalerRuntime:
                 clock=self.clock,
                 state_dir=Path(cluster.provider.state_dir or state_dir),
                 child_env=child_env(self.security),
-                kube_api=kube_api,
             ),
         )
         self.capabilities = self.provider.capabilities

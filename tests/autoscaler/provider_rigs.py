@@ -49,9 +49,16 @@ class Rig:
     node_type = "cpu"
     tags_request_ids = True
     """Listed instances carry the launch's request id (KubeRay pods cannot)."""
+    section: dict[str, Any] = {}
+    """The provider's own keys in a cluster YAML for this rig's world."""
 
     def __init__(self, provider: CloudProvider) -> None:
         self.provider = provider
+
+    def env(self) -> dict[str, str]:
+        """Environment the registry row's factory reads to reach this world (KubeRay:
+        ``KUBECONFIG``)."""
+        return {}
 
     def writes(self) -> object:
         """A value that changes whenever anything is written to the provider's world."""
@@ -194,7 +201,12 @@ class KubeRayRig(Rig):
 
     def __init__(self, tmp: Path) -> None:
         self.h = KubeRayHarness(raycluster(worker_group(replicas=0, max_replicas=10)))
+        self.kubeconfig = self.h.k8s.write_kubeconfig(tmp / "kubeconfig")
+        self.section = {"cluster_name": self.h.name}
         super().__init__(self.h.provider)
+
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.kubeconfig)}
 
     def writes(self) -> object:
         k8s = [r for r in self.h.k8s.requests if r[0] != "GET"]
