@@ -20,6 +20,7 @@ from gcs.autoscaler.planner import (
     render_table,
     reply_to_json,
 )
+from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.scheduler import Options
 from gcs.cli_support import (
     GcsGroup,
@@ -30,6 +31,14 @@ from gcs.cli_support import (
     resolve_address,
 )
 from gcs.cli_validation import FiniteFloat
+
+
+def registry_in_context() -> Registry:
+    """The provider registry: the one a caller put in the command line's context (``obj``:
+    a test's toy provider), else this build's."""
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_object(Registry) if ctx is not None else None
+    return found if found is not None else PROVIDERS
 
 
 @click.group(
@@ -94,7 +103,7 @@ def plan_cmd(
     gcs_address = resolve_address(address) if state_path is None else None
     options = Options(lost_bundle_replacement=lost_bundle_replacement)
     try:
-        cluster = load_cluster_config(config_path, options)
+        cluster = load_cluster_config(config_path, options, providers=registry_in_context())
     except ConfigError as exc:
         raise bad_file("--config", exc) from None
     statuses = None

@@ -26,10 +26,11 @@ refused is held back (both optional)::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import pkgutil
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -43,23 +44,30 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class NodeCommandsConfig:
-    start: str
-    stop: str = ""
-
-
-@dataclass(frozen=True)
 class ProviderConfig:
     """``provider:`` of the cluster YAML.  ``type`` names a row of the provider registry
     (:data:`~gcs.autoscaler.providers.registry.PROVIDERS`)."""
 
     type: str = "local"
     state_dir: str = ""
-    """Where local/command providers remember their processes ("" = under the data dir)."""
-    commands: Mapping[str, NodeCommandsConfig] = field(default_factory=dict)
-    """command provider: per node type, from ``node_config.start_command/stop_command``."""
+    """Where a provider that starts processes remembers them ("" = under the data dir)."""
     options: Mapping[str, Any] = field(default_factory=dict)
-    """Provider-specific keys kept as given (e.g. kuberay's namespace and cluster name)."""
+    """The other keys, kept as given (e.g. kuberay's namespace and cluster name)."""
+    settings: object = None
+    """What the row's section parser made of them (None without one); only the provider
+    reads it."""
+
+
+SectionParser = Callable[[Mapping[str, Any], Mapping[Any, Any]], object]
+"""A provider row's ``section``: ``(provider mapping, available_node_types) -> settings``,
+raising :class:`ConfigError` naming the offending place."""
+
+CloudConfigReader = Callable[
+    [ProviderConfig, "Options | None"], Coroutine[Any, Any, "ClusterConfig"]
+]
+"""A provider row's ``cloud_config``: the cluster config as the cloud holds it, for the
+provider section given on the command line; :class:`ConfigError` (one line) if it cannot
+be read."""
 
 
 @dataclass(frozen=True)
@@ -153,9 +161,10 @@ _NODE_TYPE_KEYS = frozenset(
         "launch_config_hash", "ippr",
     }
 )  # fmt: skip
-_PROVIDER_KEYS = frozenset({"type", "state_dir", "namespace", "cluster_name", "head_ip",
-                            "worker_ips", "disable_launch_config_check",
-                            "disable_node_updaters", "foreground_node_launch"})  # fmt: skip
+# Every provider accepts these (Ray's cluster-launcher keys; unused here) beside its own.
+_PROVIDER_KEYS = frozenset({"type", "state_dir", "head_ip", "worker_ips",
+                            "disable_launch_config_check", "disable_node_updaters",
+                            "foreground_node_launch"})  # fmt: skip
 
 
 def _no_unknown(raw: Mapping[Any, Any], allowed: frozenset[str], where: str) -> None:
@@ -168,39 +177,31 @@ def _no_unknown(raw: Mapping[Any, Any], allowed: frozenset[str], where: str) -> 
         )
 
 
-def _provider(raw: Any, types_raw: Mapping[Any, Any], providers: Registry) -> ProviderConfig:
+def provider_config(
+    raw: Any, types_raw: Mapping[Any, Any], providers: Registry = PROVIDERS
+) -> ProviderConfig:
+    """``provider:`` checked against its registry row: the type, the keys the row takes,
+    then the row's own section parser."""
     if raw is None:
-        return ProviderConfig()
+        raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError("provider: expected a mapping")
-    _no_unknown(raw, _PROVIDER_KEYS, "provider")
     kind = raw.get("type", "local")
     if kind not in providers:
         raise ConfigError(
             f"provider.type: {kind!r} is not supported here (one of {', '.join(providers)})"
         )
+    row = providers[kind]
+    _no_unknown(raw, _PROVIDER_KEYS | row.keys, "provider")
     state_dir = raw.get("state_dir", "")
     if not isinstance(state_dir, str):
         raise ConfigError(f"provider.state_dir: expected a string, got {state_dir!r}")
-    commands: dict[str, NodeCommandsConfig] = {}
-    for name, node in types_raw.items():
-        node_config = node.get("node_config") if isinstance(node, Mapping) else None
-        if node_config is None:
-            continue
-        where = f"available_node_types.{name}.node_config"
-        if not isinstance(node_config, Mapping):
-            raise ConfigError(f"{where}: expected a mapping")
-        start, stop = node_config.get("start_command"), node_config.get("stop_command", "")
-        if kind == "command":
-            if not isinstance(start, str) or not start.strip():
-                raise ConfigError(f"{where}.start_command: required for provider type command")
-            if not isinstance(stop, str):
-                raise ConfigError(f"{where}.stop_command: expected a string")
-            commands[str(name)] = NodeCommandsConfig(start, stop)
-    if kind == "command" and not commands:
-        raise ConfigError("provider.type command: no node type has node_config.start_command")
+    settings = None
+    if row.section:
+        parse = cast("SectionParser", pkgutil.resolve_name(row.section))
+        settings = parse(raw, types_raw)
     options = {k: v for k, v in raw.items() if k not in ("type", "state_dir")}
-    return ProviderConfig(str(kind), state_dir, commands, options)
+    return ProviderConfig(str(kind), state_dir, options, settings)
 
 
 def _node_type(name: str, raw: Any, is_head: bool) -> NodeTypeConfig:
@@ -216,6 +217,9 @@ def _node_type(name: str, raw: Any, is_head: bool) -> NodeTypeConfig:
     max_w = _int(raw.get("max_workers", 0), f"{where}.max_workers")
     if min_w > max_w:
         raise ConfigError(f"{where}: min_workers {min_w} > max_workers {max_w}")
+    node_config = raw.get("node_config")
+    if node_config is not None and not isinstance(node_config, Mapping):
+        raise ConfigError(f"{where}.node_config: expected a mapping")  # read by providers
     labels = raw.get("labels", {}) or {}
     if not isinstance(labels, Mapping):
         raise ConfigError(f"{where}.labels: expected a mapping")
@@ -319,7 +323,7 @@ def parse_cluster_config(
         scheduler=sched,
         head_node_type=str(head),
         upscaling_speed=speed,
-        provider=_provider(raw.get("provider"), types_raw, providers),
+        provider=provider_config(raw.get("provider"), types_raw, providers),
         cluster_name=name,
         capacity_backoff=_capacity_backoff(raw.get("capacity_backoff")),
     )

@@ -6,11 +6,19 @@ import asyncio
 import os
 import signal
 from pathlib import Path
+from typing import cast
 
 import click
 
-from gcs.autoscaler.config import ClusterConfig, ConfigError, load_cluster_config
-from gcs.autoscaler.providers.kuberay.k8s import KubeApi
+from gcs.autoscaler.cli import registry_in_context
+from gcs.autoscaler.config import (
+    CloudConfigReader,
+    ClusterConfig,
+    ConfigError,
+    load_cluster_config,
+    provider_config,
+)
+from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.runtime import DEFAULT_INTERVAL_S, AutoscalerRuntime
 from gcs.cli_support import address_option, bad_file, dumps, format_option, resolve_address
 
@@ -33,16 +41,21 @@ def _interval_default() -> float:
 @click.option("--config", "config_path", type=click.Path(), default=None, help="Cluster YAML.")
 @click.option(
     "--provider",
-    type=click.Choice(["config", "kuberay"]),
+    type=click.Choice(["config", *PROVIDERS.cloud_config_types()]),
     default="config",
     show_default=True,
-    help="kuberay: manage the RayCluster --cluster-name (no --config).",
+    help="A provider whose cluster config lives in the cloud (kuberay: the RayCluster "
+    "--cluster-name), read from there (no --config).",
 )
-@click.option("--cluster-name", default=None, help="kuberay: the RayCluster's name.")
+@click.option(
+    "--cluster-name",
+    default=None,
+    help="The cluster in the cloud (provider.cluster_name; kuberay: the RayCluster's name).",
+)
 @click.option(
     "--cluster-namespace",
     default=None,
-    help="kuberay: its namespace (default: the SA's, else default).",
+    help="Its namespace (provider.namespace; kuberay default: the SA's, else default).",
 )
 @click.option(
     "--interval-s",
@@ -68,19 +81,25 @@ def run_command(
     """Reconcile the cluster against CONFIG (or a KubeRay RayCluster) until interrupted
     (instances keep running)."""
     address = resolve_address(address)
-    kube_api = None
-    if provider == "kuberay":
+    providers = registry_in_context()
+    if provider != "config":
         if config_path is not None:
-            raise click.UsageError("--provider kuberay reads the RayCluster: drop --config")
+            source = providers[provider].config_source or "its cluster config from the cloud"
+            raise click.UsageError(f"--provider {provider} reads {source}: drop --config")
         if not cluster_name:
-            raise click.UsageError("--provider kuberay needs --cluster-name")
-        kube_api = _kube_api(cluster_name, cluster_namespace)
-        cluster = _first_read(kube_api)
+            raise click.UsageError(f"--provider {provider} needs --cluster-name")
+        section = {"type": provider, "cluster_name": cluster_name}
+        if cluster_namespace:
+            section["namespace"] = cluster_namespace
+        cluster = _read_from_cloud(section, providers)
     else:
         if config_path is None:
-            raise click.UsageError("--config is required (or --provider kuberay)")
+            cloud = " / ".join(providers.cloud_config_types())
+            raise click.UsageError(
+                "--config is required" + (f" (or --provider {cloud})" if cloud else "")
+            )
         try:
-            cluster = load_cluster_config(config_path)
+            cluster = load_cluster_config(config_path, providers=providers)
         except ConfigError as err:
             raise bad_file("--config", err) from None
     interval = interval_s if interval_s is not None else _interval_default()
@@ -99,7 +118,7 @@ def run_command(
             state_dir=Path(state_dir),
             interval_s=interval,
             security=security,
-            kube_api=kube_api,
+            providers=providers,
         )
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
@@ -119,30 +138,18 @@ def run_command(
     asyncio.run(main())
 
 
-def _kube_api(name: str, namespace: str | None) -> KubeApi:
-    from gcs.autoscaler.providers.kuberay.k8s import KubernetesApi, load_client_config
+def _read_from_cloud(section: dict[str, str], providers: Registry) -> ClusterConfig:
+    """The cluster config as the provider's cloud holds it (its row's ``cloud_config``)."""
+    import pkgutil
 
     try:
-        client, default_ns = load_client_config()
-    except Exception as err:  # no service account and no usable kubeconfig
-        raise click.ClickException(f"cannot load Kubernetes credentials: {err}") from None
-    return KubernetesApi(client, namespace or default_ns, name)
-
-
-def _first_read(api: KubeApi) -> ClusterConfig:
-    from gcs.autoscaler.providers.kuberay.k8s import KubeApiError
-    from gcs.autoscaler.providers.kuberay.provider import initial_config
-
-    try:
-        return asyncio.run(initial_config(api))
-    except KubeApiError as err:
-        raise click.ClickException(
-            f"RayCluster {api.namespace}/{api.cluster_name}: {err.message or err}"
-        ) from None
-    except (ConfigError, OSError) as err:
-        raise click.ClickException(
-            f"RayCluster {api.namespace}/{api.cluster_name}: {err}"
-        ) from None
+        settings = provider_config(section, {}, providers)
+        read = cast(
+            "CloudConfigReader", pkgutil.resolve_name(providers[settings.type].cloud_config)
+        )
+        return asyncio.run(read(settings, None))
+    except ConfigError as err:
+        raise click.ClickException(str(err)) from None
 
 
 @click.command("simulate")
@@ -179,7 +186,7 @@ def simulate_command(
     from gcs.autoscaler.simulator.report import summary_text
 
     try:
-        cluster = load_cluster_config(config_path)
+        cluster = load_cluster_config(config_path, providers=registry_in_context())
     except ConfigError as err:
         raise bad_file("--config", err) from None
     try:

@@ -17,7 +17,6 @@ cluster YAML and one command are all a user needs.  Every wait is on the injecte
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import uuid
 from collections import Counter
@@ -36,7 +35,6 @@ from gcs.autoscaler.instances import InstanceManager, InstanceStorage, StoreInst
 from gcs.autoscaler.instances.storage import KvInstanceStorage
 from gcs.autoscaler.model import HEAD_RESOURCE, NodeKind
 from gcs.autoscaler.providers.base import CloudProvider, ProviderContext, provider_factory
-from gcs.autoscaler.providers.kuberay.k8s import KubeApi
 from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
@@ -46,6 +44,7 @@ from gcs.autoscaler.reconciler import (
     Reconciler,
 )
 from gcs.autoscaler.scheduler import waiting
+from gcs.background import Background
 from gcs.clock import Clock, SystemClock
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.security import Security
@@ -106,7 +105,6 @@ class AutoscalerRuntime:
         interval_s: float = DEFAULT_INTERVAL_S,
         config: ReconcileConfig | None = None,
         security: Security | None = None,
-        kube_api: KubeApi | None = None,
         gcs: RuntimeGcs | None = None,
         providers: Registry = PROVIDERS,
         register_metrics: metrics.RegisterMetrics | None = None,
@@ -114,9 +112,10 @@ class AutoscalerRuntime:
     ) -> None:
         """``store``: keep instances there (embedded), else in the GCS's InternalKV.
         ``gcs``: the GCS to talk to in process (default: a gRPC client of ``gcs_address``,
-        which is also the address the instances' raylets register with).  ``kube_api``:
-        the RayCluster to manage when ``cluster.provider.type`` is ``kuberay`` (``cluster``
-        is then its config as first read; every round re-reads it).  ``embedded``: inside
+        which is also the address the instances' raylets register with).  ``providers``:
+        the registry ``cluster.provider.type`` is looked up in (a provider whose config
+        lives in the cloud re-reads it every round: ``cluster`` is its first read).
+        ``embedded``: inside
         ``gcs serve``; closing terminates the instances of a provider that
         ``ends_with_server``."""
         self.cluster = cluster
@@ -138,7 +137,6 @@ class AutoscalerRuntime:
                 clock=self.clock,
                 state_dir=Path(cluster.provider.state_dir or state_dir),
                 child_env=child_env(self.security),
-                kube_api=kube_api,
             ),
         )
         self.capabilities = self.provider.capabilities
@@ -167,6 +165,9 @@ class AutoscalerRuntime:
         self._published_events = -1
         self._round_done = asyncio.Event()
         self.completed_rounds = 0
+        self._background = Background("autoscaler")
+        """Only :meth:`start` uses it (standalone, tests): ``gcs serve``'s supervisor runs
+        :meth:`run` itself."""
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -211,10 +212,7 @@ class AutoscalerRuntime:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._background.close()
         await self.updater.close()
         await self.stopper.close()
         if self._embedded and self.capabilities.ends_with_server:
@@ -229,7 +227,7 @@ class AutoscalerRuntime:
     async def start(self) -> None:
         """``load()``, then ``run()`` in a task of its own (:meth:`wait`, :meth:`close`)."""
         await self.load()
-        self._task = asyncio.get_running_loop().create_task(self.run(), name="autoscaler")
+        self._task = self._background.spawn(self.run(), "rounds")
 
     async def wait(self) -> None:
         if self._task is not None:

@@ -16,10 +16,12 @@ from gcs.autoscaler.providers.base import (
     ProviderContext,
     ProviderError,
 )
-from gcs.autoscaler.providers.registry import PROVIDERS
+from gcs.autoscaler.providers.registry import PROVIDERS, ProviderRow
 from gcs.raylet.agent import RayletAgent, RayletConfig
 
-AGENT_PROVIDERS = {**PROVIDERS, "agents": "tests.autoscaler.agent_provider:build"}
+AGENT_PROVIDERS = PROVIDERS.with_rows(
+    ProviderRow("agents", "tests.autoscaler.agent_provider:build")
+)
 
 
 class AgentProvider:

@@ -21,6 +21,7 @@ from gcs.autoscaler.providers.command import CommandProvider, NodeCommands
 from gcs.autoscaler.providers.local import LocalProvider
 from gcs.autoscaler.providers.processes import ProcessRecords, kill_group, terminate_records
 from gcs.autoscaler.providers.read_only import ReadOnlyProvider
+from gcs.clock import SystemClock
 from gcs.proto import autoscaler_pb2
 from gcs.testing.cloud import FakeAutoscalerGcs, FakeCloudProvider
 from gcs.testing.fake_k8s import ApiError
@@ -48,9 +49,16 @@ class Rig:
     node_type = "cpu"
     tags_request_ids = True
     """Listed instances carry the launch's request id (KubeRay pods cannot)."""
+    section: dict[str, Any] = {}
+    """The provider's own keys in a cluster YAML for this rig's world."""
 
     def __init__(self, provider: CloudProvider) -> None:
         self.provider = provider
+
+    def env(self) -> dict[str, str]:
+        """Environment the registry row's factory reads to reach this world (KubeRay:
+        ``KUBECONFIG``)."""
+        return {}
 
     def writes(self) -> object:
         """A value that changes whenever anything is written to the provider's world."""
@@ -119,12 +127,12 @@ class LocalRig(Rig):
         return _tree(self.state)
 
     async def lose(self, cloud_instance_id: str) -> bool:
-        await kill_group(ProcessRecords(self.state).load()[cloud_instance_id].pid)
+        await kill_group(ProcessRecords(self.state).load()[cloud_instance_id].pid, SystemClock())
         return True
 
     async def close(self) -> None:
         records = ProcessRecords(self.state)
-        await terminate_records(records, sorted(records.load()))
+        await terminate_records(records, sorted(records.load()), SystemClock())
 
 
 class CommandRig(Rig):
@@ -193,7 +201,12 @@ class KubeRayRig(Rig):
 
     def __init__(self, tmp: Path) -> None:
         self.h = KubeRayHarness(raycluster(worker_group(replicas=0, max_replicas=10)))
+        self.kubeconfig = self.h.k8s.write_kubeconfig(tmp / "kubeconfig")
+        self.section = {"cluster_name": self.h.name}
         super().__init__(self.h.provider)
+
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.kubeconfig)}
 
     def writes(self) -> object:
         k8s = [r for r in self.h.k8s.requests if r[0] != "GET"]

@@ -95,7 +95,9 @@ class PodRaylets:
         await asyncio.gather(*(asyncio.to_thread(self._stop, name) for name in list(self.procs)))
 
 
-async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path: Path) -> None:
+async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server = GcsServer(fast_config(), store=MemoryStore())
     await server.start()
     k8s = FakeKubernetes().start()
@@ -114,6 +116,9 @@ async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path
             )
         )
         (pod,) = k8s.pod_names("small-group")
+        # the provider's registry row builds its client from the config the RayCluster
+        # gave (its name and namespace) and the credentials, as in a pod
+        monkeypatch.setenv("KUBECONFIG", str(k8s.write_kubeconfig(tmp_path / "kubeconfig")))
         cfg = client.Configuration()
         cfg.host = k8s.url
         api = KubernetesApi(client.ApiClient(cfg), "default", "raycluster-ippr")
@@ -125,7 +130,6 @@ async def test_pending_demand_resizes_a_pod_in_place_then_gives_it_back(tmp_path
             store=server.store,
             clock=clock,
             interval_s=1.0,
-            kube_api=api,
         )
         rounds = Rounds(rt, clock)
         await rounds.first()

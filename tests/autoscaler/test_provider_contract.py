@@ -7,11 +7,14 @@ fails ``test_every_registered_provider_has_a_rig``.
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+import gcs.autoscaler
 from gcs.autoscaler.config import ConfigError, parse_cluster_config
 from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
@@ -26,13 +29,19 @@ from gcs.autoscaler.providers.base import (
 from gcs.autoscaler.providers.registry import PROVIDERS
 from gcs.testing.cloud import FakeAutoscalerGcs
 from tests.autoscaler.clock import SteppedClock
-from tests.autoscaler.kuberay_harness import KubeRayHarness, raycluster, worker_group
 from tests.autoscaler.provider_rigs import RIGS, Rig
 from tests.autoscaler.toy_provider import TOY_PROVIDERS
 
+AUTOSCALER = Path(gcs.autoscaler.__file__).parent
+REGISTERED = sorted(TOY_PROVIDERS)
+"""The registry the suite runs on: every production row and the toy's."""
 
-@pytest.fixture(params=sorted(RIGS))
+
+@pytest.fixture(params=["fake", *REGISTERED])
 async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Rig]:
+    """The reference fake, then one rig per registry row (a row without a rig fails here)."""
+    if request.param not in RIGS:
+        pytest.fail(f"provider {request.param!r} is registered but has no rig (provider_rigs)")
     made = RIGS[request.param](tmp_path)
     try:
         yield made
@@ -60,36 +69,6 @@ class TestRegistry:
         """The reference fake plus every registry row (the toy's included) has a rig."""
         assert set(RIGS) == {"fake", *TOY_PROVIDERS}
 
-    async def test_every_row_builds_a_provider_that_declares_its_capabilities(
-        self, tmp_path: Path
-    ) -> None:
-        cluster = parse_cluster_config(
-            {
-                "provider": {"type": "command"},
-                "head_node_type": "head",
-                "available_node_types": {
-                    "head": {"resources": {}, "node_config": {"start_command": "true"}},
-                    "cpu": {"resources": {"CPU": 1}, "node_config": {"start_command": "true"}},
-                },
-            },
-            providers=TOY_PROVIDERS,
-        )
-        k8s = KubeRayHarness(raycluster(worker_group()))
-        try:
-            context = ProviderContext(
-                cluster=cluster,
-                gcs_address="127.0.0.1:1",
-                gcs=FakeAutoscalerGcs(),
-                clock=SteppedClock(),
-                state_dir=tmp_path,
-                kube_api=k8s.api,
-            )
-            for name in TOY_PROVIDERS:
-                provider = provider_factory(name, TOY_PROVIDERS)(context)
-                assert isinstance(provider.capabilities, Capabilities), name
-        finally:
-            k8s.stop()
-
     def test_declared_capabilities(self) -> None:
         """What each production provider declares (nothing is guessed from its type)."""
         assert sorted(PROVIDERS) == ["command", "kuberay", "local", "read-only"]
@@ -98,6 +77,50 @@ class TestRegistry:
 
         assert LocalProvider.capabilities == Capabilities(starts_head=True, ends_with_server=True)
         assert ReadOnlyProvider.capabilities == Capabilities(read_only=True)
+
+    def test_the_context_is_the_same_for_every_provider(self) -> None:
+        """Nothing of one provider in the generic contract: KubeRay builds its API client
+        from its own section (no ``kube_api`` here)."""
+        assert [f.name for f in dataclasses.fields(ProviderContext)] == [
+            "cluster", "gcs_address", "gcs", "clock", "state_dir", "child_env",
+        ]  # fmt: skip
+
+    def test_no_module_outside_the_providers_switches_on_a_provider_name(self) -> None:
+        """Adding a provider is one file and one row: config, runtime and command lines
+        read the row, they never compare ``provider.type`` with a name."""
+        wrong = []
+        for path in sorted(AUTOSCALER.rglob("*.py")):
+            rel = path.relative_to(AUTOSCALER).as_posix()
+            if rel.startswith("providers/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.Compare, ast.List, ast.Tuple, ast.Set, ast.Dict)):
+                    names = {
+                        c.value
+                        for c in ast.walk(node)
+                        if isinstance(c, ast.Constant) and c.value in PROVIDERS
+                    }
+                    wrong += [f"{rel}:{node.lineno} {name!r}" for name in sorted(names)]
+        assert wrong == []
+
+    def test_each_row_checks_its_own_keys(self) -> None:
+        """A key of one provider is unknown to another; the row's section parser checks
+        what it needs (KubeRay: the RayCluster's name; command: a start command)."""
+        types = {"h": {"resources": {}}}
+        with pytest.raises(ConfigError, match=r"^provider\.namespace: unknown key"):
+            parse_cluster_config({"provider": {"type": "local", "namespace": "x"},
+                                  "available_node_types": types})  # fmt: skip
+        with pytest.raises(ConfigError, match=r"^provider\.cluster_name: required"):
+            parse_cluster_config({"provider": {"type": "kuberay"}, "available_node_types": types})
+        with pytest.raises(ConfigError, match=r"no node type has node_config\.start_command"):
+            parse_cluster_config({"provider": {"type": "command"}, "available_node_types": types})
+        cluster = parse_cluster_config(
+            {
+                "provider": {"type": "kuberay", "cluster_name": "c", "namespace": "n"},
+                "available_node_types": types,
+            }
+        )
+        assert cluster.provider.options == {"cluster_name": "c", "namespace": "n"}
 
     def test_an_unregistered_provider_type_is_a_config_error(self) -> None:
         with pytest.raises(ConfigError, match=r"provider\.type: 'aws' is not supported here"):
@@ -109,6 +132,39 @@ class TestRegistry:
 class TestContract:
     async def test_capabilities_are_declared_by_the_provider(self, rig: Rig) -> None:
         assert isinstance(rig.provider.capabilities, Capabilities)
+
+    async def test_its_row_builds_it_from_a_cluster_config_by_type_name(
+        self, rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The row's section parser takes the provider's own keys, its factory builds the
+        provider from the generic context alone (KubeRay its API client from its section
+        and the credentials), and what it built reads the rig's world."""
+        if rig.name not in TOY_PROVIDERS:
+            pytest.skip("the reference fake is no registry row")
+        for key, value in rig.env().items():
+            monkeypatch.setenv(key, value)
+        node = {"resources": {"CPU": 2}, "node_config": {"start_command": "true"}}
+        cluster = parse_cluster_config(
+            {
+                "provider": {"type": rig.name, **rig.section},
+                "head_node_type": "head",
+                "available_node_types": {"head": {**node, "resources": {}}, "cpu": node},
+            },
+            providers=TOY_PROVIDERS,
+        )
+        assert cluster.provider.type == rig.name
+        context = ProviderContext(
+            cluster=cluster,
+            gcs_address="127.0.0.1:1",
+            gcs=FakeAutoscalerGcs(),
+            clock=SteppedClock(),
+            state_dir=tmp_path / "built",
+        )
+        built = provider_factory(rig.name, TOY_PROVIDERS)(context)
+        assert type(built) is type(rig.provider)
+        assert isinstance(built.capabilities, Capabilities)
+        if not rig.provider.capabilities.read_only:  # the fake GCS of ``context`` is empty
+            assert set(await built.get_non_terminated()) == set(await listing(rig))
 
     async def test_launched_instances_are_listed_with_their_type(self, rig: Rig) -> None:
         new = await launched(rig, 2, "req-1")

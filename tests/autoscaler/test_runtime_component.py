@@ -15,6 +15,7 @@ from gcs.autoscaler.config import ConfigError, parse_cluster_config
 from gcs.autoscaler.metrics import MetricSource
 from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.autoscaler.providers.base import Capabilities, ProviderContext
+from gcs.autoscaler.providers.registry import ProviderRow
 from gcs.autoscaler.runtime import (
     DEFAULT_INTERVAL_S,
     AutoscalerRuntime,
@@ -53,10 +54,9 @@ def build_ephemeral(context: ProviderContext) -> ToyProvider:
     return provider
 
 
-PROVIDERS = {
-    **TOY_PROVIDERS,
-    "toy-ephemeral": "tests.autoscaler.test_runtime_component:build_ephemeral",
-}
+PROVIDERS = TOY_PROVIDERS.with_rows(
+    ProviderRow("toy-ephemeral", "tests.autoscaler.test_runtime_component:build_ephemeral")
+)
 
 
 class World:

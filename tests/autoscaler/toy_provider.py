@@ -1,10 +1,11 @@
 """A toy provider: what adding a provider takes -- this one file, plus one registry row
-(``TOY_PROVIDERS`` below; in production the row goes into
+(``TOY_ROW`` below, registered in ``TOY_PROVIDERS``; in production the row goes into
 ``gcs.autoscaler.providers.registry.PROVIDERS``).
 
-Its "cloud" is a dict: a launch creates the instances at once, tagged with the request id;
-the contract suite runs it like every other provider, and ``test_runtime_component`` runs the
-whole autoscaler on it.
+Its "cloud" is a dict: a launch creates the instances at once, tagged with the request id.
+Registered, it is a provider like the others by its type name ``toy``: the contract suite
+runs it (``test_provider_contract``), a cluster YAML and ``gcs autoscaler plan`` take it
+(``test_toy_provider``), and ``test_runtime_component`` runs the whole autoscaler on it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from gcs.autoscaler.providers.base import (
     ProviderContext,
     ProviderError,
 )
-from gcs.autoscaler.providers.registry import PROVIDERS
+from gcs.autoscaler.providers.registry import PROVIDERS, ProviderRow
 from gcs.clock import Clock
 
-TOY_PROVIDERS = {**PROVIDERS, "toy": "tests.autoscaler.toy_provider:build"}
+TOY_ROW = ProviderRow("toy", "tests.autoscaler.toy_provider:build")
+TOY_PROVIDERS = PROVIDERS.with_rows(TOY_ROW)
 
 
 class ToyProvider:

@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from gcs.autoscaler.config import ClusterConfig
     from gcs.autoscaler.gcs_api import ProviderGcs
     from gcs.autoscaler.model import RayNode
-    from gcs.autoscaler.providers.kuberay.k8s import KubeApi
     from gcs.clock import Clock
 
 __all__ = [
@@ -150,7 +149,9 @@ class CloudProvider(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ProviderContext:
-    """Everything a provider factory may use."""
+    """Everything a provider factory may use, the same for every provider.  What only one
+    provider needs (KubeRay's API client) it builds itself from its own config section
+    (``cluster.provider.settings``, see :mod:`~gcs.autoscaler.providers.registry`)."""
 
     cluster: ClusterConfig
     gcs_address: str
@@ -161,8 +162,6 @@ class ProviderContext:
     """Where a provider keeps what it must remember across restarts (local processes)."""
     child_env: Mapping[str, str] = field(default_factory=dict)
     """Environment for processes a provider starts (e.g. the auth token)."""
-    kube_api: KubeApi | None = None
-    """KubeRay: the RayCluster to manage."""
 
 
 ProviderFactory = Callable[[ProviderContext], CloudProvider]
@@ -170,4 +169,4 @@ ProviderFactory = Callable[[ProviderContext], CloudProvider]
 
 def provider_factory(name: str, registry: Registry = PROVIDERS) -> ProviderFactory:
     """The factory registered as ``name`` (KeyError if there is none), imported now."""
-    return cast("ProviderFactory", pkgutil.resolve_name(registry[name]))
+    return cast("ProviderFactory", pkgutil.resolve_name(registry[name].factory))

@@ -20,9 +20,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import structlog
 
+from gcs.autoscaler.config import ConfigError
+from gcs.autoscaler.deadline import within
 from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
@@ -123,7 +126,7 @@ class CommandProvider:
         self._records.save(record)
         # A start command that exits at once either failed or daemonized.
         try:
-            code = await asyncio.wait_for(proc.wait(), timeout=2.0)
+            code = await within(self._clock, 2.0, proc.wait())
         except TimeoutError:
             return  # still running in the foreground: tracked by pid
         if code != 0:
@@ -154,7 +157,7 @@ class CommandProvider:
                 if not ok:
                     continue
             if rec.pid:
-                await kill_group(rec.pid)
+                await kill_group(rec.pid, self._clock)
             self._records.forget(cid)
 
     async def _run_stop(self, template: str, cid: str, node_type: str, request_id: str) -> bool:
@@ -166,7 +169,7 @@ class CommandProvider:
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env(cid, node_type),
             )
-            _, err = await asyncio.wait_for(proc.communicate(), self._timeout_s)
+            _, err = await within(self._clock, self._timeout_s, proc.communicate())
         except (OSError, ValueError, KeyError, TimeoutError) as exc:
             self._errors.append(TerminateNodeError(cid, request_id, self._now_ns(), str(exc)))
             return False
@@ -188,11 +191,28 @@ class CommandProvider:
         return int(self._clock.now_s() * 1e9)
 
 
+def section(raw: Mapping[str, Any], types_raw: Mapping[Any, Any]) -> dict[str, NodeCommands]:
+    """The registry row's section parser: per node type, ``node_config.start_command`` (and
+    ``stop_command``); at least one type must have a start command."""
+    commands: dict[str, NodeCommands] = {}
+    for name, node in types_raw.items():
+        node_config = node.get("node_config") if isinstance(node, Mapping) else None
+        if node_config is None:
+            continue
+        where = f"available_node_types.{name}.node_config"
+        start, stop = node_config.get("start_command"), node_config.get("stop_command", "")
+        if not isinstance(start, str) or not start.strip():
+            raise ConfigError(f"{where}.start_command: required for provider type command")
+        if not isinstance(stop, str):
+            raise ConfigError(f"{where}.stop_command: expected a string")
+        commands[str(name)] = NodeCommands(start, stop)
+    if not commands:
+        raise ConfigError("provider.type command: no node type has node_config.start_command")
+    return commands
+
+
 def build(context: ProviderContext) -> CommandProvider:
-    commands = {
-        node_type: NodeCommands(c.start, c.stop)
-        for node_type, c in context.cluster.provider.commands.items()
-    }
+    commands = cast("Mapping[str, NodeCommands]", context.cluster.provider.settings)
     return CommandProvider(
         commands,
         context.gcs_address,

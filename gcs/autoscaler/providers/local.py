@@ -119,7 +119,7 @@ class LocalProvider:
         if self._records.seen_request(request_id):
             return
         self._records.mark_request(request_id)
-        await terminate_records(self._records, cloud_instance_ids)
+        await terminate_records(self._records, cloud_instance_ids, self._clock)
 
     def poll_errors(self) -> list[ProviderError]:
         errors, self._errors = self._errors, []

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import structlog
 
+from gcs.autoscaler.deadline import within
 from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import CloudInstance
+from gcs.clock import Clock
 from gcs.processes import pid_alive
 
 log = structlog.get_logger("gcs.autoscaler.providers")
@@ -112,26 +114,50 @@ async def spawn_logged(
         )
 
 
-async def kill_group(pid: int, *, grace_s: float = 5.0) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
+async def kill_group(pid: int, clock: Clock, *, grace_s: float = 5.0) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left once ``grace_s`` of
+    ``clock``'s time passed without the leader exiting."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace_s
-    # Polling: a process we may not be the parent of offers nothing to wait on.
-    while pid_alive(pid) and loop.time() < deadline:  # noqa: ASYNC110
-        await asyncio.sleep(0.05)
-    if pid_alive(pid):
+    if not pid_alive(pid):
+        return
+    try:
+        await within(clock, grace_s, _exited(pid))
+    except TimeoutError:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
 
 
-async def terminate_records(records: ProcessRecords, ids: Sequence[str]) -> None:
+async def _exited(pid: int) -> None:
+    """Until process ``pid`` has exited.  A process we may not be the parent of (one adopted
+    from the records) offers nothing to wait on but its pidfd, which turns readable when it
+    exits: no polling, no sleep."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    gone: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        if pid_alive(pid):  # it may have exited (a zombie) before the reader was added
+            await gone
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def terminate_records(records: ProcessRecords, ids: Sequence[str], clock: Clock) -> None:
     known = records.load()
     for cid in ids:
         rec = known.get(cid)
         if rec is not None:
-            await kill_group(rec.pid)
+            await kill_group(rec.pid, clock)
         records.forget(cid)
 
 

@@ -9,17 +9,16 @@
   rejection or failure is reported to the next round, which puts the instance back to
   RAY_RUNNING.
 
-Both run their I/O as tasks they own (``close()`` cancels them) and record what they did
-in the :class:`~gcs.autoscaler.reconciler.events.EventLog`.
+Both run their I/O as tasks of their own :class:`~gcs.background.Background` (its failure
+policy: nothing fails unseen; ``close()`` cancels them) and record what they did in the
+:class:`~gcs.autoscaler.reconciler.events.EventLog`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 import structlog
 
@@ -34,29 +33,10 @@ from gcs.autoscaler.providers.base import (
     TerminateNodeError,
 )
 from gcs.autoscaler.reconciler.events import EventLog
+from gcs.background import Background
 from gcs.clock import Clock
 
 log = structlog.get_logger("gcs.autoscaler")
-
-
-class _Tasks:
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def spawn(self, make: Callable[[], Awaitable[None]], name: str) -> None:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(make(), name=name)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def settle(self) -> None:
-        """Wait for every task started so far (tests and shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
 class CloudInstanceUpdater:
@@ -73,7 +53,7 @@ class CloudInstanceUpdater:
         self._events = events
         self._timeout_s = call_timeout_s
         self._errors: list[ProviderError] = []
-        self._tasks = _Tasks()
+        self._tasks = Background("autoscaler.launcher")
         self.launched = 0
         self.terminated = 0
 
@@ -91,10 +71,10 @@ class CloudInstanceUpdater:
             elif inst.status is InstanceStatus.TERMINATING and inst.cloud_instance_id:
                 to_terminate.append(inst.cloud_instance_id)
         for request_id, counts in launches.items():
-            self._tasks.spawn(functools.partial(self._launch, dict(counts), request_id), "launch")
+            self._tasks.spawn(self._launch(dict(counts), request_id), "launch")
         if to_terminate:
             ids = sorted(set(to_terminate))
-            self._tasks.spawn(lambda: self._terminate(ids, uuid.uuid4().hex), "terminate")
+            self._tasks.spawn(self._terminate(ids, uuid.uuid4().hex), "terminate")
 
     async def _launch(self, shape: dict[str, int], request_id: str) -> None:
         what = ", ".join(f"{n} x {t}" for t, n in shape.items())
@@ -138,7 +118,7 @@ class RayStopper:
         self._gcs = gcs
         self._events = events
         self._errors: dict[str, str] = {}
-        self._tasks = _Tasks()
+        self._tasks = Background("autoscaler.ray_stopper")
 
     def poll_errors(self) -> dict[str, str]:
         """instance id -> why its stop failed (the next round puts it back to RAY_RUNNING)."""
@@ -150,7 +130,7 @@ class RayStopper:
             inst = ev.instance
             if inst.status is not InstanceStatus.RAY_STOP_REQUESTED or not inst.node_id:
                 continue
-            self._tasks.spawn(functools.partial(self._stop, inst), "ray-stop")
+            self._tasks.spawn(self._stop(inst), "ray-stop")
 
     async def _stop(self, inst) -> None:  # type: ignore[no-untyped-def]
         term = inst.termination

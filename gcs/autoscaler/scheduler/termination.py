@@ -99,7 +99,7 @@ def enforce_idle(
     """Mark idle nodes TO_TERMINATE; returns how many were marked.
 
     ``budget`` caps the nodes leaving at once; ``spent`` of it is taken by nodes already
-    leaving (see ``_Round.budget``).
+    leaving (see :func:`.idle.budget`).
 
     min_workers counts the nodes that stay.  A RAY_STOP_REQUESTED node was chosen in an
     earlier round and is leaving (its drain in flight, or accepted and not yet reported as

@@ -1,5 +1,8 @@
 """Scheduler input and output: frozen dataclasses, no behaviour.
 
+The bottom of the scheduler: this module imports no other scheduler module (every other
+one may import it), so the package has no import circle (``tests/autoscaler/test_layers.py``).
+
 Demand stays grouped as (shape, selectors, constraint, count); the scheduler never
 expands a count into that many objects.
 """
@@ -9,12 +12,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from gcs.autoscaler.model import InstanceStatus, NodeKind
-
-if TYPE_CHECKING:
-    from gcs.autoscaler.scheduler.waiting import WaitingDemand
 
 IMPLICIT_RESOURCE_PREFIX = "node:__internal_implicit_resource_"
 
@@ -318,6 +318,73 @@ class Resize:
     current_cpu: float
     current_memory: float
     reason: str
+
+
+class WaitReason(enum.Enum):
+    """Why a piece of unplaced demand waits (:mod:`~gcs.autoscaler.scheduler.waiting`)."""
+
+    INFEASIBLE = "infeasible"
+    CAPPED = "capped"
+    PENDING_CAPACITY = "pending-capacity"
+
+
+class WaitKind(enum.Enum):
+    TASKS = "tasks"  # task / actor requests (grouped by shape)
+    PLACEMENT_GROUP = "placement-group"
+    CONSTRAINT = "constraint"  # request_resources()
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingDemand:
+    """``count`` requests of ``resources`` (for a gang or a constraint: its largest bundle
+    shape) that wait, and why."""
+
+    kind: WaitKind
+    resources: Mapping[str, float]
+    count: int
+    reason: WaitReason
+    why: str
+    cluster_id: str = ""
+    #: Placement-group details (its id and strategy), "" for tasks.
+    details: str = ""
+    #: The requests' label selectors (alternatives), as the scheduler read them.
+    selectors: tuple[LabelSelector, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind.value,
+            "resources": dict(self.resources),
+            "count": self.count,
+            "reason": self.reason.value,
+            "why": self.why,
+        }
+        if self.cluster_id:
+            out["virtual_cluster"] = self.cluster_id
+        if self.details:
+            out["details"] = self.details
+        if self.selectors:
+            out["label_selectors"] = [
+                [[c.key, c.op.value, list(c.values)] for c in sel] for sel in self.selectors
+            ]
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> WaitingDemand:
+        """One entry as :meth:`to_json` wrote it; ``ValueError`` / ``KeyError`` /
+        ``TypeError`` on anything else."""
+        return cls(
+            kind=WaitKind(raw["kind"]),
+            resources={str(k): float(v) for k, v in dict(raw["resources"]).items()},
+            count=int(raw["count"]),
+            reason=WaitReason(raw["reason"]),
+            why=str(raw["why"]),
+            cluster_id=str(raw.get("virtual_cluster", "")),
+            details=str(raw.get("details", "")),
+            selectors=tuple(
+                tuple(LabelConstraint(str(k), LabelOp(op), tuple(map(str, v))) for k, op, v in sel)
+                for sel in raw.get("label_selectors", ())
+            ),
+        )
 
 
 @dataclass(frozen=True)

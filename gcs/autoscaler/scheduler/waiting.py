@@ -21,87 +21,36 @@ attributes it, see ``VirtualClusterManager``).
 
 from __future__ import annotations
 
-import enum
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from gcs.autoscaler.scheduler.explain import explain_unplaced
 from gcs.autoscaler.scheduler.resources import selector_matches, shape_text
 from gcs.autoscaler.scheduler.types import (
-    LabelConstraint,
-    LabelOp,
     LabelSelector,
     NodeTypeConfig,
     ResourceDemand,
+    WaitingDemand,
+    WaitKind,
+    WaitReason,
 )
 
-
-class WaitReason(enum.Enum):
-    INFEASIBLE = "infeasible"
-    CAPPED = "capped"
-    PENDING_CAPACITY = "pending-capacity"
-
-
-class WaitKind(enum.Enum):
-    TASKS = "tasks"  # task / actor requests (grouped by shape)
-    PLACEMENT_GROUP = "placement-group"
-    CONSTRAINT = "constraint"  # request_resources()
-
-
-@dataclass(frozen=True, slots=True)
-class WaitingDemand:
-    """``count`` requests of ``resources`` (for a gang or a constraint: its largest bundle
-    shape) that wait, and why."""
-
-    kind: WaitKind
-    resources: Mapping[str, float]
-    count: int
-    reason: WaitReason
-    why: str
-    cluster_id: str = ""
-    #: Placement-group details (its id and strategy), "" for tasks.
-    details: str = ""
-    #: The requests' label selectors (alternatives), as the scheduler read them.
-    selectors: tuple[LabelSelector, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "kind": self.kind.value,
-            "resources": dict(self.resources),
-            "count": self.count,
-            "reason": self.reason.value,
-            "why": self.why,
-        }
-        if self.cluster_id:
-            out["virtual_cluster"] = self.cluster_id
-        if self.details:
-            out["details"] = self.details
-        if self.selectors:
-            out["label_selectors"] = [
-                [[c.key, c.op.value, list(c.values)] for c in sel] for sel in self.selectors
-            ]
-        return out
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> WaitingDemand:
-        """One entry as :meth:`to_json` wrote it; ``ValueError`` / ``KeyError`` /
-        ``TypeError`` on anything else."""
-        return cls(
-            kind=WaitKind(raw["kind"]),
-            resources={str(k): float(v) for k, v in dict(raw["resources"]).items()},
-            count=int(raw["count"]),
-            reason=WaitReason(raw["reason"]),
-            why=str(raw["why"]),
-            cluster_id=str(raw.get("virtual_cluster", "")),
-            details=str(raw.get("details", "")),
-            selectors=tuple(
-                tuple(LabelConstraint(str(k), LabelOp(op), tuple(map(str, v))) for k, op, v in sel)
-                for sel in raw.get("label_selectors", ())
-            ),
-        )
+__all__ = [
+    "WaitKind",
+    "WaitReason",
+    "WaitingDemand",
+    "counts",
+    "fitting_types",
+    "from_json",
+    "gang_verdict",
+    "in_cluster",
+    "shape_key",
+    "to_json",
+    "unplaced_verdict",
+    "verdict_for",
+]
 
 
 def _type_fits(

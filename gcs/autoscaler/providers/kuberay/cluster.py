@@ -118,7 +118,11 @@ def cluster_config(
         "max_workers": total_max,
         "upscaling_speed": _UPSCALING_SPEED.get(mode, 1000.0),
         "idle_timeout_minutes": float(idle) / 60.0,
-        "provider": {"type": "kuberay", "namespace": meta.get("namespace", "default")},
+        "provider": {
+            "type": "kuberay",
+            "namespace": meta.get("namespace", "default"),
+            "cluster_name": meta.get("name", ""),
+        },
         "head_node_type": HEAD_GROUP,
         "available_node_types": types,
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -66,9 +67,11 @@ def load_client_config() -> tuple[Any, str]:
             return client.ApiClient(), f.read().strip() or "default"
     except config.ConfigException:
         pass
-    config.load_kube_config()
+    # KUBECONFIG read now (the client reads it once, when it is first imported)
+    path = os.environ.get("KUBECONFIG") or None
+    config.load_kube_config(config_file=path)
     try:
-        _, active = config.list_kube_config_contexts()
+        _, active = config.list_kube_config_contexts(config_file=path)
         namespace = (active or {}).get("context", {}).get("namespace") or "default"
     except config.ConfigException:
         namespace = "default"

@@ -15,11 +15,11 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import structlog
 
-from gcs.autoscaler.config import ClusterConfig, ConfigError
+from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.model import NodeKind, RayNode
 from gcs.autoscaler.providers.base import (
     Capabilities,
@@ -31,6 +31,7 @@ from gcs.autoscaler.providers.base import (
     TerminateNodeError,
 )
 from gcs.autoscaler.providers.kuberay.cluster import DEFAULT_IDLE_TIMEOUT_S, cluster_config
+from gcs.autoscaler.providers.kuberay.connect import KubeRaySection, connect, initial_config
 from gcs.autoscaler.providers.kuberay.downsize import UnusedClock, downsize_target
 from gcs.autoscaler.providers.kuberay.ippr import (
     STATUS_ANNOTATION,
@@ -44,6 +45,8 @@ from gcs.autoscaler.providers.kuberay.ippr import (
 from gcs.autoscaler.providers.kuberay.k8s import KubeApi, KubeApiError
 from gcs.autoscaler.scheduler.types import IpprStatus, Options, Resize
 from gcs.clock import Clock
+
+__all__ = ["KubeRayProvider", "build", "initial_config"]
 
 log = structlog.get_logger("gcs.autoscaler.kuberay")
 
@@ -470,20 +473,9 @@ def _scale_ops(
     return ops, capped, unknown
 
 
-async def initial_config(api: KubeApi, options: Options | None = None) -> ClusterConfig:
-    """The RayCluster's config before the first round (the runtime is built from it)."""
-    cr = await api.get_cluster()
-    pods = await api.list_pods()
-    running = Counter(
-        _labels(p).get("ray.io/group", "") for p in pods
-        if _labels(p).get("ray.io/node-type") == "worker"
-    )  # fmt: skip
-    return cluster_config(cr, parse_ippr(cr), running, options)
-
-
 def build(context: ProviderContext) -> KubeRayProvider:
-    if context.kube_api is None:
-        raise ConfigError("provider.type kuberay needs a Kubernetes API (--cluster-name)")
+    """The registry row's factory: the client comes from the row's own section."""
+    api = connect(cast("KubeRaySection", context.cluster.provider.settings))
     return KubeRayProvider(
-        context.kube_api, context.gcs, context.clock, options=context.cluster.scheduler.options
+        api, context.gcs, context.clock, options=context.cluster.scheduler.options
     )
