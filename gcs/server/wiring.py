@@ -31,9 +31,9 @@ from gcs import RAY_VERSION
 from gcs.clock import Clock
 from gcs.config import GcsConfig
 from gcs.lifecycle import Component, Part
-from gcs.managers.actor_scheduler import ActorScheduler
-from gcs.managers.actor_view import LiveClusterView
 from gcs.managers.actors import ActorManager
+from gcs.managers.actors.cluster_view import LiveClusterView
+from gcs.managers.actors.scheduler import ActorScheduler
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.managers.cluster_meta import ClusterIdentity
 from gcs.managers.events import (
