@@ -4,8 +4,8 @@
 pubsub (:mod:`gcs.server.wiring_managers`), every event listener subscribed in one visible
 list per kind of event (the order the events reach them), then the RPC server and the
 component list the supervisor runs (:mod:`gcs.server.wiring_components`): ``load()`` in
-list order, ``run()`` all at once, ``close()`` in reverse order.  Nothing here reads the store, binds a
-port or starts a task; that is what ``load()`` and ``run()`` are for.
+list order, ``run()`` all at once, ``close()`` in reverse order.  Nothing here reads the
+store, binds a port or starts a task; that is what ``load()`` and ``run()`` are for.
 
 Listener order (each list is the order of delivery; written down in docs/architecture.md):
 

@@ -122,7 +122,8 @@ class Harness:
         self.actors = ActorManager(
             self.store,
             self.clock,
-            ActorScheduler(self.gateway, view, retry=FAST),
+            # FAST back-off of a few ms: the fake clock does not move by itself
+            ActorScheduler(self.gateway, view, retry=FAST, sleep=asyncio.sleep),
             self.gateway,
             self.nodes.alive,
             publish=self._publish,

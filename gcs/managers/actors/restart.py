@@ -43,8 +43,8 @@ class Restarts:
         table = self._core.table
         async with self._core.lane:
             for owned in sorted(table.owned.get(worker_id, ())):
-                actor = table.actors[owned]
-                if not actor.is_detached and actor.state != states.DEAD:
+                actor = table.actors.get(owned)  # re-read: a destroy above awaited
+                if actor is not None and not actor.is_detached and actor.state != states.DEAD:
                     # Ray's words: the exit type (SYSTEM_ERROR when unset), never the
                     # owner's own exit detail
                     cause = states.owner_died(
@@ -61,8 +61,8 @@ class Restarts:
             )
             if actor_id is None:
                 return
-            actor = table.actors[actor_id]
-            if actor.state == states.DEAD:
+            actor = table.actors.get(actor_id)
+            if actor is None or actor.state == states.DEAD:
                 return
             cause = states.worker_died(actor, exit_type or "SYSTEM_ERROR", failure.exit_detail)
             if failure.HasField("creation_task_exception"):

@@ -26,7 +26,6 @@ Loop, until created or failed (the manager cancels the task when the actor is de
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import os
@@ -199,14 +198,15 @@ class ActorScheduler:
         gateway: ActorGateway,
         view: ClusterView,
         *,
+        sleep: Sleep,
         retry: RetryPolicy | None = None,
-        sleep: Sleep = asyncio.sleep,
         raylet_timeout_s: float | None = None,
     ) -> None:
         self._gateway = gateway
         self._view = view
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
+        """The back-off between attempts (the injected clock's ``sleep``)."""
         self._raylet_timeout_s = raylet_timeout_s
 
     async def run(self, attempt: Attempt) -> Created | Failed:
