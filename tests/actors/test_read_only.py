@@ -3,6 +3,8 @@ a built GCS exposes a mutable dict, list or set as a public attribute."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections import OrderedDict
 
 import structlog
@@ -77,7 +79,7 @@ class TestEveryManagerOfABuiltGcs:
             actor_gateway=FakeActorGateway(),
         )
         found = set()
-        for field in wiring.managers.__slots__:  # type: ignore[attr-defined]
+        for field in (f.name for f in dataclasses.fields(wiring.managers)):
             if field == "raylets":  # the raylet I/O gateway (a recording fake here)
                 continue
             manager = getattr(wiring.managers, field)
@@ -99,7 +101,7 @@ class TestCreationAttemptsRunUnderBackground:
         spec = actor_spec(2)
         await manager.register(spec)
         with structlog.testing.capture_logs() as logs:
-            creating = __import__("asyncio").ensure_future(manager.create(spec))
+            creating = asyncio.ensure_future(manager.create(spec))
             await turns_until(lambda: any(e["event"] == "background.failed" for e in logs))
         (failed,) = [e for e in logs if e["event"] == "background.failed"]
         assert failed["log_level"] == "error"
