@@ -119,7 +119,7 @@ class PlacementGroupScheduler:
         """Notified after every pass of the loop and every finished two-phase commit."""
         self._left_over = False
         """The last pass left due groups for want of room (in flight / per pass)."""
-        self.last_outcome: dict[bytes, Placement] = {}
+        self._last_outcome: dict[bytes, Placement] = {}
         """Group id -> the policy's latest answer (reasons for pending groups)."""
 
     # -- events (called synchronously from the emitters' apply steps) --------------------------
@@ -223,7 +223,7 @@ class PlacementGroupScheduler:
         results = place_groups([self._request(pg) for pg in due], self._node_views())
         for pg, result in zip(due, results, strict=True):
             pg_id = pg.placement_group_id
-            self.last_outcome[pg_id] = result
+            self._last_outcome[pg_id] = result
             self._pgs.note_attempt(pg_id, _STATS_OF[result.outcome])
             if result.outcome is Outcome.PLACED:
                 self._reserve(pg, result.assignment)
@@ -360,7 +360,7 @@ class PlacementGroupScheduler:
             await self._reservations.give_back(pg_id, by_node)
             self._retry_later(pg_id, "the placement was not recorded")
             return
-        self.last_outcome.pop(pg_id, None)
+        self._last_outcome.pop(pg_id, None)
         log.info("pg.placed", pg_id=pg_id.hex(), nodes=len(by_node))
 
     async def _recorded_once_resolved(self, pg_id: bytes, assignment: Mapping[int, bytes]) -> bool:

@@ -62,7 +62,7 @@ class RestartNotice:
         self._window_s = 0.0
         self._notifications = Background("restart_notice")
         self.notified = 0
-        self.failed: dict[bytes, str] = {}
+        self._failed: dict[bytes, str] = {}
         """Raylets that did not take the notice (node id -> error), for the one summary."""
 
     async def load(self) -> None:
@@ -94,9 +94,9 @@ class RestartNotice:
         # raylet's own outcome is at debug level
         log.info(
             "raylet.restart_notices",
-            notified=self.notified - len(self.failed),
-            failed=len(self.failed),
-            first_failures={n.hex(): e for n, e in list(self.failed.items())[:_FAILURES_SHOWN]},
+            notified=self.notified - len(self._failed),
+            failed=len(self._failed),
+            first_failures={n.hex(): e for n, e in list(self._failed.items())[:_FAILURES_SHOWN]},
         )
 
     async def _notify(self, node_id: bytes, address: str, slots: asyncio.Semaphore) -> None:
@@ -104,7 +104,7 @@ class RestartNotice:
             try:
                 await self._raylets.notify_gcs_restart(node_id, address, NOTIFY_TIMEOUT_S)
             except GcsError as err:
-                self.failed[node_id] = err.message
+                self._failed[node_id] = err.message
                 log.debug("raylet.notify_failed", node_id=node_id.hex(), error=err.message)
             else:
                 log.debug("raylet.notified_restart", node_id=node_id.hex())

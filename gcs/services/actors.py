@@ -83,7 +83,7 @@ class ActorInfoServicer:
             return Req.GetNamedActorInfoReply(status=error_status(err))
         out = Req.GetNamedActorInfoReply(status=ok_status())
         out.actor_table_data.CopyFrom(actor)
-        spec = self._actors.specs.get(actor.actor_id)
+        spec = self._actors.spec_of(actor.actor_id)
         if spec is not None:
             out.task_spec.CopyFrom(spec)
         return out
@@ -110,18 +110,18 @@ class ActorInfoServicer:
             validate.fixed_id(job_id, "filters.job_id", JOB_ID_SIZE)
         state = filters.state if filters.HasField("state") else None
         await self._actors.caught_up()
-        actors, total, filtered = self._actors.list_all(
+        out = Req.GetAllActorInfoReply(status=ok_status())
+        _, out.total, out.num_filtered = self._actors.list_all(
             actor_id=actor_id,
             job_id=job_id,
             state=state,
             limit=request.limit if request.HasField("limit") and request.limit > 0 else None,
+            into=out.actor_table_data,
         )
         size = ReplySize(self._limits.max_reply_bytes, "actors")
-        for actor in actors:
+        for actor in out.actor_table_data:
             size.add(actor)
-        return Req.GetAllActorInfoReply(
-            status=ok_status(), actor_table_data=actors, total=total, num_filtered=filtered
-        )
+        return out
 
     async def KillActorViaGcs(self, request: Req.KillActorViaGcsRequest, context: Any) -> Any:
         try:

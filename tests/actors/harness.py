@@ -10,9 +10,9 @@ from google.protobuf.message import Message
 
 from gcs.changes import Changes
 from gcs.clock import FakeClock
-from gcs.managers.actor_scheduler import ActorScheduler, RetryPolicy
-from gcs.managers.actor_view import LiveClusterView
 from gcs.managers.actors import ActorManager
+from gcs.managers.actors.cluster_view import LiveClusterView
+from gcs.managers.actors.scheduler import ActorScheduler, RetryPolicy
 from gcs.managers.events import JobEvents, NodeEvents, WorkerEvents
 from gcs.managers.jobs import JobManager
 from gcs.managers.nodes import NodeManager
@@ -122,7 +122,8 @@ class Harness:
         self.actors = ActorManager(
             self.store,
             self.clock,
-            ActorScheduler(self.gateway, view, retry=FAST),
+            # FAST back-off of a few ms: the fake clock does not move by itself
+            ActorScheduler(self.gateway, view, retry=FAST, sleep=asyncio.sleep),
             self.gateway,
             self.nodes.alive,
             publish=self._publish,
@@ -184,7 +185,7 @@ class Harness:
         await self.actors.register(spec)
         reply = await self.actors.create(spec)
         assert reply.status.code == 0, reply
-        return self.actors.actors[spec.actor_creation_task_spec.actor_id]
+        return self.actors.get(spec.actor_creation_task_spec.actor_id)
 
     def worker_failure(
         self,

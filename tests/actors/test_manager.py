@@ -7,9 +7,13 @@ import asyncio
 import pytest
 
 from gcs.errors import AlreadyExists, FailedPrecondition, NotFound, RayletUnreachable
-from gcs.managers import actor_states as states
-from gcs.managers.actor_scheduler import lease_request, pin_to_node
-from gcs.managers.actors import CREATION_EXIT_REPORT_GRACE_S, TABLE_ACTOR, TABLE_ACTOR_TASK_SPEC
+from gcs.managers.actors import (
+    CREATION_EXIT_REPORT_GRACE_S,
+    TABLE_ACTOR,
+    TABLE_ACTOR_TASK_SPEC,
+    states,
+)
+from gcs.managers.actors.scheduler import lease_request, pin_to_node
 from gcs.proto import common_pb2, core_worker_pb2, gcs_pb2, node_manager_pb2
 from gcs.store import WriteBatch
 from gcs.store.base import TABLE_JOB
@@ -197,7 +201,7 @@ class TestCreation:
         assert reply.status.code == 16 and reply.status.message == "boom"
         assert reply.actor_address == worker and len(reply.borrowed_refs) == 1
         actor_id = spec.actor_creation_task_spec.actor_id
-        assert h.actors.actors[actor_id].state != states.DEAD
+        assert h.actors.get(actor_id).state != states.DEAD
         exception = common_pb2.RayException(
             language=common_pb2.PYTHON,
             serialized_exception=b"pickled RayTaskError",
@@ -210,8 +214,8 @@ class TestCreation:
         )
         for listener in h.worker_events:
             listener.on_worker_dead(failure)
-        await turns_until(lambda: h.actors.actors[actor_id].state == states.DEAD)
-        actor = h.actors.actors[actor_id]
+        await turns_until(lambda: h.actors.get(actor_id).state == states.DEAD)
+        actor = h.actors.get(actor_id)
         assert actor.num_restarts == 0
         assert actor.death_cause.creation_task_failure_context == exception
 
@@ -228,8 +232,8 @@ class TestCreation:
         actor_id = spec.actor_creation_task_spec.actor_id
         await turns_until(lambda: h.clock.sleepers > 0)
         h.clock.advance(CREATION_EXIT_REPORT_GRACE_S)
-        await turns_until(lambda: h.actors.actors[actor_id].state == states.DEAD)
-        cause = h.actors.actors[actor_id].death_cause.creation_task_failure_context
+        await turns_until(lambda: h.actors.get(actor_id).state == states.DEAD)
+        cause = h.actors.get(actor_id).death_cause.creation_task_failure_context
         assert cause.formatted_exception_string == "boom" and not cause.serialized_exception
 
     async def test_unreachable_worker_is_leased_again(self) -> None:
@@ -287,16 +291,16 @@ class TestRestarts:
         actor = await h.create(actor_spec(1, max_restarts=2))
         actor_id = actor.actor_id
         for expected in (1, 2):
-            h.worker_failure(h.actors.actors[actor_id].address)
+            h.worker_failure(h.actors.get(actor_id).address)
             await h.until(
                 lambda n=expected: (
-                    h.actors.actors[actor_id].state == states.ALIVE
-                    and h.actors.actors[actor_id].num_restarts == n
+                    h.actors.get(actor_id).state == states.ALIVE
+                    and h.actors.get(actor_id).num_restarts == n
                 )
             )
-        h.worker_failure(h.actors.actors[actor_id].address)
-        await h.until(lambda: h.actors.actors[actor_id].state == states.DEAD)
-        dead = h.actors.actors[actor_id]
+        h.worker_failure(h.actors.get(actor_id).address)
+        await h.until(lambda: h.actors.get(actor_id).state == states.DEAD)
+        dead = h.actors.get(actor_id)
         assert dead.num_restarts == 2
         ctx = dead.death_cause.actor_died_error_context
         assert ctx.reason == Reason.WORKER_DIED
@@ -310,20 +314,20 @@ class TestRestarts:
         h = await Harness().start(1)
         actor_id = (await h.create(actor_spec(1, max_restarts=-1))).actor_id
         for n in range(1, 6):
-            h.worker_failure(h.actors.actors[actor_id].address)
+            h.worker_failure(h.actors.get(actor_id).address)
             await h.until(
                 lambda n=n: (
-                    h.actors.actors[actor_id].state == states.ALIVE
-                    and h.actors.actors[actor_id].num_restarts == n
+                    h.actors.get(actor_id).state == states.ALIVE
+                    and h.actors.get(actor_id).num_restarts == n
                 )
             )
 
     async def test_intended_exit_is_not_restarted(self) -> None:
         h = await Harness().start(1)
         actor_id = (await h.create(actor_spec(1, max_restarts=5))).actor_id
-        h.worker_failure(h.actors.actors[actor_id].address, common_pb2.INTENDED_USER_EXIT)
-        await h.until(lambda: h.actors.actors[actor_id].state == states.DEAD)
-        assert h.actors.actors[actor_id].num_restarts == 0
+        h.worker_failure(h.actors.get(actor_id).address, common_pb2.INTENDED_USER_EXIT)
+        await h.until(lambda: h.actors.get(actor_id).state == states.DEAD)
+        assert h.actors.get(actor_id).num_restarts == 0
 
     async def test_worker_dying_during_creation_restarts_the_creation(self) -> None:
         h = await Harness().start(1)
@@ -350,14 +354,14 @@ class TestRestarts:
         await h.nodes.mark_dead(node_id(2), NodeReason.UNEXPECTED_TERMINATION, "gone")
         await h.until(
             lambda: (
-                h.actors.actors[on_two.actor_id].state == states.ALIVE
-                and h.actors.actors[on_two.actor_id].node_id == node_id(1)
+                h.actors.get(on_two.actor_id).state == states.ALIVE
+                and h.actors.get(on_two.actor_id).node_id == node_id(1)
             )
         )
-        restarted = h.actors.actors[on_two.actor_id]
+        restarted = h.actors.get(on_two.actor_id)
         assert restarted.num_restarts == 1
-        assert h.actors.actors[owned_on_two.actor_id].state == states.DEAD
-        ctx = h.actors.actors[owned_on_two.actor_id].death_cause.actor_died_error_context
+        assert h.actors.get(owned_on_two.actor_id).state == states.DEAD
+        ctx = h.actors.get(owned_on_two.actor_id).death_cause.actor_died_error_context
         assert ctx.reason == Reason.OWNER_DIED
         assert ctx.error_message == (  # Ray's words
             f"The actor is dead because its owner has died. Owner Id: {'02' * 28} "
@@ -365,8 +369,8 @@ class TestRestarts:
             "Worker exit detail: Owner's node has crashed."
         )
         # detached: its owner's death does not kill it; its node's death restarts it
-        await h.until(lambda: h.actors.actors[detached_owned_on_two.actor_id].state == states.ALIVE)
-        assert h.actors.actors[detached_owned_on_two.actor_id].node_id == node_id(1)
+        await h.until(lambda: h.actors.get(detached_owned_on_two.actor_id).state == states.ALIVE)
+        assert h.actors.get(detached_owned_on_two.actor_id).node_id == node_id(1)
         died = "The actor died because its node has died."
         assert any(
             died in a.death_cause.actor_died_error_context.error_message
@@ -381,11 +385,11 @@ class TestRestarts:
         await h.nodes.mark_dead(node_id(2), NodeReason.AUTOSCALER_DRAIN_PREEMPTED, "spot")
         await h.until(
             lambda: (
-                h.actors.actors[actor.actor_id].state == states.ALIVE
-                and h.actors.actors[actor.actor_id].node_id == node_id(1)
+                h.actors.get(actor.actor_id).state == states.ALIVE
+                and h.actors.get(actor.actor_id).node_id == node_id(1)
             )
         )
-        after = h.actors.actors[actor.actor_id]
+        after = h.actors.get(actor.actor_id)
         assert after.num_restarts == 1 and after.num_restarts_due_to_node_preemption == 1
         assert after.preempted
 
@@ -395,7 +399,7 @@ class TestDeaths:
         h = await Harness().start(1)
         actor = await h.create(actor_spec(1, max_restarts=5, name="x"))
         await h.actors.kill(actor.actor_id, force_kill=True, no_restart=True)
-        dead = h.actors.actors[actor.actor_id]
+        dead = h.actors.get(actor.actor_id)
         assert dead.state == states.DEAD
         ctx = dead.death_cause.actor_died_error_context
         assert ctx.reason == Reason.RAY_KILL
@@ -404,7 +408,7 @@ class TestDeaths:
         ((node, kill),) = h.gateway.kills
         assert node == node_id(1) and kill.worker_id == actor.address.worker_id
         assert kill.intended_actor_id == actor.actor_id and kill.force_kill
-        assert actor.actor_id not in h.actors.specs
+        assert h.actors.spec_of(actor.actor_id) is None
         assert await h.store.get(TABLE_ACTOR_TASK_SPEC, actor.actor_id) is None
 
     async def test_kill_with_restart_kills_the_worker_and_its_death_restarts(self) -> None:
@@ -413,12 +417,12 @@ class TestDeaths:
         await h.actors.kill(actor.actor_id, force_kill=True, no_restart=False)
         await h.actors.settle()
         assert len(h.gateway.kills) == 1
-        assert h.actors.actors[actor.actor_id].state == states.ALIVE  # until the worker dies
+        assert h.actors.get(actor.actor_id).state == states.ALIVE  # until the worker dies
         h.worker_failure(actor.address)
         await h.until(
             lambda: (
-                h.actors.actors[actor.actor_id].num_restarts == 1
-                and h.actors.actors[actor.actor_id].state == states.ALIVE
+                h.actors.get(actor.actor_id).num_restarts == 1
+                and h.actors.get(actor.actor_id).state == states.ALIVE
             )
         )
 
@@ -434,8 +438,8 @@ class TestDeaths:
         detached = await h.create(actor_spec(2, detached=True, name="d"))
         await h.jobs.mark_finished(JOB)
         await h.actors.settle()
-        assert h.actors.actors[scoped.actor_id].state == states.DEAD
-        assert h.actors.actors[detached.actor_id].state == states.ALIVE
+        assert h.actors.get(scoped.actor_id).state == states.DEAD
+        assert h.actors.get(detached.actor_id).state == states.ALIVE
         assert h.actors.get_named("d", "ns").actor_id == detached.actor_id
         # `ray list actors` (show_dead_jobs unset) still lists the live detached actor, and
         # the dead one as Ray's in-memory answer does
@@ -449,11 +453,11 @@ class TestDeaths:
         owned = await h.create(actor_spec(1))
         detached = await h.create(actor_spec(2, detached=True))
         h.worker_failure(common_pb2.Address(node_id=node_id(1), worker_id=DRIVER))
-        await h.until(lambda: h.actors.actors[owned.actor_id].state == states.DEAD)
-        ctx = h.actors.actors[owned.actor_id].death_cause.actor_died_error_context
+        await h.until(lambda: h.actors.get(owned.actor_id).state == states.DEAD)
+        ctx = h.actors.get(owned.actor_id).death_cause.actor_died_error_context
         assert ctx.reason == Reason.OWNER_DIED
         assert ctx.error_message.startswith("The actor is dead because its owner has died.")
-        assert h.actors.actors[detached.actor_id].state == states.ALIVE
+        assert h.actors.get(detached.actor_id).state == states.ALIVE
 
     async def test_an_owner_drivers_exit_reads_as_on_ray_not_as_its_own_exit_detail(
         self,
@@ -465,8 +469,8 @@ class TestDeaths:
         owned = await h.create(actor_spec(1))
         driver = common_pb2.Address(node_id=node_id(1), worker_id=DRIVER, ip_address="127.0.0.9")
         h.worker_failure(driver, common_pb2.INTENDED_USER_EXIT, "Shutdown by ray.shutdown().")
-        await h.until(lambda: h.actors.actors[owned.actor_id].state == states.DEAD)
-        ctx = h.actors.actors[owned.actor_id].death_cause.actor_died_error_context
+        await h.until(lambda: h.actors.get(owned.actor_id).state == states.DEAD)
+        ctx = h.actors.get(owned.actor_id).death_cause.actor_died_error_context
         assert ctx.error_message == (
             f"The actor is dead because its owner has died. Owner Id: {DRIVER.hex()} "
             "Owner Ip address: 127.0.0.9 Owner worker exit type: INTENDED_USER_EXIT "
@@ -540,7 +544,7 @@ class TestJobRelease:
         detached = await h.create(actor_spec(1, detached=True, max_restarts=1))
         await h.jobs.mark_finished(JOB)
         h.worker_failure(detached.address)
-        await h.until(lambda: h.actors.actors[detached.actor_id].num_restarts == 1)
+        await h.until(lambda: h.actors.get(detached.actor_id).num_restarts == 1)
         await h.actors.settle()
         assert h.released_jobs == []
 
@@ -566,18 +570,18 @@ class TestLineage:
         h = await Harness().start(1)
         actor = await h.create(actor_spec(1))
         await h.actors.report_out_of_scope(actor.actor_id, 0)
-        dead = h.actors.actors[actor.actor_id]
+        dead = h.actors.get(actor.actor_id)
         assert dead.state == states.DEAD
         assert dead.death_cause.actor_died_error_context.reason == Reason.OUT_OF_SCOPE
-        assert actor.actor_id in h.actors.specs  # restartable: the spec is kept
+        assert h.actors.spec_of(actor.actor_id) is not None  # restartable: the spec is kept
         await h.actors.restart_for_lineage(actor.actor_id, 1)
-        await h.until(lambda: h.actors.actors[actor.actor_id].state == states.ALIVE)
-        assert h.actors.actors[actor.actor_id].num_restarts_due_to_lineage_reconstruction == 1
+        await h.until(lambda: h.actors.get(actor.actor_id).state == states.ALIVE)
+        assert h.actors.get(actor.actor_id).num_restarts_due_to_lineage_reconstruction == 1
         await h.actors.restart_for_lineage(actor.actor_id, 1)  # stale: ignored
         with pytest.raises(FailedPrecondition, match="is not an out-of-scope dead actor"):
             await h.actors.restart_for_lineage(actor.actor_id, 2)  # alive
         await h.actors.report_out_of_scope(actor.actor_id, 0)  # stale: ignored
-        assert h.actors.actors[actor.actor_id].state == states.ALIVE
+        assert h.actors.get(actor.actor_id).state == states.ALIVE
 
 
 class TestPersistence:
@@ -598,9 +602,11 @@ class TestPersistence:
         again = await h.restarted().start()
         back = again.actors.get_named("keeper", "ns")
         assert back == detached and back.state == states.ALIVE
-        assert again.actors.specs[detached.actor_id] == actor_spec(1, detached=True, name="keeper")
+        assert again.actors.spec_of(detached.actor_id) == actor_spec(
+            1, detached=True, name="keeper"
+        )
         # the creation that was in flight is scheduled again
-        await again.until(lambda: again.actors.actors[pending_id].state == states.ALIVE)
+        await again.until(lambda: again.actors.get(pending_id).state == states.ALIVE)
         assert len(h.gateway.leases) == 3
         await again.actors.close()
 
@@ -619,7 +625,7 @@ class TestPersistence:
         await again.nodes.load()
         await again.nodes.mark_dead(node_id(2), NodeReason.UNEXPECTED_TERMINATION, "gone")
         await again.actors.load()
-        dead = again.actors.actors[scoped.actor_id]
+        dead = again.actors.get(scoped.actor_id)
         assert dead.state == states.DEAD
         assert "could not load it during initialization" in (
             dead.death_cause.actor_died_error_context.error_message
@@ -639,10 +645,10 @@ class TestPersistence:
         await h.store.write(WriteBatch().put(TABLE_JOB, JOB, finished.SerializeToString()))
 
         again = await h.restarted().start()
-        dead = again.actors.actors[scoped.actor_id]
+        dead = again.actors.get(scoped.actor_id)
         assert dead.state == states.DEAD
         assert dead.death_cause.actor_died_error_context.reason == Reason.OWNER_DIED
-        assert again.actors.actors[detached.actor_id].state == states.ALIVE
+        assert again.actors.get(detached.actor_id).state == states.ALIVE
         await again.actors.release_unused_workers(again.nodes.alive[node_id(1)])
         assert again.gateway.released[-1] == (node_id(1), [detached.address.worker_id])
 
@@ -667,8 +673,8 @@ class TestPersistence:
         await h.store.write(batch)
 
         again = await h.restarted().start()
-        assert again.actors.actors[child.actor_id].state == states.DEAD
-        assert again.actors.actors[other.actor_id].state == states.ALIVE
+        assert again.actors.get(child.actor_id).state == states.DEAD
+        assert again.actors.get(other.actor_id).state == states.ALIVE
 
 
 class TestDeadCache:
@@ -677,7 +683,7 @@ class TestDeadCache:
         ids = [(await h.create(actor_spec(n))).actor_id for n in (1, 2, 3)]
         for actor_id in ids:
             await h.actors.kill(actor_id, force_kill=True, no_restart=True)
-        assert ids[0] not in h.actors.actors and set(ids[1:]) <= set(h.actors.actors)
+        assert ids[0] not in h.actors.view and all(i in h.actors.view for i in ids[1:])
         assert await h.store.get(TABLE_ACTOR, ids[0]) is None
         assert await h.store.get(TABLE_ACTOR, ids[2]) is not None
 

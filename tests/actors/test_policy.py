@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gcs.managers import actor_states as states
-from gcs.managers.actor_placement import Candidate, Demand, choose_node
+from gcs.managers.actors import states
+from gcs.managers.actors.placement import Candidate, Demand, choose_node
 from gcs.proto import common_pb2, gcs_pb2
 
 Actor = gcs_pb2.ActorTableData

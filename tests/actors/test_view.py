@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gcs.clock import FakeClock
-from gcs.managers.actor_view import LiveClusterView
+from gcs.managers.actors.cluster_view import LiveClusterView
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2
 from tests.actors.harness import node_id, node_info

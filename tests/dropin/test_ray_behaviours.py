@@ -19,8 +19,8 @@ import pytest
 from gcs.clock import FakeClock, now_ms
 from gcs.config import RequestLimits
 from gcs.errors import AlreadyExists
-from gcs.managers import actor_states as states
-from gcs.managers.actor_warnings import (
+from gcs.managers.actors import states
+from gcs.managers.actors.driver_warnings import (
     DETACHED_ACTOR_ANONYMOUS_NAMESPACE,
     is_anonymous_namespace,
 )
@@ -82,12 +82,12 @@ class TestActorDeathReachesPlacementGroups:
         actor = await h.create(actor_spec(1, max_restarts=1))
         h.worker_failure(actor.address)
         await h.actors.settle()
-        assert h.actors.actors[actor.actor_id].num_restarts == 1
+        assert h.actors.get(actor.actor_id).num_restarts == 1
         assert h.told_dead == [actor.actor_id]
         await h.actors.kill(actor.actor_id, force_kill=True, no_restart=True)
         await h.actors.settle()
         assert h.told_dead == [actor.actor_id, actor.actor_id]
-        assert h.actors.actors[actor.actor_id].state == states.DEAD
+        assert h.actors.get(actor.actor_id).state == states.DEAD
 
 
 def _actor_group(n: int, *, detached: bool = False) -> common_pb2.PlacementGroupSpec:

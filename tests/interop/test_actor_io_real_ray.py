@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from gcs.errors import GcsError
-from gcs.managers.actor_scheduler import lease_request, leased_worker
+from gcs.managers.actors.scheduler import lease_request, leased_worker
 from gcs.proto import core_worker_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub

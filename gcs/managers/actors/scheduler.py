@@ -8,7 +8,7 @@ worker death to the actor (and kill the worker if the actor is destroyed mid-cre
 
 Loop, until created or failed (the manager cancels the task when the actor is destroyed):
 
-1. choose a node (:func:`~gcs.managers.actor_placement.choose_node`, a pure function) from
+1. choose a node (:func:`~gcs.managers.actors.placement.choose_node`, a pure function) from
    the live cluster view; when none fits, the lease queues at the owner's raylet, which
    reports it as demand and spills it back once a node fits; no node at all: wait
    (backoff) and choose again; fatal: fail;
@@ -26,7 +26,6 @@ Loop, until created or failed (the manager cancels the task when the actor is de
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import os
@@ -37,8 +36,8 @@ from typing import Protocol
 import structlog
 
 from gcs.errors import GcsError, RayletUnreachable, RayStatusError, WorkerUnreachable
-from gcs.managers import actor_states as states
-from gcs.managers.actor_placement import Candidate, Demand, choose_node
+from gcs.managers.actors import states
+from gcs.managers.actors.placement import Candidate, Demand, choose_node
 from gcs.proto import common_pb2, core_worker_pb2, node_manager_pb2
 from gcs.rpc.raylets.actors import ActorGateway
 
@@ -199,14 +198,15 @@ class ActorScheduler:
         gateway: ActorGateway,
         view: ClusterView,
         *,
+        sleep: Sleep,
         retry: RetryPolicy | None = None,
-        sleep: Sleep = asyncio.sleep,
         raylet_timeout_s: float | None = None,
     ) -> None:
         self._gateway = gateway
         self._view = view
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
+        """The back-off between attempts (the injected clock's ``sleep``)."""
         self._raylet_timeout_s = raylet_timeout_s
 
     async def run(self, attempt: Attempt) -> Created | Failed:

@@ -1,11 +1,11 @@
-"""The live :class:`~gcs.managers.actor_scheduler.ClusterView`: node manager, resource cache,
+"""The live :class:`~gcs.managers.actors.scheduler.ClusterView`: node manager, resource cache,
 placement groups and virtual clusters, read at the moment the scheduler chooses."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gcs.managers.actor_placement import Candidate
+from gcs.managers.actors.placement import Candidate
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2
 from gcs.rpc.raylets.gateway import raylet_address
