@@ -20,7 +20,7 @@ import yaml
 
 from gcs.auth import AuthConfigError, parse_mode
 from gcs.handler_delays import DelaySpecError, HandlerDelays
-from gcs.store.redis_options import RedisOptions
+from gcs.store.redis.options import RedisOptions
 
 
 @dataclass(frozen=True, slots=True)

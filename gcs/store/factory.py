@@ -16,7 +16,7 @@ import structlog
 from gcs.clock import Clock
 from gcs.store.base import Store
 from gcs.store.errors import StoreUnavailable, StoreUnreachable
-from gcs.store.redis_options import RedisOptions
+from gcs.store.redis.options import RedisOptions
 
 __all__ = [
     "STORES",
@@ -55,13 +55,13 @@ def _memory(url: str, settings: StoreSettings) -> Store:
 
 
 def _redis(url: str, settings: StoreSettings) -> Store:
-    from gcs.store.redis import RedisStore
+    from gcs.store.redis.store import RedisStore
 
     return RedisStore(url, namespace=settings.namespace, options=settings.redis, ha=settings.ha)
 
 
 def _sql(url: str, settings: StoreSettings) -> Store:
-    from gcs.store.sql import SqlStore
+    from gcs.store.sql.store import SqlStore
 
     return SqlStore(url, namespace=settings.namespace, ha=settings.ha)
 

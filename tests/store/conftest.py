@@ -36,9 +36,9 @@ import pytest
 
 from gcs.store.base import Store
 from gcs.store.memory import MemoryStore
-from gcs.store.redis import RedisOptions, RedisStore
-from gcs.store.redis_ha import HaKeys
-from gcs.store.sql import SqlOptions, SqlStore
+from gcs.store.redis.ha import HaKeys
+from gcs.store.redis.store import RedisOptions, RedisStore
+from gcs.store.sql.store import SqlOptions, SqlStore
 from gcs.testing.servers import (
     PostgresServer,
     RedisCluster,
