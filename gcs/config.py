@@ -729,10 +729,10 @@ def _names(path: str) -> str:
 
 
 def storage_scheme_ok(url: str) -> bool:
-    """A scheme the store registry (``gcs.store.factory.STORES``) has a backend for."""
-    from gcs.store.factory import STORES, scheme_of
+    """A scheme the store registry (``gcs.store.registry.STORES``) has a backend for."""
+    from gcs.store.registry import STORES
 
-    return scheme_of(url) in STORES
+    return STORES.kind_of(url) is not None
 
 
 STORAGE_FORMS = (
@@ -745,7 +745,7 @@ def storage_url_problem(url: str) -> str | None:
     """What is wrong with a storage URL as typed (None: nothing we can see before opening
     it).  SQLite's URL has no host: ``sqlite://relative.db`` reads "relative.db" as one, so
     the path needs a third slash (a fourth for an absolute path)."""
-    from gcs.store.factory import scheme_of
+    from gcs.store.registry import scheme_of
 
     if not storage_scheme_ok(url):
         return f"{url!r}: unsupported scheme; use {STORAGE_FORMS}"
@@ -850,10 +850,6 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         raise ConfigError(f"{where}.raylet_io.startup_contacts_per_s: must be > 0")
 
 
-HA_SCHEMES = frozenset({"redis", "rediss", "unix", "postgresql", "postgres"})
-"""Stores a second GCS process can share (memory and SQLite live in one process / host)."""
-
-
 def check_ha(config: GcsConfig, where: str = "config") -> None:
     """``ha.*`` in range, and ``--ha`` only on a store other processes can reach."""
     ha = config.ha
@@ -874,10 +870,11 @@ def check_ha(config: GcsConfig, where: str = "config") -> None:
         )
     if not ha.enabled:
         return
-    from gcs.store.factory import scheme_of
+    from gcs.store.registry import STORES, scheme_of
 
-    scheme = scheme_of(config.storage_url())
-    if scheme not in HA_SCHEMES:
+    kind = STORES.kind_of(config.storage_url())
+    if kind is None or not kind.ha:  # the row says whether other GCS processes share it
+        scheme = scheme_of(config.storage_url())
         raise ConfigError(
             f"{where}.{_names('ha.enabled')}: --ha needs a store other GCS processes share "
             f"(redis://... or postgresql+asyncpg://...), not {scheme or 'the embedded'} storage"

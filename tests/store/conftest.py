@@ -4,9 +4,11 @@
   ``sentinel_deployment`` (master, replica, three sentinels) and ``cluster_deployment``
   (three masters with a replica each) likewise, for the contract suite (tests that kill a
   node start their own).
-* ``backend`` (parametrized memory / sqlite / postgres / redis / redis_sentinel /
-  redis_cluster) and ``durable_backend`` (the same without memory): a :class:`Backend`
-  whose ``open(namespace=None)`` builds and
+* ``backend`` (one parameter per test instance of every row of the store registry,
+  ``gcs.store.registry.STORES``: memory / sqlite / postgres / redis / redis_sentinel /
+  redis_cluster; a module with its own ``REGISTRY`` runs over that instead) and
+  ``durable_backend`` (the durable ones): a :class:`Backend` whose
+  ``open(namespace=None)`` builds and
   opens a store on a fresh per-test namespace (SQLite: a per-test file); reopening with the
   same namespace sees the same data.  Stores are closed at teardown.
 * ``store``: ``await backend.open()``.
@@ -38,6 +40,8 @@ from gcs.store.base import Store
 from gcs.store.memory import MemoryStore
 from gcs.store.redis.ha import HaKeys
 from gcs.store.redis.store import RedisOptions, RedisStore
+from gcs.store.registry import STORES, Registry, StoreKind, TestInstance
+from gcs.store.settings import StoreSettings
 from gcs.store.sql.store import SqlOptions, SqlStore
 from gcs.testing.servers import (
     PostgresServer,
@@ -50,7 +54,7 @@ from gcs.testing.servers import (
 from tests.autoscaler.clock import SteppedClock
 
 ALL_BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
-DURABLE_BACKENDS = ("sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
+"""The HA suite's backends (each needs its own lease-expiry hook below)."""
 OUTAGE_BACKENDS = ("sqlite", "postgres", "redis")
 
 
@@ -99,39 +103,46 @@ class Backend:
             await store.close()
 
 
-def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Backend:
-    if name == "memory":
-        return Backend(name, lambda _ns: MemoryStore())
-    if name == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-        return Backend(name, lambda ns: SqlStore(url, namespace=ns))
-    if name == "postgres":
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        return Backend(name, lambda ns: SqlStore(server.url(), namespace=ns))
-    if name == "redis":
-        redis: RedisServer = request.getfixturevalue("redis_server")
-        return Backend(name, lambda ns: RedisStore(redis.url, namespace=ns))
-    if name == "redis_sentinel":
-        sentinels: RedisSentinels = request.getfixturevalue("sentinel_deployment")
-        return Backend(name, lambda ns: RedisStore(sentinels.url, namespace=ns))
-    if name == "redis_cluster":
-        cluster: RedisCluster = request.getfixturevalue("cluster_deployment")
-        return Backend(name, lambda ns: RedisStore(cluster.url, namespace=ns))
-    raise ValueError(name)
+def registry_of(module: object) -> Registry:
+    """The registry a test module's contract tests run over: its own ``REGISTRY`` (a toy's
+    module) or the store registry."""
+    registry = getattr(module, "REGISTRY", STORES)
+    assert isinstance(registry, Registry)
+    return registry
 
 
-@pytest.fixture(params=ALL_BACKENDS)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``backend`` / ``durable_backend``: one parameter per test instance of every row of
+    the registry (:class:`gcs.store.registry.TestInstance`), nothing listed here."""
+    instances = registry_of(metafunc.module).test_instances()
+    for name, durable_only in (("backend", False), ("durable_backend", True)):
+        if name in metafunc.fixturenames:
+            chosen = [(k, t) for k, t in instances if t.durable or not durable_only]
+            ids = [t.name for _, t in chosen]
+            metafunc.parametrize(name, chosen, ids=ids, indirect=True)
+
+
+def make_backend(
+    kind: StoreKind, test: TestInstance, request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> Backend:
+    """A handle on a store of ``kind`` built as its row's ``test`` instance says."""
+    server = request.getfixturevalue(test.server) if test.server is not None else None
+    url = test.url(server, tmp_path)
+    return Backend(test.name, lambda ns: kind.build(url, StoreSettings(namespace=ns)))
+
+
+@pytest.fixture
 async def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Backend]:
-    handle = make_backend(request.param, request, tmp_path)
+    handle = make_backend(*request.param, request, tmp_path)
     yield handle
     await handle.close_all()
 
 
-@pytest.fixture(params=DURABLE_BACKENDS)
+@pytest.fixture
 async def durable_backend(
     request: pytest.FixtureRequest, tmp_path: pathlib.Path
 ) -> AsyncIterator[Backend]:
-    handle = make_backend(request.param, request, tmp_path)
+    handle = make_backend(*request.param, request, tmp_path)
     yield handle
     await handle.close_all()
 
