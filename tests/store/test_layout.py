@@ -47,7 +47,11 @@ def _imported(tree: ast.AST, here: str, modules: dict[str, pathlib.Path]) -> set
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
-            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            # ``from pkg import mod`` imports the module; ``from mod import name`` the module
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                for alias in node.names
+            ]
         out.update(name for name in names if name in modules and name != here)
     return out
 
@@ -130,6 +134,22 @@ class TestTheStoreLayer:
     def test_no_store_module_is_over_600_lines(self) -> None:
         """Each backend is split by concern long before a thousand lines."""
         assert oversized(STORE) == []
+
+    def test_no_backend_imports_another(self) -> None:
+        """A backend sub-package imports the interface (``gcs.store.*``), never another
+        backend: each can be added or removed alone."""
+        backends = ("gcs.store.memory", "gcs.store.redis", "gcs.store.sql")
+
+        def backend_of(module: str) -> str | None:
+            return next((b for b in backends if module == b or module.startswith(b + ".")), None)
+
+        crossings = [
+            f"{module} imports {target}"
+            for module, targets in import_graph(STORE).items()
+            for target in sorted(targets)
+            if backend_of(module) and backend_of(target) not in (None, backend_of(module))
+        ]
+        assert crossings == []
 
     def test_each_backend_is_its_own_sub_package(self) -> None:
         """memory, redis and sql are folders; no backend module is loose in gcs/store."""
