@@ -83,6 +83,23 @@ class TestTheRegistryDrivesTheSuite:
                 with pytest.raises(Exception, match="--ha needs a store"):
                     check_ha(config)
 
+    def test_the_drop_in_maps_rays_gcs_storage_through_the_rows(self) -> None:
+        """Ray's ``gcs_storage`` values are the rows' ``ray_storage``: a row standing in for
+        one is what the drop-in builds its URL with, and the refusal lists every row's."""
+        from gcs.dropin.flags import GcsServerFlags
+        from gcs.dropin.ray_config import RayConfigError, storage_url
+
+        flags = GcsServerFlags()
+        row = dataclasses.replace(TOY, ray_storage="toydb", ray_url=lambda path: f"toy://{path}")
+        with pytest.raises(RayConfigError, match="not one of memory, redis, rocksdb "):
+            storage_url(flags, {"gcs_storage": "toydb"}, {})
+        with STORES.registered(row):
+            knobs = {"gcs_storage": "toydb", "gcs_storage_path": "shelf"}
+            assert storage_url(flags, knobs, {}) == "toy://shelf"
+            with pytest.raises(RayConfigError, match="not one of memory, redis, rocksdb, toydb "):
+                storage_url(flags, {"gcs_storage": "nope"}, {})
+        assert storage_url(flags, {"gcs_storage": "memory"}, {}) == "memory://"
+
     def test_every_built_in_row_builds_a_store_without_io(self, tmp_path: pathlib.Path) -> None:
         """Each row's factory gives a Store (an HaStore where the row says ha), unopened."""
         from gcs.store.ha import HaStore
