@@ -1,6 +1,6 @@
 """The configuration reference (docs/configuration.md), generated from the one schema.
 
-Every knob is a field of the frozen dataclasses in :mod:`gcs.config`; its description is
+Every knob is a field of the frozen dataclasses in :mod:`gcs.config.schema`; its description is
 the docstring under the field, its environment variables come from ``ENV_VARS``.  Run
 ``python -m gcs.config_reference > docs/configuration.md``; a test keeps the file current.
 """
@@ -17,7 +17,7 @@ from gcs.config import DEFAULT_METRICS_PORT, ENV_VARS, RAY_FILE_KEYS, GcsConfig
 _INTRO = f"""\
 # Configuration reference
 
-Generated from `gcs/config.py` by `python -m gcs.config_reference`; do not edit by hand.
+Generated from `gcs/config/schema.py` by `python -m gcs.config_reference`; do not edit by hand.
 
 Precedence: command-line flag > environment variable > `--config` YAML file > default.
 In the YAML file, nested keys are written nested (`health: {{period_ms: 1000}}`); Ray's

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from bench.store.load import Figures, write_load
 from gcs.managers.kv import KvManager
 from gcs.store import StoreUnavailable, WriteBatch
-from gcs.store.redis import RedisOptions, RedisStore
+from gcs.store.redis.store import RedisOptions, RedisStore
 from gcs.testing.linearizability import AckedWrites, History, Workload, check
 from gcs.testing.servers import RedisSentinels
 

@@ -33,7 +33,7 @@ async def _measure(seconds: float, appendfsync: str) -> dict[str, float]:
     # Self-contained on purpose (not bench/store/load.py): it runs inside the other
     # checkout too, which may not have that module.
     from gcs.store import WriteBatch
-    from gcs.store.redis import RedisStore
+    from gcs.store.redis.store import RedisStore
     from gcs.testing.servers import redis_server
 
     def batch(seq: int) -> WriteBatch:

@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from bench.store.load import write_load
 from gcs.store import Store, WriteBatch
 from gcs.store.memory import MemoryStore
-from gcs.store.redis import RedisStore
-from gcs.store.sql import SqlStore
+from gcs.store.redis.store import RedisStore
+from gcs.store.sql.store import SqlStore
 from gcs.testing.servers import postgres_server, redis_server
 
 VALUE = b"x" * 200

@@ -24,9 +24,10 @@ from collections.abc import Awaitable, Callable
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from bench.store.load import write_load
-from gcs.store import WriteBatch, redis_scripts
-from gcs.store.redis import RedisStore
-from gcs.store.sql import SqlStore
+from gcs.store import WriteBatch
+from gcs.store.redis import scripts as redis_scripts
+from gcs.store.redis.store import RedisStore
+from gcs.store.sql.store import SqlStore
 from gcs.testing.servers import redis_server
 
 VALUE = b"x" * 200

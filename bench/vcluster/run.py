@@ -28,7 +28,7 @@ from gcs.rpc import ServiceStub
 from gcs.rpc.services import VIRTUAL_CLUSTER_INFO
 from gcs.server import GcsServer
 from gcs.server.logging import configure_logging
-from gcs.store.redis import RedisStore
+from gcs.store.redis.store import RedisStore
 from gcs.testing.servers import RedisServer
 
 HOUR_MS = 3_600_000

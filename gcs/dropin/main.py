@@ -37,8 +37,9 @@ import structlog
 import gcs
 from gcs.config import ConfigError, GcsConfig, load_config
 from gcs.dropin.flags import FlagError, GcsServerFlags, HelpRequested, parse, usage
-from gcs.dropin.ray_config import SQLITE_FILE, MappedConfig, RayConfigError, map_config
+from gcs.dropin.ray_config import MappedConfig, RayConfigError, map_config
 from gcs.processes import set_process_name
+from gcs.store.sql import SQLITE_FILE
 
 PORT_FILE_PREFIX = "gcs_server_port_"
 """Ray's ``GCS_SERVER_PORT_NAME`` + ``_``; the file name ends with the node id (hex)."""

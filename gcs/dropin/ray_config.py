@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import pathlib
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,11 +32,10 @@ from typing import Any
 
 from gcs.config import RAY_FILE_KEYS, ray_knob_value
 from gcs.dropin.flags import GcsServerFlags
+from gcs.store.registry import STORES
 
 STORAGE_KNOBS = ("gcs_storage", "gcs_storage_path")
 AUTOSCALER_V2_KNOB = "enable_autoscaler_v2"
-SQLITE_FILE = "gcs.sqlite3"
-"""The embedded store's file inside ``gcs_storage_path`` (Ray's RocksDB directory)."""
 
 
 class RayConfigError(ValueError):
@@ -101,19 +99,17 @@ def storage_url(flags: GcsServerFlags, knobs: Mapping[str, Any], env: Mapping[st
         return f"{scheme}://{auth}{host}:{flags.redis_port}/0"
     kind = str(knobs.get("gcs_storage", env.get("RAY_gcs_storage", "memory")) or "memory")
     kind = kind.strip().lower()
-    if kind == "memory":
-        return "memory://"
-    if kind == "rocksdb":
-        path = str(knobs.get("gcs_storage_path", env.get("RAY_gcs_storage_path", "")) or "")
-        if not path:
-            raise RayConfigError("gcs_storage=rocksdb needs gcs_storage_path (a directory)")
-        directory = pathlib.Path(path).expanduser().resolve()
-        return f"sqlite+aiosqlite:///{directory / SQLITE_FILE}"
-    if kind == "redis":
-        raise RayConfigError("gcs_storage=redis needs --redis_address / --redis_port")
-    raise RayConfigError(
-        f"gcs_storage: {kind!r} is not one of memory, redis, rocksdb (Ray 2.60's backends)"
-    )
+    row = STORES.for_ray_storage(kind)  # the store registry says which row stands in for it
+    if row is None or row.ray_url is None:
+        raise RayConfigError(
+            f"gcs_storage: {kind!r} is not one of {', '.join(STORES.ray_storages())} "
+            "(Ray 2.60's backends)"
+        )
+    path = str(knobs.get("gcs_storage_path", env.get("RAY_gcs_storage_path", "")) or "")
+    try:
+        return row.ray_url(path)
+    except ValueError as err:
+        raise RayConfigError(str(err)) from None
 
 
 def map_config(flags: GcsServerFlags, env: Mapping[str, str]) -> MappedConfig:

@@ -34,9 +34,9 @@ from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
-from gcs.server.store_open import open_configured
+from gcs.server.store_open import build_configured, open_configured
 from gcs.server.wiring import Wiring, build
-from gcs.store import Store, store_from_url
+from gcs.store import Store
 from gcs.store.factory import redact_url
 
 __all__ = ["GcsServer", "Managers"]
@@ -140,12 +140,7 @@ class GcsServer:
         failure closes what was loaded and is raised as the component raised it."""
         self._resolve_security()
         if self._store is None:
-            self._store = store_from_url(
-                self.config.storage_url(),
-                namespace=self.config.namespace,
-                redis=self.config.redis.options(),
-                ha=self.config.ha.enabled,
-            )
+            self._store = build_configured(self.config, self.clock)
         if self.config.ha.enabled:
             await self._start_ha()
             return

@@ -66,7 +66,7 @@ class WriteBatch:
 
     Conditions are checked in order, all before any write, in the same atomic step: a
     leader's lease-epoch guard (fencing) is a condition placed first
-    (``gcs.store.redis_scripts``).
+    (``gcs.store.redis.scripts``).
 
     ``write_id`` (16 random bytes) names the batch so an ambiguous failure can be resolved
     with :meth:`Store.landed`.

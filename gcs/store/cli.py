@@ -29,7 +29,7 @@ def db() -> None:
 @format_option()
 def upgrade_command(url: str, fmt: str) -> None:
     """Apply pending migrations (idempotent; safe while servers run)."""
-    from gcs.store.migrate import upgrade
+    from gcs.store.sql.upgrade import upgrade
 
     scheme = url.split("://", 1)[0].lower()
     if not scheme.startswith(("sqlite", "postgres")):

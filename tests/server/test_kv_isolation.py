@@ -19,8 +19,8 @@ from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
 from gcs.store.base import Store
 from gcs.store.memory import MemoryStore
-from gcs.store.redis import RedisStore
-from gcs.store.sql import SqlStore
+from gcs.store.redis.store import RedisStore
+from gcs.store.sql.store import SqlStore
 from gcs.testing.stores import FaultyStore, WriteFault, YieldingStore
 from tests.conftest import Stubs, fast_config
 

@@ -85,12 +85,12 @@ async def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Asy
         memory = MemoryStore()
         made = Backend(lambda: memory)
     elif request.param == "sqlite":
-        from gcs.store.sql import SqlStore
+        from gcs.store.sql.store import SqlStore
 
         url = f"sqlite:///{tmp_path / 'gcs.db'}"
         made = Backend(lambda: SqlStore(url, namespace=namespace))
     else:
-        from gcs.store.redis import RedisStore
+        from gcs.store.redis.store import RedisStore
 
         redis = request.getfixturevalue("redis_server")
         made = Backend(lambda: RedisStore(redis.url, namespace=namespace))

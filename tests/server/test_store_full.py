@@ -28,7 +28,7 @@ from sqlalchemy import event, exc
 
 from gcs.proto import gcs_service_pb2 as Req
 from gcs.server import GcsServer
-from gcs.store.sql import SqlStore
+from gcs.store.sql.store import SqlStore
 from gcs.testing.servers import PostgresServer, RedisServer, find_binary, redis_server
 from tests.conftest import Stubs, fast_config
 

@@ -1,8 +1,9 @@
-"""Stores come from one name -> factory table: a new backend is its module and one row.
+"""Stores come from one registry (``gcs.store.registry.STORES``): a new backend is its
+module and one row.
 
-The toy backend below is the whole of what adding one takes (here a module of the tests,
-registered with one row for the test's duration); the server then opens, uses and closes
-it through the registry like any other, and ``gcs serve --storage toy://`` is accepted."""
+The toy backend (``tests/store/toy_store.py``, registered with its one row for the test's
+duration) is the whole of what adding one takes; the server then opens, uses and closes it
+through the registry like any other, and ``gcs serve --storage toy://`` is accepted."""
 
 from __future__ import annotations
 
@@ -13,18 +14,17 @@ from gcs.config import storage_scheme_ok
 from gcs.proto import gcs_service_pb2 as Req
 from gcs.server import GcsServer
 from gcs.store import factory
+from gcs.store.registry import STORES
 from tests.conftest import Stubs, fast_config
-from tests.server.toy_store import ToyStore
+from tests.store.toy_store import TOY, ToyStore
 
 
-async def test_a_registered_backend_is_chosen_by_its_scheme_and_serves_the_gcs(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_registered_backend_is_chosen_by_its_scheme_and_serves_the_gcs() -> None:
     assert not storage_scheme_ok("toy://x")
-    monkeypatch.setitem(factory.STORES, "toy", ToyStore)  # the one row
-    assert storage_scheme_ok("toy://x")
-    server = GcsServer(fast_config(storage="toy://shelf"))
-    await server.start()
+    with STORES.registered(TOY):  # the one row
+        assert storage_scheme_ok("toy://x")
+        server = GcsServer(fast_config(storage="toy://shelf"))
+        await server.start()
     try:
         store = server.store
         assert isinstance(store, ToyStore) and store.opened and store.url == "toy://shelf"

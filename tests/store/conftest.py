@@ -4,13 +4,16 @@
   ``sentinel_deployment`` (master, replica, three sentinels) and ``cluster_deployment``
   (three masters with a replica each) likewise, for the contract suite (tests that kill a
   node start their own).
-* ``backend`` (parametrized memory / sqlite / postgres / redis / redis_sentinel /
-  redis_cluster) and ``durable_backend`` (the same without memory): a :class:`Backend`
-  whose ``open(namespace=None)`` builds and
+* ``backend`` (one parameter per test instance of every row of the store registry,
+  ``gcs.store.registry.STORES``: memory / sqlite / postgres / redis / redis_sentinel /
+  redis_cluster; a module with its own ``REGISTRY`` runs over that instead) and
+  ``durable_backend`` (the durable ones): a :class:`Backend` whose
+  ``open(namespace=None)`` builds and
   opens a store on a fresh per-test namespace (SQLite: a per-test file); reopening with the
   same namespace sees the same data.  Stores are closed at teardown.
 * ``store``: ``await backend.open()``.
-* ``ha_backend`` (the same six, ``gcs.store.ha``): an :class:`HaBackend` whose ``open()``
+* ``ha_backend`` (the same six, from the registry with ``HA_HOOKS``; ``gcs.store.ha``): an
+  :class:`HaBackend` whose ``open()``
   gives another HA store *handle* on one namespace (another process's store object; memory:
   ``MemoryStore.handle()`` over one shared store on a ``FakeClock``), and whose
   ``expire_lease()`` makes the live lease lapse on the store's own clock (memory: the fake
@@ -36,9 +39,11 @@ import pytest
 
 from gcs.store.base import Store
 from gcs.store.memory import MemoryStore
-from gcs.store.redis import RedisOptions, RedisStore
-from gcs.store.redis_ha import HaKeys
-from gcs.store.sql import SqlOptions, SqlStore
+from gcs.store.redis.ha import HaKeys
+from gcs.store.redis.store import RedisOptions, RedisStore
+from gcs.store.registry import STORES, Registry, StoreKind, TestInstance
+from gcs.store.settings import StoreSettings
+from gcs.store.sql.store import SqlOptions, SqlStore
 from gcs.testing.servers import (
     PostgresServer,
     RedisCluster,
@@ -49,8 +54,6 @@ from gcs.testing.servers import (
 )
 from tests.autoscaler.clock import SteppedClock
 
-ALL_BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
-DURABLE_BACKENDS = ("sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")
 OUTAGE_BACKENDS = ("sqlite", "postgres", "redis")
 
 
@@ -99,39 +102,49 @@ class Backend:
             await store.close()
 
 
-def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Backend:
-    if name == "memory":
-        return Backend(name, lambda _ns: MemoryStore())
-    if name == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-        return Backend(name, lambda ns: SqlStore(url, namespace=ns))
-    if name == "postgres":
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        return Backend(name, lambda ns: SqlStore(server.url(), namespace=ns))
-    if name == "redis":
-        redis: RedisServer = request.getfixturevalue("redis_server")
-        return Backend(name, lambda ns: RedisStore(redis.url, namespace=ns))
-    if name == "redis_sentinel":
-        sentinels: RedisSentinels = request.getfixturevalue("sentinel_deployment")
-        return Backend(name, lambda ns: RedisStore(sentinels.url, namespace=ns))
-    if name == "redis_cluster":
-        cluster: RedisCluster = request.getfixturevalue("cluster_deployment")
-        return Backend(name, lambda ns: RedisStore(cluster.url, namespace=ns))
-    raise ValueError(name)
+def registry_of(module: object) -> Registry:
+    """The registry a test module's contract tests run over: its own ``REGISTRY`` (a toy's
+    module) or the store registry."""
+    registry = getattr(module, "REGISTRY", STORES)
+    assert isinstance(registry, Registry)
+    return registry
 
 
-@pytest.fixture(params=ALL_BACKENDS)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``backend`` / ``durable_backend``: one parameter per test instance of every row of
+    the registry (:class:`gcs.store.registry.TestInstance`), nothing listed here."""
+    instances = registry_of(metafunc.module).test_instances()
+    for name, durable_only in (("backend", False), ("durable_backend", True)):
+        if name in metafunc.fixturenames:
+            chosen = [(k, t) for k, t in instances if t.durable or not durable_only]
+            ids = [t.name for _, t in chosen]
+            metafunc.parametrize(name, chosen, ids=ids, indirect=True)
+    if "ha_backend" in metafunc.fixturenames:
+        chosen = ha_instances(registry_of(metafunc.module))
+        metafunc.parametrize("ha_backend", chosen, ids=[t.name for _, t in chosen], indirect=True)
+
+
+def make_backend(
+    kind: StoreKind, test: TestInstance, request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> Backend:
+    """A handle on a store of ``kind`` built as its row's ``test`` instance says."""
+    server = request.getfixturevalue(test.server) if test.server is not None else None
+    url = test.url(server, tmp_path)
+    return Backend(test.name, lambda ns: kind.build(url, StoreSettings(namespace=ns)))
+
+
+@pytest.fixture
 async def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Backend]:
-    handle = make_backend(request.param, request, tmp_path)
+    handle = make_backend(*request.param, request, tmp_path)
     yield handle
     await handle.close_all()
 
 
-@pytest.fixture(params=DURABLE_BACKENDS)
+@pytest.fixture
 async def durable_backend(
     request: pytest.FixtureRequest, tmp_path: pathlib.Path
 ) -> AsyncIterator[Backend]:
-    handle = make_backend(request.param, request, tmp_path)
+    handle = make_backend(*request.param, request, tmp_path)
     yield handle
     await handle.close_all()
 
@@ -220,46 +233,64 @@ def _expire_sqlite_lease(path: str, store: SqlStore) -> None:
         raw.execute("UPDATE gcs_lease SET expires_ms = 0 WHERE namespace = ?", (store.namespace,))
 
 
-def make_ha_backend(name: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> HaBackend:
-    if name == "memory":
-        clock = SteppedClock()
-        return HaBackend(name, _memory_ha(clock), lambda _s: _advance(clock), clock=clock)
-    if name in ("sqlite", "postgres"):
-        if name == "sqlite":
-            url = f"sqlite:///{tmp_path / 'ha.db'}"
-        else:
-            url = request.getfixturevalue("postgres_server").url()
+def _memory_ha_backend(name: str, _url: str) -> HaBackend:
+    clock = SteppedClock()
+    return HaBackend(name, _memory_ha(clock), lambda _s: _advance(clock), clock=clock)
 
-        def make_sql(namespace: str, bound: int | None) -> AnyHaStore:
-            options = SqlOptions()
-            if bound is not None:
-                options = SqlOptions(changes_max_entries=bound, changes_trim_every=1)
-            return SqlStore(url, namespace=namespace, options=options, ha=True)
 
-        return HaBackend(name, make_sql, _expire_sql_lease(url))
-    deployment = {
-        "redis": "redis_server",
-        "redis_sentinel": "sentinel_deployment",
-        "redis_cluster": "cluster_deployment",
-    }[name]
-    redis_url: str = request.getfixturevalue(deployment).url
+def _sql_ha_backend(name: str, url: str) -> HaBackend:
+    def make_sql(namespace: str, bound: int | None) -> AnyHaStore:
+        options = SqlOptions()
+        if bound is not None:
+            options = SqlOptions(changes_max_entries=bound, changes_trim_every=1)
+        return SqlStore(url, namespace=namespace, options=options, ha=True)
 
+    return HaBackend(name, make_sql, _expire_sql_lease(url))
+
+
+def _redis_ha_backend(name: str, url: str) -> HaBackend:
     def make_redis(namespace: str, bound: int | None) -> AnyHaStore:
         options = RedisOptions(changes_max_entries=bound or 100_000)
-        return RedisStore(redis_url, namespace=namespace, options=options, ha=True)
+        return RedisStore(url, namespace=namespace, options=options, ha=True)
 
     return HaBackend(name, make_redis, _expire_redis_lease)
+
+
+HA_HOOKS: dict[str, Callable[[str, str], HaBackend]] = {
+    "memory": _memory_ha_backend,
+    "sqlite": _sql_ha_backend,
+    "postgresql": _sql_ha_backend,
+    "redis": _redis_ha_backend,
+}
+"""Per registry row (``gcs.store.registry``): what the HA suite needs beyond the row --
+handles with a bounded change stream, and making the live lease lapse now.  The HA suite
+runs on every row that says ``ha`` (a row without a hook here fails, naming it) and on the
+rows here that take ``--ha`` only in tests (memory, SQLite)."""
+
+
+def ha_instances(registry: Registry) -> list[tuple[StoreKind, TestInstance]]:
+    return [(k, t) for k, t in registry.test_instances() if k.ha or k.name in HA_HOOKS]
+
+
+def make_ha_backend(
+    kind: StoreKind, test: TestInstance, request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> HaBackend:
+    hook = HA_HOOKS.get(kind.name)
+    if hook is None:
+        pytest.fail(f"store kind {kind.name!r} takes --ha: add its HA_HOOKS row (tests/store)")
+    server = request.getfixturevalue(test.server) if test.server is not None else None
+    return hook(test.name, test.url(server, tmp_path))
 
 
 async def _advance(clock: SteppedClock) -> None:
     clock.advance(3600.0)
 
 
-@pytest.fixture(params=ALL_BACKENDS)
+@pytest.fixture
 async def ha_backend(
     request: pytest.FixtureRequest, tmp_path: pathlib.Path
 ) -> AsyncIterator[HaBackend]:
-    handle = make_ha_backend(request.param, request, tmp_path)
+    handle = make_ha_backend(*request.param, request, tmp_path)
     yield handle
     await handle.close_all()
 

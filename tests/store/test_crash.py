@@ -10,13 +10,13 @@ import subprocess
 import sys
 import textwrap
 
-from gcs.store.sql import SqlStore
+from gcs.store.sql.store import SqlStore
 
 _WRITER = textwrap.dedent(
     """
     import asyncio, sys
     from gcs.store import WriteBatch
-    from gcs.store.sql import SqlStore
+    from gcs.store.sql.store import SqlStore
 
     async def main(url):
         store = SqlStore(url, namespace="crash")

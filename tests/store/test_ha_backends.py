@@ -14,13 +14,13 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
+from gcs.clock import SystemClock
 from gcs.store import WriteBatch, store_from_url
-from gcs.store import sql as sql_module
 from gcs.store.ha import Change, ChangesTrimmed
 from gcs.store.memory import MemoryStore
-from gcs.store.redis import RedisOptions, RedisStore
-from gcs.store.redis_ha import HaKeys
-from gcs.store.sql import SqlOptions, SqlStore
+from gcs.store.redis.ha import HaKeys
+from gcs.store.redis.store import RedisOptions, RedisStore
+from gcs.store.sql.store import SqlOptions, SqlStore
 from gcs.testing.servers import PostgresServer, RedisSentinels, RedisServer, redis_sentinels
 
 TTL_MS = 60_000
@@ -141,21 +141,31 @@ class TestSentinelFailover:
                 await leader.close()
 
 
+class _ShiftedClock(SystemClock):
+    """The system clock, its wall time moved ahead by ``shift_s`` (the host clock the rows
+    are stamped with, hours later)."""
+
+    shift_s = 0.0
+
+    def now_s(self) -> float:
+        return super().now_s() + self.shift_s
+
+
 class TestSqlTrimming:
     async def test_batches_older_than_the_age_bound_are_trimmed_under_the_count_bound(
-        self, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+        self, tmp_path: pathlib.Path
     ) -> None:
         """Two hours later (the host clock the rows are stamped with), the next trim drops
         every batch older than the hour the default keeps: an old cursor is trimmed, the
         newest batch is still there."""
         options = SqlOptions(changes_trim_every=1)
-        store = SqlStore(f"sqlite:///{tmp_path / 'age.db'}", options=options, ha=True)
+        clock = _ShiftedClock()
+        store = SqlStore(f"sqlite:///{tmp_path / 'age.db'}", options=options, ha=True, clock=clock)
         await store.open()
         try:
             for i in range(5):
                 await store.put("KV", b"k%d" % i, b"v")
-            real = sql_module._now_ms
-            monkeypatch.setattr(sql_module, "_now_ms", lambda: real() + 7_200_000)
+            clock.shift_s = 7200.0
             await store.put("KV", b"late", b"v")
             with pytest.raises(ChangesTrimmed):
                 await store.read_changes(b"0")

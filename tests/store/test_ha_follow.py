@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from gcs.store import StoreConflict, WriteBatch
 from gcs.store.ha import ChangeCursor
 from gcs.store.memory import MemoryStore
-from gcs.store.redis import RedisStore
+from gcs.store.redis.store import RedisStore
 from gcs.testing.servers import RedisServer
 from tests.store.conftest import AnyHaStore
 

@@ -14,12 +14,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from gcs.managers.kv import KvManager
 from gcs.server import GcsServer
-from gcs.store import migrate
 from gcs.store.base import META_CLUSTER_ID, META_SESSION_NAME, TABLE_KV, TABLE_META, Store
-from gcs.store.redis import RedisStore
-from gcs.store.sql import SqlStore
-from gcs.store.sql_schema import KV
-from gcs.store.sql_url import normalize_sql_url
+from gcs.store.redis.store import RedisStore
+from gcs.store.sql import migrate
+from gcs.store.sql.schema import KV
+from gcs.store.sql.store import SqlStore
+from gcs.store.sql.url import normalize_sql_url
 from gcs.testing.servers import PostgresServer, RedisServer
 from tests.conftest import fast_config
 

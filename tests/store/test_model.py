@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from gcs.store import StoreConflict, WriteBatch
 from gcs.store.base import Store
 from gcs.store.memory import MemoryStore
-from gcs.store.redis import RedisStore
-from gcs.store.sql import SqlStore
+from gcs.store.redis.store import RedisStore
+from gcs.store.sql.store import SqlStore
 from gcs.testing.servers import PostgresServer, RedisServer
 
 TABLES = ("KV", "NODE")

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from gcs.store import StoreOutcomeUnknown, StoreUnavailable, WriteBatch
-from gcs.store.redis import RedisOptions, RedisStore
+from gcs.store.redis.store import RedisOptions, RedisStore
 from gcs.testing.servers import RedisServer, free_port
 
 

@@ -16,8 +16,8 @@ from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
 from gcs.store import StoreUnavailable
-from gcs.store.redis import RedisOptions, RedisStore
-from gcs.store.redis_cluster import Cluster, tagged_prefix
+from gcs.store.redis.cluster import Cluster, tagged_prefix
+from gcs.store.redis.store import RedisOptions, RedisStore
 from gcs.testing.linearizability import AckedWrites
 from gcs.testing.servers import RedisCluster, RedisServer, redis_cluster, redis_info
 from tests.conftest import Stubs, fast_config

@@ -19,8 +19,9 @@ from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2 as G
 from gcs.server import GcsServer
 from gcs.store import StoreError, StoreUnavailable
-from gcs.store.redis import RedisOptions, RedisStore
-from gcs.store.redis_topology import TopologyError, parse_sentinel_url
+from gcs.store.redis.sentinel import parse_sentinel_url
+from gcs.store.redis.store import RedisOptions, RedisStore
+from gcs.store.redis.topology import TopologyError
 from gcs.testing.linearizability import (
     AckedWrites,
     History,

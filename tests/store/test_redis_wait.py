@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from gcs.store import StoreOutcomeUnknown, StoreUnavailable, WriteBatch, write_definite
-from gcs.store.redis import RedisOptions, RedisStore
+from gcs.store.redis.store import RedisOptions, RedisStore
 from gcs.testing.servers import RedisSentinels, RedisServer, redis_info, redis_sentinels
 from tests.conftest import eventually
 

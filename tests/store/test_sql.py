@@ -14,9 +14,10 @@ from sqlalchemy import text
 from gcs.store import StoreCorrupt, StoreUnavailable
 from gcs.store.cli import db
 from gcs.store.factory import store_from_url
-from gcs.store.migrate import head_revision, migrations_dir, upgrade
-from gcs.store.sql import SqlStore
-from gcs.store.sql_url import normalize_sql_url
+from gcs.store.sql.migrate import head_revision, migrations_dir
+from gcs.store.sql.store import SqlStore
+from gcs.store.sql.upgrade import upgrade
+from gcs.store.sql.url import normalize_sql_url
 from gcs.testing.servers import PostgresServer
 
 

@@ -17,8 +17,8 @@ from sqlalchemy.dialects.sqlite.aiosqlite import AsyncAdapt_aiosqlite_connection
 
 from gcs.store import StoreOutcomeUnknown, StoreUnavailable, WriteBatch
 from gcs.store.base import Store
-from gcs.store.redis import RedisOptions, RedisStore
-from gcs.store.sql import SqlOptions, SqlStore
+from gcs.store.redis.store import RedisOptions, RedisStore
+from gcs.store.sql.store import SqlOptions, SqlStore
 from gcs.testing.servers import PostgresServer, RedisServer
 
 FAST_RESOLVE = SqlOptions(resolve_backoff_s=0.01)
@@ -124,7 +124,7 @@ class TestSql:
             async with store._read() as conn:
                 from sqlalchemy import func, select
 
-                from gcs.store.sql_schema import WRITES
+                from gcs.store.sql.schema import WRITES
 
                 rows = (await conn.execute(select(func.count()).select_from(WRITES))).scalar_one()
             assert rows <= 4

@@ -51,7 +51,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gcs.autoscaler.capacity",  # the unavailable-capacity cache: time is passed in
         ),
     ),
-    ("store", ("gcs.store",)),
+    (
+        "store",
+        (
+            "gcs.store",  # the interface: base, errors, outcome, metered, ha, the registry
+            "gcs.store.memory",  # one sub-package per backend, each with its connect and
+            "gcs.store.redis",  # migrate code; a backend imports the interface, never
+            "gcs.store.sql",  # another backend
+        ),
+    ),
     ("config", ("gcs.config", "gcs.validate")),
     ("rpc", ("gcs.rpc",)),  # gRPC plumbing, the raylet I/O layer (gcs.rpc.raylets)
     (

@@ -114,7 +114,7 @@ async def vc_env(request):
     import uuid
 
     from gcs.store.memory import MemoryStore
-    from gcs.store.redis import RedisStore
+    from gcs.store.redis.store import RedisStore
     from tests.virtual_clusters.service_env import VcEnv
 
     if request.param == "memory":

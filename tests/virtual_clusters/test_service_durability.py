@@ -9,7 +9,7 @@ import pytest
 
 from gcs.proto import virtual_cluster_pb2
 from gcs.store.memory import MemoryStore
-from gcs.store.redis import RedisStore
+from gcs.store.redis.store import RedisStore
 from gcs.virtual_clusters import PRIMARY_CLUSTER_ID
 from tests.virtual_clusters.service_env import VcEnv
 

@@ -1,7 +1,7 @@
 """The Lua scripts of the Redis backend (each runs atomically: Redis never interleaves one).
 
 Every key a script touches starts with the store's prefix, so in a Redis Cluster they all
-hash to one slot (``gcs.store.redis_cluster``) and no script is refused as cross-slot.
+hash to one slot (``gcs.store.redis.cluster``) and no script is refused as cross-slot.
 
 High availability (``RedisStore(ha=True)``, ``gcs serve --ha``; ``gcs.store.ha``): the
 namespace's HA state is one hash ``__gcs_ha`` (``epoch``: the last lease epoch granted,

@@ -1,7 +1,7 @@
 """The SQL side of ``gcs.store.ha``: the database's clock, the lease statements, and the
 PostgreSQL ``LISTEN`` that wakes a blocked change reader.
 
-Layout (revision 0004, ``gcs.store.sql_schema``): ``gcs_lease`` (one row per namespace)
+Layout (revision 0004, ``gcs.store.sql.schema``): ``gcs_lease`` (one row per namespace)
 and ``gcs_changes`` (one row per applied batch).  How the store uses them is in
 ``gcs.store.sql``'s docstring.  The statements here are plain SQLAlchemy Core; only the
 clock differs between the dialects.
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any
 
 import structlog
 from sqlalchemy import ColumnElement, literal_column, select, update
 from sqlalchemy.sql.dml import ReturningUpdate, Update
 
-from gcs.store.sql_schema import LEASE
+from gcs.clock import Clock
+from gcs.store.sql.schema import LEASE
 
 __all__ = ["CHANNEL", "LeaseStatements", "PgNotifications"]
 
@@ -100,8 +100,9 @@ class PgNotifications:
     :meth:`wait` says so (returns False at once) and the reader polls instead; the next
     wait tries to connect again."""
 
-    def __init__(self, dsn: str, namespace: str, connect_timeout_s: float) -> None:
+    def __init__(self, dsn: str, namespace: str, connect_timeout_s: float, clock: Clock) -> None:
         self._dsn = dsn
+        self._clock = clock
         self._namespace = namespace
         self._connect_timeout_s = connect_timeout_s
         self._conn: Any = None
@@ -113,7 +114,7 @@ class PgNotifications:
         async with self._lock:
             if self._conn is not None and not self._conn.is_closed():
                 return True
-            if time.monotonic() < self._retry_at:
+            if self._clock.monotonic_s() < self._retry_at:
                 return False
             import asyncpg
 
@@ -121,7 +122,7 @@ class PgNotifications:
                 conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout_s)
                 await conn.add_listener(CHANNEL, self._notified)
             except (TimeoutError, OSError, asyncpg.PostgresError) as err:
-                self._retry_at = time.monotonic() + _RETRY_S
+                self._retry_at = self._clock.monotonic_s() + _RETRY_S
                 log.warning("sql_changes_listen_failed", error=str(err), fallback="polling")
                 return False
             conn.add_termination_listener(self._terminated)

@@ -1,12 +1,13 @@
 """Apply the store's Alembic migrations programmatically.
 
-Where the scripts live: ``gcs/store/migrations`` (the one location; they ship inside the
-installed package through pyproject package-data ``gcs.store: migrations/**/*``).  The
+Where the scripts live: ``gcs/store/sql/migrations`` (the one location; they ship inside the
+installed package through pyproject package-data ``gcs.store.sql: migrations/**/*``).  The
 repository's ``alembic.ini`` points there for running Alembic by hand.
 
 Migrations run on the caller's async engine through ``AsyncConnection.run_sync``: Alembic's
 synchronous API drives the async driver via SQLAlchemy's greenlet bridge, so network I/O
-still happens on the event loop without blocking it.
+still happens on the event loop without blocking it.  This module knows the scripts and the
+version table, never the store (``gcs.store.sql.upgrade`` opens one to upgrade a database).
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from gcs.store.sql_schema import VERSION_TABLE
+from gcs.store.sql.schema import VERSION_TABLE
 
 __all__ = [
     "alembic_config",
     "current_revision",
     "head_revision",
     "migrations_dir",
-    "upgrade",
     "upgrade_connection",
 ]
 
@@ -66,19 +66,3 @@ def current_revision(connection: Connection) -> str | None:
 def upgrade_connection(connection: Connection, revision: str = "head") -> None:
     """Upgrade the schema on ``connection`` (a sync facade from ``run_sync``)."""
     command.upgrade(alembic_config(connection), revision)
-
-
-async def upgrade(url: str) -> str | None:
-    """Upgrade the database at ``url`` to head; return the revision it is at afterwards.
-
-    Safe to run while gcs servers use the database and from several processes at once
-    (PostgreSQL: advisory lock; SQLite: the write lock).  Raises :class:`StoreError`.
-    """
-    from gcs.store.sql import SqlStore
-
-    store = SqlStore(url)
-    await store.open()  # open() upgrades under the lock
-    try:
-        return await store.schema_revision()
-    finally:
-        await store.close()

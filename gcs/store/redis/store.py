@@ -1,6 +1,6 @@
 """Redis backend over ``redis.asyncio``, laid out as Ray 2.60 lays out its GCS tables.
 
-Deployments (``gcs.store.redis_topology``): one server; a master behind Redis Sentinel, named
+Deployments (``gcs.store.redis.connect``): one server; a master behind Redis Sentinel, named
 by the address of a sentinel (Ray's way) or by ``redis+sentinel://h1,h2,h3/<master>/<db>``;
 or a Redis Cluster.  The store finds the master at ``open()`` and follows it when it moves.
 
@@ -18,17 +18,17 @@ Layout (``namespace`` must not contain ``@``):
   into ``RAY<namespace>@GCS_META``; the field ``__kv_layout`` of that hash records it.
 * in a Redis Cluster every key is ``{RAY<namespace>}@...`` instead: the braces make the
   prefix a hash tag, so all keys of one GCS share one slot and a batch's script is never
-  refused as cross-slot (``gcs.store.redis_cluster``).
+  refused as cross-slot (``gcs.store.redis.cluster``).
 
 Atomicity: a :class:`WriteBatch` is one Lua script (``EVALSHA``, reloaded with ``EVAL``
 after ``NOSCRIPT``) that checks every condition and only then applies every ``HSET``/``HDEL``;
 Redis runs a script without interleaving, so a batch is never half-applied and conditions
-cannot race (``gcs.store.redis_scripts``).
+cannot race (``gcs.store.redis.scripts``).
 
 High availability (``ha=True``, ``gcs serve --ha``; ``gcs.store.ha``): the same scripts'
 HA variants also refuse a deposed leader's write (fencing) and append the batch to the
 namespace's change stream in the same atomic step; the lease is a hash and a ``PX`` key
-(layout in ``gcs.store.redis_scripts``, replies in ``gcs.store.redis_ha``).  Lease changes
+(layout in ``gcs.store.redis.scripts``, replies in ``gcs.store.redis.ha``).  Lease changes
 ``WAIT`` for replicas like writes.  Without ``ha`` the ordinary scripts run unchanged.
 
 Durability: a write returns only after Redis replied to the script.  With
@@ -70,21 +70,17 @@ density).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
-import select
-import time
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from gcs.store import redis_ha
-from gcs.store import redis_scripts as scripts
+from gcs.clock import Clock, SystemClock
 from gcs.store.base import (
     META_CLUSTER_ID,
     META_SESSION_NAME,
@@ -98,7 +94,6 @@ from gcs.store.errors import (
     StoreConflict,
     StoreCorrupt,
     StoreError,
-    StoreFull,
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
@@ -110,8 +105,16 @@ from gcs.store.ha_parts import (
     encode_batch,
     seq_of,
 )
-from gcs.store.redis_options import WAIT_AUTO, RedisOptions
-from gcs.store.redis_topology import Topology, TopologyError, connect
+from gcs.store.redis import ha as redis_ha
+from gcs.store.redis import scripts
+from gcs.store.redis.connect import connect
+from gcs.store.redis.options import RedisOptions
+from gcs.store.redis.runner import (
+    Exhausted,
+    Fenced,
+    ScriptRunner,
+)
+from gcs.store.redis.topology import Topology, TopologyError
 
 __all__ = ["RedisOptions", "RedisStore"]
 
@@ -119,72 +122,12 @@ log = structlog.get_logger("gcs.store.redis")
 
 _HMGET_CHUNK = 1000
 _HSCAN_COUNT = 1000
-_MAX_REDIRECTS = 5
-_REFUSED = frozenset(
-    {"READONLY", "MISCONF", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN"}
-)
-"""Error replies of a command Redis did not run: nothing was applied, try again later."""
 
 _KV_LAYOUT = "2"
 _IDENTITY_COPIES = (
     (b"@namespace_cluster:ray_cluster_id", META_CLUSTER_ID),
     (b"@namespace_session:session_name", META_SESSION_NAME),
 )
-
-
-class _NotSent(Exception):
-    """The attempt failed before the script could run: nothing was applied."""
-
-    def __init__(self, redirect: tuple[Redis, bool] | None = None) -> None:
-        super().__init__()
-        self.redirect = redirect
-        """Where to send it instead (client, ``ASKING`` first) after MOVED / ASK."""
-
-
-class _Fenced(Exception):
-    """The script refused a fenced store's write (``GCSFENCED``): nothing was applied."""
-
-    def __init__(self, current: int) -> None:
-        super().__init__(current)
-        self.current = current
-
-
-class _MaybeSent(Exception):
-    """The attempt failed after the script may have reached Redis."""
-
-
-class _Exhausted(Exception):
-    """Every attempt failed; ``maybe_sent``: at least one may have run."""
-
-    def __init__(self, maybe_sent: bool, last: BaseException | None) -> None:
-        super().__init__(_described(last))
-        self.maybe_sent = maybe_sent
-        self.last = last
-        self.reason = _described(last)
-        """The last failure, with the Redis error code redis-py strips (``TRYAGAIN ...``)."""
-
-
-class _Ran(NamedTuple):
-    """A script's reply and how many replicas acknowledged it (of ``wanted``)."""
-
-    result: Any
-    wanted: int
-    acked: int
-
-    @property
-    def replicated(self) -> bool:
-        return self.acked >= self.wanted
-
-
-def _described(err: BaseException | None) -> str:
-    code = getattr(err, "status_code", None)
-    return f"{code} {err}" if code else str(err)
-
-
-def _reply_code(err: redis_errors.RedisError) -> str:
-    """The error code Redis sent (``READONLY``...); redis-py strips it from known errors."""
-    code = getattr(err, "status_code", None)
-    return code if code else str(err).split(" ", 1)[0]
 
 
 class RedisStore(Store, HaStore):
@@ -198,7 +141,10 @@ class RedisStore(Store, HaStore):
         namespace: str = "default",
         options: RedisOptions = RedisOptions.default,
         ha: bool = False,
+        clock: Clock | None = None,
     ) -> None:
+        """``clock``: what waits between attempts and blocked reads run on (the
+        server passes its own; a store built alone uses the system clock)."""
         if "@" in namespace:
             raise ValueError(f"namespace {namespace!r} must not contain '@' (Ray's key layout)")
         self.url = url
@@ -207,12 +153,11 @@ class RedisStore(Store, HaStore):
         self._options = options
         self._prefix = f"RAY{namespace}@".encode()
         self._topology: Topology | None = None
-        self._replicas: dict[object, tuple[int, float]] = {}
-        """Per master address: (replicas to wait for, when we last looked at it)."""
-        self._check_interval_s = options.replica_check_interval_s
+        self._clock = clock or SystemClock()
+        self._runner = ScriptRunner(self._safe_url, options, self._clock, lambda: self._topology)
         self._ha = ha
         """``gcs serve --ha``: writes go through the fenced scripts and feed the change
-        stream (``gcs.store.redis_scripts``); without it they cost what they always did."""
+        stream (``gcs.store.redis.scripts``); without it they cost what they always did."""
         self._ha_keys = redis_ha.HaKeys.of(self._prefix)
         self._fence: int = 0
         """The epoch this store's writes carry (0: not fenced yet)."""
@@ -242,7 +187,7 @@ class RedisStore(Store, HaStore):
                 await topology.bind(self._prefix)
             except TopologyError as err:
                 raise StoreError(str(err)) from err
-            await self._command(topology, "open", "PING")
+            await self._runner.command(topology, "open", "PING")
             await self._migrate_layout(topology)
         except BaseException:
             with contextlib.suppress(redis_errors.RedisError, OSError):
@@ -263,7 +208,7 @@ class RedisStore(Store, HaStore):
         args: list[Any] = [_KV_LAYOUT]
         for kv_field, meta_field in _IDENTITY_COPIES:
             args += [kv_field, meta_field]
-        moved = await self._command(
+        moved = await self._runner.command(
             topology,
             "migrate",
             "EVAL",
@@ -388,50 +333,7 @@ class RedisStore(Store, HaStore):
         topology = self._topology
         if topology is None:
             raise StoreUnavailable(f"{self._safe_url}: store is not open")
-        return await self._command(topology, what, *args)
-
-    async def _command(self, topology: Topology, what: str, *args: Any) -> Any:
-        """One command on the master, following MOVED / ASK and one move of the master;
-        redis-py errors become StoreErrors (boundary translation)."""
-        client, asking, relocated = topology.client, False, False
-        for _ in range(_MAX_REDIRECTS):
-            try:
-                if not asking:
-                    return await client.execute_command(*args)
-                pipe = client.pipeline(transaction=False)
-                pipe.execute_command("ASKING")
-                pipe.execute_command(*args)
-                return (await pipe.execute())[1]
-            except redis_errors.AskError as err:  # MOVED too
-                hop = await topology.redirected(err)
-                if hop is None:
-                    raise self._translated(what, err) from err
-                client, asking = hop
-            except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
-                if isinstance(err, redis_errors.RedisError) and _reply_code(err) in _REFUSED:
-                    raise self._translated(what, err) from err
-                await topology.lost()
-                if relocated or topology.client is client:
-                    raise self._translated(what, err) from err
-                client, asking, relocated = topology.client, False, True
-            except redis_errors.RedisError as err:
-                raise self._translated(what, err) from err
-        raise StoreUnavailable(f"{self._safe_url}: {what}: too many redirects")
-
-    def _translated(self, what: str, err: BaseException) -> StoreError:
-        """Map a redis-py error onto the StoreError tree."""
-        if isinstance(err, redis_errors.ResponseError):
-            code = _reply_code(err)
-            if _out_of_memory(err):
-                return StoreFull(f"{self._safe_url}: {what} refused, Redis is full: {err}")
-            if code in _REFUSED:
-                return StoreUnavailable(f"{self._safe_url}: {what} failed: {code} {err}")
-            if code == "WRONGTYPE":
-                return StoreCorrupt(f"{self._safe_url}: {what}: unexpected key type: {err}")
-            return StoreError(f"{self._safe_url}: {what} failed: {err}")
-        if isinstance(err, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
-            return StoreUnavailable(f"{self._safe_url}: {what} failed: {err}")
-        return StoreError(f"{self._safe_url}: {what} failed: {err}")
+        return await self._runner.command(topology, what, *args)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -475,10 +377,10 @@ class RedisStore(Store, HaStore):
             script = scripts.BATCH_HA
         write_id = batch.write_id
         try:
-            ran = await self._attempts(script, keys, args, record_flag_at=1)
-        except _Fenced as fenced:
+            ran = await self._runner.attempts(script, keys, args, record_flag_at=1)
+        except Fenced as fenced:
             raise StoreFenced(fence, fenced.current) from None
-        except _Exhausted as failed:
+        except Exhausted as failed:
             last = failed.last
             if not failed.maybe_sent:
                 raise StoreUnavailable(f"{self._safe_url}: write failed: {failed.reason}") from last
@@ -505,13 +407,13 @@ class RedisStore(Store, HaStore):
             failed_condition = batch.conditions[-result - 1]
             raise StoreConflict(failed_condition.table, failed_condition.key)
         if not ran.replicated:
-            raise StoreOutcomeUnknown(write_id, self._short_of_replicas(ran))
+            raise StoreOutcomeUnknown(write_id, self._runner.short_of_replicas(ran))
 
     async def landed(self, write_id: bytes) -> bool:
         keys = [self._write_marker(write_id)]
         try:
-            ran = await self._attempts(scripts.FENCE, keys, [self._options.fence_ttl_s])
-        except _Exhausted as failed:
+            ran = await self._runner.attempts(scripts.FENCE, keys, [self._options.fence_ttl_s])
+        except Exhausted as failed:
             raise StoreUnavailable(
                 f"{self._safe_url}: cannot tell whether write landed: {failed.reason}"
             ) from failed.last
@@ -519,7 +421,8 @@ class RedisStore(Store, HaStore):
             return False
         if not ran.replicated:
             raise StoreUnavailable(
-                f"{self._safe_url}: write landed on the master but {self._short_of_replicas(ran)}"
+                f"{self._safe_url}: write landed on the master but "
+                f"{self._runner.short_of_replicas(ran)}"
             )
         return True
 
@@ -535,232 +438,20 @@ class RedisStore(Store, HaStore):
             args += [fence, self._options.changes_max_entries, counter.encode()]
             script = scripts.INCREMENT_HA
         try:
-            ran = await self._attempts(script, keys, args)
-        except _Fenced as fenced:
+            ran = await self._runner.attempts(script, keys, args)
+        except Fenced as fenced:
             raise StoreFenced(fence, fenced.current) from None
-        except _Exhausted as failed:
+        except Exhausted as failed:
             raise StoreUnavailable(
                 f"{self._safe_url}: increment failed: {failed.reason}"
             ) from failed.last
         if not ran.replicated:
-            raise StoreUnavailable(f"{self._safe_url}: increment {self._short_of_replicas(ran)}")
+            raise StoreUnavailable(
+                f"{self._safe_url}: increment {self._runner.short_of_replicas(ran)}"
+            )
         return int(ran.result)
 
-    def _short_of_replicas(self, ran: _Ran) -> str:
-        return (
-            f"reached {ran.acked} of {ran.wanted} replicas within "
-            f"{self._options.wait_timeout_ms} ms (WAIT); it may be lost in a failover"
-        )
-
-    async def _attempts(
-        self,
-        script: str,
-        keys: list[bytes],
-        args: list[Any],
-        *,
-        record_flag_at: int | None = None,
-    ) -> _Ran:
-        """Run ``script`` with retries and backoff, following redirects; raise _Exhausted."""
-        maybe_sent = False
-        last: BaseException | None = None
-        hop: tuple[Redis, bool] | None = None
-        attempt = redirects = 0
-        while attempt <= self._options.retries:
-            topology = self._topology
-            if topology is None:
-                raise _Exhausted(maybe_sent, StoreUnavailable(f"{self._safe_url}: not open"))
-            if hop is None:
-                await self._backoff(attempt)
-            client, asking = hop or (topology.client, False)
-            hop = None
-            try:
-                return await self._run_once(
-                    client, script, keys, args, asking=asking, record_flag_at=record_flag_at
-                )
-            except _NotSent as err:
-                last = err.__cause__
-                if err.redirect is not None and redirects < _MAX_REDIRECTS:
-                    redirects += 1
-                    hop = err.redirect
-                    continue
-                if not isinstance(last, redis_errors.ResponseError):
-                    await topology.lost()
-            except _MaybeSent as err:
-                maybe_sent, last = True, err.__cause__
-                await topology.lost()
-            attempt += 1
-        raise _Exhausted(maybe_sent, last)
-
-    async def _backoff(self, attempt: int) -> None:
-        if attempt:
-            opts = self._options
-            await asyncio.sleep(min(opts.backoff_cap_s, opts.backoff_base_s * 2 ** (attempt - 1)))
-
-    async def _run_once(
-        self,
-        client: Redis,
-        script: str,
-        keys: list[bytes],
-        args: list[Any],
-        *,
-        asking: bool,
-        record_flag_at: int | None,
-    ) -> _Ran:
-        """One EVALSHA (+ WAIT) on one pooled connection, telling "never sent" from "maybe
-        sent".  redis-py's own retry would hide which attempt reached Redis, so writes go
-        here."""
-        pool = client.connection_pool
-        try:
-            conn = await pool.get_connection()
-        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
-            raise _NotSent() from err
-        try:
-            try:
-                # Connect and health-check first: a failure up to here sent nothing.  An
-                # idle pooled connection whose socket is readable (EOF or stray bytes) is
-                # stale: replace it, so a Redis that went away is never "maybe sent".
-                await conn.connect()
-                if _socket_readable(conn):
-                    await conn.disconnect()
-                    await conn.connect()
-                await conn.check_health()
-                known = self._replicas.get(_address(conn))
-                if known is not None and time.monotonic() - known[1] < self._check_interval_s:
-                    wanted = known[0]
-                else:  # an ASK target is not the slot's master (yet): nothing to confirm
-                    wanted = await self._wait_target(conn, confirm=not asking)
-            except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
-                with contextlib.suppress(Exception):
-                    await conn.disconnect()
-                raise _NotSent() from err
-            if record_flag_at is not None:
-                args[record_flag_at] = 1 if wanted else 0
-            if wanted or asking:
-                try:
-                    result, acked = await self._eval(conn, script, keys, args, asking, wanted)
-                except redis_errors.NoScriptError:
-                    result, acked = await self._eval(
-                        conn, script, keys, args, asking, wanted, load=True
-                    )
-            else:  # the ordinary path: one command, as cheap as it was before WAIT
-                acked = 0
-                await conn.send_command(
-                    "EVALSHA", scripts.sha1(script), len(keys), *keys, *args, check_health=False
-                )
-                try:
-                    result = await conn.read_response()
-                except redis_errors.NoScriptError:
-                    await conn.send_command(
-                        "EVAL", script, len(keys), *keys, *args, check_health=False
-                    )
-                    result = await conn.read_response()
-        except redis_errors.ResponseError as err:
-            code = _reply_code(err)
-            if isinstance(err, redis_errors.AskError):  # MOVED too: not run here
-                hop = await self._topology_redirect(err)
-                raise _NotSent(hop) from err
-            if _out_of_memory(err):  # refused at the first write: the script wrote nothing
-                raise StoreFull(f"{self._safe_url}: write refused, Redis is full: {err}") from err
-            if code in _REFUSED:
-                raise _NotSent() from err  # refused before running: nothing applied
-            if code == "WRONGTYPE":
-                raise StoreCorrupt(f"{self._safe_url}: unexpected key type: {err}") from err
-            if code == scripts.FENCED:
-                raise _Fenced(redis_ha.fenced_epoch(err)) from err
-            raise StoreError(f"{self._safe_url}: script failed: {err}") from err
-        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as err:
-            with contextlib.suppress(Exception):
-                await conn.disconnect()
-            if isinstance(err, redis_errors.RedisError) and _reply_code(err) in _REFUSED:
-                raise _NotSent() from err  # LOADING arrives as a ConnectionError
-            raise _MaybeSent() from err
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await conn.disconnect()
-            raise
-        finally:
-            await pool.release(conn)
-        if wanted and acked < wanted:
-            self._replicas.pop(_address(conn), None)  # look again before the next write
-        return _Ran(result, wanted, acked)
-
-    async def _topology_redirect(
-        self, err: redis_errors.ResponseError
-    ) -> tuple[Redis, bool] | None:
-        topology = self._topology
-        return await topology.redirected(err) if topology is not None else None
-
-    async def _eval(
-        self,
-        conn: Any,
-        script: str,
-        keys: list[bytes],
-        args: list[Any],
-        asking: bool,
-        wanted: int,
-        *,
-        load: bool = False,
-    ) -> tuple[Any, int]:
-        """Send [ASKING] EVALSHA|EVAL [WAIT] in one write; read every reply (so the
-        connection stays clean), then raise the script's error if it failed."""
-        commands: list[tuple[Any, ...]] = []
-        if asking:
-            commands.append(("ASKING",))
-        if load:
-            commands.append(("EVAL", script, len(keys), *keys, *args))
-        else:
-            commands.append(("EVALSHA", scripts.sha1(script), len(keys), *keys, *args))
-        if wanted:
-            commands.append(("WAIT", wanted, self._options.wait_timeout_ms))
-        await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
-        replies: list[Any] = []
-        wait_s = self._options.socket_timeout_s + self._options.wait_timeout_ms / 1000
-        for position in range(len(commands)):
-            last = position == len(commands) - 1
-            try:
-                replies.append(
-                    await conn.read_response(timeout=wait_s if wanted and last else None)
-                )
-            except redis_errors.ResponseError as err:
-                replies.append(err)
-        for reply in replies:
-            if isinstance(reply, redis_errors.ResponseError):
-                raise reply
-        script_reply = replies[1 if asking else 0]
-        return script_reply, int(replies[-1]) if wanted else 0
-
-    async def _wait_target(self, conn: Any, *, confirm: bool = True) -> int:
-        """Replicas the next batch on ``conn`` must reach (``RedisOptions.wait_replicas``;
-        auto: one if the master had a connected replica when we last looked).
-
-        Every ``replica_check_interval_s`` per server, whenever the master changes and after
-        a WAIT fell short, the store also asks the deployment whether this server is still
-        its master: a demoted or partitioned old master accepts writes until it is told, so
-        a stale one raises _NotSent (nothing sent) and the next attempt finds the new one."""
-        address = _address(conn)
-        known = self._replicas.get(address)
-        now = time.monotonic()
-        topology = self._topology
-        if confirm and topology is not None and not await topology.is_master(address):
-            log.warning("redis_master_moved", stale=_shown(address))
-            self._replicas.pop(address, None)
-            await conn.disconnect()
-            await topology.lost()
-            raise _NotSent() from StoreUnavailable(f"{_shown(address)} is no longer the master")
-        wanted = self._options.wait_replicas
-        if wanted == WAIT_AUTO:
-            await conn.send_command("INFO", "replication", check_health=False)
-            try:
-                info = await conn.read_response()
-            except redis_errors.ResponseError:
-                info = b""  # INFO renamed away (managed Redis): cannot tell, do not wait
-            wanted = 1 if _connected_replicas(info) > 0 else 0
-            if known is None or known[0] != wanted:
-                log.info("redis_wait_replicas", master=_shown(address), wait_for=wanted)
-        self._replicas[address] = (wanted, now)
-        return wanted
-
-    # -- HaStore (gcs.store.ha; the scripts: gcs.store.redis_scripts) -----------------------
+    # -- HaStore (gcs.store.ha; the scripts: gcs.store.redis.scripts) -----------------------
 
     def _require_ha(self) -> None:
         if not self._ha:
@@ -772,13 +463,15 @@ class RedisStore(Store, HaStore):
         self._require_ha()
         keys = [self._ha_keys.state, self._ha_keys.lease]
         try:
-            ran = await self._attempts(script, keys, args)
-        except _Exhausted as failed:
+            ran = await self._runner.attempts(script, keys, args)
+        except Exhausted as failed:
             raise StoreUnavailable(f"{self._safe_url}: {what} failed: {failed.reason}") from (
                 failed.last
             )
         if int(ran.result) and not ran.replicated:
-            raise StoreUnavailable(f"{self._safe_url}: {what} {self._short_of_replicas(ran)}")
+            raise StoreUnavailable(
+                f"{self._safe_url}: {what} {self._runner.short_of_replicas(ran)}"
+            )
         return int(ran.result)
 
     async def try_acquire_lease(self, holder: str, ttl_ms: int) -> int | None:
@@ -818,11 +511,11 @@ class RedisStore(Store, HaStore):
         keys = [self._ha_keys.state, self._ha_keys.changes]
         args = [f"({start}-0", min(limit, redis_ha.READ_COUNT)]
         reply = await self._read_script("read_changes", scripts.READ_CHANGES, keys, args)
-        deadline = time.monotonic() + block_ms / 1000
+        deadline = self._clock.monotonic_s() + block_ms / 1000
         # XREAD BLOCK holds its connection: wait in slices well inside the socket timeout
         slice_ms = max(1, int(self._options.socket_timeout_s * 500))
         while not redis_ha.answered(reply, start):
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            remaining_ms = int((deadline - self._clock.monotonic_s()) * 1000)
             if remaining_ms <= 0:
                 break
             block = min(remaining_ms, slice_ms)
@@ -840,11 +533,13 @@ class RedisStore(Store, HaStore):
             raise StoreUnavailable(f"{self._safe_url}: store is not open")
         sha = scripts.sha1(script)
         try:
-            return await self._command(topology, what, "EVALSHA", sha, len(keys), *keys, *args)
+            return await self._runner.command(
+                topology, what, "EVALSHA", sha, len(keys), *keys, *args
+            )
         except StoreError as err:
             if not isinstance(err.__cause__, redis_errors.NoScriptError):
                 raise
-        return await self._command(topology, what, "EVAL", script, len(keys), *keys, *args)
+        return await self._runner.command(topology, what, "EVAL", script, len(keys), *keys, *args)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -859,51 +554,6 @@ class RedisStore(Store, HaStore):
 
     def _write_marker(self, write_id: bytes) -> bytes:
         return self._prefix + b"__gcs_op:" + write_id.hex().encode()
-
-
-def _address(conn: Any) -> object:
-    """Which server a connection reaches (host and port, or a Unix socket path)."""
-    path = getattr(conn, "path", None)
-    return path if path else (getattr(conn, "host", None), getattr(conn, "port", None))
-
-
-def _shown(address: object) -> str:
-    if isinstance(address, tuple):
-        return f"{address[0]}:{address[1]}"
-    return str(address)
-
-
-def _connected_replicas(info: Any) -> int:
-    for line in _text(info).splitlines():
-        if line.startswith("connected_slaves:"):
-            try:
-                return int(line.split(":", 1)[1])
-            except ValueError:
-                return 0
-    return 0
-
-
-def _out_of_memory(err: redis_errors.ResponseError) -> bool:
-    """Redis at ``maxmemory`` with noeviction ("OOM command not allowed when used memory >
-    'maxmemory'"; redis-py strips the OOM prefix into the class).  Redis refuses a script at
-    its first write and a plain command before it runs, so nothing was written."""
-    return isinstance(err, redis_errors.OutOfMemoryError) or "> 'maxmemory'" in str(err)
-
-
-def _socket_readable(conn: Any) -> bool:
-    """Whether the connection's socket has an EOF or bytes waiting (one poll, no yield)."""
-    reader = getattr(conn, "_reader", None)
-    if reader is not None and (reader.at_eof() or getattr(reader, "_buffer", None)):
-        return True
-    writer = getattr(conn, "_writer", None)
-    sock = writer.get_extra_info("socket") if writer is not None else None
-    if sock is None:
-        return False
-    try:
-        readable, _, _ = select.select([sock.fileno()], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
 
 
 def _redact(url: str) -> str:

@@ -50,7 +50,7 @@ COMMIT), so
   trip.  The per-key advisory locks are not taken then: the row lock already serialises
   every HA write of the namespace.
 * ``read_changes(block_ms)`` waits for a ``NOTIFY`` on a dedicated ``LISTEN`` connection
-  (``gcs.store.sql_ha``), polling when that is not possible (SQLite, a lost connection).
+  (``gcs.store.sql.ha``), polling when that is not possible (SQLite, a lost connection).
 * The stream is trimmed by count and age every ``changes_trim_every`` batches, always a
   prefix, so a reader behind the trim sees the gap (ChangesTrimmed).
 """
@@ -60,93 +60,49 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import pathlib
-import sqlite3
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
-from alembic.util.exc import CommandError
-from sqlalchemy import bindparam, delete, event, exc, func, select, text
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import bindparam, delete, exc, select, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gcs.store import migrate
+from gcs.clock import Clock, SystemClock
 from gcs.store.base import Condition, Store, WriteBatch
 from gcs.store.errors import (
     StoreConflict,
-    StoreCorrupt,
     StoreError,
     StoreFull,
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
-from gcs.store.ha import Change, ChangeCursor, HaStore, LeaseInfo, StoreFenced
-from gcs.store.ha_parts import (
-    check_contiguous,
-    check_fence_epoch,
-    check_lease_args,
-    counter_change,
-    cursor_of,
-    decode_changes,
-    encode_batch,
-    encode_changes,
-    seq_of,
-    whole_batches,
+from gcs.store.ha import HaStore
+from gcs.store.ha_parts import counter_change, encode_changes
+from gcs.store.sql import migrate
+from gcs.store.sql.engine import (
+    WRITE_OPTION,
+    create_engine,
+    insert_for,
+    prefix_upper_bound,
+    signed64,
+    transaction,
+    translate,
 )
-from gcs.store.sql_ha import CHANNEL, LeaseStatements, PgNotifications
-from gcs.store.sql_schema import CHANGES, COUNTERS, KV, LEASE, WRITES
-from gcs.store.sql_url import normalize_sql_url
+from gcs.store.sql.ha import LeaseStatements, PgNotifications
+from gcs.store.sql.options import SqlOptions
+from gcs.store.sql.schema import COUNTERS, KV, LEASE, WRITES
+from gcs.store.sql.stream import SqlHaStream, now_ms
+from gcs.store.sql.url import normalize_sql_url
 
 __all__ = ["SqlOptions", "SqlStore"]
 
-# Execution option that marks a connection's transaction as a writer (SQLite: BEGIN IMMEDIATE).
-_WRITE_OPTION = "gcs_write"
 # Advisory lock key serialising concurrent schema upgrades on PostgreSQL ("gcs_migr").
 _MIGRATION_LOCK_KEY = 0x6763735F6D696772
 # Keep IN (...) lists well under every driver's bind-parameter limit.
 _IN_CHUNK = 500
 
 
-@dataclass(frozen=True, slots=True)
-class SqlOptions:
-    """Connection tuning; defaults suit a GCS next to its database."""
-
-    connect_timeout_s: float = 5.0
-    """Give up connecting (PostgreSQL) after this long → StoreUnavailable."""
-    command_timeout_s: float = 10.0
-    """Give up on one statement (PostgreSQL) after this long → StoreUnavailable."""
-    busy_timeout_s: float = 5.0
-    """SQLite: wait this long for another process's write lock → StoreUnavailable."""
-    pool_size: int = 5
-    """Connections kept open (PostgreSQL)."""
-    write_id_retention_s: float = 900.0
-    """How long ``landed()`` can answer for a write id (rows pruned after this)."""
-    prune_every: int = 512
-    """Prune expired write ids in every n-th write transaction."""
-    resolve_attempts: int = 3
-    """After an ambiguous commit, ask ``landed()`` this many times before giving up."""
-    resolve_backoff_s: float = 0.2
-    """Wait between those attempts (doubling)."""
-    changes_max_entries: int = 100_000
-    """HA: batches the change stream keeps (a standby further behind reloads)."""
-    changes_max_age_s: float = 3600.0
-    """HA: batches older than this are trimmed too."""
-    changes_trim_every: int = 256
-    """HA: trim the change stream in every n-th batch's transaction."""
-    changes_poll_interval_s: float = 0.05
-    """HA: how often a blocked ``read_changes`` looks again when it cannot be notified
-    (SQLite, or PostgreSQL while its LISTEN connection is down)."""
-
-    default: ClassVar[SqlOptions]
-
-
-SqlOptions.default = SqlOptions()
-
-
-class SqlStore(Store, HaStore):
+class SqlStore(SqlHaStream, Store, HaStore):
     """:class:`Store` over SQLite or PostgreSQL.  Build with a URL, then ``await open()``."""
 
     def __init__(
@@ -156,8 +112,12 @@ class SqlStore(Store, HaStore):
         namespace: str = "default",
         options: SqlOptions = SqlOptions.default,
         ha: bool = False,
+        clock: Clock | None = None,
     ) -> None:
+        """``clock``: what waits and stamps run on (the server passes its own; a store
+        built alone uses the system clock)."""
         self.url = url
+        self._clock = clock or SystemClock()
         self.namespace = namespace
         self._driver_url = normalize_sql_url(url)
         parsed = make_url(self._driver_url)
@@ -174,26 +134,31 @@ class SqlStore(Store, HaStore):
         self._notifications: PgNotifications | None = None
         if ha and self._dialect == "postgresql":
             dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
-            self._notifications = PgNotifications(dsn, namespace, options.connect_timeout_s)
+            self._notifications = PgNotifications(
+                dsn, namespace, options.connect_timeout_s, self._clock
+            )
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def open(self) -> None:
         if self._engine is not None:
             return
-        async with self._translate("open"):
-            engine = self._create_engine()
+        async with translate(self._safe_url, "open"):
+            engine = create_engine(self._driver_url, self._dialect, self._options)
         try:
-            async with self._translate("migrate"), self._transaction(engine, write=True) as conn:
+            async with (
+                translate(self._safe_url, "migrate"),
+                transaction(engine, write=True) as conn,
+            ):
                 if self._dialect == "postgresql":
                     await conn.execute(
                         text("SELECT pg_advisory_xact_lock(:k)"),
-                        {"k": _signed64(_MIGRATION_LOCK_KEY)},
+                        {"k": signed64(_MIGRATION_LOCK_KEY)},
                     )
                 await conn.run_sync(_upgrade_if_behind)
                 if self._ha:
                     await conn.execute(
-                        _insert_for(self._dialect)(LEASE)
+                        insert_for(self._dialect)(LEASE)
                         .values(namespace=self.namespace, holder="", epoch=0, expires_ms=0, seq=0)
                         .on_conflict_do_nothing(index_elements=[LEASE.c.namespace])
                     )
@@ -214,33 +179,6 @@ class SqlStore(Store, HaStore):
         if engine is not None:
             with contextlib.suppress(exc.SQLAlchemyError, OSError):
                 await engine.dispose()
-
-    def _create_engine(self) -> AsyncEngine:
-        opts = self._options
-        if self._dialect == "sqlite":
-            database = make_url(self._driver_url).database
-            if database and database != ":memory:":
-                pathlib.Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            engine = create_async_engine(
-                self._driver_url,
-                connect_args={"timeout": opts.busy_timeout_s},
-                # Every use ends its transaction; the reset hook below rolls back only a
-                # connection that did not (saves a driver-thread round trip per call).
-                pool_reset_on_return=None,
-            )
-            _install_sqlite_hooks(engine, busy_timeout_ms=int(opts.busy_timeout_s * 1000))
-            return engine
-        return create_async_engine(
-            self._driver_url,
-            pool_pre_ping=True,  # replace connections that died in an outage before use
-            pool_size=opts.pool_size,
-            pool_timeout=opts.command_timeout_s,
-            connect_args={
-                "timeout": opts.connect_timeout_s,
-                "command_timeout": opts.command_timeout_s,
-                "server_settings": {"application_name": "gcs"},
-            },
-        )
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -265,7 +203,7 @@ class SqlStore(Store, HaStore):
 
     async def scan_prefix(self, table: str, prefix: bytes) -> dict[bytes, bytes]:
         where = [*self._in_table(table), KV.c.key >= prefix]
-        upper = _prefix_upper_bound(prefix)
+        upper = prefix_upper_bound(prefix)
         if upper is not None:
             where.append(KV.c.key < upper)
         async with self._read() as conn:
@@ -274,7 +212,7 @@ class SqlStore(Store, HaStore):
 
     async def scan_keys(self, table: str, prefix: bytes, *, max_bytes: int) -> list[bytes] | None:
         where = [*self._in_table(table), KV.c.key >= prefix]
-        upper = _prefix_upper_bound(prefix)
+        upper = prefix_upper_bound(prefix)
         if upper is not None:
             where.append(KV.c.key < upper)
         keys: list[bytes] = []
@@ -323,8 +261,10 @@ class SqlStore(Store, HaStore):
 
     async def landed(self, write_id: bytes) -> bool:
         fence = (
-            _insert_for(self._dialect)(WRITES)
-            .values(namespace=self.namespace, write_id=write_id, at_ms=_now_ms(), landed=False)
+            insert_for(self._dialect)(WRITES)
+            .values(
+                namespace=self.namespace, write_id=write_id, at_ms=now_ms(self._clock), landed=False
+            )
             .on_conflict_do_nothing(index_elements=[WRITES.c.namespace, WRITES.c.write_id])
         )
         async with self._write() as conn:
@@ -341,7 +281,7 @@ class SqlStore(Store, HaStore):
         delay = self._options.resolve_backoff_s
         for attempt in range(self._options.resolve_attempts):
             if attempt:
-                await asyncio.sleep(delay)
+                await self._clock.sleep(delay)
                 delay *= 2
             try:
                 landed = await self.landed(write_id)
@@ -364,7 +304,10 @@ class SqlStore(Store, HaStore):
         try:
             await conn.execute(
                 WRITES.insert().values(
-                    namespace=self.namespace, write_id=write_id, at_ms=_now_ms(), landed=True
+                    namespace=self.namespace,
+                    write_id=write_id,
+                    at_ms=now_ms(self._clock),
+                    landed=True,
                 )
             )
         except exc.IntegrityError as err:
@@ -378,7 +321,7 @@ class SqlStore(Store, HaStore):
         self._writes_since_prune += 1
         if self._writes_since_prune >= self._options.prune_every:
             self._writes_since_prune = 0
-            cutoff = _now_ms() - int(self._options.write_id_retention_s * 1000)
+            cutoff = now_ms(self._clock) - int(self._options.write_id_retention_s * 1000)
             await conn.execute(
                 delete(WRITES).where(WRITES.c.namespace == self.namespace, WRITES.c.at_ms < cutoff)
             )
@@ -386,7 +329,7 @@ class SqlStore(Store, HaStore):
     async def increment(self, counter: str, by: int = 1) -> int:
         if by < 1:
             raise ValueError("increment must be >= 1")
-        insert = _insert_for(self._dialect)(COUNTERS).values(
+        insert = insert_for(self._dialect)(COUNTERS).values(
             namespace=self.namespace, name=counter, value=by
         )
         upsert = insert.on_conflict_do_update(
@@ -415,7 +358,12 @@ class SqlStore(Store, HaStore):
                     "VALUES (:ns, :wid, :at, true)) "
                     "SELECT pg_advisory_xact_lock(h) FROM unnest(CAST(:hs AS BIGINT[])) AS t(h)"
                 ),
-                {"ns": self.namespace, "wid": batch.write_id, "at": _now_ms(), "hs": hashes},
+                {
+                    "ns": self.namespace,
+                    "wid": batch.write_id,
+                    "at": now_ms(self._clock),
+                    "hs": hashes,
+                },
             )
         except exc.IntegrityError as err:
             raise self._fenced(batch.write_id) from err
@@ -450,7 +398,7 @@ class SqlStore(Store, HaStore):
             params = [{"ns": self.namespace, "tn": t, "k": k} for t, k in deleted]
             await conn.execute(stmt, params)
         if final:
-            insert = _insert_for(self._dialect)(KV)
+            insert = insert_for(self._dialect)(KV)
             upsert = insert.on_conflict_do_update(
                 index_elements=[KV.c.namespace, KV.c.table_name, KV.c.key],
                 set_={"value": insert.excluded.value},
@@ -460,176 +408,6 @@ class SqlStore(Store, HaStore):
                 for (t, k), v in final.items()
             ]
             await conn.execute(upsert, rows)
-
-    # -- HaStore --------------------------------------------------------------------------------
-
-    def _require_ha(self) -> None:
-        if not self._ha:
-            raise RuntimeError("this SqlStore was built without ha=True (gcs serve --ha)")
-
-    def _check_fence(self, fence: int, current: int) -> None:
-        if fence and current > fence:
-            raise StoreFenced(fence, current)
-
-    async def _ha_claim(self, conn: AsyncConnection, batches: int) -> int:
-        """Lock the lease row, check the fence, take ``batches`` (0 or 1) stream numbers:
-        the last one taken."""
-        fence = self._fence
-        row = (await conn.execute(self._lease.claim(batches))).first()
-        if row is None:
-            raise StoreCorrupt(f"{self._safe_url}: no lease row for namespace {self.namespace!r}")
-        self._check_fence(fence, int(row[0]))
-        return int(row[1])
-
-    async def _ha_append(self, conn: AsyncConnection, seq: int, changes: bytes) -> None:
-        """The stream row of batch ``seq`` (and its notification), in the write's
-        transaction; trims now and then."""
-        await conn.execute(
-            CHANGES.insert().values(
-                namespace=self.namespace, seq=seq, at_ms=_now_ms(), changes=changes
-            )
-        )
-        if self._dialect == "postgresql":
-            await conn.execute(
-                text("SELECT pg_notify(:ch, :ns)"), {"ch": CHANNEL, "ns": self.namespace}
-            )
-        await self._ha_trim(conn, seq)
-
-    async def _ha_batch(self, conn: AsyncConnection, batch: WriteBatch) -> None:
-        if self._dialect != "postgresql":
-            seq = await self._ha_claim(conn, 1 if batch else 0)
-            if batch:
-                await self._ha_append(conn, seq, encode_batch(batch))
-            return
-        fence, n = self._fence, 1 if batch else 0
-        try:
-            row = (
-                await conn.execute(
-                    _PG_HA_BATCH,
-                    {
-                        "ns": self.namespace,
-                        "wid": batch.write_id,
-                        "at": _now_ms(),
-                        "n": n,
-                        "blob": encode_batch(batch),
-                        "ch": CHANNEL,
-                    },
-                )
-            ).first()
-        except exc.IntegrityError as err:
-            raise self._fenced(batch.write_id) from err
-        if row is None:
-            raise StoreCorrupt(f"{self._safe_url}: no lease row for namespace {self.namespace!r}")
-        self._check_fence(fence, int(row[0]))
-        if n:
-            await self._ha_trim(conn, int(row[1]))
-
-    async def _ha_trim(self, conn: AsyncConnection, seq: int) -> None:
-        """Every ``changes_trim_every`` batches: drop what is past the count bound, and
-        aged rows among the oldest few (bounded work: an index range, never a scan)."""
-        opts = self._options
-        if seq % opts.changes_trim_every:
-            return
-        mine = CHANGES.c.namespace == self.namespace
-        oldest = (
-            select(CHANGES.c.seq, CHANGES.c.at_ms)
-            .where(mine)
-            .order_by(CHANGES.c.seq)
-            .limit(4 * opts.changes_trim_every)
-            .subquery()
-        )
-        old = _now_ms() - int(opts.changes_max_age_s * 1000)
-        aged = await conn.execute(select(func.max(oldest.c.seq)).where(oldest.c.at_ms < old))
-        cut = max(seq - opts.changes_max_entries, aged.scalar_one_or_none() or 0)
-        if cut > 0:  # a prefix, so a reader behind it always sees the gap
-            await conn.execute(delete(CHANGES).where(mine, CHANGES.c.seq <= cut))
-
-    async def try_acquire_lease(self, holder: str, ttl_ms: int) -> int | None:
-        self._require_ha()
-        check_lease_args(holder, ttl_ms)
-        async with self._write() as conn:
-            row = (await conn.execute(self._lease.acquire(holder, ttl_ms))).first()
-        return int(row[0]) if row is not None else None
-
-    async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
-        self._require_ha()
-        check_lease_args(holder, ttl_ms)
-        async with self._write() as conn:
-            result = await conn.execute(self._lease.renew(holder, epoch, ttl_ms))
-        return bool(result.rowcount)
-
-    async def release_lease(self, holder: str, epoch: int) -> None:
-        self._require_ha()
-        async with self._write() as conn:
-            await conn.execute(self._lease.release(holder, epoch))
-
-    async def read_lease(self) -> LeaseInfo | None:
-        self._require_ha()
-        async with self._read() as conn:
-            row = (await conn.execute(self._lease.read())).first()
-        if row is None or not row[1]:
-            return None
-        return LeaseInfo(str(row[0]), int(row[1]), int(row[2]))
-
-    def fence(self, epoch: int) -> None:
-        self._require_ha()
-        self._fence = check_fence_epoch(epoch)
-
-    async def change_cursor(self) -> ChangeCursor:
-        self._require_ha()
-        async with self._read() as conn:
-            return cursor_of(await self._last_seq(conn))
-
-    async def _last_seq(self, conn: AsyncConnection) -> int:
-        row = await conn.execute(select(LEASE.c.seq).where(LEASE.c.namespace == self.namespace))
-        return int(row.scalar_one_or_none() or 0)
-
-    async def read_changes(
-        self, after: ChangeCursor, *, block_ms: int = 0, limit: int = 10_000
-    ) -> tuple[ChangeCursor, list[Change]]:
-        self._require_ha()
-        start = seq_of(after)
-        deadline = time.monotonic() + block_ms / 1000
-        notifications = self._notifications
-        while True:
-            remaining_s = deadline - time.monotonic()
-            listening = (
-                remaining_s > 0 and notifications is not None and await notifications.ready()
-            )
-            waiter = notifications.watch() if listening and notifications else None
-            try:
-                found = await self._changes_after(start, limit)
-                if found is not None or remaining_s <= 0:
-                    return found or (after, [])
-                if waiter is not None:
-                    # bounded: a LISTEN connection that died unseen costs seconds, not the wait
-                    await asyncio.wait({waiter}, timeout=min(remaining_s, _LISTEN_RECHECK_S))
-                else:
-                    await asyncio.sleep(min(self._options.changes_poll_interval_s, remaining_s))
-            finally:
-                if waiter is not None and notifications is not None:
-                    notifications.unwatch(waiter)
-
-    async def _changes_after(
-        self, start: int, limit: int
-    ) -> tuple[ChangeCursor, list[Change]] | None:
-        """Whole batches after ``start``; None when there are none yet."""
-        async with self._read() as conn:
-            # the last number first: batches up to it have committed, so a gap after
-            # ``start`` in what the second statement sees is a trim, never a late commit
-            last = await self._last_seq(conn)
-            rows = await conn.execute(
-                select(CHANGES.c.seq, CHANGES.c.changes)
-                .where(CHANGES.c.namespace == self.namespace, CHANGES.c.seq > start)
-                .order_by(CHANGES.c.seq)
-                .limit(min(limit, _CHANGES_READ))
-            )
-            try:
-                batches = [(int(seq), decode_changes(bytes(blob))) for seq, blob in rows]
-            except ValueError as err:
-                raise StoreCorrupt(f"{self._safe_url}: undecodable change row: {err}") from err
-        check_contiguous(start, last, batches[0][0] if batches else None)
-        return whole_batches(batches, start, limit) if batches else None
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -662,7 +440,7 @@ class SqlStore(Store, HaStore):
 
     @contextlib.asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
-        async with self._translate("read"), self._transaction(self._require_engine()) as conn:
+        async with translate(self._safe_url, "read"), transaction(self._require_engine()) as conn:
             yield conn
 
     @contextlib.asynccontextmanager
@@ -673,13 +451,13 @@ class SqlStore(Store, HaStore):
         :class:`_AmbiguousCommit` (chained to the StoreError) instead of StoreUnavailable."""
         engine = self._require_engine()
         lock = self._write_lock if self._write_lock is not None else contextlib.nullcontext()
-        async with self._translate("write"), lock:
+        async with translate(self._safe_url, "write"), lock:
             if commit is None:
-                async with self._transaction(engine, write=True) as conn:
+                async with transaction(engine, write=True) as conn:
                     yield conn
                 return
             async with engine.connect() as conn:
-                await conn.execution_options(**{_WRITE_OPTION: True})
+                await conn.execution_options(**{WRITE_OPTION: True})
                 await conn.begin()
                 try:
                     yield conn
@@ -688,7 +466,7 @@ class SqlStore(Store, HaStore):
                         await conn.rollback()
                     raise
                 try:
-                    async with self._translate("commit"):
+                    async with translate(self._safe_url, "commit"):
                         await commit(conn)
                 except StoreFull:  # the database refused the COMMIT: it did not land
                     with contextlib.suppress(exc.SQLAlchemyError, OSError):
@@ -699,154 +477,11 @@ class SqlStore(Store, HaStore):
                         await conn.invalidate()
                     raise _AmbiguousCommit() from err
 
-    @staticmethod
-    @contextlib.asynccontextmanager
-    async def _transaction(
-        engine: AsyncEngine, *, write: bool = False
-    ) -> AsyncIterator[AsyncConnection]:
-        async with engine.connect() as conn:
-            if write:
-                await conn.execution_options(**{_WRITE_OPTION: True})
-            async with conn.begin():
-                yield conn
-
-    @contextlib.asynccontextmanager
-    async def _translate(self, what: str) -> AsyncIterator[None]:
-        """Map driver / SQLAlchemy / Alembic errors onto the StoreError tree."""
-        try:
-            yield
-        except StoreError:
-            raise
-        except exc.DBAPIError as err:
-            kind = _classify(err)
-            raise kind(f"{self._safe_url}: {what} failed: {err}") from err
-        except (exc.DisconnectionError, exc.TimeoutError, OSError, TimeoutError) as err:
-            raise StoreUnavailable(f"{self._safe_url}: {what} failed: {err}") from err
-        except sqlite3.OperationalError as err:  # our one-trip BEGIN bypasses SQLAlchemy
-            kind = StoreFull if _is_full(err, str(err).lower(), "") else StoreUnavailable
-            raise kind(f"{self._safe_url}: {what} failed: {err}") from err
-        except CommandError as err:
-            raise StoreCorrupt(f"{self._safe_url}: {what}: schema problem: {err}") from err
-        except exc.SQLAlchemyError as err:
-            raise StoreError(f"{self._safe_url}: {what} failed: {err}") from err
-
-
-# One round trip for an HA batch on PostgreSQL: the write id, the lease row's lock and the
-# batch's stream number (the fence is checked on the epoch it returns), the stream row and
-# its notification (sent at COMMIT; a rolled-back batch sends none).  The row with the
-# number is the statement's result, so the data-modifying CTEs run after the row is locked.
-_PG_HA_BATCH = text(
-    "WITH w AS (INSERT INTO gcs_writes (namespace, write_id, at_ms, landed) "
-    "VALUES (:ns, :wid, :at, true)), "
-    "l AS (UPDATE gcs_lease SET seq = seq + :n WHERE namespace = :ns RETURNING epoch, seq), "
-    "c AS (INSERT INTO gcs_changes (namespace, seq, at_ms, changes) "
-    "SELECT :ns, seq, :at, :blob FROM l WHERE :n > 0) "
-    "SELECT epoch, seq, CASE WHEN :n > 0 THEN pg_notify(:ch, :ns) END FROM l"
-)
-_CHANGES_READ = 1000
-"""Stream rows (batches) one read asks for at most."""
-_LISTEN_RECHECK_S = 5.0
-"""A reader waiting for a notification reads again at least this often."""
-
 
 class _AmbiguousCommit(Exception):
     """COMMIT failed: the transaction may or may not have landed (resolved by write())."""
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-# SQLSTATE classes meaning "the server is not able to serve now": connection exception,
-# operator intervention (shutdown, cannot connect now), insufficient resources.
-_TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "57", "53"})
-# "Out of space": PostgreSQL disk_full (53100) / out_of_memory (53200); SQLite SQLITE_FULL
-# ("database or disk is full": the disk, or the database's max_page_count).  The statement
-# or COMMIT that hit it was refused and rolled back: nothing was written.
-_FULL_SQLSTATES = frozenset({"53100", "53200"})
-_SQLITE_FULL = 13
-
-
-def _is_full(orig: BaseException | None, message: str, sqlstate: str) -> bool:
-    if sqlstate in _FULL_SQLSTATES:
-        return True
-    return getattr(orig, "sqlite_errorcode", None) == _SQLITE_FULL or (
-        "database or disk is full" in message
-    )
-
-
-# SQLite reports schema trouble as OperationalError; tell it apart from "locked" / I/O errors.
-_SQLITE_SCHEMA_MESSAGES = ("no such table", "no such column", "has no column named")
-
-
-def _classify(err: exc.DBAPIError) -> type[StoreError]:
-    """Which StoreError a driver error becomes (most specific first, as httpx does)."""
-    message = str(err.orig).lower()
-    sqlstate = str(getattr(err.orig, "sqlstate", None) or getattr(err.orig, "pgcode", "") or "")
-    if _is_full(err.orig, message, sqlstate):
-        return StoreFull
-    if err.connection_invalidated or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES:
-        return StoreUnavailable
-    if isinstance(err, exc.ProgrammingError) or message.startswith(_SQLITE_SCHEMA_MESSAGES):
-        return StoreCorrupt
-    if isinstance(err, exc.OperationalError | exc.InterfaceError):
-        return StoreUnavailable
-    return StoreError
-
-
 def _upgrade_if_behind(connection: Connection) -> None:
     if migrate.current_revision(connection) != migrate.head_revision():
         migrate.upgrade_connection(connection)
-
-
-def _insert_for(dialect: str) -> Any:
-    return postgresql.insert if dialect == "postgresql" else sqlite.insert
-
-
-def _install_sqlite_hooks(engine: AsyncEngine, *, busy_timeout_ms: int) -> None:
-    """WAL + synchronous=FULL, and take over BEGIN so writers can use BEGIN IMMEDIATE."""
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # the driver must not emit its own BEGIN
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=FULL")
-            cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine.sync_engine, "reset")
-    def _on_reset(dbapi_connection: Any, _record: Any, _state: Any) -> None:
-        driver = getattr(dbapi_connection, "_connection", None)
-        if driver is None or getattr(driver, "in_transaction", True):
-            dbapi_connection.rollback()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        immediate = conn.get_execution_options().get(_WRITE_OPTION, False)
-        statement = "BEGIN IMMEDIATE" if immediate else "BEGIN"
-        dbapi = conn.connection.dbapi_connection
-        if dbapi is not None and hasattr(dbapi, "run_async"):
-            # One trip to aiosqlite's thread instead of three (cursor, execute, close).
-            dbapi.run_async(lambda driver: _run_statement(driver, statement))
-        else:
-            conn.exec_driver_sql(statement)
-
-
-async def _run_statement(driver: Any, statement: str) -> None:
-    cursor = await driver.execute(statement)
-    await cursor.close()
-
-
-def _prefix_upper_bound(prefix: bytes) -> bytes | None:
-    """Smallest byte string greater than every string starting with ``prefix``."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def _signed64(value: int) -> int:
-    return value - (1 << 64) if value >= (1 << 63) else value

@@ -1,6 +1,6 @@
 """The Redis side of ``gcs.store.ha``: key names, and what the HA scripts' replies mean.
 
-The scripts themselves are in ``gcs.store.redis_scripts`` (layout and atomicity there);
+The scripts themselves are in ``gcs.store.redis.scripts`` (layout and atomicity there);
 ``RedisStore`` runs them.  This module has no I/O.
 """
 

@@ -29,8 +29,8 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.crc import key_slot
 
-from gcs.store.redis_options import RedisOptions
-from gcs.store.redis_topology import Topology, TopologyError, connection_kwargs
+from gcs.store.redis.options import RedisOptions
+from gcs.store.redis.topology import Topology, TopologyError, connection_kwargs
 
 __all__ = ["Cluster", "tagged_prefix"]
 

@@ -2,7 +2,7 @@
 
 Two ways in:
 
-* programmatic (``gcs.store.migrate``): the caller passes an open *sync-facade* connection in
+* programmatic (``gcs.store.sql.migrate``): the caller passes an open *sync-facade* connection in
   ``config.attributes["connection"]`` (from ``AsyncConnection.run_sync``), so migrations run on
   the caller's engine inside its transaction and never block the event loop;
 * command line (``alembic -x url=sqlite:///gcs.db upgrade head`` from the repository root, or
@@ -18,8 +18,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from gcs.store.sql_schema import METADATA, VERSION_TABLE
-from gcs.store.sql_url import normalize_sql_url
+from gcs.store.sql.schema import METADATA, VERSION_TABLE
+from gcs.store.sql.url import normalize_sql_url
 
 config = context.config
 
