@@ -53,8 +53,10 @@ from typing import Any
 import hpack
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock, SystemClock
 from gcs.rpc.front.budget import ByteBudget
+from gcs.rpc.front.deadlines import Deadline, Deadlines
 from gcs.rpc.front.h2_base import (
     INPUT_FLOOR,
     OUTPUT_FLOOR,
@@ -121,12 +123,18 @@ class H2ServerConnection(FrameInput, FrameOutput, asyncio.Protocol):
         budget: ByteBudget | None = None,
         clock: Clock | None = None,
         warnings: WarningSampler | None = None,
+        deadlines: Deadlines | None = None,
     ) -> None:
+        """``deadlines``: the server's timers (the abort of a socket that does not flush
+        after a close); by default the connection's own, on ``clock``."""
         self.app = app
         self.limits = limits
         self._on_closed = on_closed
         self._budget = budget if budget is not None else ByteBudget(1 << 62)
         self._clock = clock if clock is not None else SystemClock()
+        self._deadlines = (
+            deadlines if deadlines is not None else Deadlines(self._clock, Background("h2"))
+        )
         self._warnings = warnings
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -164,7 +172,7 @@ class H2ServerConnection(FrameInput, FrameOutput, asyncio.Protocol):
         self._settings = TokenBucket(limits.settings_burst, limits.settings_rate, now)
         self._pings = PingPolicy(limits.min_ping_interval_s, limits.max_ping_strikes)
         self._sent_since_ping = False
-        self._abort_timer: asyncio.TimerHandle | None = None
+        self._abort_timer: Deadline | None = None
         self._parse_deferred = False
         self._lingered = 0
 
@@ -277,16 +285,14 @@ class H2ServerConnection(FrameInput, FrameOutput, asyncio.Protocol):
             transport.write_eof()
         except (NotImplementedError, RuntimeError, AttributeError):
             transport.close()
-        loop = asyncio.get_running_loop()
-        self._abort_timer = loop.call_later(_LINGER_S, self._abort_transport)
+        self._abort_timer = self._deadlines.add(_LINGER_S, self._abort_transport)
 
     def close(self) -> None:
         transport = self.transport
         self._teardown()
         if transport is not None and not transport.is_closing():
             transport.close()
-            loop = asyncio.get_running_loop()
-            self._abort_timer = loop.call_later(_ABORT_AFTER_S, self._abort_transport)
+            self._abort_timer = self._deadlines.add(_ABORT_AFTER_S, self._abort_transport)
 
     def _abort_transport(self) -> None:
         """The socket did not flush in time: drop it (unless it closed meanwhile)."""

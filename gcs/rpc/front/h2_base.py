@@ -18,6 +18,7 @@ import hpack
 
 from gcs.clock import Clock
 from gcs.rpc.front.budget import ByteBudget
+from gcs.rpc.front.deadlines import Deadline, Deadlines
 from gcs.rpc.front.ratelimit import PingPolicy, TokenBucket
 from gcs.rpc.h2wire import DEFAULT_WINDOW
 from gcs.rpc.warnings import WarningSampler
@@ -143,6 +144,7 @@ class ConnectionState:
         "_cont_sid",
         "_cork",
         "_counted_out",
+        "_deadlines",
         "_decoder",
         "_glitches",
         "_heard",
@@ -214,7 +216,8 @@ class ConnectionState:
     _settings: TokenBucket
     _pings: PingPolicy
     _sent_since_ping: bool
-    _abort_timer: asyncio.TimerHandle | None
+    _abort_timer: Deadline | None
+    _deadlines: Deadlines
     _parse_deferred: bool
     _lingered: int
 
