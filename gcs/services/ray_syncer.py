@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -97,21 +98,14 @@ class SyncSession:
         self.ended = False
 
 
+@dataclass(frozen=True, slots=True)
 class StartSync:
     """``StartSync``'s behaviour, for every transport."""
 
-    def __init__(
-        self,
-        hub: SyncHub,
-        limits: RequestLimits,
-        *,
-        on_call: CallHook | None = None,
-        warnings: WarningSampler | None = None,
-    ) -> None:
-        self._hub = hub
-        self._limits = limits
-        self._on_call = on_call
-        self._warnings = warnings
+    hub: SyncHub
+    limits: RequestLimits
+    on_call: CallHook | None = None
+    warnings: WarningSampler | None = None
 
     def open(self, metadata: Any, notify: Callable[[], None] | None = None) -> SyncSession:
         """Admit the raylet named in ``metadata`` (its peer replaces an older stream of the
@@ -124,7 +118,7 @@ class StartSync:
         except InvalidArgument:
             self._record("INVALID_ARGUMENT", start)
             raise
-        return SyncSession(self._hub.connect(node_id, notify), start)
+        return SyncSession(self.hub.connect(node_id, notify), start)
 
     def receive(self, session: SyncSession, raw: bytes) -> None:
         """One ``RaySyncMessageBatch`` from the raylet into the hub.  A bad one raises
@@ -133,12 +127,12 @@ class StartSync:
         if session.ended:
             return
         try:
-            for message in decode_batch(raw, self._limits):
-                self._hub.receive(peer, message)
+            for message in decode_batch(raw, self.limits):
+                self.hub.receive(peer, message)
         except InvalidArgument as err:
             fields = {"node_id": peer.node_id.hex(), "error": err.message}
-            if self._warnings is not None:
-                self._warnings.warn("syncer.bad_batch", **fields)
+            if self.warnings is not None:
+                self.warnings.warn("syncer.bad_batch", **fields)
             else:
                 log.warning("syncer.bad_batch", **fields)
             raise
@@ -156,14 +150,14 @@ class StartSync:
         if session.ended:
             return False
         session.ended = True
-        self._hub.disconnect(session.peer)
+        self.hub.disconnect(session.peer)
         log.debug("syncer.disconnected", node_id=session.peer.node_id.hex())
         self._record(code.name, session.start)
         return True
 
     def _record(self, code: str, start: float) -> None:
-        if self._on_call is not None:
-            self._on_call(START_SYNC_PATH, code, time.perf_counter() - start)
+        if self.on_call is not None:
+            self.on_call(START_SYNC_PATH, code, time.perf_counter() - start)
 
 
 class RaySyncerServicer:
