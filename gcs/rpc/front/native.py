@@ -1,12 +1,14 @@
 """Every other unary method, answered on the front server by the very method handlers the
 grpc.aio server was given (:func:`gcs.rpc.server.service_handler`'s table: its request
-decoding, error mapping and metrics), one task per call, with a :class:`FrontContext`.
+decoding, error mapping and metrics), one task per call (spawned through the router's
+:class:`~gcs.background.Background`), with a :class:`FrontContext`.
 
 Status and details are what grpc.aio answers: the handler's ``set_code`` / ``abort``; an
 exception escaping a handler (only third-party ones, such as health's deserializer) is
 ``Unexpected <type>: <error>`` with the code the handler set, else UNKNOWN;
-``grpc-timeout`` cancels the task with DEADLINE_EXCEEDED; the client's RST_STREAM cancels
-it.  A sync handler (none of ours) runs on the loop, where grpc.aio would use a thread.
+``grpc-timeout`` (on the injected clock, :mod:`.deadlines`) cancels the task with
+DEADLINE_EXCEEDED; the client's RST_STREAM cancels it.  A sync handler (none of ours) runs
+on the loop, where grpc.aio would use a thread.
 """
 
 from __future__ import annotations
@@ -228,9 +230,6 @@ class NativeDispatcher:
             call.timer.cancel()
         if call.task is not None:
             call.task.cancel()
-
-    async def close(self) -> None:
-        await self._background.close()
 
     def _expire(self, conn: H2ServerConnection, stream: Stream, call: NativeCall) -> None:
         call.timer = None
