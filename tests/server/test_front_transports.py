@@ -10,16 +10,13 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gcs.config import RequestLimits
 from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID
 from gcs.rpc import services as svc
 from gcs.rpc.wire import method_path
 from gcs.server import GcsServer
 from gcs.services.ray_syncer import START_SYNC_PATH
-from gcs.store.memory import MemoryStore
-from tests.conftest import fast_config
+from tests.server.test_front_server import TOKEN, token_server
 
-TOKEN = "transports-token-0123456789"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
 Answer = tuple[grpc.StatusCode, str, bytes]
 PER_CALL_STATE = {
@@ -33,20 +30,7 @@ details must match; the reply bytes may not."""
 
 @pytest.fixture
 async def server(tmp_path, monkeypatch) -> AsyncIterator[GcsServer]:
-    for var in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_USE_TLS"):
-        monkeypatch.delenv(var, raising=False)
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    gcs = GcsServer(
-        fast_config(
-            front_server=True,
-            auth_mode="token",
-            auth_token_path=str(token),
-            limits=RequestLimits(max_request_bytes=4096),
-        ),
-        store=MemoryStore(),
-    )
-    await gcs.start()
+    gcs = await token_server(tmp_path, monkeypatch, front=True)
     try:
         yield gcs
     finally:
