@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID
+from gcs.proto import ray_syncer_pb2
 from gcs.rpc import services as svc
 from gcs.rpc.wire import method_path
 from gcs.server import GcsServer
@@ -109,3 +110,22 @@ class TestEveryNativeMethodThroughBothTransports:
         assert answers[0] == answers[1], (case, answers)
         if case == "a raylet":
             assert answers[0][2] == GCS_SYNCER_NODE_ID
+
+    async def test_a_bad_batch_ends_start_sync_alike(self, server: GcsServer) -> None:
+        """A batch naming a 3-byte node: INVALID_ARGUMENT naming the field, on both."""
+        bad = ray_syncer_pb2.RaySyncMessageBatch(
+            messages=[ray_syncer_pb2.RaySyncMessage(node_id=b"\x01" * 3, version=1)]
+        ).SerializeToString()
+        answers = []
+        for address in _addresses(server):
+            async with grpc.aio.insecure_channel(address) as channel:
+                call = channel.stream_stream(START_SYNC_PATH)(
+                    iter([bad]), metadata=(*AUTH, ("node_id", "cd" * 28)), timeout=10
+                )
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    async for _ in call:
+                        pass
+                answers.append((info.value.code(), info.value.details()))
+        assert answers[0] == answers[1]
+        assert answers[0][0] == grpc.StatusCode.INVALID_ARGUMENT
+        assert "messages[0].node_id has 3 bytes" in (answers[0][1] or "")
