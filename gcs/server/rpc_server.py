@@ -303,6 +303,7 @@ class RpcServer:
             warnings=self._warnings,
             relayed=lambda path: serves(table.handlers, path),
             admit=self._admit,
+            clock=self._clock,
         )
         tls = self._security.tls
         front = FrontServer(

@@ -6,7 +6,11 @@ methods and unknown paths to the grpc.aio server (:mod:`.forward`).
 Why: at 2,000 long-poll subscribers grpc.aio's per-call machinery alone costs more CPU per
 publish than Ray's C++ ``gcs_server`` (``bench/pubsub/floor_server.py``); a held poll here
 is a future callback writing one pre-encoded burst.  ``front_server: false`` serves
-everything from grpc.aio on the port, as before.
+everything from grpc.aio on the port: a fallback over the same handler objects (the
+servicers, :class:`~gcs.services.ray_syncer.StartSync`), never a second implementation; it
+loses clearly (about 4x the server CPU per publish at 2,000 subscribers, ~1.8x per load
+poll; docs/operations.md).  Every task here runs under a
+:class:`~gcs.background.Background`, every timer on the injected clock (:mod:`.deadlines`).
 """
 
 from __future__ import annotations
