@@ -16,12 +16,12 @@ node_id, node_info)``; errors/logs go to ``pubsub.observability``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import grpc
 import structlog
 from google.protobuf.descriptor import ServiceDescriptor
 
+from gcs.background import Background
 from gcs.clock import Clock
 from gcs.config import RequestLimits
 from gcs.pubsub.config import PublisherConfig
@@ -52,6 +52,7 @@ class GcsPubSub:
             if sweep_interval_s is not None
             else control_plane.config.subscriber_timeout_ms / 1000.0
         )
+        self._background = Background("pubsub")
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -103,15 +104,12 @@ class GcsPubSub:
     async def start(self) -> None:
         """Start the sweep task (no-op if running)."""
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self.run(), name="pubsub-sweep")
+            self._task = self._background.spawn(self.run(), "sweep")
 
     async def stop(self) -> None:
         """Stop sweeping and answer every held poll; safe to call twice or before start."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._task = None
+        await self._background.close()
         self.control_plane.close()
         self.observability.close()
 

@@ -24,6 +24,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from gcs.background import Background
 from gcs.clock import Clock, now_ms
 from gcs.config import GcsConfig, kv_put_request_bytes
 from gcs.handler_delays import HandlerDelays, Pause
@@ -56,7 +57,7 @@ from gcs.services.kv import InternalKVServicer
 from gcs.services.node_info import NodeInfoServicer
 from gcs.services.node_resources import NodeResourceInfoServicer
 from gcs.services.pubsub import PubSubServicer
-from gcs.services.ray_syncer import RaySyncerServicer
+from gcs.services.ray_syncer import RaySyncerServicer, StartSync
 from gcs.services.virtual_clusters import VirtualClusterInfoServicer
 from gcs.services.workers_tasks import RuntimeEnvServicer, TaskInfoServicer, WorkerInfoServicer
 
@@ -109,6 +110,9 @@ class RpcServer:
         self.front: FrontServer | None = None
         self._private_dir = ""
         self._closed = False
+        self._background = Background("rpc")
+        """The port's own tasks (grpc.aio's syncer readers, the front's blocked-peer retry)."""
+        self._start_sync: StartSync | None = None
         self.grace_s = 2.0
         """How long open streams may take to finish at close (``GcsServer.stop``)."""
 
@@ -119,6 +123,14 @@ class RpcServer:
     @property
     def is_serving(self) -> bool:
         return self._serving.is_set()
+
+    @property
+    def internal_address(self) -> str | None:
+        """grpc.aio's own address behind the front server (a Unix socket); None when grpc.aio
+        alone serves the port.  Both transports answer there from the same handlers."""
+        if self.front is None or not self._private_dir:
+            return None
+        return f"unix:{self._private_dir}/grpc.sock"
 
     async def load(self) -> None:
         return None
@@ -228,7 +240,10 @@ class RpcServer:
         table.add_generic_rpc_handlers(
             m.pubsub.handlers(on_call=self._on_call, limits=limits, servicers=pubsub_servicers)
         )
-        syncer = RaySyncerServicer(m.syncer, limits=limits, on_call=self._on_call)
+        self._start_sync = StartSync(
+            m.syncer, limits, on_call=self._on_call, warnings=self._warnings
+        )
+        syncer = RaySyncerServicer(self._start_sync, self._background)
         table.add_generic_rpc_handlers([syncer.handler()])
         served = [
             *(d for d, _ in servicers),
@@ -280,15 +295,15 @@ class RpcServer:
             on_call=self._on_call,
             max_message_bytes=cfg.grpc_max_message_bytes,
             syncer=SyncDispatcher(
-                self._m.syncer,
-                cfg.limits,
+                self._sync(),
                 cfg.grpc_max_message_bytes,
-                on_call=self._on_call,
-                warnings=self._warnings,
+                clock=self._clock,
+                background=self._background,
             ),
             warnings=self._warnings,
             relayed=lambda path: serves(table.handlers, path),
             admit=self._admit,
+            clock=self._clock,
         )
         tls = self._security.tls
         front = FrontServer(
@@ -305,6 +320,10 @@ class RpcServer:
         except OSError:
             raise port_in_use(cfg.host, cfg.port) from None
         self.front = front
+
+    def _sync(self) -> StartSync:
+        assert self._start_sync is not None, "made by _register"
+        return self._start_sync
 
     def _virtual_head(self) -> gcs_pb2.GcsNodeInfo | None:
         """``--head``: the record Ray's workers look up (see ``gcs.managers.head``)."""
@@ -334,5 +353,6 @@ class RpcServer:
             await self.front.stop(grace_s)  # open streams finish; relayed ones reach grpc.aio
         if self._server is not None:
             await self._server.stop(grace_s)
+        await self._background.close()
         if self._private_dir:
             shutil.rmtree(self._private_dir, ignore_errors=True)

@@ -443,7 +443,7 @@ def test_keeps_table_matches_what_decoding_does() -> None:
     as it was (over random header lists, Huffman on and off, sensitive fields)."""
     import random
 
-    from gcs.rpc.front.h2 import _keeps_table
+    from gcs.rpc.front.h2_input import _keeps_table
     from gcs.rpc.h2wire import literal, literal_new
 
     rng = random.Random(5)

@@ -10,8 +10,10 @@ from typing import Any
 
 import grpc
 import hpack
+import pytest
 
 from gcs.changes import Changes
+from gcs.clock import Clock, FakeClock
 from gcs.rpc import services as svc
 from gcs.rpc.front import Forwarder, GrpcRouter, H2Limits, native_methods, serves
 from gcs.rpc.front.h2 import H2ServerConnection
@@ -69,7 +71,7 @@ class Transport(FakeTransport):
 
 
 class Client:
-    def __init__(self, servicer: object) -> None:
+    def __init__(self, servicer: object, clock: Clock | None = None) -> None:
         self.calls: list[tuple[str, str]] = []
         handler = service_handler(
             svc.NODE_INFO, servicer, on_call=lambda path, code, _: self.calls.append((path, code))
@@ -84,8 +86,9 @@ class Client:
             on_call=None,
             max_message_bytes=1 << 20,
             relayed=lambda path: serves([handler], path),
+            clock=clock,
         )
-        self.conn = H2ServerConnection(self.router, H2Limits())
+        self.conn = H2ServerConnection(self.router, H2Limits(), clock=clock)
         self.transport = Transport()
         self.conn.connection_made(self.transport)
         self.encoder = hpack.Encoder()
@@ -137,6 +140,29 @@ async def test_the_server_enforces_grpc_timeout_and_cancels_the_handler() -> Non
         assert ("x-trace", "t1") in servicer.seen["metadata"]
         assert 0 < servicer.seen["remaining"] <= 0.2
         assert isinstance(servicer.seen["peer"], str)
+    finally:
+        await client.close()
+
+
+async def test_grpc_timeout_runs_on_the_injected_clock() -> None:
+    """A call's deadline is the server's clock's: nothing expires before the FakeClock
+    reaches it; moving it past the deadline answers DEADLINE_EXCEEDED; the handler sees
+    the clock's time remaining."""
+    servicer = Blocking()
+    clock = FakeClock()
+    client = Client(servicer, clock)
+    try:
+        client.call(1, GET_ID, [("grpc-timeout", "5S")])
+        await servicer.started.wait()
+        assert servicer.seen["remaining"] == 5.0
+        clock.advance(4.5)
+        for _ in range(5):  # loop turns: the deadline sleeper runs, and finds it not due
+            await asyncio.sleep(0)
+        assert client.answers(1) == []
+        await clock.advance_until(lambda: client.answers(1), 1.0)
+        (answer,) = client.answers(1)
+        assert answer["grpc-status"] == str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])
+        assert clock.monotonic_s() - 1000.0 == pytest.approx(5.0, abs=1.0)
     finally:
         await client.close()
 

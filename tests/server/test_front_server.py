@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -34,26 +35,31 @@ CLUSTER_ID = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 TOKEN = "front-token-0123456789"
 
 
-@pytest.fixture
-async def pair(tmp_path, monkeypatch) -> AsyncIterator[tuple[GcsServer, GcsServer]]:
-    """The same GCS twice in token mode: front server on, and grpc.aio alone."""
+async def token_server(tmp_path: Path, monkeypatch: Any, *, front: bool) -> GcsServer:
+    """A started GCS in token mode (``TOKEN``), requests bounded at 4 KiB."""
     for var in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_USE_TLS"):
         monkeypatch.delenv(var, raising=False)
     token = tmp_path / "token"
     token.write_text(TOKEN)
+    server = GcsServer(
+        fast_config(
+            front_server=front,
+            auth_mode="token",
+            auth_token_path=str(token),
+            limits=RequestLimits(max_request_bytes=4096),
+        ),
+        store=MemoryStore(),
+    )
+    await server.start()
+    return server
+
+
+@pytest.fixture
+async def pair(tmp_path, monkeypatch) -> AsyncIterator[tuple[GcsServer, GcsServer]]:
+    """The same GCS twice in token mode: front server on, and grpc.aio alone."""
     servers = []
     for front in (True, False):
-        server = GcsServer(
-            fast_config(
-                front_server=front,
-                auth_mode="token",
-                auth_token_path=str(token),
-                limits=RequestLimits(max_request_bytes=4096),
-            ),
-            store=MemoryStore(),
-        )
-        await server.start()
-        servers.append(server)
+        servers.append(await token_server(tmp_path, monkeypatch, front=front))
     try:
         yield servers[0], servers[1]
     finally:

@@ -16,6 +16,7 @@ from gcs.proto import ray_syncer_pb2
 from gcs.rpc.front.grpc_wire import OK_TRAILERS, message_frame, trailers_only
 from gcs.rpc.front.h2 import Stream
 from gcs.rpc.front.sync import SyncCall, SyncDispatcher
+from gcs.services.ray_syncer import StartSync
 from tests.unit.test_sync_hub import A, B, C, Hub, _node, _view
 
 
@@ -73,7 +74,7 @@ def _batch(*messages: ray_syncer_pb2.RaySyncMessage) -> bytes:
 async def _setup() -> tuple[Hub, SyncDispatcher, FakeConn, SyncCall, SyncCall]:
     h = Hub()
     await h.register(A, B, C)
-    dispatcher = SyncDispatcher(h.hub, RequestLimits(), 1 << 20)
+    dispatcher = SyncDispatcher(StartSync(h.hub, RequestLimits()), 1 << 20)
     conn = FakeConn()
     a = dispatcher.open(conn, conn.stream(1, A), None)  # type: ignore[arg-type]
     b = dispatcher.open(conn, conn.stream(3, B), None)  # type: ignore[arg-type]
@@ -122,7 +123,7 @@ async def test_a_bad_batch_ends_the_stream_naming_the_field() -> None:
 async def test_no_node_id_is_refused_before_any_stream_state() -> None:
     _, dispatcher, conn, _, _ = await _setup()
     call = dispatcher.open(conn, conn.stream(5, None), None)  # type: ignore[arg-type]
-    assert call.peer is None and call.ended
+    assert call.session is None and call.ended
     message = "metadata node_id is missing (the raylet's hex node id)"
     assert conn.headers[-1] == (5, trailers_only(grpc.StatusCode.INVALID_ARGUMENT, message), True)
 

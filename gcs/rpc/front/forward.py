@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import structlog
 
+from gcs.background import Background
 from gcs.rpc.front.grpc_wire import (
     RESPONSE_HEADERS,
     GrpcWireError,
@@ -53,7 +54,8 @@ class Forwarder:
         self._max_message = max_message_bytes
         self._channel: grpc.aio.Channel | None = None
         self._streams: dict[str, Any] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = Background("front-forward")
+        """One task per relayed stream, and its writer and initial-metadata relay."""
 
     def _chan(self) -> grpc.aio.Channel:
         if self._channel is None:  # created on the serving loop
@@ -101,9 +103,7 @@ class Forwarder:
             fwd.task.cancel()
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._background.close()
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
@@ -111,10 +111,7 @@ class Forwarder:
     # ---------------------------------------------------------------- internals
 
     def _spawn(self, fwd: Forwarded, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        fwd.task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        fwd.task = self._background.spawn(coro, "relay")
 
     def _fail(
         self,
@@ -133,7 +130,7 @@ class Forwarder:
         if callable_ is None:
             callable_ = self._streams[fwd.path] = self._chan().stream_stream(fwd.path)
         call = callable_(metadata=fwd.metadata, timeout=fwd.timeout)
-        pump = asyncio.ensure_future(self._pump(conn, stream, call, fwd.queue))
+        pump = self._background.spawn(self._pump(conn, stream, call, fwd.queue), "relay-writer")
         headers_sent = False
 
         async def send_initial(*, unless_done: bool) -> None:
@@ -146,7 +143,7 @@ class Forwarder:
                 conn.send_headers(stream, RESPONSE_HEADERS + metadata_block(tuple(initial or ())))
                 headers_sent = True
 
-        headers = asyncio.ensure_future(send_initial(unless_done=True))
+        headers = self._background.spawn(send_initial(unless_done=True), "relay-headers")
         try:
             try:
                 async for message in call:
@@ -167,8 +164,9 @@ class Forwarder:
             call.cancel()
             raise
         finally:
-            pump.cancel()
-            headers.cancel()
+            for task in (pump, headers):
+                if task is not None:
+                    task.cancel()
 
     @staticmethod
     async def _pump(

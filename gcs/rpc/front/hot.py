@@ -19,6 +19,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from gcs.rpc.errors import trailers_for
 from gcs.rpc.front.body import RequestBody, prefix_refusal
+from gcs.rpc.front.deadlines import Deadline, Deadlines
 from gcs.rpc.front.grpc_wire import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
@@ -75,7 +76,7 @@ class HotCall:
         self.body = RequestBody()
         self.start = 0.0
         self.future: asyncio.Future[Any] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Deadline | None = None
         self.timeout = timeout
 
 
@@ -84,8 +85,10 @@ class HotDispatcher:
         self,
         on_call: CallHook | None,
         max_message_bytes: int,
+        deadlines: Deadlines,
         warnings: WarningSampler | None = None,
     ) -> None:
+        self._deadlines = deadlines
         self._on_call = on_call
         self._max_message = max_message_bytes
         self._warnings = warnings
@@ -140,8 +143,7 @@ class HotDispatcher:
         call.future = result
         result.add_done_callback(lambda fut: self._poll_done(conn, stream, call, fut))
         if call.timeout is not None:
-            loop = asyncio.get_running_loop()
-            call.timer = loop.call_later(call.timeout, self._expire, conn, stream, call)
+            call.timer = self._deadlines.add(call.timeout, self._expire, conn, stream, call)
 
     def on_reset(self, call: HotCall) -> None:
         """The client went away: a held poll is cancelled (its messages stay queued)."""

@@ -1,12 +1,14 @@
 """Every other unary method, answered on the front server by the very method handlers the
 grpc.aio server was given (:func:`gcs.rpc.server.service_handler`'s table: its request
-decoding, error mapping and metrics), one task per call, with a :class:`FrontContext`.
+decoding, error mapping and metrics), one task per call (spawned through the router's
+:class:`~gcs.background.Background`), with a :class:`FrontContext`.
 
 Status and details are what grpc.aio answers: the handler's ``set_code`` / ``abort``; an
 exception escaping a handler (only third-party ones, such as health's deserializer) is
 ``Unexpected <type>: <error>`` with the code the handler set, else UNKNOWN;
-``grpc-timeout`` cancels the task with DEADLINE_EXCEEDED; the client's RST_STREAM cancels
-it.  A sync handler (none of ours) runs on the loop, where grpc.aio would use a thread.
+``grpc-timeout`` (on the injected clock, :mod:`.deadlines`) cancels the task with
+DEADLINE_EXCEEDED; the client's RST_STREAM cancels it.  A sync handler (none of ours) runs
+on the loop, where grpc.aio would use a thread.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from typing import Any, NamedTuple, NoReturn
 import grpc
 import structlog
 
+from gcs.background import Background
+from gcs.clock import Clock
 from gcs.rpc.front.body import RequestBody, prefix_refusal, request_limit
+from gcs.rpc.front.deadlines import Deadline, Deadlines
 from gcs.rpc.front.grpc_wire import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
@@ -91,14 +96,20 @@ def serves(handlers: Iterable[grpc.GenericRpcHandler], path: str) -> bool:
 class FrontContext:
     """What handlers use of ``grpc.aio.ServicerContext``."""
 
-    __slots__ = ("_code", "_conn", "_deadline", "_details", "_headers", "_trailers")
+    __slots__ = ("_clock", "_code", "_conn", "_deadline", "_details", "_headers", "_trailers")
 
     def __init__(
-        self, headers: list[Header], deadline: float | None, conn: H2ServerConnection
+        self,
+        headers: list[Header],
+        deadline: float | None,
+        conn: H2ServerConnection,
+        clock: Clock,
     ) -> None:
         self._headers = headers
         self._deadline = deadline
+        """On ``clock``'s monotonic seconds."""
         self._conn = conn
+        self._clock = clock
         self._code: grpc.StatusCode | None = None
         self._details = ""
         self._trailers: Metadata = ()
@@ -136,7 +147,7 @@ class FrontContext:
     def time_remaining(self) -> float | None:
         if self._deadline is None:
             return None
-        return max(self._deadline - asyncio.get_running_loop().time(), 0.0)
+        return max(self._deadline - self._clock.monotonic_s(), 0.0)
 
     def peer(self) -> str:
         """As grpc names it: ``ipv4:host:port``, ``ipv6:[host]:port`` or ``unix:path``."""
@@ -159,20 +170,25 @@ class NativeCall:
         self.encoding = encoding
         self.body = RequestBody()
         self.task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Deadline | None = None
 
 
 class NativeDispatcher:
     def __init__(
         self,
         max_message_bytes: int,
+        deadlines: Deadlines,
+        background: Background,
+        clock: Clock,
         on_call: CallHook | None = None,
         warnings: WarningSampler | None = None,
     ) -> None:
         self._max_message = max_message_bytes
+        self._deadlines = deadlines
+        self._background = background
+        self._clock = clock
         self._on_call = on_call
         self._warnings = warnings
-        self._tasks: set[asyncio.Task[None]] = set()
 
     def on_data(
         self, conn: H2ServerConnection, stream: Stream, call: NativeCall, data: bytes
@@ -201,15 +217,12 @@ class NativeDispatcher:
         except GrpcWireError as err:
             conn.send_headers(stream, trailers_only(err.code, err.message), end_stream=True)
             return
-        loop = asyncio.get_running_loop()
-        deadline = None if call.timeout is None else loop.time() + call.timeout
-        context = FrontContext(stream.headers, deadline, conn)
-        task = loop.create_task(self._run(conn, stream, call, raw, context))
-        call.task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        clock = self._clock
+        deadline = None if call.timeout is None else clock.monotonic_s() + call.timeout
+        context = FrontContext(stream.headers, deadline, conn, clock)
+        call.task = self._background.spawn(self._run(conn, stream, call, raw, context))
         if call.timeout is not None:
-            call.timer = loop.call_later(call.timeout, self._expire, conn, stream, call)
+            call.timer = self._deadlines.add(call.timeout, self._expire, conn, stream, call)
 
     def on_reset(self, call: NativeCall) -> None:
         """The client went away: the handler is cancelled."""
@@ -217,11 +230,6 @@ class NativeDispatcher:
             call.timer.cancel()
         if call.task is not None:
             call.task.cancel()
-
-    async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _expire(self, conn: H2ServerConnection, stream: Stream, call: NativeCall) -> None:
         call.timer = None

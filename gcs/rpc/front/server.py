@@ -6,7 +6,11 @@ methods and unknown paths to the grpc.aio server (:mod:`.forward`).
 Why: at 2,000 long-poll subscribers grpc.aio's per-call machinery alone costs more CPU per
 publish than Ray's C++ ``gcs_server`` (``bench/pubsub/floor_server.py``); a held poll here
 is a future callback writing one pre-encoded burst.  ``front_server: false`` serves
-everything from grpc.aio on the port, as before.
+everything from grpc.aio on the port: a fallback over the same handler objects (the
+servicers, :class:`~gcs.services.ray_syncer.StartSync`), never a second implementation; it
+loses clearly (about 4x the server CPU per publish at 2,000 subscribers, ~1.8x per load
+poll; docs/operations.md).  Every task here runs under a
+:class:`~gcs.background.Background`, every timer on the injected clock (:mod:`.deadlines`).
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from typing import TYPE_CHECKING
 import grpc
 import structlog
 
-from gcs.clock import Clock
+from gcs.background import Background
+from gcs.clock import Clock, SystemClock
 from gcs.config import GcsConfig
 from gcs.rpc.front.budget import ByteBudget
+from gcs.rpc.front.deadlines import Deadlines
 from gcs.rpc.front.forward import Forwarded, Forwarder
 from gcs.rpc.front.grpc_wire import GrpcWireError, parse_timeout, request_metadata, trailers_only
 from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream
@@ -79,6 +85,8 @@ class GrpcRouter:
         warnings: WarningSampler | None = None,
         relayed: Callable[[str], bool] | None = None,
         admit: Callable[[], bool] | None = None,
+        clock: Clock | None = None,
+        background: Background | None = None,
     ) -> None:
         """``admit`` (``--ha``): False once this GCS may no longer be the leader (its lease
         may have lapsed): each request is then refused UNAVAILABLE and its connection told
@@ -90,8 +98,15 @@ class GrpcRouter:
         self._native = native
         self._guard = guard
         self._forwarder = forwarder
-        self._dispatcher = HotDispatcher(on_call, max_message_bytes, warnings)
-        self._natives = NativeDispatcher(max_message_bytes, on_call, warnings)
+        clock = clock if clock is not None else SystemClock()
+        background = background if background is not None else Background("front")
+        self._background = background
+        """The front's tasks: native calls, the deadline sleeper."""
+        deadlines = Deadlines(clock, background)
+        self._dispatcher = HotDispatcher(on_call, max_message_bytes, deadlines, warnings)
+        self._natives = NativeDispatcher(
+            max_message_bytes, deadlines, background, clock, on_call, warnings
+        )
 
     def on_request(self, conn: H2ServerConnection, stream: Stream) -> None:
         path = authorization = cluster_id = timeout = encoding = None
@@ -196,7 +211,7 @@ class GrpcRouter:
 
     async def close(self) -> None:
         """Cancel the native calls still running (their connections are closed)."""
-        await self._natives.close()
+        await self._background.close()
 
 
 class FrontServer:
@@ -216,13 +231,16 @@ class FrontServer:
         self._router = router
         self._keepalive_s = keepalive_s
         self._keepalive_timeout_s = keepalive_timeout_s
+        self._background = Background("front-server")
+        """The keepalive loop and the connections' timers."""
         self._keepalive: asyncio.Task[None] | None = None
         self._forwarder = forwarder
         self._limits = limits
         self._ssl = ssl_context
         self.budget = budget if budget is not None else ByteBudget(limits.max_buffered_input)
         """Bytes held for all connections together (:mod:`gcs.rpc.front.budget`)."""
-        self._clock = clock
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._deadlines = Deadlines(self._clock, self._background)
         self._warnings = warnings
         self._server: asyncio.Server | None = None
         self.connections: set[H2ServerConnection] = set()
@@ -244,7 +262,7 @@ class FrontServer:
         )
         if reuse_port:  # new connections reach us, not a paused ex-leader still bound
             steer_to_newest(self._server.sockets[0])
-        self._keepalive = loop.create_task(self._keepalive_loop(), name="front-keepalive")
+        self._keepalive = self._background.spawn(self._keepalive_loop(), "keepalive")
         return int(self._server.sockets[0].getsockname()[1])
 
     def _connection(self) -> H2ServerConnection:
@@ -255,6 +273,7 @@ class FrontServer:
             budget=self.budget,
             clock=self._clock,
             warnings=self._warnings,
+            deadlines=self._deadlines,
         )
         self.connections.add(conn)
         self._idle.clear()
@@ -266,10 +285,10 @@ class FrontServer:
             self._idle.set()
 
     async def _keepalive_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+        clock = self._clock
         while True:
-            await asyncio.sleep(self._keepalive_s)
-            now = loop.time()
+            await clock.sleep(self._keepalive_s)
+            now = clock.monotonic_s()
             for conn in list(self.connections):
                 conn.keepalive_tick(now, self._keepalive_timeout_s)
 
@@ -297,5 +316,6 @@ class FrontServer:
             conn.close()
         await self._router.close()
         await self._forwarder.close()
+        await self._background.close()
         if self._server is not None:
             self._server = None

@@ -1,7 +1,6 @@
-"""``ray.rpc.syncer.RaySyncer/StartSync`` served on the front server itself, onto the same
-:class:`~gcs.managers.sync_hub.SyncHub` and with the same checks as the grpc.aio servicer
-(:mod:`gcs.services.ray_syncer`: metadata ``node_id``, batch bounds, INVALID_ARGUMENT naming the
-field).
+"""``ray.rpc.syncer.RaySyncer/StartSync`` served on the front server itself, a transport
+of :class:`~gcs.services.ray_syncer.StartSync` (the behaviour, written once: metadata
+``node_id``, batch bounds, INVALID_ARGUMENT naming the field, the hub, the call record).
 
 Why: relayed through grpc.aio over the private socket, every view the hub sends to a raylet
 crossed two HTTP/2 stacks and a grpc.aio stream write — about 2x the GCS CPU of grpc.aio
@@ -11,19 +10,18 @@ once per loop turn every such peer gets its queued entries, already encoded, as 
 message, and the DATA frames for all streams of one connection (a fleet's raylets share one)
 go out in one write.  A peer that does not read (its stream's window is spent, data queued) gets
 nothing more written: its outbox keeps coalescing to the newest view per node, checked again
-after ``_BLOCKED_RETRY_S``.
+after ``_BLOCKED_RETRY_S`` of the injected clock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import grpc
-import structlog
 
-from gcs.config import RequestLimits
-from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID, Peer, SyncHub
+from gcs.background import Background
+from gcs.clock import Clock, SystemClock
+from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID
 from gcs.rpc.errors import InvalidArgument
 from gcs.rpc.front.grpc_wire import (
     OK_TRAILERS,
@@ -37,16 +35,7 @@ from gcs.rpc.front.grpc_wire import (
     trailers_only,
 )
 from gcs.rpc.front.h2 import H2ServerConnection, Stream
-from gcs.rpc.server import CallHook
-from gcs.rpc.warnings import WarningSampler
-from gcs.services.ray_syncer import (
-    MAX_BATCH_MESSAGES,
-    START_SYNC_PATH,
-    decode_batch,
-    node_id_from_metadata,
-)
-
-log = structlog.get_logger("gcs.syncer")
+from gcs.services.ray_syncer import StartSync, SyncSession
 
 _BLOCKED_RETRY_S = 0.05
 _HEADERS = RESPONSE_HEADERS + metadata_block((("node_id", GCS_SYNCER_NODE_ID),))
@@ -55,45 +44,51 @@ _HEADERS = RESPONSE_HEADERS + metadata_block((("node_id", GCS_SYNCER_NODE_ID),))
 class SyncCall:
     """One raylet's stream (a stream's ``app`` state)."""
 
-    __slots__ = ("body", "conn", "encoding", "ended", "peer", "scheduled", "start", "stream")
+    __slots__ = ("body", "conn", "encoding", "ended", "scheduled", "session", "stream")
 
     def __init__(self, conn: H2ServerConnection, stream: Stream, encoding: bytes | None) -> None:
         self.conn = conn
         self.stream = stream
         self.encoding = encoding
         self.body = bytearray()
-        self.peer: Peer | None = None
+        self.session: SyncSession | None = None
         self.scheduled = False
         self.ended = False
-        self.start = time.perf_counter()
 
 
 class SyncDispatcher:
     def __init__(
         self,
-        hub: SyncHub,
-        limits: RequestLimits,
+        sync: StartSync,
         max_message_bytes: int,
-        on_call: CallHook | None = None,
-        warnings: WarningSampler | None = None,
+        *,
+        clock: Clock | None = None,
+        background: Background | None = None,
     ) -> None:
-        self._warnings = warnings
-        self._hub = hub
-        self._limits = limits
+        self._sync = sync
         self._max_message = max_message_bytes
-        self._on_call = on_call
+        self._clock = clock if clock is not None else SystemClock()
+        self._background = background if background is not None else Background("front-sync")
         self._pending: list[SyncCall] = []
+        self._blocked: list[SyncCall] = []
         self._open: set[SyncCall] = set()
 
     def open(self, conn: H2ServerConnection, stream: Stream, encoding: bytes | None) -> SyncCall:
         call = SyncCall(conn, stream, encoding)
         try:
-            node_id = node_id_from_metadata(request_metadata(stream.headers))
-        except InvalidArgument as err:
-            self._finish(call, grpc.StatusCode.INVALID_ARGUMENT, err.message)
+            session = self._sync.open(
+                request_metadata(stream.headers), lambda: self._schedule(call)
+            )
+        except InvalidArgument as err:  # refused before the response headers
+            call.ended = True
+            conn.send_headers(
+                stream,
+                trailers_only(grpc.StatusCode.INVALID_ARGUMENT, err.message),
+                end_stream=True,
+            )
             return call
+        call.session = session
         conn.send_headers(stream, _HEADERS)
-        call.peer = self._hub.connect(node_id, lambda: self._schedule(call))
         self._open.add(call)
         return call
 
@@ -106,24 +101,17 @@ class SyncDispatcher:
     def on_data(
         self, conn: H2ServerConnection, stream: Stream, call: SyncCall, data: bytes
     ) -> None:
-        peer = call.peer
-        if peer is None or call.ended:
+        session = call.session
+        if session is None or call.ended:
             conn.release(stream, len(data))
             return
         body = call.body
         body += data
         try:
-            messages = split_messages(body, call.encoding, self._max_message)
-            for raw, size in messages:
+            for raw, size in split_messages(body, call.encoding, self._max_message):
                 conn.release(stream, size)
-                for message in decode_batch(raw, self._limits):
-                    self._hub.receive(peer, message)
+                self._sync.receive(session, raw)
         except InvalidArgument as err:
-            fields = {"node_id": peer.node_id.hex(), "error": err.message}
-            if self._warnings is not None:
-                self._warnings.warn("syncer.bad_batch", **fields)
-            else:
-                log.warning("syncer.bad_batch", **fields)
             self._finish(call, grpc.StatusCode.INVALID_ARGUMENT, err.message)
         except GrpcWireError as err:
             self._finish(call, err.code, err.message)
@@ -134,6 +122,10 @@ class SyncDispatcher:
 
     def on_reset(self, call: SyncCall) -> None:
         self._finish(call, grpc.StatusCode.CANCELLED, "", send=False)
+
+    async def close(self) -> None:
+        """The blocked-peer retry ends."""
+        await self._background.close()
 
     # ---------------------------------------------------------------- internals
 
@@ -161,10 +153,10 @@ class SyncDispatcher:
 
     def _flush(self, call: SyncCall) -> None:
         call.scheduled = False
-        peer = call.peer
-        if peer is None or call.ended:
+        session = call.session
+        if session is None or call.ended:
             return
-        if peer.closed:  # replaced by a newer stream of the node, or the node died
+        if session.peer.closed:  # replaced by a newer stream of the node, or the node died
             self._finish(call, grpc.StatusCode.OK, "")
             return
         conn, stream = call.conn, call.stream
@@ -173,17 +165,23 @@ class SyncDispatcher:
             return
         if stream.out:  # the raylet is not reading: let its outbox coalesce meanwhile
             call.scheduled = True
-            asyncio.get_running_loop().call_later(_BLOCKED_RETRY_S, self._retry, call)
+            self._blocked.append(call)
+            if len(self._blocked) == 1:
+                self._background.spawn(self._retry_blocked(), "blocked-retry")
             return
-        entries = peer.drain(MAX_BATCH_MESSAGES)
-        if entries:
-            conn.send_data(stream, message_frame(b"".join(entries)))
-        if len(peer):
+        batch = self._sync.outgoing(session)
+        if batch is not None:
+            conn.send_data(stream, message_frame(batch))
+        if len(session.peer):
             self._schedule(call)
 
-    def _retry(self, call: SyncCall) -> None:
-        call.scheduled = False
-        self._schedule(call)
+    async def _retry_blocked(self) -> None:
+        """After ``_BLOCKED_RETRY_S``, every peer that was not reading is tried again."""
+        await self._clock.sleep(_BLOCKED_RETRY_S)
+        blocked, self._blocked = self._blocked, []
+        for call in blocked:
+            call.scheduled = False
+            self._schedule(call)
 
     def _finish(
         self, call: SyncCall, code: grpc.StatusCode, message: str, *, send: bool = True
@@ -192,15 +190,10 @@ class SyncDispatcher:
             return
         call.ended = True
         self._open.discard(call)
-        peer = call.peer
-        if peer is not None:
-            self._hub.disconnect(peer)
-        if send:
-            if peer is None:  # refused before the response headers
-                call.conn.send_headers(call.stream, trailers_only(code, message), end_stream=True)
-            elif code is grpc.StatusCode.OK:
-                call.conn.send_trailers(call.stream, OK_TRAILERS)
-            else:
-                call.conn.send_trailers(call.stream, trailers_block(code, message))
-        if self._on_call is not None:
-            self._on_call(START_SYNC_PATH, code.name, time.perf_counter() - call.start)
+        session = call.session
+        if session is None or not self._sync.finish(session, code) or not send:
+            return
+        if code is grpc.StatusCode.OK:
+            call.conn.send_trailers(call.stream, OK_TRAILERS)
+        else:
+            call.conn.send_trailers(call.stream, trailers_block(code, message))
