@@ -23,7 +23,7 @@ from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from gcs.testing.hermetic import decoy_token, isolated_env
-from gcs.testing.servers import RedisServer
+from gcs.testing.redis_server import RedisServer
 
 if TYPE_CHECKING:
     from xdist.remote import Producer

@@ -27,7 +27,7 @@ from bench.store.load import write_load
 from gcs.store import WriteBatch, redis_scripts
 from gcs.store.redis import RedisStore
 from gcs.store.sql import SqlStore
-from gcs.testing.servers import redis_server
+from gcs.testing.redis_server import redis_server
 
 VALUE = b"x" * 200
 Write = Callable[[WriteBatch], Awaitable[None]]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 
 NOTHING = "127.0.0.1:1"
 GCS = [sys.executable, "-m", "gcs"]

@@ -21,7 +21,7 @@ import tempfile
 import urllib.request
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
-from gcs.testing.servers import free_ports
+from gcs.testing.ports import free_ports
 from tests.interop import venvs
 from tests.interop.real_cluster import START_TIMEOUT_S, RealCluster, Worker, kill_group
 

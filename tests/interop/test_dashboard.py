@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 from tests.interop import dashboard_browser, venvs
 from tests.interop import dashboard_facts as facts
 from tests.interop.dashboard_browser import Browser, Page, headless_chromium

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 from tests.interop import venvs
 from tests.interop.real_cluster import RealCluster, real_cluster
 from tests.interop.stock_ray import stock_cluster

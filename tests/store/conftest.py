@@ -39,14 +39,10 @@ from gcs.store.memory import MemoryStore
 from gcs.store.redis import RedisOptions, RedisStore
 from gcs.store.redis_ha import HaKeys
 from gcs.store.sql import SqlOptions, SqlStore
-from gcs.testing.servers import (
-    PostgresServer,
-    RedisCluster,
-    RedisSentinels,
-    RedisServer,
-    redis_cluster,
-    redis_sentinels,
-)
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.redis_cluster import RedisCluster, redis_cluster
+from gcs.testing.redis_sentinels import RedisSentinels, redis_sentinels
+from gcs.testing.redis_server import RedisServer
 from tests.autoscaler.clock import SteppedClock
 
 ALL_BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_sentinel", "redis_cluster")

@@ -17,7 +17,7 @@ from gcs.store.factory import store_from_url
 from gcs.store.migrate import head_revision, migrations_dir, upgrade
 from gcs.store.sql import SqlStore
 from gcs.store.sql_url import normalize_sql_url
-from gcs.testing.servers import PostgresServer
+from gcs.testing.postgres import PostgresServer
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
