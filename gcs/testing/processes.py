@@ -40,6 +40,8 @@ def wait_until(
     proc: subprocess.Popen[bytes],
     interval_s: float = 0.02,
 ) -> None:
+    """Poll ``probe`` until true while ``proc`` (the server starting) runs; its exit is a
+    failure at once, ``timeout_s`` only bounds a hang."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -51,6 +53,7 @@ def wait_until(
 
 
 def stop_process(proc: subprocess.Popen[bytes] | None, sig: int, timeout_s: float) -> None:
+    """Send ``sig`` and wait for the exit; SIGKILL after ``timeout_s``.  Nothing if gone."""
     if proc is None or proc.poll() is not None:
         return
     proc.send_signal(sig)
