@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install redis-server and PostgreSQL (initdb/postgres) if missing; idempotent.
-# The store tests start private servers on free ports (gcs/testing/servers.py); they never
+# The store tests start private servers on free ports (gcs/testing/redis_server.py, postgres.py); they never
 # use a machine-wide Redis or PostgreSQL, so the services need not be running.
 set -euo pipefail
 

@@ -9,6 +9,7 @@ succeed."""
 
 from __future__ import annotations
 
+import compileall
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -23,7 +24,7 @@ from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from gcs.testing.hermetic import decoy_token, isolated_env
-from gcs.testing.servers import RedisServer
+from gcs.testing.redis_server import RedisServer
 
 if TYPE_CHECKING:
     from xdist.remote import Producer
@@ -33,6 +34,19 @@ pytest_plugins = ("pytester", "tests.interop.fixtures")
 """pytester (tests of the suite's own hooks), and the cached Ray / ant-ray virtualenvs
 (``ray_venv``, ...) for every test directory, with the hook that builds them before any
 test runs."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The checkout's bytecode written once, before any test: every process a test starts
+    (``python -m gcs ...``, Ray drivers importing our helpers) would otherwise compile what
+    it imports from source, ~1 CPU s a process, as PYTHONDONTWRITEBYTECODE (set on CI
+    machines, and on this one) keeps imports from caching it.  Not on xdist's workers: the
+    controller did it."""
+    if hasattr(config, "workerinput"):
+        return
+    root = Path(__file__).resolve().parents[1]
+    for package in ("gcs", "tests", "bench"):
+        compileall.compile_dir(root / package, quiet=2)
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)

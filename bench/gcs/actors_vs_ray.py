@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from gcs.testing.servers import free_port  # noqa: E402
+from gcs.testing.ports import free_port  # noqa: E402
 from tests.interop import venvs  # noqa: E402
 from tests.interop.ray_processes import (  # noqa: E402
     ray_env,

@@ -25,7 +25,7 @@ import sys
 import time
 import urllib.request
 
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 from tests.interop import venvs
 
 HOST = "127.0.0.2"

@@ -1,6 +1,6 @@
 """Restart at scale (issue 12, defect 4): restart-to-first-RPC, RSS and fds with 50,000 nodes.
 
-A private Redis (``gcs.testing.servers.RedisServer``) holds N registered, ALIVE nodes whose
+A private Redis (``gcs.testing.redis_server.RedisServer``) holds N registered, ALIVE nodes whose
 raylet addresses are loopback ports nobody listens on (connections are refused).  The GCS
 (`gcs serve`, Ray's default health / poll settings) is then started on that store as its own
 process, and this process measures:
@@ -43,7 +43,8 @@ from gcs.server import GcsServer
 from gcs.server.logging import configure_logging
 from gcs.store import WriteBatch, store_from_url
 from gcs.store.base import TABLE_NODE
-from gcs.testing.servers import RedisServer, free_port
+from gcs.testing.ports import free_port
+from gcs.testing.redis_server import RedisServer
 
 _BATCH = 2000
 

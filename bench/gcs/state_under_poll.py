@@ -44,7 +44,7 @@ from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
 from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PROBE_S = 0.005

@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 from bench.gcs.poll_fleet import cpu_seconds, scrape  # noqa: E402
 from bench.pubsub.vs_ray import Server, ray_gcs_server_binary  # noqa: E402
 from bench.pubsub.vs_ray import start_ray as start_ray_server  # noqa: E402
-from gcs.testing.servers import free_port  # noqa: E402
+from gcs.testing.ports import free_port  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:

@@ -39,7 +39,8 @@ from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
 from gcs.rpc import services as svc
 from gcs.testing.ha_group import FAST_RECONNECT, HaGroup
-from gcs.testing.servers import RedisServer, free_port
+from gcs.testing.ports import free_port
+from gcs.testing.redis_server import RedisServer
 
 
 async def first_answers(address: str, since: float, limit_s: float = 120.0) -> tuple[float, float]:

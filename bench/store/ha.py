@@ -36,7 +36,7 @@ from gcs.managers.kv import KvManager
 from gcs.store import StoreUnavailable, WriteBatch
 from gcs.store.redis.store import RedisOptions, RedisStore
 from gcs.testing.linearizability import AckedWrites, History, Workload, check
-from gcs.testing.servers import RedisSentinels
+from gcs.testing.redis_sentinels import RedisSentinels
 
 VALUE = b"x" * 200
 

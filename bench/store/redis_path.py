@@ -34,7 +34,7 @@ async def _measure(seconds: float, appendfsync: str) -> dict[str, float]:
     # checkout too, which may not have that module.
     from gcs.store import WriteBatch
     from gcs.store.redis.store import RedisStore
-    from gcs.testing.servers import redis_server
+    from gcs.testing.redis_server import redis_server
 
     def batch(seq: int) -> WriteBatch:
         out = WriteBatch()

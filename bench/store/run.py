@@ -29,7 +29,8 @@ from gcs.store import Store, WriteBatch
 from gcs.store.memory import MemoryStore
 from gcs.store.redis.store import RedisStore
 from gcs.store.sql.store import SqlStore
-from gcs.testing.servers import postgres_server, redis_server
+from gcs.testing.postgres import postgres_server
+from gcs.testing.redis_server import redis_server
 
 VALUE = b"x" * 200
 

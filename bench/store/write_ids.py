@@ -28,7 +28,7 @@ from gcs.store import WriteBatch
 from gcs.store.redis import scripts as redis_scripts
 from gcs.store.redis.store import RedisStore
 from gcs.store.sql.store import SqlStore
-from gcs.testing.servers import redis_server
+from gcs.testing.redis_server import redis_server
 
 VALUE = b"x" * 200
 Write = Callable[[WriteBatch], Awaitable[None]]

@@ -1,5 +1,5 @@
 """Virtual-cluster figures at scale (issue 5 targets: CreateOrUpdate p50 <= 5 ms; restart to
-serving <= 2 s), on a private redis-server (gcs.testing.servers).
+serving <= 2 s), on a private redis-server (gcs.testing.redis_server).
 
 10,000 nodes (10 node types) are registered through NodeManager with fake addresses
 (health checks and load polls pushed out of the run), 1,000 indivisible clusters of 5 nodes
@@ -29,7 +29,7 @@ from gcs.rpc.services import VIRTUAL_CLUSTER_INFO
 from gcs.server import GcsServer
 from gcs.server.logging import configure_logging
 from gcs.store.redis.store import RedisStore
-from gcs.testing.servers import RedisServer
+from gcs.testing.redis_server import RedisServer
 
 HOUR_MS = 3_600_000
 

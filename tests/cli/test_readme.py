@@ -25,7 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from gcs.testing.servers import MissingServerBinary, PostgresServer, RedisServer, free_port
+from gcs.testing.ports import free_port
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.processes import MissingServerBinary
+from gcs.testing.redis_server import RedisServer
 from tests.interop import venvs
 
 ROOT = Path(__file__).resolve().parents[2]

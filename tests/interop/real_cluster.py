@@ -33,7 +33,7 @@ from typing import Any
 import grpc
 
 from gcs.proto import gcs_pb2, gcs_service_pb2
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 from tests.interop import venvs
 from tests.interop.ray_processes import our_env, ray_env
 

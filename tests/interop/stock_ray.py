@@ -11,6 +11,7 @@ drivers, CLI calls and waits read the same as on our side.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -21,7 +22,7 @@ import tempfile
 import urllib.request
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
-from gcs.testing.servers import free_ports
+from gcs.testing.ports import free_ports
 from tests.interop import venvs
 from tests.interop.real_cluster import START_TIMEOUT_S, RealCluster, Worker, kill_group
 
@@ -149,3 +150,32 @@ def stock_cluster(
     finally:
         cluster.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Starting:
+    """A cluster's context manager entered in a thread, so the cluster starts beside other
+    work (a start is mostly waiting for Ray's processes; the comparison modules start
+    stock's cluster and ours, which in a row were their longest step).  :meth:`result`
+    waits for it; :meth:`close` stops it (or waits for the start, then stops it)."""
+
+    def __init__(self, cluster: contextlib.AbstractContextManager[RealCluster]) -> None:
+        self._stack = contextlib.ExitStack()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1)
+        self._started = self._pool.submit(self._stack.enter_context, cluster)
+
+    def result(self) -> RealCluster:
+        return self._started.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._stack.close()
+
+
+@contextlib.contextmanager
+def starting(cluster: contextlib.AbstractContextManager[RealCluster]) -> Iterator[Starting]:
+    """:class:`Starting` for a ``with`` block: closed at its end."""
+    handle = Starting(cluster)
+    try:
+        yield handle
+    finally:
+        handle.close()

@@ -29,7 +29,7 @@ from gcs.rpc import ServiceStub
 from gcs.rpc import services as svc
 from gcs.rpc.raylets.actors import GrpcActorGateway
 from gcs.rpc.raylets.pool import RayletClientPool
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 from tests.conftest import eventually
 from tests.interop.ray_processes import process_exit, ray_env, stop_group
 

@@ -28,7 +28,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 from tests.conftest import eventually
 from tests.interop.ray_processes import (
     our_env,

@@ -20,7 +20,7 @@ from gcs.autoscaler.runtime import AutoscalerRuntime
 from gcs.autoscaler.scheduler.types import InstanceStatus as S
 from gcs.autoscaler.scheduler.types import NodeKind
 from gcs.rpc.security import Security
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 from tests.conftest import eventually
 from tests.interop.ray_processes import env_prefix, ray_env, stop_group
 

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 from tests.interop import dashboard_browser, venvs
 from tests.interop import dashboard_facts as facts
 from tests.interop.dashboard_browser import Browser, Page, headless_chromium
 from tests.interop.real_cluster import GCS_HOST, RealCluster, Worker, kill_group, real_cluster
-from tests.interop.stock_ray import stock_cluster
+from tests.interop.stock_ray import Starting, starting, stock_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -151,17 +151,26 @@ def chromium() -> None:
         pytest.skip(reason)
 
 
-@pytest.fixture
-def stock(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
+@pytest.fixture(scope="module")
+def stock_starting(ray_default_venv: venvs.Venv) -> Iterator[Starting]:
     """Stock Ray beside the module's cluster, the same shape: a 1-CPU head and a 2-CPU worker
-    (its autoscaler in v2 mode, as ours reports)."""
-    with stock_cluster(
+    (its autoscaler in v2 mode, as ours reports).  Started in a thread: the test that uses it
+    asks for it before ``cluster``, so the two clusters start side by side."""
+    cluster = stock_cluster(
         ray_default_venv,
         head_args=("--num-cpus=1",),
         workers=[Worker("127.0.0.5")],
         env={"RAY_enable_autoscaler_v2": "1"},
-    ) as c:
-        yield c
+    )
+    with starting(cluster) as handle:
+        yield handle
+
+
+@pytest.fixture
+def stock(stock_starting: Starting) -> Iterator[RealCluster]:
+    """The started stock cluster, stopped after the test (only one test compares)."""
+    yield stock_starting.result()
+    stock_starting.close()
 
 
 def child_starts(
@@ -282,7 +291,7 @@ def _read_page(browser: Browser, c: RealCluster, page: str, shots: str) -> Any:
 
 @pytest.mark.timeout(600)  # both clusters start within it: the module's and stock's
 def test_dashboard_pages_show_what_stock_rays_show(
-    chromium: None, cluster: RealCluster, stock: RealCluster
+    chromium: None, stock_starting: Starting, cluster: RealCluster, stock: RealCluster
 ) -> None:
     """The Overview, Cluster, Jobs and Actors pages of Ray's web UI, opened in headless
     Chromium on our GCS and on stock Ray after the same workload, show the same facts

@@ -24,7 +24,7 @@ import textwrap
 import pytest
 
 from gcs.proto import common_pb2, gcs_pb2
-from gcs.testing.servers import RedisServer
+from gcs.testing.redis_server import RedisServer
 from tests.interop import venvs
 from tests.interop.real_cluster import Worker, kill_group
 from tests.interop.restarts import (

@@ -26,7 +26,7 @@ import textwrap
 import pytest
 
 from gcs.proto import gcs_pb2
-from gcs.testing.servers import RedisServer
+from gcs.testing.redis_server import RedisServer
 from tests.interop import venvs
 from tests.interop.real_cluster import RealCluster, Worker
 from tests.interop.restarts import (

@@ -170,7 +170,7 @@ def test_same_answers_as_ray_gcs_server_in_token_mode(ray_venv, tmp_path) -> Non
     from gcs.proto import gcs_service_pb2 as G
     from gcs.rpc import ServiceStub
     from gcs.rpc.services import NODE_INFO
-    from gcs.testing.servers import free_port
+    from gcs.testing.ports import free_port
 
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)

@@ -10,6 +10,8 @@ is stopped by group at the end.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import re
 import textwrap
@@ -19,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 from tests.interop import venvs
 from tests.interop.real_cluster import RealCluster, real_cluster
-from tests.interop.stock_ray import stock_cluster
+from tests.interop.stock_ray import starting, stock_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -95,16 +97,16 @@ def normalized_rows(rows: list[dict[str, Any]]) -> list[Any]:
     return [normalize(r, ids) for r in keyed]
 
 
-@pytest.fixture(scope="module")
-def stock(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
+@contextlib.contextmanager
+def stock_side(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
     """Stock Ray 2.60: ``ray start --head --block`` with its dashboard (our helpers, none
     of our GCS: the head is Ray's own gcs_server)."""
     with stock_cluster(ray_default_venv, head_args=("--num-cpus=1",), host=STOCK_HOST) as c:
         yield c
 
 
-@pytest.fixture(scope="module")
-def ours(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
+@contextlib.contextmanager
+def our_side(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
     port = free_port()
     args = (
         "--dashboard", "--dashboard-port", str(port), "--ray-python", str(ray_default_venv.python),
@@ -116,6 +118,24 @@ def ours(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
         c.dashboard = f"http://{c.gcs_host}:{port}"
         c.wait(lambda: _http_ok(f"{c.dashboard}/api/version"), 240, "the dashboard")
         yield c
+
+
+@pytest.fixture(scope="module")
+def sides(ray_default_venv: venvs.Venv) -> Iterator[tuple[RealCluster, RealCluster]]:
+    """Stock's cluster and ours, started side by side (in a row, the two starts were this
+    module's longest step); both stopped at the end."""
+    with starting(stock_side(ray_default_venv)) as stock, our_side(ray_default_venv) as ours:
+        yield stock.result(), ours
+
+
+@pytest.fixture(scope="module")
+def stock(sides: tuple[RealCluster, RealCluster]) -> RealCluster:
+    return sides[0]
+
+
+@pytest.fixture(scope="module")
+def ours(sides: tuple[RealCluster, RealCluster]) -> RealCluster:
+    return sides[1]
 
 
 def _http_ok(url: str) -> bool:
@@ -162,8 +182,9 @@ def run_workload(c: RealCluster) -> None:
 
 @pytest.fixture(scope="module")
 def both(stock: RealCluster, ours: RealCluster) -> tuple[RealCluster, RealCluster]:
-    run_workload(stock)
-    run_workload(ours)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # subprocesses and HTTP calls
+        for done in [pool.submit(run_workload, c) for c in (stock, ours)]:
+            done.result()
     return stock, ours
 
 

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.interop.xdist_groups import InteropModuleScheduling, rank
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INTEROP_MODULE = "tests/interop/test_venvs.py"
 INTEROP_TESTS = f"{INTEROP_MODULE}::TestRunInVenv"
@@ -35,3 +37,38 @@ def test_loadgroup_runs_an_interop_module_on_one_worker_and_spreads_the_rest() -
     interop, other = workers[INTEROP_MODULE], workers[OTHER_MODULE]
     assert len(interop) == 3 and len(set(interop)) == 1, done.stdout
     assert len(other) >= 2 and set(interop) | set(other) == {"gw0", "gw1"}, done.stdout
+
+
+def test_a_test_with_a_cluster_of_its_own_is_its_own_scope() -> None:
+    """The interop tests that share no module cluster (``ALONE``) may run beside their
+    module; every other interop test stays with its module."""
+    split = InteropModuleScheduling._split_scope
+    scheduler = object.__new__(InteropModuleScheduling)  # _split_scope reads no state
+    placed = "tests/interop/test_placement_groups_real_ray.py::test_a_placed_group_survives_a_gcs_restart_and_keeps_its_bundles"  # noqa: E501
+    assert split(scheduler, placed) == placed
+    restart = "tests/interop/test_gcs_restart_real_ray.py::test_gcs_killed[redis]"
+    assert split(scheduler, restart) == restart
+    shared = "tests/interop/test_placement_groups_real_ray.py::test_removed_group"
+    assert split(scheduler, shared) == "tests/interop/test_placement_groups_real_ray.py"
+    other = "tests/unit/test_x.py::TestY::test_z"
+    assert split(scheduler, other) == other
+
+
+def test_scopes_are_handed_out_longest_first() -> None:
+    """The measured costs order the queue (the long interop modules first, so none of them
+    starts last); scopes without a cost keep xdist's order behind them."""
+    queue = {
+        "tests/unit/test_a.py::test_1": {},
+        "tests/interop/test_real_cluster.py": {},
+        "tests/unit/test_b.py::test_2": {},
+        "tests/interop/test_dashboard.py": {},
+        "tests/interop/test_gcs_restart_real_ray.py::test_x[sqlite]": {},
+    }
+    rank(queue)
+    assert list(queue) == [
+        "tests/interop/test_dashboard.py",
+        "tests/interop/test_gcs_restart_real_ray.py::test_x[sqlite]",
+        "tests/interop/test_real_cluster.py",
+        "tests/unit/test_a.py::test_1",
+        "tests/unit/test_b.py::test_2",
+    ]

@@ -16,7 +16,7 @@ from gcs.raylet.convert import parse_selector
 from gcs.raylet.resources import LABEL_IN
 from gcs.raylet.testing import FakeGcs
 from gcs.raylet.workload import NodeTarget, TaskSpec, plan, submit
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 
 
 def node(i: int, cpu: float, **labels: str) -> NodeTarget:

@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 
 
 @dataclass

@@ -29,7 +29,9 @@ from gcs.rpc import ServiceStub
 from gcs.rpc import services as svc
 from gcs.testing.ha_group import FAST_RECONNECT, GrpcKv, HaGroup, definitely_failed
 from gcs.testing.linearizability import History, Workload, check
-from gcs.testing.servers import PostgresServer, RedisServer, free_port
+from gcs.testing.ports import free_port
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 

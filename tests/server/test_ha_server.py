@@ -22,7 +22,7 @@ from gcs.server import GcsServer
 from gcs.server.ha import Role
 from gcs.store.memory import MemoryStore
 from gcs.testing.ha_group import FAST_RECONNECT, GrpcKv
-from gcs.testing.servers import free_port
+from gcs.testing.ports import free_port
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

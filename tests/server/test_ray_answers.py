@@ -161,7 +161,7 @@ class TestGetAllJobInfo:
         assert driver.calls == calls  # a finished job's driver is not asked
 
     async def test_a_driver_that_does_not_answer_leaves_the_field_unset(self, stubs) -> None:
-        from gcs.testing.servers import free_port
+        from gcs.testing.ports import free_port
 
         await stubs.jobs.AddJob(G.AddJobRequest(data=job(1, port=free_port())))
         [found] = (await stubs.jobs.GetAllJobInfo(G.GetAllJobInfoRequest())).job_info_list

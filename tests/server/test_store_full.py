@@ -29,7 +29,9 @@ from sqlalchemy import event, exc
 from gcs.proto import gcs_service_pb2 as Req
 from gcs.server import GcsServer
 from gcs.store.sql.store import SqlStore
-from gcs.testing.servers import PostgresServer, RedisServer, find_binary, redis_server
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.processes import find_binary
+from gcs.testing.redis_server import RedisServer, redis_server
 from tests.conftest import Stubs, fast_config
 
 VALUE = b"v" * 64 * 1024  # needs new pages / memory wherever it goes

@@ -44,14 +44,10 @@ from gcs.store.redis.store import RedisOptions, RedisStore
 from gcs.store.registry import STORES, Registry, StoreKind, TestInstance
 from gcs.store.settings import StoreSettings
 from gcs.store.sql.store import SqlOptions, SqlStore
-from gcs.testing.servers import (
-    PostgresServer,
-    RedisCluster,
-    RedisSentinels,
-    RedisServer,
-    redis_cluster,
-    redis_sentinels,
-)
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.redis_cluster import RedisCluster, redis_cluster
+from gcs.testing.redis_sentinels import RedisSentinels, redis_sentinels
+from gcs.testing.redis_server import RedisServer
 from tests.autoscaler.clock import SteppedClock
 
 OUTAGE_BACKENDS = ("sqlite", "postgres", "redis")

@@ -21,7 +21,9 @@ from gcs.store.memory import MemoryStore
 from gcs.store.redis.ha import HaKeys
 from gcs.store.redis.store import RedisOptions, RedisStore
 from gcs.store.sql.store import SqlOptions, SqlStore
-from gcs.testing.servers import PostgresServer, RedisSentinels, RedisServer, redis_sentinels
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.redis_sentinels import RedisSentinels, redis_sentinels
+from gcs.testing.redis_server import RedisServer
 
 TTL_MS = 60_000
 

@@ -18,7 +18,7 @@ from gcs.store import StoreConflict, WriteBatch
 from gcs.store.ha import ChangeCursor
 from gcs.store.memory import MemoryStore
 from gcs.store.redis.store import RedisStore
-from gcs.testing.servers import RedisServer
+from gcs.testing.redis_server import RedisServer
 from tests.store.conftest import AnyHaStore
 
 TABLES = ("NODE", "JOB")

@@ -20,7 +20,8 @@ from gcs.store.sql import migrate
 from gcs.store.sql.schema import KV
 from gcs.store.sql.store import SqlStore
 from gcs.store.sql.url import normalize_sql_url
-from gcs.testing.servers import PostgresServer, RedisServer
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.redis_server import RedisServer
 from tests.conftest import fast_config
 
 CLUSTER_ID = bytes(range(28))

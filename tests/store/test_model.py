@@ -18,7 +18,8 @@ from gcs.store.base import Store
 from gcs.store.memory import MemoryStore
 from gcs.store.redis.store import RedisStore
 from gcs.store.sql.store import SqlStore
-from gcs.testing.servers import PostgresServer, RedisServer
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.redis_server import RedisServer
 
 TABLES = ("KV", "NODE")
 KEYS = st.sampled_from([b"", b"\x00", b"\xff", b"a", b"a\x00", b"a\xff", b"ab", b"*"])

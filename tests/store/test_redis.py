@@ -15,7 +15,8 @@ from structlog.testing import capture_logs
 
 from gcs.store import StoreOutcomeUnknown, StoreUnavailable, WriteBatch
 from gcs.store.redis.store import RedisOptions, RedisStore
-from gcs.testing.servers import RedisServer, free_port
+from gcs.testing.ports import free_port
+from gcs.testing.redis_server import RedisServer
 
 
 @pytest.fixture

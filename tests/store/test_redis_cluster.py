@@ -19,7 +19,8 @@ from gcs.store import StoreUnavailable
 from gcs.store.redis.cluster import Cluster, tagged_prefix
 from gcs.store.redis.store import RedisOptions, RedisStore
 from gcs.testing.linearizability import AckedWrites
-from gcs.testing.servers import RedisCluster, RedisServer, redis_cluster, redis_info
+from gcs.testing.redis_cluster import RedisCluster, redis_cluster
+from gcs.testing.redis_server import RedisServer, redis_info
 from tests.conftest import Stubs, fast_config
 
 

@@ -31,7 +31,7 @@ from gcs.testing.linearizability import (
     inject_second_winner,
     inject_stale_read,
 )
-from gcs.testing.servers import RedisSentinels, redis_sentinels
+from gcs.testing.redis_sentinels import RedisSentinels, redis_sentinels
 from tests.conftest import Stubs, fast_config
 
 

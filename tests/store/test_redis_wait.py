@@ -11,7 +11,8 @@ import pytest
 
 from gcs.store import StoreOutcomeUnknown, StoreUnavailable, WriteBatch, write_definite
 from gcs.store.redis.store import RedisOptions, RedisStore
-from gcs.testing.servers import RedisSentinels, RedisServer, redis_info, redis_sentinels
+from gcs.testing.redis_sentinels import RedisSentinels, redis_sentinels
+from gcs.testing.redis_server import RedisServer, redis_info
 from tests.conftest import eventually
 
 

@@ -8,20 +8,17 @@ from typing import Any
 
 import pytest
 
-from gcs.testing import servers
-from gcs.testing.servers import (
-    MissingServerBinary,
-    PostgresServer,
-    RedisCluster,
-    RedisSentinels,
-    RedisServer,
-    find_binary,
-    free_port,
-)
+from gcs.testing import ports, postgres
+from gcs.testing.ports import free_port
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.processes import MissingServerBinary, find_binary
+from gcs.testing.redis_cluster import RedisCluster
+from gcs.testing.redis_sentinels import RedisSentinels
+from gcs.testing.redis_server import RedisServer
 
 
 class TestServerHelpers:
-    """gcs.testing.servers finds binaries and restarts servers in place."""
+    """gcs.testing.processes finds binaries and restarts servers in place."""
 
     def test_missing_binary_names_the_package_to_install(self) -> None:
         """An absent binary raises MissingServerBinary with the apt-get command."""
@@ -49,19 +46,19 @@ class TestFreePort:
         parallel worker could take it before our subprocess binds it); and it is bindable."""
         import socket
 
-        low = servers._ephemeral_low()
-        ports = {free_port() for _ in range(20)}
-        assert all(servers._RESERVED_LOW <= p < low for p in ports), (ports, low)
-        assert len(ports) > 1  # random, not one port every worker would share
+        low = ports._ephemeral_low()
+        drawn = {free_port() for _ in range(20)}
+        assert all(ports._RESERVED_LOW <= p < low for p in drawn), (drawn, low)
+        assert len(drawn) > 1  # random, not one port every worker would share
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", ports.pop()))
+            sock.bind(("127.0.0.1", drawn.pop()))
 
     def test_ports_for_servers_started_together_are_distinct(self, monkeypatch) -> None:
         """The sentinels of one deployment once drew the same port (21161, 29275, 29275):
         the third never bound it and the sentinels never agreed."""
         drawn = iter([21161, 29275, 29275, 29275, 30001])
-        monkeypatch.setattr(servers, "free_port", lambda: next(drawn))
-        assert servers.free_ports(3) == [21161, 29275, 30001]
+        monkeypatch.setattr(ports, "free_port", lambda: next(drawn))
+        assert ports.free_ports(3) == [21161, 29275, 30001]
 
 
 class TestInitdbRetry:
@@ -74,17 +71,17 @@ class TestInitdbRetry:
         clean: list[bool] = []
 
         def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
-            data = servers.pathlib.Path(cmd[cmd.index("-D") + 1])
+            data = postgres.pathlib.Path(cmd[cmd.index("-D") + 1])
             clean.append(not data.exists())
             data.mkdir()
             (data / "half-written").write_bytes(b"")
             code, err = outcomes.pop(0)
             return subprocess.CompletedProcess(cmd, code, b"", err)
 
-        monkeypatch.setattr(servers, "find_binary", lambda name, package: name)
-        monkeypatch.setattr(servers, "_postgres_user", lambda: None)
-        monkeypatch.setattr(servers.subprocess, "run", run)
-        monkeypatch.setattr(servers.time, "sleep", lambda s: None)
+        monkeypatch.setattr(postgres, "find_binary", lambda name, package: name)
+        monkeypatch.setattr(postgres, "_postgres_user", lambda: None)
+        monkeypatch.setattr(postgres.subprocess, "run", run)
+        monkeypatch.setattr(postgres.time, "sleep", lambda s: None)
         return clean
 
     @pytest.mark.parametrize(
@@ -129,10 +126,10 @@ class TestPostmasterRetry:
             f"touch {tmp_path}/ready; exec sleep 60\n"
         )
         script.chmod(0o755)
-        monkeypatch.setattr(servers, "find_binary", lambda name, package: str(script))
-        monkeypatch.setattr(servers, "_postgres_user", lambda: None)
+        monkeypatch.setattr(postgres, "find_binary", lambda name, package: str(script))
+        monkeypatch.setattr(postgres, "_postgres_user", lambda: None)
         monkeypatch.setattr(PostgresServer, "_ready", lambda self: (tmp_path / "ready").exists())
-        monkeypatch.setattr(servers.time, "sleep", lambda s: None)
+        monkeypatch.setattr(postgres.time, "sleep", lambda s: None)
         server = PostgresServer(directory=tmp_path)
         server._initialised = True
         return server

@@ -18,7 +18,7 @@ from gcs.store.sql.migrate import head_revision, migrations_dir
 from gcs.store.sql.store import SqlStore
 from gcs.store.sql.upgrade import upgrade
 from gcs.store.sql.url import normalize_sql_url
-from gcs.testing.servers import PostgresServer
+from gcs.testing.postgres import PostgresServer
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -19,7 +19,8 @@ from gcs.store import StoreOutcomeUnknown, StoreUnavailable, WriteBatch
 from gcs.store.base import Store
 from gcs.store.redis.store import RedisOptions, RedisStore
 from gcs.store.sql.store import SqlOptions, SqlStore
-from gcs.testing.servers import PostgresServer, RedisServer
+from gcs.testing.postgres import PostgresServer
+from gcs.testing.redis_server import RedisServer
 
 FAST_RESOLVE = SqlOptions(resolve_backoff_s=0.01)
 
