@@ -1,21 +1,25 @@
 """Injected time: managers read a :class:`Clock`, tests drive a :class:`FakeClock`.
 
 Every background loop sleeps on its clock (:meth:`Clock.sleep`, :func:`wait_event`), never
-on ``asyncio.sleep``, so a test moves a health-check period or a retry interval by moving a
-:class:`FakeClock` (:meth:`FakeClock.advance`, :meth:`FakeClock.advance_until`) and waits
-for what happens, not for wall time.
+on ``asyncio.sleep``, and every time limit is :func:`within` (never ``asyncio.wait_for`` or
+``asyncio.timeout``, which measure wall time), so a test moves a health-check period, a retry
+interval or a deadline by moving a :class:`FakeClock` (:meth:`FakeClock.advance`,
+:meth:`FakeClock.advance_until`) and waits for what happens, not for wall time.
+``tests/unit/test_one_way_to_run_work.py`` holds the GCS process's side to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import inspect
 import itertools
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+T = TypeVar("T")
 Predicate = Callable[[], "bool | Awaitable[bool]"]
 
 
@@ -135,6 +139,30 @@ def now_ms(clock: Clock) -> int:
     return int(clock.now_s() * 1000)
 
 
+async def within(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> T:
+    """The result of ``awaitable``, or :class:`TimeoutError` once ``seconds`` have passed on
+    ``clock`` (the awaitable is then cancelled).  A result ready when the time runs out wins.
+
+    The one deadline helper: every time limit on the GCS process's side is measured here,
+    on the injected clock, so a test moves it with a :class:`FakeClock`."""
+    work = asyncio.ensure_future(awaitable)
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work.cancel()
+        timer.cancel()
+        await asyncio.gather(work, timer, return_exceptions=True)
+        raise
+    timer.cancel()
+    await asyncio.gather(timer, return_exceptions=True)
+    if work.done():
+        return work.result()
+    work.cancel()
+    await asyncio.gather(work, return_exceptions=True)
+    raise TimeoutError(f"no answer within {seconds:g} s")
+
+
 async def wait_event(clock: Clock, event: asyncio.Event, timeout_s: float) -> bool:
     """Until ``event`` is set or ``timeout_s`` of ``clock``'s time passed; whether it is set.
 
@@ -142,12 +170,6 @@ async def wait_event(clock: Clock, event: asyncio.Event, timeout_s: float) -> bo
     test moves its period with a :class:`FakeClock` instead of waiting wall time."""
     if event.is_set():
         return True
-    waiter = asyncio.ensure_future(event.wait())
-    timer = asyncio.ensure_future(clock.sleep(timeout_s))
-    try:
-        await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (waiter, timer):
-            task.cancel()
-        await asyncio.gather(waiter, timer, return_exceptions=True)
+    with contextlib.suppress(TimeoutError):
+        await within(clock, timeout_s, event.wait())
     return event.is_set()

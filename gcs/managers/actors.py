@@ -123,7 +123,7 @@ class ActorManager:
         exported any more (Ray's ``GCSFunctionManager`` reference count reaching 0)."""
         self._max_dead = max_dead_cached
         self._kill_timeout_s = kill_timeout_s
-        self._lane = ApplyLane(store, "actors", policy=lane_policy)
+        self._lane = ApplyLane(store, "actors", clock, policy=lane_policy)
         self.actors: dict[bytes, gcs_pb2.ActorTableData] = {}
         self.specs: dict[bytes, common_pb2.TaskSpec] = {}
         self.named: dict[tuple[str, str], bytes] = {}

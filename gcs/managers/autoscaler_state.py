@@ -98,7 +98,7 @@ class AutoscalerStateManager:
         self._raylets = raylets
         self._session_name = session_name
         self._raylet_timeout_s = raylet_timeout_s
-        self._lane = ApplyLane(store, "autoscaler_state", policy=lane_policy)
+        self._lane = ApplyLane(store, "autoscaler_state", clock, policy=lane_policy)
         self.version = DurableCounter(store, VERSION_COUNTER)
         self.constraint: autoscaler_pb2.ClusterResourceConstraint | None = None
         self.autoscaling_state: autoscaler_pb2.AutoscalingState | None = None
