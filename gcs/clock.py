@@ -17,10 +17,31 @@ import inspect
 import itertools
 import time
 from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 Predicate = Callable[[], "bool | Awaitable[bool]"]
+
+
+class Timer(Protocol):
+    def cancel(self) -> object: ...
+
+
+class Deadline(Protocol):
+    """An ``async with`` time limit (``asyncio.Timeout``'s shape): the body is cancelled and
+    :class:`TimeoutError` raised once the time passed; :meth:`expired` tells it was so."""
+
+    async def __aenter__(self) -> object: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
+
+    def expired(self) -> bool: ...
 
 
 class Clock(Protocol):
@@ -33,8 +54,17 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` of this clock's time."""
 
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        """Run ``callback`` (synchronous, on the running loop) once ``seconds`` passed,
+        unless the returned timer was cancelled (a transport's protocol timer)."""
+
+    def timeout(self, seconds: float) -> Deadline:
+        """A time limit of ``seconds`` on this clock (see :func:`within`)."""
+
 
 class SystemClock:
+    """Wall time: the only place the GCS process's side sleeps or times out on it."""
+
     def now_s(self) -> float:
         return time.time()
 
@@ -43,6 +73,16 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        return asyncio.get_running_loop().call_later(seconds, callback)
+
+    def timeout(self, seconds: float) -> Deadline:
+        return asyncio.timeout(seconds)  # no task, no future: cheap on a hot path
+
+
+SYSTEM_CLOCK = SystemClock()
+"""The process's wall clock, for a transport built before a wiring hands it one."""
 
 
 class FakeClock:
@@ -68,6 +108,15 @@ class FakeClock:
         wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (self._mono + seconds, next(self._seq), wake))
         await wake
+
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._mono + max(0.0, seconds), next(self._seq), wake))
+        wake.add_done_callback(lambda done: done.cancelled() or callback())
+        return wake
+
+    def timeout(self, seconds: float) -> Deadline:
+        return _FakeDeadline(self, seconds)
 
     @property
     def sleepers(self) -> int:
@@ -120,6 +169,47 @@ class FakeClock:
             await _let_run()
 
 
+class _FakeDeadline:
+    """:meth:`FakeClock.timeout`: ``asyncio.timeout`` on the fake clock's time."""
+
+    def __init__(self, clock: FakeClock, seconds: float) -> None:
+        self._clock = clock
+        self._seconds = seconds
+        self._task: asyncio.Task[object] | None = None
+        self._timer: Timer | None = None
+        self._expired = False
+
+    def expired(self) -> bool:
+        return self._expired
+
+    async def __aenter__(self) -> _FakeDeadline:
+        self._task = asyncio.current_task()
+        if self._task is None:
+            raise RuntimeError("a deadline needs a task")
+        self._timer = self._clock.call_later(self._seconds, self._expire)
+        return self
+
+    def _expire(self) -> None:
+        if self._timer is None or self._task is None:
+            return  # the body ended first
+        self._expired = True
+        self._task.cancel()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        expired = self._expired and self._task is not None and self._task.uncancel() == 0
+        if expired and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc
+        return None
+
+
 async def _holds(predicate: Predicate) -> bool:
     result = predicate()
     if inspect.isawaitable(result):
@@ -141,26 +231,20 @@ def now_ms(clock: Clock) -> int:
 
 async def within(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> T:
     """The result of ``awaitable``, or :class:`TimeoutError` once ``seconds`` have passed on
-    ``clock`` (the awaitable is then cancelled).  A result ready when the time runs out wins.
+    ``clock`` (the awaitable is then cancelled).
 
-    The one deadline helper: every time limit on the GCS process's side is measured here,
-    on the injected clock, so a test moves it with a :class:`FakeClock`."""
-    work = asyncio.ensure_future(awaitable)
-    timer = asyncio.ensure_future(clock.sleep(seconds))
+    The one deadline helper: every time limit on the GCS process's side is measured on the
+    injected clock (this, or :meth:`Clock.timeout` it is made of), never with
+    ``asyncio.wait_for`` / ``asyncio.timeout`` on wall time, so a test moves it with a
+    :class:`FakeClock`."""
+    limit = clock.timeout(seconds)
     try:
-        await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        work.cancel()
-        timer.cancel()
-        await asyncio.gather(work, timer, return_exceptions=True)
+        async with limit:
+            return await awaitable
+    except TimeoutError:
+        if limit.expired():
+            raise TimeoutError(f"no answer within {seconds:g} s") from None
         raise
-    timer.cancel()
-    await asyncio.gather(timer, return_exceptions=True)
-    if work.done():
-        return work.result()
-    work.cancel()
-    await asyncio.gather(work, return_exceptions=True)
-    raise TimeoutError(f"no answer within {seconds:g} s")
 
 
 async def wait_event(clock: Clock, event: asyncio.Event, timeout_s: float) -> bool:
