@@ -110,8 +110,11 @@ class FakeClock:
         await wake
 
     def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
-        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self._mono + max(0.0, seconds), next(self._seq), wake))
+        loop = asyncio.get_running_loop()
+        if seconds <= 0:
+            return loop.call_soon(callback)  # due now, as asyncio's call_later(0)
+        wake: asyncio.Future[None] = loop.create_future()
+        heapq.heappush(self._sleepers, (self._mono + seconds, next(self._seq), wake))
         wake.add_done_callback(lambda done: done.cancelled() or callback())
         return wake
 

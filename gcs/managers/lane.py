@@ -35,13 +35,13 @@ Usage (see NodeManager)::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import structlog
 
+from gcs.background import shielded
 from gcs.clock import Clock
 from gcs.errors import Unavailable
 from gcs.store import Store, WriteBatch
@@ -155,18 +155,9 @@ class ApplyLane:
             raise RuntimeError(f"lane {self.name!r}: commit outside the lane")
         if not batch:
             return apply()
-        inner = asyncio.ensure_future(self._write_then_apply(batch, apply))
-        try:
-            return await asyncio.shield(inner)
-        except asyncio.CancelledError:
-            # The caller went away mid-write (e.g. the RPC was cancelled): finish the
-            # mutation before the lane is released, so it is never left half done.
-            while not inner.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait({inner})
-            if not inner.cancelled():
-                inner.exception()  # retrieved: the caller is gone, it only gets cancelled
-            raise
+        # The caller may go away mid-write (e.g. the RPC was cancelled): the mutation is
+        # finished before the lane is released, so it is never left half done.
+        return await shielded(self._write_then_apply(batch, apply))
 
     async def _write_then_apply(self, batch: WriteBatch, apply: Callable[[], T]) -> T:
         try:
