@@ -143,20 +143,20 @@ def _wall_clock(call: ast.Call, sleeps: set[str]) -> str:
     return ""
 
 
+def _starts_task(name: str) -> bool:
+    if name in ("asyncio.create_task", "asyncio.ensure_future", "ensure_future"):
+        return True
+    receiver = name.removesuffix(".create_task")
+    return receiver != name and not receiver.lower().endswith("group")  # TaskGroup: allowed
+
+
 def task_starts(tree: ast.Module) -> list[tuple[int, str]]:
     """(line, what) for each task started outside the Supervisor / Background."""
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name = _dotted(node.func)
-        if name in ("asyncio.create_task", "asyncio.ensure_future", "ensure_future"):
-            found.append((node.lineno, f"{name}()"))
-        elif name.endswith(".create_task") and not name[: -len(".create_task")].lower().endswith(
-            "group"
-        ):
-            found.append((node.lineno, f"{name}()"))
-    return found
+    return [
+        (node.lineno, f"{_dotted(node.func)}()")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _starts_task(_dotted(node.func))
+    ]
 
 
 def _matches(rel: str, patterns: frozenset[str] | tuple[str, ...]) -> bool:
