@@ -70,7 +70,6 @@ density).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 import select
@@ -83,6 +82,7 @@ import structlog
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
+from gcs.clock import SYSTEM_CLOCK, Clock
 from gcs.store import redis_ha
 from gcs.store import redis_scripts as scripts
 from gcs.store.base import (
@@ -190,6 +190,8 @@ def _reply_code(err: redis_errors.RedisError) -> str:
 class RedisStore(Store, HaStore):
     """:class:`Store` over one Redis deployment (``redis://``, ``rediss://``, ``unix://``,
     ``redis+sentinel://``; a sentinel or cluster node behind a plain URL is recognised)."""
+
+    clock: Clock = SYSTEM_CLOCK  # the retry back-off sleeps on it (tests set a fake)
 
     def __init__(
         self,
@@ -594,7 +596,9 @@ class RedisStore(Store, HaStore):
     async def _backoff(self, attempt: int) -> None:
         if attempt:
             opts = self._options
-            await asyncio.sleep(min(opts.backoff_cap_s, opts.backoff_base_s * 2 ** (attempt - 1)))
+            await self.clock.sleep(
+                min(opts.backoff_cap_s, opts.backoff_base_s * 2 ** (attempt - 1))
+            )
 
     async def _run_once(
         self,

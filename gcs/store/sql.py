@@ -73,6 +73,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from gcs.clock import SYSTEM_CLOCK, Clock, within
 from gcs.store import migrate
 from gcs.store.base import Condition, Store, WriteBatch
 from gcs.store.errors import (
@@ -148,6 +149,8 @@ SqlOptions.default = SqlOptions()
 
 class SqlStore(Store, HaStore):
     """:class:`Store` over SQLite or PostgreSQL.  Build with a URL, then ``await open()``."""
+
+    clock: Clock = SYSTEM_CLOCK  # retry back-off and change-stream waits (tests set a fake)
 
     def __init__(
         self,
@@ -341,7 +344,7 @@ class SqlStore(Store, HaStore):
         delay = self._options.resolve_backoff_s
         for attempt in range(self._options.resolve_attempts):
             if attempt:
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
                 delay *= 2
             try:
                 landed = await self.landed(write_id)
@@ -589,10 +592,10 @@ class SqlStore(Store, HaStore):
     ) -> tuple[ChangeCursor, list[Change]]:
         self._require_ha()
         start = seq_of(after)
-        deadline = time.monotonic() + block_ms / 1000
+        deadline = self.clock.monotonic_s() + block_ms / 1000
         notifications = self._notifications
         while True:
-            remaining_s = deadline - time.monotonic()
+            remaining_s = deadline - self.clock.monotonic_s()
             listening = (
                 remaining_s > 0 and notifications is not None and await notifications.ready()
             )
@@ -603,9 +606,11 @@ class SqlStore(Store, HaStore):
                     return found or (after, [])
                 if waiter is not None:
                     # bounded: a LISTEN connection that died unseen costs seconds, not the wait
-                    await asyncio.wait({waiter}, timeout=min(remaining_s, _LISTEN_RECHECK_S))
+                    with contextlib.suppress(TimeoutError):
+                        wait_s = min(remaining_s, _LISTEN_RECHECK_S)
+                        await within(self.clock, wait_s, asyncio.shield(waiter))
                 else:
-                    await asyncio.sleep(min(self._options.changes_poll_interval_s, remaining_s))
+                    await self.clock.sleep(min(self._options.changes_poll_interval_s, remaining_s))
             finally:
                 if waiter is not None and notifications is not None:
                     notifications.unwatch(waiter)
