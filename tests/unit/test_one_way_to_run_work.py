@@ -122,15 +122,19 @@ def wall_clock_uses(tree: ast.Module) -> list[tuple[int, str, str]]:
     return found
 
 
+def _is_clock(receiver: str) -> bool:
+    """``clock``, ``self._clock``, ``shared.clock``: an injected Clock's timer is allowed."""
+    return receiver.rpartition(".")[2].lstrip("_").endswith("clock")
+
+
 def _wall_clock(call: ast.Call, sleeps: set[str]) -> str:
     name = _dotted(call.func)
     if name in ("asyncio.sleep", *sleeps):
         return "" if call.args and _is_zero(call.args[0]) else f"{name}()"
     if name == "time.sleep":
         return "time.sleep()"
-    if name.endswith((".call_later", ".call_at")) and not name.startswith(
-        ("clock.", "self._clock.")
-    ):
+    receiver, _, method = name.rpartition(".")
+    if method in ("call_later", "call_at") and not _is_clock(receiver):
         return f"{name}()"
     if name in ("asyncio.timeout", "asyncio.timeout_at"):
         return f"{name}()"
@@ -235,6 +239,7 @@ def test_the_scope_is_what_the_issue_names() -> None:
         ("import asyncio\nasync def f(c):\n    await asyncio.wait_for(c, None)\n", ""),
         ("async def f(clock):\n    await clock.sleep(1)\n", ""),
         ("def f(clock, cb):\n    clock.call_later(1, cb)\n", ""),
+        ("def f(self, cb):\n    self._clock.call_later(1, cb)\n", ""),
         ("async def f(group, c):\n    group.create_task(c)\n", ""),
     ],
 )
