@@ -11,6 +11,11 @@ GcsError`, store errors included: the store or a raylet was unavailable) is a fa
 work, expected in operation: a warning naming the task.  Anything else is a bug: an error
 with its traceback.  A caller that must react to a failure (retry, give back) handles it in
 the coroutine it spawns; this helper only guarantees that nothing fails unseen.
+
+Two awaiting forms for work the caller waits on itself: :func:`race` (the first of several
+to end; the rest cancelled) and :func:`shielded` (finished even if the caller is cancelled).
+With ``gcs.lifecycle`` (the supervisor, ``start_until_ready``) these are the only places on
+the GCS process's side that start a task (``tests/unit/test_one_way_to_run_work.py``).
 """
 
 from __future__ import annotations

@@ -123,7 +123,8 @@ class FakeClock:
 
     @property
     def sleepers(self) -> int:
-        """Sleepers still waiting (cancelled ones excluded)."""
+        """Sleepers and timers (``call_later``, deadlines) still waiting (cancelled ones
+        excluded)."""
         return sum(1 for _, _, wake in self._sleepers if not wake.done())
 
     @property
