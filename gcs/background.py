@@ -11,21 +11,28 @@ GcsError`, store errors included: the store or a raylet was unavailable) is a fa
 work, expected in operation: a warning naming the task.  Anything else is a bug: an error
 with its traceback.  A caller that must react to a failure (retry, give back) handles it in
 the coroutine it spawns; this helper only guarantees that nothing fails unseen.
+
+Two awaiting forms for work the caller waits on itself: :func:`race` (the first of several
+to end; the rest cancelled) and :func:`shielded` (finished even if the caller is cancelled).
+With ``gcs.lifecycle`` (the supervisor, ``start_until_ready``) these are the only places on
+the GCS process's side that start a task (``tests/unit/test_one_way_to_run_work.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any
+import contextlib
+from collections.abc import Awaitable, Coroutine
+from typing import Any, TypeVar
 
 import structlog
 
 from gcs.errors import GcsError
 
-__all__ = ["Background"]
+__all__ = ["Background", "race", "shielded"]
 
 log = structlog.get_logger("gcs.background")
+T = TypeVar("T")
 
 
 class Background:
@@ -48,6 +55,13 @@ class Background:
         task = loop.create_task(work, name=f"{self.owner}:{name}" if name else self.owner)
         self.tasks.add(task)
         task.add_done_callback(self._done)
+        return task
+
+    def start(self, work: Coroutine[Any, Any, T], name: str = "") -> asyncio.Task[T]:
+        """:meth:`spawn` from a coroutine (an event loop runs): the task, never None."""
+        task = self.spawn(work, name)
+        if task is None:
+            raise RuntimeError(f"{self.owner}: no running event loop")
         return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
@@ -78,3 +92,36 @@ class Background:
         """Cancel every task and wait until they have all ended."""
         while self.tasks:
             await asyncio.gather(*self.cancel(), return_exceptions=True)
+
+
+async def race(*works: Awaitable[Any]) -> list[asyncio.Future[Any]]:
+    """Run ``works`` together until the first one ends; cancel the others and wait until
+    they ended; return them all, in order, as futures (the caller reads which is done and
+    its result or exception).  Pass ``asyncio.shield(task)`` for a task that must outlive
+    the race.  Cancelled while racing, every work is cancelled."""
+    futures: list[asyncio.Future[Any]] = [asyncio.ensure_future(work) for work in works]
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        losers = [f for f in futures if not f.done()]
+        for loser in losers:
+            loser.cancel()
+        await asyncio.gather(*losers, return_exceptions=True)
+    return futures
+
+
+async def shielded(work: Coroutine[Any, Any, T]) -> T:
+    """``await work``, finished even if the caller is cancelled meanwhile (a store write and
+    the step applying it are never cut in half): the cancellation goes on once ``work``
+    ended; ``work``'s own failure is then retrieved (the caller is gone, it only gets
+    cancelled)."""
+    inner = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(inner)
+    except asyncio.CancelledError:
+        while not inner.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({inner})
+        if not inner.cancelled():
+            inner.exception()
+        raise

@@ -1,22 +1,47 @@
 """Injected time: managers read a :class:`Clock`, tests drive a :class:`FakeClock`.
 
 Every background loop sleeps on its clock (:meth:`Clock.sleep`, :func:`wait_event`), never
-on ``asyncio.sleep``, so a test moves a health-check period or a retry interval by moving a
-:class:`FakeClock` (:meth:`FakeClock.advance`, :meth:`FakeClock.advance_until`) and waits
-for what happens, not for wall time.
+on ``asyncio.sleep``, and every time limit is :func:`within` (never ``asyncio.wait_for`` or
+``asyncio.timeout``, which measure wall time), so a test moves a health-check period, a retry
+interval or a deadline by moving a :class:`FakeClock` (:meth:`FakeClock.advance`,
+:meth:`FakeClock.advance_until`) and waits for what happens, not for wall time.
+``tests/unit/test_one_way_to_run_work.py`` holds the GCS process's side to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import inspect
 import itertools
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from types import TracebackType
+from typing import Protocol, TypeVar
 
+T = TypeVar("T")
 Predicate = Callable[[], "bool | Awaitable[bool]"]
+
+
+class Timer(Protocol):
+    def cancel(self) -> object: ...
+
+
+class Deadline(Protocol):
+    """An ``async with`` time limit (``asyncio.Timeout``'s shape): the body is cancelled and
+    :class:`TimeoutError` raised once the time passed; :meth:`expired` tells it was so."""
+
+    async def __aenter__(self) -> object: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
+
+    def expired(self) -> bool: ...
 
 
 class Clock(Protocol):
@@ -29,8 +54,17 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` of this clock's time."""
 
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        """Run ``callback`` (synchronous, on the running loop) once ``seconds`` passed,
+        unless the returned timer was cancelled (a transport's protocol timer)."""
+
+    def timeout(self, seconds: float) -> Deadline:
+        """A time limit of ``seconds`` on this clock (see :func:`within`)."""
+
 
 class SystemClock:
+    """Wall time: the only place the GCS process's side sleeps or times out on it."""
+
     def now_s(self) -> float:
         return time.time()
 
@@ -39,6 +73,16 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        return asyncio.get_running_loop().call_later(seconds, callback)
+
+    def timeout(self, seconds: float) -> Deadline:
+        return asyncio.timeout(seconds)  # no task, no future: cheap on a hot path
+
+
+SYSTEM_CLOCK = SystemClock()
+"""The process's wall clock, for a transport built before a wiring hands it one."""
 
 
 class FakeClock:
@@ -65,9 +109,22 @@ class FakeClock:
         heapq.heappush(self._sleepers, (self._mono + seconds, next(self._seq), wake))
         await wake
 
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        loop = asyncio.get_running_loop()
+        if seconds <= 0:
+            return loop.call_soon(callback)  # due now, as asyncio's call_later(0)
+        wake: asyncio.Future[None] = loop.create_future()
+        heapq.heappush(self._sleepers, (self._mono + seconds, next(self._seq), wake))
+        wake.add_done_callback(lambda done: done.cancelled() or callback())
+        return wake
+
+    def timeout(self, seconds: float) -> Deadline:
+        return _FakeDeadline(self, seconds)
+
     @property
     def sleepers(self) -> int:
-        """Sleepers still waiting (cancelled ones excluded)."""
+        """Sleepers and timers (``call_later``, deadlines) still waiting (cancelled ones
+        excluded)."""
         return sum(1 for _, _, wake in self._sleepers if not wake.done())
 
     @property
@@ -116,6 +173,47 @@ class FakeClock:
             await _let_run()
 
 
+class _FakeDeadline:
+    """:meth:`FakeClock.timeout`: ``asyncio.timeout`` on the fake clock's time."""
+
+    def __init__(self, clock: FakeClock, seconds: float) -> None:
+        self._clock = clock
+        self._seconds = seconds
+        self._task: asyncio.Task[object] | None = None
+        self._timer: Timer | None = None
+        self._expired = False
+
+    def expired(self) -> bool:
+        return self._expired
+
+    async def __aenter__(self) -> _FakeDeadline:
+        self._task = asyncio.current_task()
+        if self._task is None:
+            raise RuntimeError("a deadline needs a task")
+        self._timer = self._clock.call_later(self._seconds, self._expire)
+        return self
+
+    def _expire(self) -> None:
+        if self._timer is None or self._task is None:
+            return  # the body ended first
+        self._expired = True
+        self._task.cancel()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        expired = self._expired and self._task is not None and self._task.uncancel() == 0
+        if expired and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc
+        return None
+
+
 async def _holds(predicate: Predicate) -> bool:
     result = predicate()
     if inspect.isawaitable(result):
@@ -135,6 +233,24 @@ def now_ms(clock: Clock) -> int:
     return int(clock.now_s() * 1000)
 
 
+async def within(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> T:
+    """The result of ``awaitable``, or :class:`TimeoutError` once ``seconds`` have passed on
+    ``clock`` (the awaitable is then cancelled).
+
+    The one deadline helper: every time limit on the GCS process's side is measured on the
+    injected clock (this, or :meth:`Clock.timeout` it is made of), never with
+    ``asyncio.wait_for`` / ``asyncio.timeout`` on wall time, so a test moves it with a
+    :class:`FakeClock`."""
+    limit = clock.timeout(seconds)
+    try:
+        async with limit:
+            return await awaitable
+    except TimeoutError:
+        if limit.expired():
+            raise TimeoutError(f"no answer within {seconds:g} s") from None
+        raise
+
+
 async def wait_event(clock: Clock, event: asyncio.Event, timeout_s: float) -> bool:
     """Until ``event`` is set or ``timeout_s`` of ``clock``'s time passed; whether it is set.
 
@@ -142,12 +258,6 @@ async def wait_event(clock: Clock, event: asyncio.Event, timeout_s: float) -> bo
     test moves its period with a :class:`FakeClock` instead of waiting wall time."""
     if event.is_set():
         return True
-    waiter = asyncio.ensure_future(event.wait())
-    timer = asyncio.ensure_future(clock.sleep(timeout_s))
-    try:
-        await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (waiter, timer):
-            task.cancel()
-        await asyncio.gather(waiter, timer, return_exceptions=True)
+    with contextlib.suppress(TimeoutError):
+        await within(clock, timeout_s, event.wait())
     return event.is_set()

@@ -17,14 +17,14 @@ Most parts of the GCS are objects whose load / run / close have other names (a m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
 log = structlog.get_logger("gcs.lifecycle")
 
-__all__ = ["Component", "ComponentFailed", "Part", "Supervisor"]
+__all__ = ["Component", "ComponentFailed", "Part", "Supervisor", "start_until_ready"]
 
 Step = Callable[[], Awaitable[object]]
 
@@ -160,3 +160,27 @@ class Supervisor:
                 await component.close()
             except Exception as err:
                 log.error("component.close_failed", component=component.name, error=repr(err))
+
+
+async def start_until_ready(
+    run: Coroutine[Any, Any, None], ready: Awaitable[object], *, name: str
+) -> asyncio.Task[None]:
+    """Start ``run`` (a supervisor's, a lease loop's) as a task named ``name``; return that
+    task once ``ready`` (serving, warm) completed -- it keeps running -- or once it ended
+    first (then done, and ``ready`` cancelled: the caller tells which and raises).
+
+    "Start, then wait until serving", written once (a plain start, an HA term, a member's
+    lease loop).  Cancelled while waiting, both are cancelled."""
+    running = asyncio.create_task(run, name=name)
+    waiting = asyncio.ensure_future(ready)
+    try:
+        await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        running.cancel()
+        waiting.cancel()
+        await asyncio.gather(running, waiting, return_exceptions=True)
+        raise
+    if not waiting.done():
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+    return running

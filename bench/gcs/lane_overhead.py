@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import time
 
+from gcs.clock import SystemClock
 from gcs.managers.lane import ApplyLane
 from gcs.store import WriteBatch
 from gcs.store.memory import MemoryStore
@@ -29,7 +30,7 @@ async def bare(store: MemoryStore, n: int) -> float:
 
 
 async def laned(store: MemoryStore, n: int) -> float:
-    lane = ApplyLane(store, "bench")
+    lane = ApplyLane(store, "bench", SystemClock())
     state: dict[bytes, bytes] = {}
     start = time.perf_counter()
     for i in range(n):

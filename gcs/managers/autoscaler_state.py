@@ -17,12 +17,14 @@ two concurrent reports the higher version wins); snapshot reads never take it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import structlog
 
-from gcs.clock import Clock
+from gcs.background import race
+from gcs.clock import Clock, within
 from gcs.errors import InvalidArgument, NotFound, RayletUnreachable
 from gcs.managers.counters import DurableCounter
 from gcs.managers.events import Prepared
@@ -98,7 +100,7 @@ class AutoscalerStateManager:
         self._raylets = raylets
         self._session_name = session_name
         self._raylet_timeout_s = raylet_timeout_s
-        self._lane = ApplyLane(store, "autoscaler_state", policy=lane_policy)
+        self._lane = ApplyLane(store, "autoscaler_state", clock, policy=lane_policy)
         self.version = DurableCounter(store, VERSION_COUNTER)
         self.constraint: autoscaler_pb2.ClusterResourceConstraint | None = None
         self.autoscaling_state: autoscaler_pb2.AutoscalingState | None = None
@@ -352,18 +354,21 @@ class AutoscalerStateManager:
         node unregistered meanwhile)."""
         gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._drained_away.setdefault(node_id, []).append(gone)
-        call = asyncio.ensure_future(
-            self._raylets.drain(node_id, address, request, self._raylet_timeout_s)
-        )
-        timer = asyncio.ensure_future(self._clock.sleep(self._raylet_timeout_s))
+        drain = self._raylets.drain(node_id, address, request, self._raylet_timeout_s)
+        call: asyncio.Future[node_manager_pb2.DrainRayletReply] | None = None
         try:
-            await asyncio.wait((call, gone, timer), return_when=asyncio.FIRST_COMPLETED)
-            if call.done() and not call.cancelled() and call.exception() is None:
+            with contextlib.suppress(TimeoutError):
+                call, _ = await within(
+                    self._clock, self._raylet_timeout_s, race(drain, asyncio.shield(gone))
+                )
+            if call is not None and call.cancelled():
+                call = None  # the node went first
+            if call is not None and call.exception() is None:
                 return call.result()
             if gone.done() or node_id not in self._nodes.alive:
                 log.info("autoscaler_state.drained_away", node_id=node_id.hex())
                 return node_manager_pb2.DrainRayletReply(is_accepted=True)
-            if call.done():
+            if call is not None:
                 return call.result()  # raises the call's error
             raise RayletUnreachable(
                 node_id,
@@ -371,9 +376,6 @@ class AutoscalerStateManager:
                 f"{self._raylet_timeout_s:g} s",
             )
         finally:
-            for pending in (call, timer):
-                if not pending.done():
-                    pending.cancel()
             waiters = self._drained_away.get(node_id, [])
             if gone in waiters:
                 waiters.remove(gone)

@@ -68,7 +68,7 @@ class JobManager:
         self._publish = publish
         self._clock = clock
         self._events = events if events is not None else JobEvents()
-        self._lane = ApplyLane(store, "jobs", policy=lane_policy)
+        self._lane = ApplyLane(store, "jobs", clock, policy=lane_policy)
         self._node_is_dead = node_is_dead
         self._background = Background("jobs")
         self._jobs: dict[bytes, gcs_pb2.JobTableData] = {}

@@ -35,13 +35,14 @@ Usage (see NodeManager)::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import structlog
 
+from gcs.background import shielded
+from gcs.clock import Clock
 from gcs.errors import Unavailable
 from gcs.store import Store, WriteBatch
 from gcs.store.errors import StoreOutcomeUnknown, StoreUnavailable
@@ -50,7 +51,6 @@ __all__ = ["ApplyLane", "ResolvePolicy"]
 
 log = structlog.get_logger("gcs.lane")
 T = TypeVar("T")
-Sleep = Callable[[float], Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,8 @@ class ResolvePolicy:
     """How hard to ask :meth:`Store.landed` before giving up for this call.
 
     ``attempts`` calls, sleeping ``first_backoff_s`` doubled each time (capped at
-    ``max_backoff_s``) between them; with the defaults ~0.75 s at most per call.
+    ``max_backoff_s``) between them, on the manager's clock; with the defaults ~0.75 s at
+    most per call.
     """
 
     attempts: int = 4
@@ -83,14 +84,16 @@ class ApplyLane:
         self,
         store: Store,
         name: str,
+        clock: Clock,
         *,
         policy: ResolvePolicy | None = None,
-        sleep: Sleep = asyncio.sleep,
     ) -> None:
+        """``clock``: the manager's; the backoff between ``Store.landed`` questions sleeps
+        on it (a test moves it with a FakeClock)."""
         self._store = store
         self.name = name
+        self._clock = clock
         self._policy = policy or ResolvePolicy()
-        self._sleep = sleep
         self._lock = asyncio.Lock()
         self._owner: asyncio.Task[object] | None = None
         self._unresolved: _Unresolved | None = None
@@ -152,18 +155,9 @@ class ApplyLane:
             raise RuntimeError(f"lane {self.name!r}: commit outside the lane")
         if not batch:
             return apply()
-        inner = asyncio.ensure_future(self._write_then_apply(batch, apply))
-        try:
-            return await asyncio.shield(inner)
-        except asyncio.CancelledError:
-            # The caller went away mid-write (e.g. the RPC was cancelled): finish the
-            # mutation before the lane is released, so it is never left half done.
-            while not inner.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait({inner})
-            if not inner.cancelled():
-                inner.exception()  # retrieved: the caller is gone, it only gets cancelled
-            raise
+        # The caller may go away mid-write (e.g. the RPC was cancelled): the mutation is
+        # finished before the lane is released, so it is never left half done.
+        return await shielded(self._write_then_apply(batch, apply))
 
     async def _write_then_apply(self, batch: WriteBatch, apply: Callable[[], T]) -> T:
         try:
@@ -210,7 +204,7 @@ class ApplyLane:
         delay = self._policy.first_backoff_s
         for attempt in range(self._policy.attempts):
             if attempt:
-                await self._sleep(delay)
+                await self._clock.sleep(delay)
                 delay = min(delay * 2, self._policy.max_backoff_s)
             try:
                 return await self._store.landed(write_id)

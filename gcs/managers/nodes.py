@@ -110,7 +110,7 @@ class NodeManager:
         self._publish_error = publish_error
         """The observability publisher (``RAY_ERROR_INFO``): warnings for drivers."""
         self._max_dead = max_dead_cached
-        self._lane = ApplyLane(store, "nodes", policy=lane_policy)
+        self._lane = ApplyLane(store, "nodes", clock, policy=lane_policy)
         self._alive: dict[bytes, gcs_pb2.GcsNodeInfo] = {}
         self._dead: OrderedDict[bytes, gcs_pb2.GcsNodeInfo] = OrderedDict()
         self.alive: Mapping[bytes, gcs_pb2.GcsNodeInfo] = MappingProxyType(self._alive)

@@ -98,7 +98,7 @@ class PlacementGroupManager:
         self._job_cluster = job_cluster
         self._job_namespace = job_namespace
         self._job_is_dead = job_is_dead
-        self._lane = ApplyLane(store, "placement_groups", policy=lane_policy)
+        self._lane = ApplyLane(store, "placement_groups", clock, policy=lane_policy)
         self._groups: dict[bytes, gcs_pb2.PlacementGroupTableData] = {}
         self.groups: Mapping[bytes, gcs_pb2.PlacementGroupTableData] = MappingProxyType(
             self._groups

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from gcs.background import Background
 from gcs.clock import Clock
 from gcs.config import LoadPollConfig
 from gcs.errors import GcsError
@@ -333,6 +334,7 @@ class SlicedApplier:
         self._on_report = on_report
         self._pending: collections.deque[tuple[bytes, gcs_pb2.ResourcesData]] = collections.deque()
         self._drain: asyncio.Task[None] | None = None
+        self._tasks = Background("load_applier")
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -340,12 +342,15 @@ class SlicedApplier:
     def submit(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> None:
         self._pending.append((node_id, data))
         if self._drain is None:
-            self._drain = asyncio.get_running_loop().create_task(self._run())
+            self._drain = self._tasks.start(self._run(), "drain")
 
     async def flush(self) -> None:
         """Return once every reply submitted so far has been applied."""
         while self._drain is not None:
             await asyncio.shield(self._drain)
+
+    async def close(self) -> None:
+        await self._tasks.close()
 
     async def _run(self) -> None:
         pending, apply, on_report = self._pending, self._cache.apply, self._on_report
@@ -402,6 +407,10 @@ class LoadPoller:
         self._period_s = config.period_ms / 1000
         self._backoff_max_s = config.failure_backoff_max_ms / 1000
         self._applier = SlicedApplier(cache, config.slice_size, on_report)
+        self._polls = Background("load_poller")
+        """Each poll of a round: one task per node (cancelled with its round)."""
+        self._rounds = Background("load_poller:rounds")
+        """Rounds awaiting their stragglers while the next one starts."""
         self._in_flight: set[bytes] = set()
         self._sem = asyncio.Semaphore(config.max_concurrent)
         self._failures: dict[bytes, int] = {}
@@ -435,7 +444,6 @@ class LoadPoller:
         so a round of thousands never holds the loop in one iteration.  A node whose polls
         keep failing is skipped until its backoff (``not_before``) has passed.
         """
-        loop = asyncio.get_running_loop()
         tasks: list[asyncio.Task[None]] = []
         not_before = self._not_before
         slice_size = self._config.slice_size
@@ -470,11 +478,9 @@ class LoadPoller:
                     continue
                 self._in_flight.add(node_id)
                 address = f"{node.node_manager_address}:{node.node_manager_port}"
-                tasks.append(loop.create_task(self._poll(node_id, address, version)))
+                tasks.append(self._polls.start(self._poll(node_id, address, version), "poll"))
                 if len(tasks) % slice_size == 0:
-                    # pacing of socket writes within a round: real time by nature (the
-                    # round's period is on the injected clock, in run())
-                    await asyncio.sleep(pause_s)
+                    await self._clock.sleep(pause_s)  # pacing of socket writes in a round
         except asyncio.CancelledError:
             for task in tasks:
                 task.cancel()
@@ -559,16 +565,13 @@ class LoadPoller:
         if period_s == 0:  # Ray's meaning of a zero period: no load pull at all
             log.info("load_poll.off", reason="gcs_pull_resource_loads_period_milliseconds=0")
             await loop.create_future()  # until cancelled
-        pending: set[asyncio.Task[None]] = set()
         try:
             while True:
                 begin = clock.monotonic_s()
                 started = time.monotonic()  # the round's wall time is a figure (stats)
-                task = loop.create_task(self._finish_round(started, await self._dispatch()))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
+                self._rounds.start(self._finish_round(started, await self._dispatch()), "round")
                 await clock.sleep(max(0.0, period_s - (clock.monotonic_s() - begin)))
         finally:
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await self._rounds.close()
+            await self._polls.close()
+            await self._applier.close()

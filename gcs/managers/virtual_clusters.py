@@ -134,7 +134,7 @@ class VirtualClusterManager:
         self._resources = resources
         self._publish = publish
         self._launchable = launchable
-        self._lane = ApplyLane(store, "virtual_clusters", policy=lane_policy)
+        self._lane = ApplyLane(store, "virtual_clusters", clock, policy=lane_policy)
         self._loaded = False
         self._queued: list[_NodeEvent] = []
         self._background = Background("virtual_clusters")

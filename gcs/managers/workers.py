@@ -66,7 +66,7 @@ class WorkerManager:
         self._clock = clock
         self._publish = publish
         self._max_dead = max_dead_cached
-        self._lane = ApplyLane(store, "workers", policy=lane_policy)
+        self._lane = ApplyLane(store, "workers", clock, policy=lane_policy)
         self._alive: dict[bytes, gcs_pb2.WorkerTableData] = {}
         self._dead: OrderedDict[bytes, gcs_pb2.WorkerTableData] = OrderedDict()
         self.alive: Mapping[bytes, gcs_pb2.WorkerTableData] = MappingProxyType(self._alive)

@@ -17,7 +17,7 @@ import structlog
 
 from gcs.clock import Clock, SystemClock
 from gcs.config import GcsConfig
-from gcs.lifecycle import ComponentFailed, Supervisor
+from gcs.lifecycle import ComponentFailed, Supervisor, start_until_ready
 from gcs.managers.cluster_meta import ClusterMeta
 from gcs.managers.lane import ResolvePolicy
 from gcs.rpc.front import FrontServer
@@ -150,10 +150,9 @@ class GcsServer:
             await self._supervisor.load()
         except ComponentFailed as failed:
             raise failed.cause from None
-        self._running = asyncio.create_task(self._supervisor.run(), name="gcs")
-        serving = asyncio.create_task(self.wiring.rpc.serving())
-        await asyncio.wait({self._running, serving}, return_when=asyncio.FIRST_COMPLETED)
-        serving.cancel()
+        self._running = await start_until_ready(
+            self._supervisor.run(), self.wiring.rpc.serving(), name="gcs"
+        )
         if not self.wiring.rpc.is_serving:
             await self.stop()
             await self.wait()  # raises what failed

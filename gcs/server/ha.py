@@ -47,7 +47,8 @@ import structlog
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
 
-from gcs.clock import Clock
+from gcs.background import Background, race
+from gcs.clock import Clock, within
 from gcs.config import HaConfig
 from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
@@ -125,8 +126,10 @@ class HaCoordinator:
         freezes its start-up heap there, off the takeover's path)."""
         self._on_mirror_loaded = on_mirror_loaded
         self._locks = locks
-        self._watch: tuple[str, asyncio.Task[None]] | None = None
+        self._watch: tuple[str, asyncio.Task[bool]] | None = None
         """(holder, its death watch) while a leader on this host is watched."""
+        self._tasks = Background("ha")
+        """The death watch and a term's renewals; closed when :meth:`run` ends."""
         self.fast_takeovers = 0
         """Leases of dead same-host holders released before their TTL."""
         self._on_serving = on_serving
@@ -213,13 +216,14 @@ class HaCoordinator:
         """Standby -> leader -> standby ... until cancelled (then the lease is released).
         A term that fails for another reason than losing the lease raises here."""
         if self._locks is not None:
-            self._locks.hold(self.settings.holder)
+            await self._locks.hold(self.settings.holder)
         try:
             while True:
                 epoch = await self._stand_by()
                 await self._lead(epoch)
         finally:
             await self._unwatch()
+            await self._tasks.close()
             await self._stop_term()
             await self._release()
             if self._locks is not None:
@@ -278,7 +282,7 @@ class HaCoordinator:
             return 0.0, None
         return max(0.0, min(wait_s, lease.remaining_ms / 1000)), lease
 
-    def _watch_holder(self, lease: LeaseInfo | None) -> asyncio.Task[None] | None:
+    def _watch_holder(self, lease: LeaseInfo | None) -> asyncio.Task[bool] | None:
         """The death watch of the lease's holder when it runs on this host (kept across
         attempts while the holder stays the same: a lock seen free the first time proves
         nothing, so a watch must start while the holder lives)."""
@@ -293,7 +297,7 @@ class HaCoordinator:
         died = self._locks.watch(lease.holder)
         if died is None:
             return None
-        task = asyncio.ensure_future(died)
+        task = self._tasks.start(_watching(died), "watch-holder")
         self._watch = (lease.holder, task)
         log.info("ha.watching_holder", holder=lease.holder)
         return task
@@ -322,7 +326,7 @@ class HaCoordinator:
             return
         self.fast_takeovers += 1
 
-    async def _follow_until(self, wait_s: float, died: asyncio.Task[None] | None = None) -> bool:
+    async def _follow_until(self, wait_s: float, died: asyncio.Task[bool] | None = None) -> bool:
         """Apply changes for ``wait_s`` seconds of the clock, or until ``died`` completes
         (then True: the watched holder died)."""
         mirror = self.mirror
@@ -331,14 +335,12 @@ class HaCoordinator:
         while (left_s := deadline - self._clock.monotonic_s()) > 0:
             if died is not None and died.done():
                 return _died(died)
-            follow = asyncio.ensure_future(
-                mirror.follow(self._ha, block_ms=max(1, int(left_s * 1000)))
-            )
+            follow: Awaitable[object] = mirror.follow(self._ha, block_ms=max(1, int(left_s * 1000)))
             if died is not None:
-                await asyncio.wait({follow, died}, return_when=asyncio.FIRST_COMPLETED)
-                if not follow.done():  # cancelling a follow applies nothing: the mirror
-                    follow.cancel()  # and its cursor move together after the read
-                    await asyncio.gather(follow, return_exceptions=True)
+                # cancelling a follow applies nothing: the mirror and its cursor move
+                # together after the read
+                follow, _ = await race(follow, asyncio.shield(died))
+                if follow.cancelled():
                     return _died(died)
             try:
                 await follow
@@ -370,7 +372,7 @@ class HaCoordinator:
         store = TakeoverStore(self._store, mirror, on_fenced=self._fenced.set)
         self.role = Role.LEADER  # admit() may answer True once the term serves
         # renewals start now: loading a big state must not outlast the lease
-        renew = asyncio.create_task(self._renew_until_lost(epoch), name="ha-renew")
+        renew = self._tasks.start(self._renew_until_lost(epoch), "renew")
         try:
             term = self._term = await self._start_term(store, self.admit)
         except BaseException as err:
@@ -399,18 +401,15 @@ class HaCoordinator:
             takeover_s=round(took_s, 3),
             drained_changes=drained,
         )
-        fenced = asyncio.create_task(self._fenced.wait(), name="ha-fenced")
-        failed = asyncio.create_task(term.wait(), name="ha-term")
         try:
-            await asyncio.wait({renew, fenced, failed}, return_when=asyncio.FIRST_COMPLETED)
+            _, _, failed = await race(renew, self._fenced.wait(), term.wait())
         finally:
             self.role = Role.STANDBY  # refuse every call from now on, before closing
             self._leading.clear()
             if self._on_serving is not None:
                 self._on_serving(False)
-            for task in (renew, fenced, failed):
-                task.cancel()
-            await asyncio.gather(renew, fenced, failed, return_exceptions=True)
+            renew.cancel()  # cancelled with the race if it was cancelled
+            await asyncio.gather(renew, return_exceptions=True)
         reason = "fenced" if self._fenced.is_set() else "lease lost"
         if failed.done() and not failed.cancelled() and not self._fenced.is_set():
             error = failed.exception()
@@ -442,24 +441,19 @@ class HaCoordinator:
                 log.warning("ha.lease_lapsed", epoch=epoch, late_s=round(-left_s, 3))
                 self._valid_until = 0.0
                 return
-            renewal = asyncio.ensure_future(
-                self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms)
-            )
             # past the trusted end admit() refuses calls anyway; an answer that comes late
             # (a busy loop, a slow store) may still say the lease is ours: wait one TTL more
             wait_s = max(left_s, 0.0) + settings.lease_ttl_ms / 1000
-            deadline = asyncio.ensure_future(clock.sleep(wait_s))
             try:
-                await asyncio.wait({renewal, deadline}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                deadline.cancel()
-            if not renewal.done():
-                renewal.cancel()
+                renewed = await within(
+                    clock,
+                    wait_s,
+                    self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms),
+                )
+            except TimeoutError:
                 log.warning("ha.renew_timed_out", epoch=epoch)
                 last_failed = True
                 continue
-            try:
-                renewed = renewal.result()
             except StoreError as err:
                 log.warning("ha.renew_failed", epoch=epoch, error=str(err))
                 last_failed = True
@@ -482,12 +476,16 @@ class HaCoordinator:
                 await self._ha.release_lease(self.settings.holder, self.epoch)
 
 
-def _died(watch: asyncio.Task[None]) -> bool:
-    """A finished death watch: True when it saw the holder die (not cancelled, no error)."""
-    if watch.cancelled():
-        return False
-    error = watch.exception()
-    if error is not None:
+async def _watching(died: Awaitable[None]) -> bool:
+    """A death watch: True once it saw the holder die, False if the watch failed."""
+    try:
+        await died
+    except Exception as error:
         log.warning("ha.watch_failed", error=repr(error))
         return False
     return True
+
+
+def _died(watch: asyncio.Task[bool]) -> bool:
+    """A finished death watch: True when it saw the holder die (not cancelled, no error)."""
+    return not watch.cancelled() and watch.result()

@@ -23,7 +23,6 @@ import hashlib
 import os
 import pathlib
 import tempfile
-import time
 from collections.abc import Awaitable
 from typing import Protocol
 
@@ -49,7 +48,7 @@ class HolderInUse(RuntimeError):
 class HolderLocks(Protocol):
     """What the coordinator needs (tests pass a fake)."""
 
-    def hold(self, holder: str) -> None:
+    async def hold(self, holder: str) -> None:
         """Lock ``holder``'s file for as long as this process runs (or until :meth:`release`)."""
 
     def release(self) -> None:
@@ -82,7 +81,7 @@ class LockDir:
     def path(self, holder: str) -> pathlib.Path:
         return self.directory / f"{hashlib.sha256(holder.encode()).hexdigest()[:32]}.lock"
 
-    def hold(self, holder: str) -> None:
+    async def hold(self, holder: str) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.path(holder)
         for attempt in range(HOLD_ATTEMPTS):
@@ -94,7 +93,8 @@ class LockDir:
                         f"ha.holder {holder!r} is already in use by another process on this "
                         f"host (lock {path})"
                     )
-                time.sleep(POLL_S)  # a standby probing a stale file holds it for an instant
+                # a standby probing a stale file holds it for an instant
+                await self._clock.sleep(POLL_S)
                 continue
             if not _names(path, fd):
                 os.close(fd)  # a watcher removed the file we opened: lock the new one

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from gcs.clock import Clock
 from gcs.config import GcsConfig
-from gcs.lifecycle import ComponentFailed, Supervisor
+from gcs.lifecycle import ComponentFailed, Supervisor, start_until_ready
 from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.gc_policy import freeze_start_heap
 from gcs.server.ha import HaCoordinator, HaSettings, StartTerm
@@ -69,11 +69,8 @@ async def start_leader_term(
     except ComponentFailed as failed:
         raise failed.cause from None
     store.release_mirror()
-    running = asyncio.create_task(supervisor.run(), name="gcs-term")
+    running = await start_until_ready(supervisor.run(), wiring.rpc.serving(), name="gcs-term")
     term = LeaderTerm(wiring, supervisor, running, on_stopped=on_stopped)
-    serving = asyncio.create_task(wiring.rpc.serving())
-    await asyncio.wait({running, serving}, return_when=asyncio.FIRST_COMPLETED)
-    serving.cancel()
     if not wiring.rpc.is_serving:
         failure = running.exception() if running.done() else None
         await term.stop()
@@ -147,10 +144,7 @@ async def member(
 async def run_until_warm(ha: HaCoordinator) -> asyncio.Task[None]:
     """Start the lease loop; returns its task once the member is a warm standby (it may
     already lead), or raises what failed before."""
-    running = asyncio.create_task(ha.run(), name="gcs-ha")
-    warm = asyncio.create_task(ha.warm())
-    await asyncio.wait({running, warm}, return_when=asyncio.FIRST_COMPLETED)
-    if not warm.done():
-        warm.cancel()
+    running = await start_until_ready(ha.run(), ha.warm(), name="gcs-ha")
+    if running.done():
         await running  # raises what failed
     return running

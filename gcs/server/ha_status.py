@@ -8,10 +8,10 @@ NOT_SERVING on a standby (for monitoring, and for probes that must reach standby
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from gcs.background import Background
 
 __all__ = ["HaStatusServer"]
 
@@ -23,7 +23,7 @@ class HaStatusServer:
     def __init__(self) -> None:
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending = Background("ha_status")
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
@@ -41,12 +41,11 @@ class HaStatusServer:
 
     def set(self, serving: bool) -> None:
         """From the coordinator (on the loop): the member's term serves, or not."""
-        task = asyncio.ensure_future(self._health.set("", _SERVING if serving else _NOT_SERVING))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._pending.spawn(self._health.set("", _SERVING if serving else _NOT_SERVING), "set")
 
     async def close(self) -> None:
         server, self._server = self._server, None
         if server is not None:
             await self._health.enter_graceful_shutdown()
             await server.stop(0)
+        await self._pending.close()

@@ -28,8 +28,10 @@ the GCS dies without stopping them (kill -9):
   restarted on the same store (same session) *adopts* the process named there when it still
   runs the same command line, instead of starting a second head raylet, and watches it.
 
-The backoff is a pure function; the supervisor takes its spawner, adopter and sleep
-injected.
+The backoff is a pure function; the supervisor takes its spawner, adopter and clock
+injected (restart delays, the stop grace and an adopted process's polling run on the clock);
+each child's supervision loop is a :class:`~gcs.background.Background` task the component
+closes.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from typing import Protocol
 
 import structlog
 
+from gcs.background import Background
+from gcs.clock import SYSTEM_CLOCK, Clock, within
 from gcs.managers.head import HEAD_RAYLET_LABEL
 from gcs.processes import pid_alive
 from gcs.server.addresses import advertised_host
@@ -183,8 +187,10 @@ async def spawn_process(spec: ChildSpec) -> Process:
 class AdoptedProcess:
     """A child a previous GCS started (not ours to ``wait()`` on): polled until it is gone."""
 
-    def __init__(self, pid: int, *, poll_s: float = 1.0) -> None:
+    def __init__(self, pid: int, *, clock: Clock = SYSTEM_CLOCK, poll_s: float = 1.0) -> None:
+        """``clock``: the fallback polling (no pidfd) sleeps on it."""
         self.pid = pid
+        self._clock = clock
         self._poll_s = poll_s
 
     async def wait(self) -> int:
@@ -212,7 +218,7 @@ class AdoptedProcess:
         for _ in itertools.count():
             if not pid_alive(self.pid):
                 break
-            await asyncio.sleep(self._poll_s)
+            await self._clock.sleep(self._poll_s)
         return -1
 
 
@@ -224,7 +230,7 @@ def _cmdline(pid: int) -> tuple[str, ...] | None:
     return tuple(part.decode(errors="replace") for part in raw.split(b"\0")[:-1])
 
 
-async def adopt_survivor(spec: ChildSpec) -> Process | None:
+async def adopt_survivor(spec: ChildSpec, clock: Clock) -> Process | None:
     """The process ``spec.pidfile`` names, if it still runs ``spec.argv``."""
     if not spec.pidfile:
         return None
@@ -234,7 +240,7 @@ async def adopt_survivor(spec: ChildSpec) -> Process | None:
         return None
     if not pid_alive(pid) or _cmdline(pid) != tuple(spec.argv):
         return None
-    return AdoptedProcess(pid)
+    return AdoptedProcess(pid, clock=clock)
 
 
 async def record_pid(spec: ChildSpec, pid: int | None) -> None:
@@ -261,12 +267,11 @@ class SupervisedChild:
     def __init__(
         self,
         spec: ChildSpec,
+        clock: Clock,
         *,
         spawn: Spawn = spawn_process,
-        adopt: Callable[[ChildSpec], Awaitable[Process | None]] = adopt_survivor,
+        adopt: Callable[[ChildSpec, Clock], Awaitable[Process | None]] = adopt_survivor,
         record: Callable[[ChildSpec, int | None], Awaitable[None]] = record_pid,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        monotonic: Callable[[], float] | None = None,
         kill_group: Callable[[int, signal.Signals], None] = _signal_group,
         stable_s: float = 60.0,
         backoff_cap_s: float = 60.0,
@@ -275,12 +280,12 @@ class SupervisedChild:
         self._spawn = spawn
         self._adopt = adopt
         self._record = record
-        self._sleep = sleep
-        self._monotonic = monotonic
+        self._clock = clock
         self._kill_group = kill_group
         self._stable_s = stable_s
         self._backoff_cap_s = backoff_cap_s
         self._stopping = False
+        self._tasks = Background(f"child-{spec.name}")
         self._task: asyncio.Task[None] | None = None
         self.process: Process | None = None
         self.starts = 0
@@ -288,17 +293,14 @@ class SupervisedChild:
         self.adopted = False
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"child-{self.spec.name}"
-        )
+        """Supervise the child in a task of its own until :meth:`stop`."""
+        self._task = self._tasks.start(self._run(), "supervise")
 
     def _now(self) -> float:
-        if self._monotonic is not None:
-            return self._monotonic()
-        return asyncio.get_running_loop().time()
+        return self._clock.monotonic_s()
 
     async def _run(self) -> None:
-        survivor = await self._adopt(self.spec)
+        survivor = await self._adopt(self.spec, self._clock)
         if survivor is not None:
             self.adopted = True
             log.info("child.adopted", child=self.spec.name, pid=survivor.pid)
@@ -344,7 +346,7 @@ class SupervisedChild:
                 restart_in_s=delay,
                 log=self.spec.log_path,
             )
-            await self._sleep(delay)
+            await self._clock.sleep(delay)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the child's process group, SIGKILL it after ``grace_s``."""
@@ -353,7 +355,7 @@ class SupervisedChild:
         if proc is not None:
             self._kill_group(proc.pid, signal.SIGTERM)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), grace_s)
+                await within(self._clock, grace_s, asyncio.shield(proc.wait()))
             # the group outlives its leader (raylet workers, dashboard modules): kill the rest
             self._kill_group(proc.pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
@@ -362,6 +364,7 @@ class SupervisedChild:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self._tasks.close()
 
 
 def default_python(configured: str) -> str:
@@ -400,8 +403,10 @@ class HeadChildren:
         gcs_address: Callable[[], str],
         node_ip: str,
         serving: Callable[[], Awaitable[object]],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """``session_name``, ``cluster_id_hex``, ``gcs_address``: read once serving."""
+        """``session_name``, ``cluster_id_hex``, ``gcs_address``: read once serving.
+        ``clock``: the children's restart backoff and stop grace run on it."""
         self._wanted = head and (dashboard or head_raylet)
         self._dashboard = dashboard
         self._head_raylet = head_raylet
@@ -415,6 +420,7 @@ class HeadChildren:
         self._gcs_address = gcs_address
         self._node_ip = node_ip
         self._serving = serving
+        self._clock = clock
         self.children: list[SupervisedChild] = []
 
     async def load(self) -> None:
@@ -425,7 +431,7 @@ class HeadChildren:
             return
         await self._serving()
         for spec in await self._specs():
-            child = SupervisedChild(spec)
+            child = SupervisedChild(spec, self._clock)
             child.start()
             self.children.append(child)
 

@@ -119,6 +119,7 @@ def head_children(
         gcs_address=advertised_address,
         node_ip=advertised_host,
         serving=rpc.serving,
+        clock=ctx.clock,
     )
 
 

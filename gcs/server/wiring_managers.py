@@ -148,6 +148,7 @@ def _raylet_io(
             budget_for(cfg.raylet_io, nofile_soft_limit()),
             poll_transport=load_poll.transport,
             security=ctx.security,
+            clock=ctx.clock,
         )
     actor_io = _actor_io(raylets, actor_gateway, ctx.security)
     return RayletIo(raylets, actor_io, load_poll, cfg.raylet_rpc_timeout_ms / 1000)

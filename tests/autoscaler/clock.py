@@ -4,8 +4,9 @@ advances time exactly when the code under test waits for it (no polling, no wall
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from gcs.clock import FakeClock
+from gcs.clock import FakeClock, Timer
 
 __all__ = ["SteppedClock"]
 
@@ -19,6 +20,11 @@ class SteppedClock(FakeClock):
         if self._slept is not None:
             self._slept.set()  # the waiter runs after this task registered its sleep
         await super().sleep(seconds)
+
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        if self._slept is not None:
+            self._slept.set()  # a deadline (Clock.timeout, within) waits on this clock too
+        return super().call_later(seconds, callback)
 
     async def sleeping(self, count: int = 1) -> None:
         """Return once ``count`` sleepers wait on this clock."""

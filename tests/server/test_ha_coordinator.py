@@ -50,7 +50,7 @@ class FakeLocks:
     def on_same_host(self) -> FakeLocks:
         return FakeLocks(self.host)
 
-    def hold(self, holder: str) -> None:
+    async def hold(self, holder: str) -> None:
         self.host[holder] = asyncio.Event()
         self.mine = holder
 

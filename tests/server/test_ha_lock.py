@@ -19,11 +19,11 @@ from gcs.clock import SystemClock
 from gcs.server.ha_lock import HolderInUse, LockDir, default_lock_dir
 
 HOLD = """
-import sys, time
+import asyncio, sys, time
 from gcs.clock import SystemClock
 from gcs.server.ha_lock import LockDir
 import pathlib
-LockDir(pathlib.Path(sys.argv[1]), SystemClock()).hold(sys.argv[2])
+asyncio.run(LockDir(pathlib.Path(sys.argv[1]), SystemClock()).hold(sys.argv[2]))
 print("held", flush=True)
 time.sleep(120)
 """
@@ -75,29 +75,29 @@ async def test_a_paused_holder_is_not_seen_dead(
     await asyncio.gather(watch, return_exceptions=True)
 
 
-def test_no_file_or_a_free_file_gives_nothing_to_watch(tmp_path: pathlib.Path) -> None:
+async def test_no_file_or_a_free_file_gives_nothing_to_watch(tmp_path: pathlib.Path) -> None:
     """Another host's holder has no file here; a file nobody holds proves nothing."""
     locks = LockDir(tmp_path / "locks", SystemClock())
     assert locks.watch("elsewhere") is None
     stale = LockDir(tmp_path / "locks", SystemClock())
-    stale.hold("stale")
+    await stale.hold("stale")
     os.close(stale._held[1])  # type: ignore[index]  # its process "died" long ago
     assert locks.path("stale").exists()
     assert locks.watch("stale") is None
 
 
-def test_a_holder_name_is_held_once_per_host_and_released_on_a_clean_stop(
+async def test_a_holder_name_is_held_once_per_host_and_released_on_a_clean_stop(
     tmp_path: pathlib.Path,
 ) -> None:
     first = LockDir(tmp_path / "locks", SystemClock())
-    first.hold("x")
+    await first.hold("x")
     with pytest.raises(HolderInUse, match="already in use"):
-        LockDir(tmp_path / "locks", SystemClock()).hold("x")
+        await LockDir(tmp_path / "locks", SystemClock()).hold("x")
     first.release()
     assert not first.path("x").exists()
 
 
-def test_a_member_starting_while_a_standby_probes_its_stale_file_still_takes_its_lock(
+async def test_a_member_starting_while_a_standby_probes_its_stale_file_still_takes_its_lock(
     tmp_path: pathlib.Path,
 ) -> None:
     """A standby checking a stale file holds its lock for an instant (or, having seen the
@@ -116,7 +116,7 @@ def test_a_member_starting_while_a_standby_probes_its_stale_file_still_takes_its
     timer = threading.Timer(0.03, done_probing)
     timer.start()
     try:
-        locks.hold("x")
+        await locks.hold("x")
     finally:
         timer.join()
     check = os.open(path, os.O_RDWR)  # the file in the directory is the one held

@@ -11,6 +11,7 @@ import signal
 
 import pytest
 
+from gcs.clock import Clock, FakeClock, SystemClock
 from gcs.config import ConfigError, GcsConfig, validate
 from gcs.managers.head import HEAD_RAYLET_LABEL, promote_head_raylet
 from gcs.proto import gcs_pb2
@@ -40,12 +41,24 @@ class FakeProcess:
         return await asyncio.shield(self._exit)
 
 
+class RecordingClock(FakeClock):
+    """Sleeps return at once, recorded, having moved the clock (no wall time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.advance(seconds)
+
+
 class Fakes:
     def __init__(self, *, term_exits: bool = True) -> None:
         self.processes: list[FakeProcess] = []
-        self.sleeps: list[float] = []
+        self.clock = RecordingClock()
+        self.sleeps = self.clock.sleeps
         self.signals: list[tuple[int, signal.Signals]] = []
-        self.now = 0.0
         self.term_exits = term_exits
         self.spawned = asyncio.Event()
         self.survivor: FakeProcess | None = None
@@ -57,10 +70,6 @@ class Fakes:
         self.spawned.set()
         return proc
 
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
     def kill_group(self, pid: int, sig: signal.Signals) -> None:
         self.signals.append((pid, sig))
         if sig == signal.SIGKILL or self.term_exits:
@@ -68,7 +77,7 @@ class Fakes:
                 if proc.pid == pid:
                     proc.exit(-sig)
 
-    async def adopt(self, spec: ChildSpec) -> FakeProcess | None:
+    async def adopt(self, spec: ChildSpec, clock: Clock) -> FakeProcess | None:
         return self.survivor
 
     async def record(self, spec: ChildSpec, pid: int | None) -> None:
@@ -77,11 +86,10 @@ class Fakes:
     def child(self, **kw: float) -> SupervisedChild:
         return SupervisedChild(
             ChildSpec("dashboard", ("ray-dashboard",), "/tmp/x.log"),
+            self.clock,
             spawn=self.spawn,
             adopt=self.adopt,
             record=self.record,
-            sleep=self.sleep,
-            monotonic=lambda: self.now,
             kill_group=self.kill_group,
             **kw,
         )
@@ -112,7 +120,7 @@ async def test_a_child_that_dies_is_restarted_with_backoff_and_its_group_cleaned
     second.exit(1)
     third = await fakes.next_start(3)
     assert fakes.sleeps == [1.0, 2.0]
-    fakes.now += 120  # ran long enough: the next failure starts a new series
+    fakes.clock.advance(120)  # ran long enough: the next failure starts a new series
     third.exit(1)
     await fakes.next_start(4)
     assert fakes.sleeps == [1.0, 2.0, 1.0]
@@ -163,12 +171,12 @@ async def test_only_a_live_process_running_the_same_command_is_adopted(
     try:
         pidfile = tmp_path / "child.pid"
         spec = ChildSpec("head-raylet", argv, str(tmp_path / "out"), pidfile=str(pidfile))
-        assert await adopt_survivor(spec) is None, "no pidfile yet"
+        assert await adopt_survivor(spec, SystemClock()) is None, "no pidfile yet"
         await record_pid(spec, proc.pid)
-        adopted = await adopt_survivor(spec)
+        adopted = await adopt_survivor(spec, SystemClock())
         assert adopted is not None and adopted.pid == proc.pid
         other = ChildSpec("head-raylet", ("sleep", "999"), "", pidfile=str(pidfile))
-        assert await adopt_survivor(other) is None, "another command line"
+        assert await adopt_survivor(other, SystemClock()) is None, "another command line"
         proc.kill()
         assert await asyncio.wait_for(adopted.wait(), 60) == -1
         await record_pid(spec, None)

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from gcs.clock import FakeClock
 from gcs.errors import Unavailable
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.store import WriteBatch
@@ -14,13 +15,14 @@ from gcs.store.memory import MemoryStore
 from gcs.testing.stores import FaultyStore, UnsureStore, WriteFault, YieldingStore
 
 
-class Sleeps:
-    """Injected sleep: records the backoff, never waits."""
+class Sleeps(FakeClock):
+    """An injected clock whose sleeps record the backoff and never wait."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.delays: list[float] = []
 
-    async def __call__(self, seconds: float) -> None:
+    async def sleep(self, seconds: float) -> None:
         self.delays.append(seconds)
 
 
@@ -32,7 +34,7 @@ def put(key: bytes, value: bytes = b"v") -> WriteBatch:
 
 
 def lane_on(store: object, sleeps: Sleeps | None = None) -> ApplyLane:
-    return ApplyLane(store, "test", policy=POLICY, sleep=sleeps or Sleeps())  # type: ignore[arg-type]
+    return ApplyLane(store, "test", sleeps or Sleeps(), policy=POLICY)  # type: ignore[arg-type]
 
 
 class TestSerialization:
@@ -120,6 +122,27 @@ class TestAmbiguousWrites:
             assert applied == ["a"]
             await lane.commit(put(b"b"), lambda: applied.append("b"))
         assert applied == ["a", "b"] and not lane.unresolved
+
+    async def test_backoff_sleeps_on_the_managers_clock(self) -> None:
+        """The lane takes the manager's clock (no wall-clock default): resolving an
+        ambiguous write waits until the FakeClock moves past each backoff."""
+        clock = FakeClock()
+        store = UnsureStore(MemoryStore())
+        lane = ApplyLane(store, "test", clock, policy=POLICY)  # type: ignore[arg-type]
+        store.fail_next(WriteFault.AFTER)
+        store.unsure = 1  # the first question is unanswered, the second says "landed"
+        applied: list[str] = []
+
+        async def mutate() -> None:
+            async with lane:
+                await lane.commit(put(b"a"), lambda: applied.append("a"))
+
+        task = asyncio.ensure_future(mutate())
+        await clock.advance_until(lambda: clock.sleepers == 1, step_s=0.0)
+        assert clock.next_wake_s == pytest.approx(POLICY.first_backoff_s) and applied == []
+        clock.advance(POLICY.first_backoff_s)
+        await task
+        assert applied == ["a"] and lane.resolved_landed == 1
 
     async def test_lost_write_is_dropped_before_the_next_mutation(self) -> None:
         """An ambiguous write that in the end did not land is never applied."""

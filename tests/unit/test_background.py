@@ -8,7 +8,7 @@ import gc
 import pytest
 import structlog
 
-from gcs.background import Background
+from gcs.background import Background, race, shielded
 from gcs.errors import Unavailable
 from gcs.managers.events import Fanout
 from gcs.store.errors import StoreUnavailable
@@ -85,3 +85,33 @@ class TestFanout:
                 listener.on_thing("x")
         assert heard == ["a:x", "b:x", "c:x"]
         assert len(list(events)) == 3
+
+
+async def test_race_returns_when_the_first_ends_and_cancels_the_rest() -> None:
+    kept = asyncio.ensure_future(asyncio.Event().wait())
+
+    async def quick() -> str:
+        return "first"
+
+    first, loser, shielded_one = await race(quick(), asyncio.Event().wait(), asyncio.shield(kept))
+    assert first.result() == "first" and loser.cancelled() and shielded_one.cancelled()
+    assert not kept.done(), "a shielded task outlives the race"
+    kept.cancel()
+
+
+async def test_shielded_work_finishes_although_its_caller_was_cancelled() -> None:
+    gate, finished = asyncio.Event(), []
+
+    async def write_then_apply() -> None:
+        await gate.wait()
+        finished.append(True)
+
+    caller = asyncio.ensure_future(shielded(write_then_apply()))
+    await asyncio.sleep(0)
+    caller.cancel()
+    await asyncio.sleep(0)
+    assert not caller.done(), "the caller waits for the work before it is cancelled"
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert finished == [True]

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gcs.clock import FakeClock, SystemClock, wait_event
+from gcs.clock import FakeClock, SystemClock, wait_event, within
 
 
 async def test_a_sleeper_wakes_only_once_time_has_passed() -> None:
@@ -134,3 +134,68 @@ async def test_wait_event_returns_on_the_event_or_after_the_clocks_timeout() -> 
     assert not waiter.done()
     clock.advance(0.1)
     assert await waiter is False
+
+
+async def test_within_answers_in_time_or_times_out_on_the_clock_not_on_wall_time() -> None:
+    """The one deadline helper: a result before the deadline is returned; once the
+    FakeClock passes the deadline the work is cancelled and TimeoutError raised."""
+    clock = FakeClock()
+
+    async def answer(after_s: float) -> str:
+        await clock.sleep(after_s)
+        return "answer"
+
+    quick = asyncio.create_task(within(clock, 5.0, answer(1.0)))
+    await clock.advance_until(quick.done, step_s=0.5)
+    assert quick.result() == "answer" and clock.sleepers == 0
+
+    cancelled: list[bool] = []
+
+    async def never() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    slow = asyncio.create_task(within(clock, 5.0, never()))
+    await clock.advance_until(lambda: clock.sleepers == 1, step_s=0.0)  # its deadline is set
+    await clock.run_for(4.9, step_s=0.7)
+    assert not slow.done()  # no wall time counts, only the clock's
+    await clock.run_for(0.2, step_s=0.2)
+    with pytest.raises(TimeoutError, match="within 5 s"):
+        await slow
+    assert cancelled == [True] and clock.sleepers == 0
+
+
+async def test_within_passes_the_works_own_errors_and_outside_cancellation() -> None:
+    clock = FakeClock()
+
+    async def fails() -> None:
+        raise TimeoutError("the work's own")
+
+    with pytest.raises(TimeoutError, match="the work's own"):
+        await within(clock, 5.0, fails())
+    waiter = asyncio.create_task(within(clock, 5.0, asyncio.Event().wait()))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert clock.sleepers == 0
+
+
+async def test_call_later_runs_on_the_clock_and_is_cancellable() -> None:
+    clock = FakeClock()
+    fired: list[str] = []
+    clock.call_later(2.0, lambda: fired.append("a"))
+    dropped = clock.call_later(1.0, lambda: fired.append("b"))
+    dropped.cancel()
+    await clock.run_for(1.9, step_s=0.5)
+    assert fired == []
+    await clock.run_for(0.2, step_s=0.2)
+    assert fired == ["a"]
+
+
+async def test_system_clock_timeout_is_asyncio_timeout() -> None:
+    with pytest.raises(TimeoutError):
+        await within(SystemClock(), 0.01, asyncio.Event().wait())

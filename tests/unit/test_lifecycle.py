@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gcs.lifecycle import Component, ComponentFailed, Supervisor
+from gcs.lifecycle import Component, ComponentFailed, Supervisor, start_until_ready
 
 
 class Recorder:
@@ -98,3 +98,34 @@ async def test_stop_cancels_every_component_and_returns() -> None:
 def test_names_are_unique() -> None:
     with pytest.raises(ValueError, match="unique"):
         Supervisor([Recorder("a", []), Recorder("a", [])])
+
+
+async def test_start_until_ready_returns_the_running_task_once_ready() -> None:
+    """ "Start, then wait until serving", written once: the task keeps running when ready
+    came first; it is returned done (ready cancelled) when it ended first."""
+    ready, stop = asyncio.Event(), asyncio.Event()
+    waits: list[str] = []
+
+    async def serve() -> None:
+        ready.set()
+        await stop.wait()
+
+    async def until_ready(event: asyncio.Event) -> None:
+        try:
+            await event.wait()
+        except asyncio.CancelledError:
+            waits.append("cancelled")
+            raise
+
+    running = await start_until_ready(serve(), until_ready(ready), name="t")
+    assert not running.done() and running.get_name() == "t"
+    stop.set()
+    await running
+
+    async def fails() -> None:
+        raise RuntimeError("failed before serving")
+
+    ended = await start_until_ready(fails(), until_ready(asyncio.Event()), name="t2")
+    assert ended.done() and waits == ["cancelled"]
+    with pytest.raises(RuntimeError, match="before serving"):
+        await ended

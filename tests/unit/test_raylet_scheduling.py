@@ -137,14 +137,15 @@ class TestLoadPoller:
         assert gateway.in_flight == 20
         assert len(asyncio.all_tasks()) < 30
         gateway.release()
-        await round_
+        # slices of a round are spread over half the period of the clock
+        await clock.advance_until(round_.done, step_s=0.1)
         assert gateway.max_in_flight <= 20
         assert poller.stats.polls_ok == 500
 
     async def test_first_polls_follow_the_spread(self) -> None:
         """Nodes given first-poll times are polled only once the fake clock reaches them."""
         clock, gateway = FakeClock(), FakeRayletGateway()
-        poller, nodes = await self.poller(100, gateway, clock)
+        poller, nodes = await self.poller(100, gateway, clock, spread=0)  # slices back to back
         due = spread(nodes.alive, clock.monotonic_s(), 10.0, random.Random(5))
         poller.spread_first_polls(due)
         polled = []
@@ -209,15 +210,25 @@ class TestSpread:
 
 class TestRateLimiter:
     def test_bursts_then_the_rate(self) -> None:
-        now = [0.0]
-        limiter = RateLimiter(100, 10, lambda: now[0])
+        clock = FakeClock()
+        limiter = RateLimiter(100, 10, clock)
         assert [limiter.reserve() for _ in range(10)] == [0.0] * 10
         assert limiter.reserve() == pytest.approx(0.01)  # one sleep each, in order
         assert limiter.reserve() == pytest.approx(0.02)
-        now[0] += 0.05  # 5 tokens: 2 repay the debt
+        clock.advance(0.05)  # 5 tokens: 2 repay the debt
         waits = [limiter.reserve() for _ in range(4)]
-        assert waits[:3] == [0.0] * 3
+        assert waits[:3] == pytest.approx([0.0] * 3, abs=1e-9)
         assert waits[3] == pytest.approx(0.01)
+
+    async def test_a_wait_for_a_token_sleeps_on_the_clock(self) -> None:
+        clock = FakeClock()
+        limiter = RateLimiter(10, 1, clock)
+        await limiter.acquire()  # the burst
+        waiting = asyncio.ensure_future(limiter.acquire())
+        await clock.advance_until(lambda: clock.sleepers == 1, step_s=0.0)
+        assert clock.next_wake_s == pytest.approx(0.1) and not waiting.done()
+        clock.advance(0.1)
+        await waiting
 
 
 class TestBudget:
@@ -240,7 +251,7 @@ class TestLagGovernor:
         """Lagging loop: rate halves down to the floor; calm loop: +10% up to the ceiling."""
         from gcs.rpc.raylets.rate import LagGovernor
 
-        limiter = RateLimiter(1000, 1000, lambda: 0.0)
+        limiter = RateLimiter(1000, 1000, FakeClock())
         governor = LagGovernor(limiter, max_rate=1000, min_rate=100)
         assert [governor.observe(0.2) for _ in range(5)] == [500, 250, 125, 100, 100]
         assert governor.observe(0.05) == 100  # in between: unchanged

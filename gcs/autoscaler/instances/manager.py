@@ -21,7 +21,6 @@ Deviations from Ray 2.60, on purpose:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from gcs.autoscaler.instances.model import (
 from gcs.autoscaler.instances.storage import InstanceStorage, VersionConflict
 from gcs.autoscaler.instances.transitions import TERMINAL_STATUSES
 from gcs.autoscaler.model import InstanceStatus
+from gcs.background import shielded
 from gcs.clock import Clock
 
 __all__ = [
@@ -141,17 +141,8 @@ class InstanceManager:
         self, updates: Sequence[InstanceUpdate], *, expected_version: int | None = None
     ) -> UpdateResult:
         """Apply ``updates`` as one batch.  ``expected_version`` None skips the check."""
-        async with self._lane:
-            batch = asyncio.ensure_future(self._apply_batch(updates, expected_version))
-            try:
-                return await asyncio.shield(batch)
-            except asyncio.CancelledError:
-                while not batch.done():  # finish it under the lane; then be cancelled
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.wait({batch})
-                if not batch.cancelled():
-                    batch.exception()  # retrieved: the caller is gone
-                raise
+        async with self._lane:  # finished under the lane even if the caller is cancelled
+            return await shielded(self._apply_batch(updates, expected_version))
 
     async def _apply_batch(
         self, updates: Sequence[InstanceUpdate], expected_version: int | None

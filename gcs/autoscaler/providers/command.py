@@ -25,7 +25,6 @@ from typing import Any, cast
 import structlog
 
 from gcs.autoscaler.config import ConfigError
-from gcs.autoscaler.deadline import within
 from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
@@ -42,7 +41,7 @@ from gcs.autoscaler.providers.processes import (
     kill_group,
     spawn_logged,
 )
-from gcs.clock import Clock, SystemClock
+from gcs.clock import Clock, SystemClock, within
 
 log = structlog.get_logger("gcs.autoscaler.providers")
 

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import structlog
 
-from gcs.autoscaler.deadline import within
 from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import CloudInstance
-from gcs.clock import Clock
+from gcs.clock import Clock, within
 from gcs.processes import pid_alive
 
 log = structlog.get_logger("gcs.autoscaler.providers")

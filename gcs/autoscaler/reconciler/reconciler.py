@@ -23,7 +23,6 @@ import structlog
 
 from gcs.autoscaler.capacity import UnavailableCapacity
 from gcs.autoscaler.config import ClusterConfig
-from gcs.autoscaler.deadline import within
 from gcs.autoscaler.gcs_api import AutoscalerGcs
 from gcs.autoscaler.instances.manager import InstanceManager
 from gcs.autoscaler.instances.model import InstanceUpdate
@@ -44,7 +43,7 @@ from gcs.autoscaler.reconciler.subscribers import CloudInstanceUpdater, RayStopp
 from gcs.autoscaler.scheduler import schedule
 from gcs.autoscaler.scheduler.types import SchedulingInput, SchedulingReply
 from gcs.autoscaler.scheduler.waiting import WaitingDemand
-from gcs.clock import Clock
+from gcs.clock import Clock, within
 from gcs.proto import autoscaler_pb2
 
 log = structlog.get_logger("gcs.autoscaler")

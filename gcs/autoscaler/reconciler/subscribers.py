@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 import structlog
 
-from gcs.autoscaler.deadline import within
 from gcs.autoscaler.gcs_api import AutoscalerGcs
 from gcs.autoscaler.instances.manager import InstanceEvent
 from gcs.autoscaler.model import InstanceStatus
@@ -34,7 +33,7 @@ from gcs.autoscaler.providers.base import (
 )
 from gcs.autoscaler.reconciler.events import EventLog
 from gcs.background import Background
-from gcs.clock import Clock
+from gcs.clock import Clock, within
 
 log = structlog.get_logger("gcs.autoscaler")
 

@@ -76,7 +76,7 @@ class ActorManager:
         core = Core(
             store,
             clock,
-            ApplyLane(store, "actors", policy=lane_policy, sleep=clock.sleep),
+            ApplyLane(store, "actors", clock, policy=lane_policy),
             table,
             Background("actors"),
             publish,

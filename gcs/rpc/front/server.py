@@ -24,7 +24,7 @@ import grpc
 import structlog
 
 from gcs.background import Background
-from gcs.clock import Clock, SystemClock
+from gcs.clock import Clock, SystemClock, within
 from gcs.config import GcsConfig
 from gcs.rpc.front.budget import ByteBudget
 from gcs.rpc.front.deadlines import Deadlines
@@ -308,8 +308,7 @@ class FrontServer:
         are answered before (the publisher's close) or reset here."""
         self.goaway()
         try:
-            async with asyncio.timeout(grace_s):
-                await self._idle.wait()
+            await within(self._clock, grace_s, self._idle.wait())
         except TimeoutError:
             log.info("front.stop_forced", connections=len(self.connections))
         for conn in list(self.connections):

@@ -15,12 +15,12 @@ Errors leave as domain errors: :class:`~gcs.errors.RayletUnreachable` /
 
 from __future__ import annotations
 
-import asyncio
 from typing import Protocol
 
 import grpc
 from google.protobuf.message import Message
 
+from gcs.background import Background
 from gcs.errors import WorkerUnreachable
 from gcs.proto import common_pb2, core_worker_pb2, node_manager_pb2
 from gcs.rpc.raylets.pool import CHANNEL_OPTIONS, RayletClientPool, direct_call
@@ -93,7 +93,8 @@ class GrpcActorGateway:
         self._raylets = raylets
         self._security = security
         self._workers: dict[str, grpc.aio.Channel] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing = Background("worker_channels")
+        """Forgotten workers' channels, closing."""
 
     async def request_worker_lease(
         self,
@@ -160,14 +161,11 @@ class GrpcActorGateway:
     def forget_worker(self, worker: common_pb2.Address) -> None:
         channel = self._workers.pop(worker_address(worker), None)
         if channel is not None:
-            task = asyncio.get_running_loop().create_task(channel.close(grace=None))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._closing.spawn(channel.close(grace=None), "close-channel")
 
     async def close(self) -> None:
         channels = list(self._workers.values())
         self._workers.clear()
         for channel in channels:
             await channel.close(grace=None)
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._closing.settle()

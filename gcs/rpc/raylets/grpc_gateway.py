@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping, Sequence
 
 import grpc
@@ -27,6 +26,8 @@ import structlog
 from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health_pb2
 
+from gcs.background import Background
+from gcs.clock import SYSTEM_CLOCK, Clock
 from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.raylets.budget import RayletIoBudget
 from gcs.rpc.raylets.errors import raylet_error
@@ -64,18 +65,23 @@ class GrpcRayletGateway:
         *,
         poll_transport: str = "h2",
         security: Security = NO_SECURITY,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``clock``: the rate limit's waits, the HTTP/2 calls' deadlines and timers run on
+        it (the lag governor alone measures wall time)."""
         if poll_transport not in ("grpc", "h2"):
             raise ValueError(f"poll transport must be 'grpc' or 'h2', not {poll_transport!r}")
         self.budget = budget
-        self.pool = RayletClientPool(budget.max_open_clients, security)
+        self.pool = RayletClientPool(budget.max_open_clients, security, clock)
+        self._clock = clock
+        self._tasks = Background("raylets")
         self._slots = asyncio.Semaphore(budget.max_in_flight)
         self._rate: RateLimiter | None = None
         self._governor: LagGovernor | None = None
         self._governor_task: asyncio.Task[None] | None = None
         if budget.max_calls_per_s > 0:
             rate = budget.max_calls_per_s
-            self._rate = RateLimiter(rate, rate, time.monotonic)
+            self._rate = RateLimiter(rate, rate, clock)
             self._governor = LagGovernor(self._rate, max_rate=rate, min_rate=rate / 4)
         self._h2 = poll_transport == "h2"
         self.grpc_only: set[bytes] = set()
@@ -183,10 +189,8 @@ class GrpcRayletGateway:
         return self._rate.rate if self._rate is not None else 0.0
 
     async def close(self) -> None:
-        if self._governor_task is not None:
-            self._governor_task.cancel()
-            await asyncio.gather(self._governor_task, return_exceptions=True)
-            self._governor_task = None
+        await self._tasks.close()  # the lag governor
+        self._governor_task = None
         await self.pool.close()
 
     # ------------------------------------------------------------------ internals
@@ -261,12 +265,11 @@ class GrpcRayletGateway:
         """Inside a slot: wait for the rate limit, then count the call as in flight."""
         if self._rate is not None:
             if self._governor_task is None and self._governor is not None:
-                self._governor_task = asyncio.get_running_loop().create_task(
-                    self._governor.run(), name="raylet-rate-governor"
-                )
+                # started by the first call (the gateway has no run()), closed with it
+                self._governor_task = self._tasks.start(self._governor.run(), "rate-governor")
             wait_s = self._rate.reserve()
             if wait_s > 0:
-                await asyncio.sleep(wait_s)
+                await self._clock.sleep(wait_s)
         self.in_flight += 1
         self.max_in_flight_seen = max(self.max_in_flight_seen, self.in_flight)
 

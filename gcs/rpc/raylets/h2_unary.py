@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import grpc
 import hpack
 
+from gcs.background import Background
+from gcs.clock import SYSTEM_CLOCK, Clock, Timer
 from gcs.rpc.h2wire import (
     ACK,
     CANCEL,
@@ -116,9 +118,15 @@ class H2Connection(asyncio.Protocol):
     """One HTTP/2 connection carrying unary gRPC calls to a single path."""
 
     def __init__(
-        self, path: str, authority: str, max_message_bytes: int, authorization: str = ""
+        self,
+        path: str,
+        authority: str,
+        max_message_bytes: int,
+        authorization: str = "",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._path = path
+        self._clock = clock
         self._authority = authority
         self._max_message = max_message_bytes
         self._transport: asyncio.Transport | None = None
@@ -142,7 +150,7 @@ class H2Connection(asyncio.Protocol):
         self._window_waiters: list[asyncio.Future[None]] = []
         self._continuation_stream = 0
         self._control: list[bytes] = []
-        self._control_timer: asyncio.TimerHandle | None = None
+        self._control_timer: Timer | None = None
         self._loop = asyncio.get_running_loop()
         self._orphan_block: bytearray | None = None
         self._orphan_end = False
@@ -218,7 +226,7 @@ class H2Connection(asyncio.Protocol):
             if not flags & ACK:
                 self._control.append(_frame(PING, ACK, 0, payload))
                 if self._control_timer is None:
-                    self._control_timer = self._loop.call_later(
+                    self._control_timer = self._clock.call_later(
                         _PING_ACK_DELAY_S, self._flush_control
                     )
         elif ftype == WINDOW_UPDATE:
@@ -516,8 +524,12 @@ class H2UnaryClient:
         *,
         max_message_bytes: int = 64 << 20,
         authorization: str = "",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``clock``: a call's deadline and the connection's timers run on it."""
         self.address = address
+        self._clock = clock
+        self._tasks = Background("h2")
         self._authorization = authorization
         host, _, port = address.rpartition(":")
         self._host = host.strip("[]")
@@ -525,13 +537,13 @@ class H2UnaryClient:
         self._path = path
         self._max_message = max_message_bytes
         self._conn: H2Connection | None = None
-        self._connecting: asyncio.Future[H2Connection] | None = None
+        self._connecting: asyncio.Task[H2Connection | H2CallError] | None = None
 
     async def call(self, message: bytes, timeout_s: float, path: str | None = None) -> bytes:
         """Send ``message`` (to ``path``, default the client's); return the reply's bytes or
         raise ``H2CallError``."""
         try:
-            async with asyncio.timeout(timeout_s):
+            async with self._clock.timeout(timeout_s):
                 conn = await self._connection()
                 return await conn.call(message, timeout_s, path)
         except TimeoutError:
@@ -542,22 +554,33 @@ class H2UnaryClient:
         if conn is not None and not conn.closed and not conn.going_away:
             return conn
         if self._connecting is None:
-            self._connecting = asyncio.ensure_future(self._connect())
-            # the awaiting call may have timed out: mark a failure as seen either way
-            self._connecting.add_done_callback(lambda f: f.cancelled() or f.exception())
+            # shared by the calls waiting for it; outlives one that times out
+            self._connecting = self._tasks.start(self._connect_or_error(), "connect")
         connecting = self._connecting
         try:
-            return await asyncio.shield(connecting)
+            result = await asyncio.shield(connecting)
         finally:
             if connecting.done() and self._connecting is connecting:
                 self._connecting = None
+        if isinstance(result, H2CallError):
+            raise H2CallError(result.code(), result.details)  # each waiter its own
+        return result
+
+    async def _connect_or_error(self) -> H2Connection | H2CallError:
+        """A refused connect is an answer for its waiters, not a background failure."""
+        try:
+            return await self._connect()
+        except H2CallError as err:
+            return err
 
     async def _connect(self) -> H2Connection:
         loop = asyncio.get_running_loop()
         authority = f"{self._host}:{self._port}"
         try:
             _, protocol = await loop.create_connection(
-                lambda: H2Connection(self._path, authority, self._max_message, self._authorization),
+                lambda: H2Connection(
+                    self._path, authority, self._max_message, self._authorization, self._clock
+                ),
                 self._host,
                 self._port,
             )

@@ -21,6 +21,8 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2
 
+from gcs.background import Background
+from gcs.clock import SYSTEM_CLOCK, Clock
 from gcs.errors import RayletUnreachable
 from gcs.rpc.raylets.errors import raylet_error
 from gcs.rpc.raylets.h2_unary import H2UnaryClient
@@ -65,11 +67,23 @@ class RayletClient:
     """One raylet's connections; multicallables are made per method on first use (a full
     stub of NodeManagerService costs ~0.5 ms, which matters when 50,000 raylets churn)."""
 
-    __slots__ = ("_calls", "_channel", "_h2_load", "_security", "address", "closed", "leases")
+    __slots__ = (
+        "_calls",
+        "_channel",
+        "_clock",
+        "_h2_load",
+        "_security",
+        "address",
+        "closed",
+        "leases",
+    )
 
-    def __init__(self, address: str, security: Security = NO_SECURITY) -> None:
+    def __init__(
+        self, address: str, security: Security = NO_SECURITY, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.address = address
         self._security = security
+        self._clock = clock
         self.leases = 0
         self.closed = False
         """Set when the pool let go of this client (evicted, replaced, its node forgotten):
@@ -103,6 +117,7 @@ class RayletClient:
                 self.address,
                 GET_RESOURCE_LOAD_PATH,
                 authorization=token.header_value if token is not None else "",
+                clock=self._clock,
             )
         return self._h2_load
 
@@ -125,13 +140,17 @@ class RayletClient:
 
 
 class RayletClientPool:
-    def __init__(self, max_open: int, security: Security = NO_SECURITY) -> None:
+    def __init__(
+        self, max_open: int, security: Security = NO_SECURITY, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self._security = security
+        self._clock = clock
         if max_open < 1:
             raise ValueError(f"max_open must be >= 1, got {max_open}")
         self.max_open = max_open
         self._clients: OrderedDict[bytes, RayletClient] = OrderedDict()
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing = Background("raylet_pool")
+        """Evicted clients' channels, closing."""
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -149,7 +168,7 @@ class RayletClientPool:
                 self._close_soon(client)
             else:
                 self._evict_idle()
-            client = clients[node_id] = RayletClient(address, self._security)
+            client = clients[node_id] = RayletClient(address, self._security, self._clock)
         client.leases += 1
         return client
 
@@ -178,17 +197,14 @@ class RayletClientPool:
         client.close_h2()  # frees its socket now, not when a task runs
         if not client.has_channel:
             return
-        task = asyncio.get_running_loop().create_task(client.close())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._closing.spawn(client.close(), "close-client")
 
     async def close(self) -> None:
         clients = list(self._clients.values())
         self._clients.clear()
         for client in clients:
             await client.close()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._closing.settle()
 
 
 async def grpc_unary(

@@ -8,21 +8,23 @@ steered by event-loop lag (:class:`LagGovernor`), so the GCS keeps answering its
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+
+from gcs.clock import Clock
 
 
 class RateLimiter:
     """At most ``rate_per_s`` acquisitions per second on average and ``burst`` at once."""
 
-    def __init__(self, rate_per_s: float, burst: float, now: Callable[[], float]) -> None:
+    def __init__(self, rate_per_s: float, burst: float, clock: Clock) -> None:
         if rate_per_s <= 0 or burst < 1:
             raise ValueError(f"rate_per_s must be > 0 and burst >= 1, got {rate_per_s}, {burst}")
         self._rate = rate_per_s
         self._burst = burst
         self._max_burst = burst
         self._tokens = burst
-        self._now = now
-        self._stamp = now()
+        self._clock = clock
+        self._now = clock.monotonic_s
+        self._stamp = self._now()
 
     @property
     def rate(self) -> float:
@@ -52,7 +54,7 @@ class RateLimiter:
     async def acquire(self) -> None:
         wait_s = self.reserve()
         if wait_s > 0:
-            await asyncio.sleep(wait_s)
+            await self._clock.sleep(wait_s)
 
 
 class LagGovernor:
@@ -61,6 +63,10 @@ class LagGovernor:
     Every ``interval_s`` it measures how late a sleep wakes up: above ``high_lag_s`` the rate
     is halved (down to ``min_rate``), below ``low_lag_s`` it grows by 10% (up to
     ``max_rate``).  So raylet traffic takes what the loop can spare, whatever the machine.
+
+    :meth:`run` is the GCS process's one loop-lag probe: the one sleep on wall time outside
+    ``gcs.clock`` (how late a wall-clock sleep wakes is the lag; a FakeClock has none), as
+    ``tests/unit/test_one_way_to_run_work.py`` allows by name.
     """
 
     def __init__(
@@ -91,6 +97,7 @@ class LagGovernor:
         return rate
 
     async def run(self) -> None:
+        """The loop-lag probe (wall time by nature; see the class doc)."""
         loop = asyncio.get_running_loop()
         while True:
             start = loop.time()

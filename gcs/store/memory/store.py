@@ -14,12 +14,13 @@ blocking :meth:`MemoryStore.read_changes`, which otherwise wakes on the next wri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gcs.clock import Clock, SystemClock
+from gcs.clock import Clock, SystemClock, within
 from gcs.store.base import Store, WriteBatch
 from gcs.store.errors import StoreConflict, StoreUnavailable
 from gcs.store.ha import Change, ChangeCursor, HaStore, LeaseInfo, StoreFenced
@@ -261,11 +262,10 @@ class MemoryStore(Store, HaStore):
         if not retained and block_ms > 0:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             shared.waiters.add(waiter)
-            timer = asyncio.ensure_future(shared.clock.sleep(block_ms / 1000))
             try:
-                await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
+                with contextlib.suppress(TimeoutError):
+                    await within(shared.clock, block_ms / 1000, waiter)
             finally:
                 shared.waiters.discard(waiter)
-                timer.cancel()
             retained = shared.after(start, limit)
         return whole_batches(retained, start, limit)

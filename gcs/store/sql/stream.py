@@ -5,7 +5,6 @@ store module's docstring).  A mixin over the store's connection helpers."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, exc, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gcs.background import race
 from gcs.clock import Clock
 from gcs.store.base import WriteBatch
 from gcs.store.errors import StoreCorrupt, StoreUnavailable
@@ -249,10 +249,4 @@ class SqlHaStream:
 
     async def _wait(self, waiter: asyncio.Future[None], timeout_s: float) -> None:
         """Until ``waiter`` completes or ``timeout_s`` of the store's clock passed."""
-        timer = asyncio.ensure_future(self._clock.sleep(timeout_s))
-        try:
-            await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await timer
+        await race(asyncio.shield(waiter), self._clock.sleep(timeout_s))
