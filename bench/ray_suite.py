@@ -49,7 +49,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from gcs.dropin.install import install, locate
+from gcs.cli.dropin.install import install, locate
 from gcs.server.addresses import primary_ip
 from tests.interop import venvs
 

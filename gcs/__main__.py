@@ -1,5 +1,5 @@
 """``python -m gcs``: the ``gcs`` CLI (used to start child processes with this interpreter)."""
 
-from gcs.cli import main
+from gcs.cli.main import main
 
 main(prog_name="gcs")

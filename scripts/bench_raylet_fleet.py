@@ -4,7 +4,7 @@
 
 This process runs a fake GCS (NodeInfo only) and a poller that does what Ray's GCS does to
 every alive raylet: GetResourceLoad every 1 s and grpc.health.v1 Check every 3 s.  The
-fleet runs as child process(es) via ``python -m gcs.raylet.cli raylet-fleet``.  Reported:
+fleet runs as child process(es) via ``python -m gcs.cli.raylet raylet-fleet``.  Reported:
 fleet CPU (cores), RSS, fds, threads; poller CPU (a lower bound for a GCS's own cost);
 poll latency p50/p99 and errors.  Compare runs by the per-1,000-agent figures.
 """
@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gcs.proto import node_manager_pb2
 from gcs.raylet.testing import FakeGcs
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import NODE_MANAGER
+from gcs.rpc.descriptors import NODE_MANAGER
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -64,7 +64,7 @@ async def main() -> None:
 
     gcs = FakeGcs()
     await gcs.start()
-    cmd = [sys.executable, "-m", "gcs.raylet.cli", "raylet-fleet", "--address", gcs.address,
+    cmd = [sys.executable, "-m", "gcs.cli.raylet", "raylet-fleet", "--address", gcs.address,
            "--count", str(args.count), "--processes", str(args.processes),
            "--resources", '{"CPU": 8, "memory": 1e10}']  # fmt: skip
     if args.distinct_ips:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 import structlog
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
@@ -168,7 +168,7 @@ class Stubs:
 
     def __init__(self, channel: object, cluster_id: bytes) -> None:
         from gcs.rpc import ServiceStub
-        from gcs.rpc import services as svc
+        from gcs.rpc import descriptors as svc
 
         md = [("ray_cluster_id", cluster_id.hex())]
         self.cluster_id = cluster_id
@@ -204,7 +204,7 @@ class Seen(list):  # type: ignore[type-arg]
 
     def __init__(self) -> None:
         super().__init__()
-        from gcs.changes import Changes
+        from gcs.base.changes import Changes
 
         self.changes = Changes()
 

@@ -1,7 +1,7 @@
 """Our renamed proto package still serves and calls Ray's gRPC method paths."""
 
 from gcs.rpc import method_path, wire_service_name
-from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO, NODE_MANAGER
+from gcs.rpc.descriptors import AUTOSCALER_STATE, NODE_INFO, NODE_MANAGER
 
 
 class TestWirePaths:

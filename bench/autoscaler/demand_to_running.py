@@ -20,10 +20,10 @@ import time
 import structlog
 
 from gcs.autoscaler.config import parse_cluster_config
-from gcs.autoscaler.model import InstanceStatus as S
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.runtime import AutoscalerRuntime
 from gcs.config import GcsConfig
+from gcs.policy.autoscaling.model import InstanceStatus as S
+from gcs.policy.autoscaling.model import NodeKind
 from gcs.sdk import request_resources
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore

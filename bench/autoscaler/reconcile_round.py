@@ -24,9 +24,9 @@ from gcs.autoscaler.instances import (
     MemoryInstanceStorage,
     StatusHistory,
 )
-from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.autoscaler.reconciler import CloudInstanceUpdater, EventLog, RayStopper, Reconciler
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind
 from gcs.proto import autoscaler_pb2
 from gcs.testing.cloud import FakeAutoscalerGcs, FakeCloudProvider
 

@@ -3,7 +3,7 @@
 Each case runs ``python -m gcs <argv>`` (a command that fails at once on a bad flag, or
 prints help) ``--runs`` times and reports the median CPU time (user + system, children's
 rusage: steadier than wall time on a loaded machine).  The baseline, run in the same
-process, is the same command with every subcommand module imported first, as ``gcs.cli``
+process, is the same command with every subcommand module imported first, as ``gcs.cli.main``
 did before its subcommands were loaded on demand (``GcsGroup(lazy_commands=...)``).
 
     python -m bench.cli.startup [--runs 7]
@@ -18,12 +18,12 @@ import subprocess
 import sys
 
 EAGER_MODULES = (
-    "gcs.store.cli",
-    "gcs.autoscaler.cli",
-    "gcs.autoscaler.run_cli",
-    "gcs.virtual_clusters.cli",
-    "gcs.raylet.cli",
-    "gcs.dropin.cli",
+    "gcs.cli.store",
+    "gcs.cli.autoscaler",
+    "gcs.cli.autoscaler_run",
+    "gcs.cli.vcluster",
+    "gcs.cli.raylet",
+    "gcs.cli.dropin.cli",
 )
 CASES = (
     ("status --bogus", ["status", "--bogus"]),
@@ -54,7 +54,8 @@ def main() -> None:
     for label, argv in CASES:
         lazy = _median([sys.executable, "-m", "gcs", *argv], args.runs)
         baseline = _median(
-            [sys.executable, "-c", f"{eager}; from gcs.cli import main; main()", *argv], args.runs
+            [sys.executable, "-c", f"{eager}; from gcs.cli.main import main; main()", *argv],
+            args.runs,
         )
         print(f"{label:28} {lazy * 1e3:8.0f} {baseline * 1e3:9.0f} {lazy / baseline:6.2f}")
 

@@ -110,14 +110,14 @@ async def run_one(server: str, actors: int, ray_python: Path, log_dir: Path) -> 
             gcs_pid = find_pid(f"gcs_server_port={port}")
         else:
             await spawn(
-                "gcs", sys.executable, "-m", "gcs.cli", "serve", "--host", HOST,
+                "gcs", sys.executable, "-m", "gcs.cli.main", "serve", "--host", HOST,
                 "--port", str(port), "--storage", "memory://", "--metrics-port", "-1",
                 "--log-level", "warning",
             )  # fmt: skip
             await wait_port(port)
             gcs_pid = procs[0].pid
             await spawn(
-                "agent-head", sys.executable, "-m", "gcs.cli", "raylet", "--address", address,
+                "agent-head", sys.executable, "-m", "gcs.cli.main", "raylet", "--address", address,
                 "--head", "--host", HOST, "--resources", '{"CPU": 0}',
             )  # fmt: skip
             await set_full_python_version(address, str(ray_python))

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from gcs.auth import AuthToken
+from gcs.base.auth import AuthToken
 from gcs.rpc.interceptors import WRONG_CLUSTER_ID, CallGuardInterceptor
 
 CLUSTER = "ab" * 28

@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import time
 
-from gcs.clock import SystemClock
+from gcs.base.clock import SystemClock
 from gcs.managers.lane import ApplyLane
 from gcs.store import WriteBatch
 from gcs.store.memory import MemoryStore

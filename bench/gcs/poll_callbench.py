@@ -22,10 +22,10 @@ import grpc
 from gcs.config import RayletIoConfig
 from gcs.proto import node_manager_pb2
 from gcs.raylet.testing import FakeGcs
-from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
-from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
-from gcs.rpc.raylets.h2_unary import H2UnaryClient
-from gcs.rpc.raylets.pool import GET_RESOURCE_LOAD_PATH
+from gcs.rpc.raylet_io.budget import budget_for, nofile_soft_limit
+from gcs.rpc.raylet_io.grpc_gateway import GrpcRayletGateway
+from gcs.rpc.raylet_io.h2_unary import H2UnaryClient
+from gcs.rpc.raylet_io.pool import GET_RESOURCE_LOAD_PATH
 
 Reply = node_manager_pb2.GetResourceLoadReply
 RAYLET_IO = RayletIoConfig()
@@ -52,7 +52,7 @@ async def main(agents: int, rounds: int) -> None:
     fake = FakeGcs()
     await fake.start()
     fleet = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "gcs.cli", "raylet-fleet", "--gcs-address", fake.address),
+        *(sys.executable, "-m", "gcs.cli.main", "raylet-fleet", "--gcs-address", fake.address),
         *("--count", str(agents), "--processes", "1"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -60,7 +60,7 @@ def run(nodes: int, processes: int, window_s: float) -> None:
         [
             sys.executable,
             "-m",
-            "gcs.cli",
+            "gcs.cli.main",
             "serve",
             "--port",
             str(port),
@@ -83,7 +83,7 @@ def run(nodes: int, processes: int, window_s: float) -> None:
             [
                 sys.executable,
                 "-m",
-                "gcs.cli",
+                "gcs.cli.main",
                 "raylet-fleet",
                 "--gcs-address",
                 f"127.0.0.1:{port}",

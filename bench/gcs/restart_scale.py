@@ -38,7 +38,7 @@ from gcs.config import GcsConfig
 from gcs.proto import gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.server import GcsServer
 from gcs.server.logging import configure_logging
 from gcs.store import WriteBatch, store_from_url
@@ -228,7 +228,7 @@ def run_once(url: str, observe_s: float, server_src: str | None) -> dict[str, ob
     started = time.perf_counter()
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "gcs.cli", "serve", "--port", str(port)),
+            *(sys.executable, "-m", "gcs.cli.main", "serve", "--port", str(port)),
             *("--storage", url, "--metrics-port", "-1"),
             *("--log-level", "error", "--log-format", "json"),
         ],

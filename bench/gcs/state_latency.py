@@ -29,7 +29,7 @@ from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
+from gcs.rpc.descriptors import AUTOSCALER_STATE, NODE_INFO
 from gcs.server import GcsServer
 from gcs.server.logging import configure_logging
 from gcs.store.memory import MemoryStore

@@ -43,7 +43,7 @@ import grpc
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
+from gcs.rpc.descriptors import AUTOSCALER_STATE, NODE_INFO
 from gcs.testing.ports import free_port
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -307,7 +307,7 @@ def read(args: argparse.Namespace) -> None:
         address = line.split()[1]
         fleet = subprocess.Popen(
             [
-                *(sys.executable, "-m", "gcs.cli", "raylet-fleet", "--gcs-address", address),
+                *(sys.executable, "-m", "gcs.cli.main", "raylet-fleet", "--gcs-address", address),
                 *("--count", str(args.nodes), "--processes", str(args.processes)),
                 *("--resources", '{"CPU": 4}', "--node-type", "cpu4"),
             ],

@@ -227,7 +227,7 @@ def start_ours() -> Gcs:
     port, metrics = free_port(), free_port()
     work = tempfile.TemporaryDirectory(prefix="gcs-bench-ours-")
     cmd = [
-        sys.executable, "-m", "gcs.cli", "serve", "--host=127.0.0.1", f"--port={port}",
+        sys.executable, "-m", "gcs.cli.main", "serve", "--host=127.0.0.1", f"--port={port}",
         "--storage=memory://", f"--metrics-port={metrics}", "--log-level=warning",
     ]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(REPO))

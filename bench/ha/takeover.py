@@ -37,7 +37,7 @@ import grpc
 from bench.gcs.restart_scale import populate, refused_ports
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.testing.ha_group import FAST_RECONNECT, HaGroup
 from gcs.testing.ports import free_port
 from gcs.testing.redis_server import RedisServer

@@ -21,7 +21,7 @@ import time
 
 import structlog
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
 from gcs.managers.nodes import NodeManager
 from gcs.managers.pg_scheduler import PlacementGroupScheduler
@@ -29,7 +29,7 @@ from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.store.memory import MemoryStore
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 
 TYPES = [{"CPU": 8.0}, {"CPU": 32.0}, {"CPU": 16.0, "GPU": 4.0}]
 STRATEGIES = [common_pb2.PACK, common_pb2.SPREAD, common_pb2.STRICT_PACK, common_pb2.STRICT_SPREAD]

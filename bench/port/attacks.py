@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gcs.rpc.h2wire import (
+from gcs.rpc.h2_frames import (
     ACK,
     CONTINUATION,
     DATA,
@@ -36,7 +36,7 @@ from gcs.rpc.h2wire import (
     literal,
     literal_new,
 )
-from gcs.rpc.wire import varint
+from gcs.rpc.method_paths import varint
 
 KV_GET = "/ray.rpc.InternalKVGcsService/InternalKVGet"
 KV_PUT = "/ray.rpc.InternalKVGcsService/InternalKVPut"

@@ -1,4 +1,4 @@
-"""Which HTTP/2 engine under the front server's framing: our ``gcs.rpc.front.h2`` or
+"""Which HTTP/2 engine under the front server's framing: our ``gcs.front.h2`` or
 libnghttp2 through the ``ngh2`` package (alpha), on the two shapes the front server lives on.
 
     pip install ngh2   # into a scratch virtualenv; it is not a dependency of gcs
@@ -30,17 +30,9 @@ sys.path.insert(0, str(REPO))
 
 import hpack  # noqa: E402
 
-from gcs.rpc.front.grpc_wire import OK_TRAILERS, RESPONSE_HEADERS  # noqa: E402
-from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream  # noqa: E402
-from gcs.rpc.h2wire import (  # noqa: E402
-    DATA,
-    END_HEADERS,
-    END_STREAM,
-    HEADERS,
-    PREFACE,
-    SETTINGS,
-    frame,
-)
+from gcs.front.grpc_framing import OK_TRAILERS, RESPONSE_HEADERS  # noqa: E402
+from gcs.front.h2 import H2Limits, H2ServerConnection, Stream  # noqa: E402
+from gcs.rpc.h2_frames import DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, frame  # noqa: E402
 
 PATH = "/ray.rpc.InternalKVGcsService/InternalKVGet"
 REQUEST = b"\x00\x00\x00\x00\x0c" + b"\x0a\x05probe\x12\x05bench"

@@ -19,9 +19,9 @@ import sys
 
 import grpc
 
+from gcs.base.protowire import varint
 from gcs.proto import gcs_service_pb2, pubsub_pb2
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
-from gcs.wire_encoding import varint
 
 _PID = b"F" * 28
 _TAIL = b"\x12\x1c" + _PID + b"\xa2\x06\x00"

@@ -5,7 +5,7 @@
 A measurement aid, not a server to deploy: it answers only what ``vs_ray.py`` calls
 (GetClusterId, RegisterNode, GcsSubscriberCommandBatch, GcsSubscriberPoll), over plaintext
 HTTP/2 with no auth and no store.  The pubsub logic is our real
-:class:`~gcs.pubsub.publisher.Publisher`; only the transport differs from ``gcs serve``:
+:class:`~gcs.managers.pubsub.publisher.Publisher`; only the transport differs from ``gcs serve``:
 one ``asyncio.Protocol`` per connection, frames parsed by hand (``hpack`` for request
 headers), a held poll completed by a future callback that writes one pre-encoded
 HEADERS + DATA + trailers burst -- no task, no coroutine and no completion-queue hop per
@@ -23,9 +23,9 @@ import sys
 
 import hpack
 
-from gcs.clock import SystemClock
+from gcs.base.clock import SystemClock
+from gcs.managers.pubsub import GCS_NODE_INFO_CHANNEL, Publisher, PublisherConfig
 from gcs.proto import gcs_service_pb2
-from gcs.pubsub import GCS_NODE_INFO_CHANNEL, Publisher, PublisherConfig
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _HEADER = struct.Struct(">IBI")  # length(24) + type(8) packed as one int, flags, stream id

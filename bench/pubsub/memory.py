@@ -49,7 +49,7 @@ def main() -> None:
         [
             sys.executable,
             "-c",
-            "from gcs.cli import main; main()",
+            "from gcs.cli.main import main; main()",
             "serve",
             "--host=127.0.0.1",
             f"--port={port}",

@@ -60,10 +60,10 @@ def server_main(
 async def _server(conn: Connection, subscribers: int, publishes: int, budget_s: float) -> None:
     import grpc
 
-    from gcs.clock import SystemClock
+    from gcs.base.clock import SystemClock
+    from gcs.managers.pubsub import GCS_NODE_INFO_CHANNEL
     from gcs.proto import gcs_pb2
-    from gcs.pubsub import GCS_NODE_INFO_CHANNEL
-    from gcs.pubsub.runtime import GcsPubSub
+    from gcs.services.pubsub_runtime import GcsPubSub
 
     pubsub = GcsPubSub.create(SystemClock())
     from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
@@ -168,9 +168,9 @@ async def _client(
     """
     import grpc
 
+    from gcs.managers.pubsub import GCS_NODE_INFO_CHANNEL
+    from gcs.managers.pubsub.publisher import NIL_PUBLISHER_ID
     from gcs.proto import gcs_service_pb2
-    from gcs.pubsub import GCS_NODE_INFO_CHANNEL
-    from gcs.pubsub.publisher import NIL_PUBLISHER_ID
 
     addr = f"127.0.0.1:{port}"
     n_channels = max(1, -(-subscribers // subs_per_channel))

@@ -18,7 +18,7 @@ Per configuration it prints:
     the whole publishing window (publish, every reply, every re-poll), divided by the
     number of publishes.
 
-``ours`` is ``gcs serve`` as deployed: the front server (gcs.rpc.front) on the port, the
+``ours`` is ``gcs serve`` as deployed: the front server (gcs.front) on the port, the
 pubsub methods answered by it, everything else relayed to grpc.aio; ``grpc`` is ``gcs serve``
 with ``GCS_FRONT_SERVER=0`` (grpc.aio alone on the port, the path before the front server).
 ``--servers ours,floor,ray`` adds ``floor_server.py``, a bare grpc.aio server with no
@@ -155,7 +155,7 @@ def start_ours(port: int, *, front: bool = True) -> Server:
     cmd = [
         sys.executable,
         "-c",
-        "from gcs.cli import main; main()",
+        "from gcs.cli.main import main; main()",
         "serve",
         "--host=127.0.0.1",
         f"--port={port}",

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workload import scenario  # noqa: E402
 
-from gcs.autoscaler.scheduler import schedule  # noqa: E402
+from gcs.policy.autoscaling.scheduler import schedule  # noqa: E402
 from tests.autoscaler.scenario_io import our_decisions, scenario_input  # noqa: E402
 
 RAY_PY = Path.home() / ".cache/gcs-interop/ray-2.60.0/bin/python"

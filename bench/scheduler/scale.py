@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workload import scenario  # noqa: E402
 
-from gcs.autoscaler.scheduler import schedule  # noqa: E402
-from gcs.autoscaler.scheduler.types import ResourceDemand  # noqa: E402
+from gcs.policy.autoscaling.scheduler import schedule  # noqa: E402
+from gcs.policy.autoscaling.scheduler.types import ResourceDemand  # noqa: E402
 from tests.autoscaler.scenario_io import scenario_input  # noqa: E402
 
 

@@ -25,7 +25,7 @@ from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
 from gcs.proto import gcs_pb2
 from gcs.proto import virtual_cluster_pb2 as V
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import VIRTUAL_CLUSTER_INFO
+from gcs.rpc.descriptors import VIRTUAL_CLUSTER_INFO
 from gcs.server import GcsServer
 from gcs.server.logging import configure_logging
 from gcs.store.redis.store import RedisStore

@@ -20,8 +20,8 @@ Layers, lowest first.  A module imports only from its own layer or the ones befo
    standalone autoscaler), ``metrics``, ``simulator`` (a simulated cloud on a virtual clock);
 8. ``planner``, ``cli``, ``run_cli`` -- the command line.
 
-Outside the package it uses ``gcs.clock``, ``gcs.errors``, ``gcs.proto``, ``gcs.rpc`` (the
-client side), ``gcs.store``, ``gcs.auth``, ``gcs.cli_*`` (command line only),
-``gcs.virtual_clusters.ids`` and ``gcs.wire_encoding`` (the simulator); never
+Outside the package it uses ``gcs.base.clock``, ``gcs.base.errors``, ``gcs.proto``, ``gcs.rpc`` (the
+client side), ``gcs.store``, ``gcs.base.auth``, ``gcs.cli_*`` (command line only),
+``gcs.policy.virtual_clusters.ids`` and ``gcs.base.protowire`` (the simulator); never
 ``gcs.server``, ``gcs.managers`` or ``gcs.services``.
 """

@@ -21,8 +21,8 @@ import math
 from collections.abc import Iterable, Mapping
 
 from gcs.autoscaler.config import ClusterConfig
-from gcs.autoscaler.model import InstanceStatus, NodeKind
-from gcs.autoscaler.scheduler.types import (
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind
+from gcs.policy.autoscaling.scheduler.types import (
     ClusterConstraint,
     GangRequest,
     IpprStatus,

@@ -34,9 +34,14 @@ from typing import Any, cast
 
 import yaml
 
-from gcs.autoscaler.capacity import CapacityBackoff
 from gcs.autoscaler.providers.registry import PROVIDERS, Registry
-from gcs.autoscaler.scheduler.types import IpprSpec, NodeTypeConfig, Options, SchedulerConfig
+from gcs.policy.autoscaling.capacity import CapacityBackoff
+from gcs.policy.autoscaling.scheduler.types import (
+    IpprSpec,
+    NodeTypeConfig,
+    Options,
+    SchedulerConfig,
+)
 
 
 class ConfigError(ValueError):

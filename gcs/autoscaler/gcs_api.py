@@ -5,7 +5,7 @@ what a provider may call (the read-only provider lists the GCS's nodes, KubeRay 
 raylets and counts drivers); :class:`RuntimeGcs` all of it plus InternalKV.
 :class:`~gcs.autoscaler.grpc_gcs.GrpcAutoscalerGcs` implements them over gRPC;
 ``gcs.testing.cloud`` and the simulator have fakes.  Implementations raise
-:class:`~gcs.errors.Unavailable` when the GCS cannot answer.
+:class:`~gcs.base.errors.Unavailable` when the GCS cannot answer.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The same AutoscalerStateService serves the embedded autoscaler and a standalone one (ours or
 Ray 2.60's GCS), so this client speaks only Ray's wire protocol.  Failures are raised as
-:class:`~gcs.errors.Unavailable`.
+:class:`~gcs.base.errors.Unavailable`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Mapping
 import grpc
 
 from gcs.autoscaler.gcs_api import DrainResult, VcSnapshot, VcUpdate
-from gcs.errors import Unavailable
+from gcs.base.errors import Unavailable
 from gcs.proto import autoscaler_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import (
+from gcs.rpc.descriptors import (
     AUTOSCALER_STATE,
     INTERNAL_KV,
     JOB_INFO,

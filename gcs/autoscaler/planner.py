@@ -24,7 +24,7 @@ from gcs.autoscaler.reconciler.vc_scaling import (
     primary_demand,
     waiting_demand,
 )
-from gcs.autoscaler.scheduler import IpprStatus, ResourceDemand, SchedulingReply, schedule
+from gcs.policy.autoscaling.scheduler import IpprStatus, ResourceDemand, SchedulingReply, schedule
 from gcs.proto import autoscaler_pb2
 
 __all__ = [
@@ -245,8 +245,8 @@ async def fetch_state(address: str, timeout_s: float = 10.0) -> autoscaler_pb2.C
     """GetClusterId, then GetClusterResourceState with the cluster id metadata Ray expects."""
     from gcs.proto import gcs_service_pb2
     from gcs.rpc import ServiceStub
+    from gcs.rpc.descriptors import AUTOSCALER_STATE, NODE_INFO
     from gcs.rpc.security import Security
-    from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
 
     async with Security.from_env().aio_channel(address) as channel:
         node_info = ServiceStub(channel, NODE_INFO, timeout_s=timeout_s)

@@ -3,7 +3,7 @@
 Used two ways, with the same code:
 - embedded in ``gcs serve --autoscaler-config`` (:func:`embedded_autoscaler`): instances
   persist in the GCS's own store; a component of the server (``load`` -> ``run`` ->
-  ``close``, :mod:`gcs.lifecycle`) built from narrow arguments, never the server itself;
+  ``close``, :mod:`gcs.base.lifecycle`) built from narrow arguments, never the server itself;
 - standalone, ``gcs autoscaler run --gcs-address``: instances persist in the target GCS's
   InternalKV, so it works against Ray 2.60's GCS too.
 Both talk to the GCS over its gRPC AutoscalerStateService.
@@ -33,7 +33,6 @@ from gcs.autoscaler.gcs_api import RuntimeGcs
 from gcs.autoscaler.grpc_gcs import GrpcAutoscalerGcs
 from gcs.autoscaler.instances import InstanceManager, InstanceStorage, StoreInstanceStorage
 from gcs.autoscaler.instances.storage import KvInstanceStorage
-from gcs.autoscaler.model import HEAD_RESOURCE, NodeKind
 from gcs.autoscaler.providers.base import CloudProvider, ProviderContext, provider_factory
 from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.reconciler import (
@@ -43,9 +42,10 @@ from gcs.autoscaler.reconciler import (
     ReconcileConfig,
     Reconciler,
 )
-from gcs.autoscaler.scheduler import waiting
-from gcs.background import Background
-from gcs.clock import Clock, SystemClock
+from gcs.base.background import Background
+from gcs.base.clock import Clock, SystemClock
+from gcs.policy.autoscaling.model import HEAD_RESOURCE, NodeKind
+from gcs.policy.autoscaling.scheduler import waiting
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.security import Security
 from gcs.store import Store
@@ -63,7 +63,7 @@ log = structlog.get_logger("gcs.autoscaler")
 EVENTS_NAMESPACE = b"gcs_autoscaler"
 EVENTS_KEY = b"events"
 WAITING_KEY = b"waiting"
-"""Why demand waits (:mod:`gcs.autoscaler.scheduler.waiting`), as of the last round."""
+"""Why demand waits (:mod:`gcs.policy.autoscaling.scheduler.waiting`), as of the last round."""
 DEFAULT_INTERVAL_S = 5.0
 """Ray's ``AUTOSCALER_UPDATE_INTERVAL_S``."""
 
@@ -90,7 +90,7 @@ def interval_from_env(environ: Mapping[str, str]) -> float:
 
 
 class AutoscalerRuntime:
-    """A :class:`gcs.lifecycle.Component` named ``autoscaler``."""
+    """A :class:`gcs.base.lifecycle.Component` named ``autoscaler``."""
 
     name = "autoscaler"
 

@@ -10,11 +10,11 @@ import shlex
 from dataclasses import fields
 from typing import Any
 
+from gcs.base.handler_delays import DelaySpecError, HandlerDelays
 from gcs.config.errors import ConfigError
 from gcs.config.keys import LOG_LEVELS
 from gcs.config.keys import names as _names
 from gcs.config.schema import GcsConfig, RequestLimits
-from gcs.handler_delays import DelaySpecError, HandlerDelays
 
 __all__ = [
     "HA_MIN_RENEW_MS",

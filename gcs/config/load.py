@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from gcs.auth import AuthConfigError, parse_mode
+from gcs.base.auth import AuthConfigError, parse_mode
 from gcs.config.checks import validate
 from gcs.config.errors import ConfigError
 from gcs.config.keys import ENV_VARS, RAY_FILE_KEYS, TOKEN_ENV_VARS, ray_knob_value

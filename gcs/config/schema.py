@@ -1,7 +1,7 @@
 """The configuration's schema: frozen dataclasses, units in names, Ray's defaults.
 
 Every knob is a field here, its description the docstring under it (the reference,
-docs/configuration.md, is generated from these: :mod:`gcs.config_reference`).
+docs/configuration.md, is generated from these: :mod:`gcs.cli.config_reference`).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class LoadPollConfig:
     extra health checks (the default is that period).  0 = every node every period, as Ray
     does."""
     transport: str = "h2"
-    """``h2``: the lean HTTP/2 client of ``gcs.rpc.raylets.h2_unary`` (~3x less GCS CPU per poll;
+    """``h2``: the lean HTTP/2 client of ``gcs.rpc.raylet_io.h2_unary`` (~3x less GCS CPU per poll;
     a raylet it cannot talk to falls back to grpc), or ``grpc`` (grpc.aio for every call)."""
 
 
@@ -125,7 +125,7 @@ class RequestLimits:
 
 @dataclass(frozen=True, slots=True)
 class Http2Limits:
-    """Abuse limits of the front server's HTTP/2 layer (``gcs.rpc.front.h2``); each default
+    """Abuse limits of the front server's HTTP/2 layer (``gcs.front.h2``); each default
     is nghttp2's or grpc C-core's (as Ray's ``gcs_server`` sets it).  Crossing one ends the
     connection with GOAWAY ENHANCE_YOUR_CALM."""
 
@@ -164,7 +164,7 @@ class Http2Limits:
 
 @dataclass(frozen=True, slots=True)
 class RayletIoConfig:
-    """Budget of the GCS -> raylet I/O layer (``gcs.rpc.raylets``); Ray has no such knobs.
+    """Budget of the GCS -> raylet I/O layer (``gcs.rpc.raylet_io``); Ray has no such knobs.
 
     Every raylet client holds up to two sockets (the HTTP/2 poll connection and a gRPC
     channel), so 50,000 raylets cannot all stay connected under a typical fd limit: clients
@@ -347,7 +347,7 @@ class GcsConfig:
     """Period of the GC of finished, idle job clusters (ant-ray's name and default; 0 =
     off)."""
     front_server: bool = True
-    """Serve the GCS port with the front server (gcs.rpc.front): a lean HTTP/2 server answers
+    """Serve the GCS port with the front server (gcs.front): a lean HTTP/2 server answers
     every unary call itself (grpc.aio's own handlers) and relays streaming calls to grpc.aio
     on a private Unix socket.  False: grpc.aio serves the port directly."""
     front_max_concurrent_streams: int = 4096
@@ -363,12 +363,12 @@ class GcsConfig:
     than 1 MiB for a client that does not read is dropped."""
     http2: Http2Limits = field(default_factory=Http2Limits)
     auth_mode: str = "disabled"
-    """``disabled`` or ``token`` (Ray's ``RAY_AUTH_MODE``); see :mod:`gcs.auth`."""
+    """``disabled`` or ``token`` (Ray's ``RAY_AUTH_MODE``); see :mod:`gcs.base.auth`."""
     auth_token_path: str = ""
     """Token file for ``auth_mode: token``.  Empty = Ray's sources: ``RAY_AUTH_TOKEN``,
     ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``.  From a config file it yields to
     those environment variables; from ``--auth-token-path`` it wins over them.  TLS is
-    configured by Ray's environment only (``RAY_USE_TLS``, ``RAY_TLS_*``; :mod:`gcs.tls`)."""
+    configured by Ray's environment only (``RAY_USE_TLS``, ``RAY_TLS_*``; :mod:`gcs.base.tls`)."""
 
     event_stats: bool = True
     """Ray's ``event_stats``: keep the per-handler figures ``event_stats_print_interval_ms``
@@ -391,7 +391,7 @@ class GcsConfig:
 
     testing_asio_delay_us: str = ""
     """Ray's test knob: GCS handlers that wait before they run, ``NAME=MIN_US:MAX_US,...``
-    (:mod:`gcs.handler_delays`).  Empty: none wait."""
+    (:mod:`gcs.base.handler_delays`).  Empty: none wait."""
 
     ray_internal_config: str = ""
     """JSON object ``GetInternalConfig`` serves to raylets: Ray's ``--config_list`` under

@@ -5,7 +5,7 @@ that nothing a client was told is lost: the resource-state version never goes ba
 restarts, and the ``request_resources`` constraint and the last autoscaling state are
 persisted.
 
-The snapshot is assembled from cached serialized parts (see :mod:`gcs.wire_encoding`):
+The snapshot is assembled from cached serialized parts (see :mod:`gcs.base.protowire`):
 per-node static bytes are rebuilt only when that node's report changes, the pending-demand
 section only when some node's load changed.
 
@@ -23,21 +23,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from gcs.background import race
-from gcs.clock import Clock, within
-from gcs.errors import InvalidArgument, NotFound, RayletUnreachable
-from gcs.managers.counters import DurableCounter
-from gcs.managers.events import Prepared
-from gcs.managers.kv import KvManager
-from gcs.managers.lane import ApplyLane, ResolvePolicy
-from gcs.managers.nodes import DrainRecord, NodeManager
-from gcs.managers.placement_groups import PlacementGroupManager
-from gcs.managers.resources import NodeResources, ResourceCache
-from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
-from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
-from gcs.store import Store, WriteBatch
-from gcs.store.base import TABLE_META
-from gcs.wire_encoding import (
+from gcs.base.background import race
+from gcs.base.clock import Clock, within
+from gcs.base.errors import InvalidArgument, NotFound, RayletUnreachable
+from gcs.base.protowire import (
     LEN,
     VARINT,
     VARINT_TABLE,
@@ -50,6 +39,17 @@ from gcs.wire_encoding import (
     tag,
     varint,
 )
+from gcs.managers.counters import DurableCounter
+from gcs.managers.events import Prepared
+from gcs.managers.kv import KvManager
+from gcs.managers.lane import ApplyLane, ResolvePolicy
+from gcs.managers.nodes import DrainRecord, NodeManager
+from gcs.managers.placement_groups import PlacementGroupManager
+from gcs.managers.resources import NodeResources, ResourceCache
+from gcs.proto import autoscaler_pb2, gcs_pb2, node_manager_pb2
+from gcs.rpc.raylet_io.gateway import RayletGateway, raylet_address
+from gcs.store import Store, WriteBatch
+from gcs.store.base import TABLE_META
 
 log = structlog.get_logger("gcs.autoscaler_state")
 

@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
 
-from gcs.errors import GcsError
+from gcs.base.errors import GcsError
 from gcs.managers.nodes import NodeManager
 from gcs.proto import common_pb2
-from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
+from gcs.rpc.raylet_io.gateway import RayletGateway, raylet_address
 
 log = structlog.get_logger("gcs.placement_groups")
 

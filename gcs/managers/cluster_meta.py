@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 import gcs
-from gcs.ids import CLUSTER_ID_SIZE
+from gcs.base.ids import CLUSTER_ID_SIZE
 from gcs.managers.kv import KvManager
 from gcs.store import Store, StoreConflict, StoreCorrupt, WriteBatch
 from gcs.store.base import META_CLUSTER_ID, META_SESSION_NAME, TABLE_META

@@ -10,7 +10,7 @@ ask it about virtual clusters) need no late assignment either.
 Listeners are called synchronously, in subscription order, from the emitter's apply step:
 after the change is persisted and applied in memory, before it is published.  A listener
 must not await; work that must (a store write, a raylet call) goes to a task of the
-listener's own (:class:`~gcs.background.Background`).  An exception from a listener
+listener's own (:class:`~gcs.base.background.Background`).  An exception from a listener
 reaches the emitter (``check_job`` refuses a job that way).
 """
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import structlog
 
-from gcs.errors import GcsError
+from gcs.base.errors import GcsError
 from gcs.managers.kv import KvManager
 
 __all__ = ["EXPORT_KINDS", "FUNCTION_NAMESPACE", "export_prefixes", "remove_exports"]

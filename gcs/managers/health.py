@@ -24,15 +24,15 @@ from dataclasses import dataclass
 
 import structlog
 
-from gcs.background import Background
-from gcs.clock import Clock
+from gcs.base.background import Background
+from gcs.base.clock import Clock
+from gcs.base.errors import GcsError
 from gcs.config import HealthCheckConfig
-from gcs.errors import GcsError
 from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
 from gcs.managers.startup_spread import spread_lazily
 from gcs.proto import gcs_pb2
-from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
+from gcs.rpc.raylet_io.gateway import RayletGateway, raylet_address
 
 log = structlog.get_logger("gcs.health")
 

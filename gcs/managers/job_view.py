@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 import structlog
 from google.protobuf import json_format
 
-from gcs.errors import WorkerUnreachable
+from gcs.base.errors import WorkerUnreachable
 from gcs.proto import gcs_pb2
 from gcs.rpc.drivers import DriverGateway
 

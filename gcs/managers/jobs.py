@@ -26,10 +26,10 @@ from types import MappingProxyType
 
 import structlog
 
-from gcs.background import Background
-from gcs.clock import Clock, now_ms
-from gcs.errors import InvalidArgument
-from gcs.ids import JOB_ID_SIZE
+from gcs.base.background import Background
+from gcs.base.clock import Clock, now_ms
+from gcs.base.errors import InvalidArgument
+from gcs.base.ids import JOB_ID_SIZE
 from gcs.managers.events import JobEvents, Prepared
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import Publish, no_publish

@@ -17,7 +17,7 @@ step is applied and the mutation succeeds; if it did not, the caller gets
 cannot tell, the caller gets the ``StoreOutcomeUnknown`` (UNAVAILABLE, "may have been
 applied") and the lane keeps ``(write_id, apply)``: the next mutation first resolves it and
 applies the step if the write landed, so memory never diverges from the store.  While it
-stays unresolved every later mutation fails with :class:`~gcs.errors.Unavailable` without
+stays unresolved every later mutation fails with :class:`~gcs.base.errors.Unavailable` without
 writing anything.
 
 A caller cancelled mid-write (a cancelled RPC) does not cut a mutation in half: the write and
@@ -41,9 +41,9 @@ from typing import TypeVar
 
 import structlog
 
-from gcs.background import shielded
-from gcs.clock import Clock
-from gcs.errors import Unavailable
+from gcs.base.background import shielded
+from gcs.base.clock import Clock
+from gcs.base.errors import Unavailable
 from gcs.store import Store, WriteBatch
 from gcs.store.errors import StoreOutcomeUnknown, StoreUnavailable
 
@@ -134,7 +134,7 @@ class ApplyLane:
 
     async def resolve(self) -> None:
         """Resolve a remembered ambiguous write now (its step applied if it landed);
-        raises :class:`~gcs.errors.Unavailable` while the store still cannot tell."""
+        raises :class:`~gcs.base.errors.Unavailable` while the store still cannot tell."""
         async with self:
             return
 

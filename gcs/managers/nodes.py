@@ -21,9 +21,9 @@ from typing import Protocol
 import structlog
 from google.protobuf.message import Message
 
-from gcs.clock import Clock, now_ms
-from gcs.errors import FailedPrecondition
-from gcs.ids import NIL_JOB_ID
+from gcs.base.clock import Clock, now_ms
+from gcs.base.errors import FailedPrecondition
+from gcs.base.ids import NIL_JOB_ID
 from gcs.managers.events import NodeEvents, NodeListener
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, pubsub_pb2

@@ -4,7 +4,7 @@ One pass (:meth:`PlacementGroupScheduler.place_once`):
 
 1. take up to ``max_groups_per_pass`` PENDING / RESCHEDULING groups that are not being
    placed and whose retry time has come (RESCHEDULING first, then oldest first);
-2. ask the pure policy (:mod:`gcs.placement.policy`) for bundle -> node, against the alive,
+2. ask the pure policy (:mod:`gcs.policy.placement.policy`) for bundle -> node, against the alive,
    non-draining nodes' reported availability (minus what this scheduler reserved since the
    node last reported), restricted to the group's virtual cluster;
 3. per placed group, in the background: the two-phase reservation on the chosen raylets
@@ -34,16 +34,16 @@ from dataclasses import dataclass
 
 import structlog
 
-from gcs.background import Background
-from gcs.changes import Changes
-from gcs.clock import Clock, wait_event
-from gcs.errors import GcsError, Unavailable
+from gcs.base.background import Background
+from gcs.base.changes import Changes
+from gcs.base.clock import Clock, wait_event
+from gcs.base.errors import GcsError, Unavailable
 from gcs.managers.bundle_reservations import BundleReservations, group_by_node
 from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PG, PlacementGroupManager, is_placed
 from gcs.managers.resources import ResourceCache
-from gcs.placement.policy import (
+from gcs.policy.placement.policy import (
     BundleDemand,
     GroupRequest,
     NodeView,
@@ -53,7 +53,7 @@ from gcs.placement.policy import (
     selector_from_map,
 )
 from gcs.proto import common_pb2, gcs_pb2
-from gcs.rpc.raylets.gateway import RayletGateway
+from gcs.rpc.raylet_io.gateway import RayletGateway
 from gcs.store.errors import StoreOutcomeUnknown
 
 log = structlog.get_logger("gcs.placement_groups")

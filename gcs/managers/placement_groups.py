@@ -31,9 +31,9 @@ from types import MappingProxyType
 
 import structlog
 
-from gcs.clock import Clock, now_ms
-from gcs.errors import FailedPrecondition, InvalidArgument, NotFound
-from gcs.labels import selector_proto as parse_selector
+from gcs.base.clock import Clock, now_ms
+from gcs.base.errors import FailedPrecondition, InvalidArgument, NotFound
+from gcs.base.labels import selector_proto as parse_selector
 from gcs.managers.events import PlacementGroupEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2

@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from gcs.background import Background
-from gcs.clock import Clock
+from gcs.base.background import Background
+from gcs.base.clock import Clock
+from gcs.base.errors import GcsError
+from gcs.base.protowire import int_field, len_field
 from gcs.config import LoadPollConfig
-from gcs.errors import GcsError
 from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
 from gcs.proto import autoscaler_pb2, gcs_pb2, ray_syncer_pb2
-from gcs.rpc.raylets.gateway import RayletGateway
-from gcs.wire_encoding import int_field, len_field
+from gcs.rpc.raylet_io.gateway import RayletGateway
 
 log = structlog.get_logger("gcs.resources")
 

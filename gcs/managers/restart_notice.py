@@ -17,14 +17,14 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from gcs.background import Background
-from gcs.clock import Clock
-from gcs.errors import GcsError
+from gcs.base.background import Background
+from gcs.base.clock import Clock
+from gcs.base.errors import GcsError
 from gcs.managers.actors import ActorManager
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import LoadPoller
 from gcs.managers.startup_spread import spread, spread_lazily, spread_window_s
-from gcs.rpc.raylets.gateway import RayletGateway, raylet_address
+from gcs.rpc.raylet_io.gateway import RayletGateway, raylet_address
 
 log = structlog.get_logger("gcs.restart")
 

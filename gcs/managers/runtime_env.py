@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import structlog
 
-from gcs.clock import Clock
-from gcs.errors import Unavailable
+from gcs.base.clock import Clock
+from gcs.base.errors import Unavailable
 from gcs.proto import gcs_pb2
 
 log = structlog.get_logger("gcs.runtime_env")

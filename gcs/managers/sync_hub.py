@@ -31,12 +31,12 @@ from types import MappingProxyType
 import structlog
 from google.protobuf.message import DecodeError
 
-from gcs.changes import Changes
+from gcs.base.changes import Changes
+from gcs.base.protowire import len_field
 from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2, ray_syncer_pb2
-from gcs.wire_encoding import len_field
 
 log = structlog.get_logger("gcs.syncer")
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import structlog
 
-from gcs.background import Background
-from gcs.clock import Clock
+from gcs.base.background import Background
+from gcs.base.clock import Clock
 from gcs.managers.tasks import TaskEventStore
 from gcs.proto import gcs_pb2
 

@@ -31,9 +31,9 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gcs.errors import InvalidArgument, RayStatusCode
+from gcs.base.errors import InvalidArgument, RayStatusCode
+from gcs.base.protowire import framed_size
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
-from gcs.wire_encoding import framed_size
 
 TaskKey = tuple[bytes, int]
 """(task id, attempt number)."""

@@ -32,21 +32,18 @@ from typing import TypeVar
 
 import structlog
 
-from gcs.background import Background
-from gcs.clock import Clock
-from gcs.errors import Unavailable
+from gcs.base.background import Background
+from gcs.base.clock import Clock
+from gcs.base.errors import Unavailable
+from gcs.base.protowire import len_field, string_field
+from gcs.base.pubsub_channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.managers.events import Prepared
 from gcs.managers.jobs import JobManager, JobRejected
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PlacementGroupManager, gang_request
 from gcs.managers.resources import ResourceCache
-from gcs.proto import autoscaler_pb2, gcs_pb2
-from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
-from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
-from gcs.store import Store, StoreError, WriteBatch
-from gcs.store.base import TABLE_META, TABLE_NODE, TABLE_VIRTUAL_CLUSTER
-from gcs.virtual_clusters import (
+from gcs.policy.virtual_clusters import (
     CreateJobClusterResult,
     CreateOrUpdateResult,
     Plan,
@@ -55,13 +52,16 @@ from gcs.virtual_clusters import (
     VirtualClusterRegistry,
     replay,
 )
-from gcs.virtual_clusters.convert import node_view_from_gcs_node_info
-from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID, is_job_cluster_id
-from gcs.virtual_clusters.launchable import NO_AUTOSCALER, Launchable
-from gcs.virtual_clusters.model import Cluster
-from gcs.wire_encoding import len_field, string_field
+from gcs.policy.virtual_clusters.convert import node_view_from_gcs_node_info
+from gcs.policy.virtual_clusters.ids import PRIMARY_CLUSTER_ID, is_job_cluster_id
+from gcs.policy.virtual_clusters.launchable import NO_AUTOSCALER, Launchable
+from gcs.policy.virtual_clusters.model import Cluster
+from gcs.proto import autoscaler_pb2, gcs_pb2
+from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
+from gcs.store import Store, StoreError, WriteBatch
+from gcs.store.base import TABLE_META, TABLE_NODE, TABLE_VIRTUAL_CLUSTER
 
-log = structlog.get_logger("gcs.virtual_clusters")
+log = structlog.get_logger("gcs.policy.virtual_clusters")
 
 HIGH_WATER_KEY = b"virtual_cluster_revision_high_water"
 PG = gcs_pb2.PlacementGroupTableData

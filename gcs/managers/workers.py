@@ -20,9 +20,9 @@ from types import MappingProxyType
 
 import structlog
 
-from gcs.clock import Clock
-from gcs.errors import InvalidArgument, NotFound
-from gcs.ids import NODE_ID_SIZE
+from gcs.base.clock import Clock
+from gcs.base.errors import InvalidArgument, NotFound
+from gcs.base.ids import NODE_ID_SIZE
 from gcs.managers.events import WorkerEvents
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import Publish, no_publish

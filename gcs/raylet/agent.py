@@ -39,21 +39,21 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gcs.background import Background
-from gcs.changes import Changes
-from gcs.clock import Clock, SystemClock, now_ms, wait_event
+from gcs.base.background import Background
+from gcs.base.changes import Changes
+from gcs.base.clock import Clock, SystemClock, now_ms, wait_event
+from gcs.base.pubsub_channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2, virtual_cluster_pb2
-from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
-from gcs.pubsub.subscriber import GcsSubscriber, SubscribeError
 from gcs.raylet import convert
 from gcs.raylet.resources import LocalResources
 from gcs.raylet.servicer import NodeIdentity, NodeManagerServicer
 from gcs.raylet.sync_link import SyncerLink
 from gcs.raylet.vc_view import VirtualClusterView
 from gcs.rpc import ServiceStub, service_handler
+from gcs.rpc.descriptors import NODE_INFO, NODE_MANAGER, VIRTUAL_CLUSTER_INFO
 from gcs.rpc.interceptors import CallGuardInterceptor
 from gcs.rpc.security import Security
-from gcs.rpc.services import NODE_INFO, NODE_MANAGER, VIRTUAL_CLUSTER_INFO
+from gcs.sdk._subscriber import GcsSubscriber, SubscribeError
 
 log = structlog.get_logger("gcs.raylet")
 

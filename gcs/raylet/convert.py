@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gcs.labels import selector_proto
+from gcs.base.labels import selector_proto
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.raylet.resources import Demand, LabelConstraint
 

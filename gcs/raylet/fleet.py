@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 from gcs.raylet.agent import ExitReason, RayletAgent, RayletConfig
 from gcs.rpc.security import Security
 
@@ -166,7 +166,7 @@ async def run_fleet_processes(argv_without_count: Sequence[str], count: int, pro
         args = [
             sys.executable,
             "-m",
-            "gcs.raylet.cli",
+            "gcs.cli.raylet",
             "raylet-fleet",
             *argv_without_count,
             "--count",

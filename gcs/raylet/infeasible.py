@@ -4,7 +4,7 @@ A task no alive node can hold is not necessarily hopeless: an autoscaler may add
 type that fits it (that is the usual way a GPU task starts on a cluster with no GPU node up).
 So, as Ray does with an infeasible task, ``gcs submit`` keeps it waiting and warns on stderr
 at once.  What ends the wait is the autoscaler's own verdict on why the shape waits
-(:mod:`gcs.autoscaler.scheduler.waiting`, published each round): only when *no node type
+(:mod:`gcs.policy.autoscaling.scheduler.waiting`, published each round): only when *no node type
 fits* the shape (``infeasible``) are the tasks withdrawn, exit 1, as Ray's
 ``RAY_enable_infeasible_task_early_exit`` fails such tasks.  A shape a node-type limit holds
 back (``capped``: max_workers, the cluster's or a virtual cluster's cap) or one waiting on a
@@ -19,7 +19,7 @@ import asyncio
 import json
 from collections.abc import Mapping
 
-from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitReason, verdict_for
+from gcs.policy.autoscaling.scheduler.waiting import WaitingDemand, WaitReason, verdict_for
 
 
 def shape_text(resources: Mapping[str, float]) -> str:

@@ -16,7 +16,7 @@ them in ``ResourcesData.resource_load_by_shape``.
 Placement-group bundles (Ray's two-phase reservation): :meth:`~LocalResources.prepare_bundles`
 holds a bundle's unit resources (all bundles of the call or none);
 :meth:`~LocalResources.commit_bundles` turns held bundles into Ray's bundle resources
-(:mod:`gcs.placement.naming`), which leases can ask for; :meth:`~LocalResources.return_bundle`
+(:mod:`gcs.policy.placement.naming`), which leases can ask for; :meth:`~LocalResources.return_bundle`
 gives a prepared or committed bundle back (leases holding its resources are evicted first,
 as Ray kills the bundle's workers).  A node holding bundles is busy.
 """
@@ -28,9 +28,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gcs.changes import Changes
-from gcs.errors import InvalidArgument, NotFound
-from gcs.placement.naming import BundleKey, bundle_resources
+from gcs.base.changes import Changes
+from gcs.base.errors import InvalidArgument, NotFound
+from gcs.policy.placement.naming import BundleKey, bundle_resources
 
 EPSILON = 1e-9
 

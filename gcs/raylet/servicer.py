@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, node_manager_pb2, ray_syncer_pb2
 from gcs.raylet import convert
 from gcs.raylet.resources import LeaseRequest, LocalResources, Placement

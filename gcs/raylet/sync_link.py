@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import grpc
 import structlog
 
-from gcs.changes import Changes
-from gcs.clock import Clock, SystemClock
+from gcs.base.changes import Changes
+from gcs.base.clock import Clock, SystemClock
 from gcs.proto import ray_syncer_pb2
 
 log = structlog.get_logger("gcs.raylet.sync_link")

@@ -10,10 +10,10 @@ from typing import Any
 
 import grpc
 
-from gcs.changes import Changes
+from gcs.base.changes import Changes
 from gcs.proto import gcs_pb2, gcs_service_pb2
 from gcs.rpc import service_handler
-from gcs.rpc.services import NODE_INFO
+from gcs.rpc.descriptors import NODE_INFO
 
 
 class FakeNodeInfo:

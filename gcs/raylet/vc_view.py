@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gcs.changes import Changes
+from gcs.base.changes import Changes
 from gcs.proto import virtual_cluster_data_pb2
 
 TableData = virtual_cluster_data_pb2.VirtualClusterTableData

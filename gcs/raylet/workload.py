@@ -32,8 +32,8 @@ from gcs.raylet import convert
 from gcs.raylet.agent import CLUSTER_ID_METADATA_KEY
 from gcs.raylet.resources import LabelConstraint, selector_matches
 from gcs.rpc import ServiceStub
+from gcs.rpc.descriptors import NODE_INFO, NODE_MANAGER, NODE_RESOURCE_INFO
 from gcs.rpc.security import Security
-from gcs.rpc.services import NODE_INFO, NODE_MANAGER, NODE_RESOURCE_INFO
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from gcs.rpc.errors import (
     Unauthenticated,
     Unavailable,
 )
+from gcs.rpc.method_paths import method_path, wire_service_name
 from gcs.rpc.server import service_handler
-from gcs.rpc.wire import method_path, wire_service_name
 
 __all__ = [
     "AlreadyExists",

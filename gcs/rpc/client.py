@@ -12,7 +12,7 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from gcs.rpc.wire import method_path
+from gcs.rpc.method_paths import method_path
 
 DEFAULT_TIMEOUT_S = 30.0
 

@@ -3,7 +3,7 @@
 Ray's ``GetAllJobInfo`` asks each running job's driver (its core worker, at
 ``JobTableData.driver_address``) how many tasks it still has pending, with a 1 s deadline,
 to fill ``is_running_tasks``.  :class:`DriverGateway` is what the job view sees (no
-transport types); a failed call leaves as :class:`~gcs.errors.WorkerUnreachable`.
+transport types); a failed call leaves as :class:`~gcs.base.errors.WorkerUnreachable`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Protocol
 
 import grpc
 
-from gcs.errors import WorkerUnreachable
+from gcs.base.errors import WorkerUnreachable
 from gcs.proto import common_pb2, core_worker_pb2
-from gcs.rpc.raylets.pool import CHANNEL_OPTIONS
+from gcs.rpc.descriptors import CORE_WORKER
+from gcs.rpc.method_paths import method_path
+from gcs.rpc.raylet_io.pool import CHANNEL_OPTIONS
 from gcs.rpc.security import NO_SECURITY, Security
-from gcs.rpc.services import CORE_WORKER
-from gcs.rpc.wire import method_path
 
 __all__ = ["DriverGateway", "GrpcDriverGateway"]
 

@@ -1,4 +1,4 @@
-"""The one table from domain errors (:mod:`gcs.errors`, store errors included) to gRPC
+"""The one table from domain errors (:mod:`gcs.base.errors`, store errors included) to gRPC
 statuses and Ray's in-reply status codes.
 
 Servicers never let an exception escape as gRPC UNKNOWN: Ray's C++ client retries UNKNOWN
@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import grpc
 
-from gcs.errors import (
+from gcs.base.errors import (
     AlreadyExists,
     FailedPrecondition,
     GcsError,

@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from gcs.auth import AUTHORIZATION_METADATA, UNAUTHENTICATED_MESSAGE, AuthToken
+from gcs.base.auth import AUTHORIZATION_METADATA, UNAUTHENTICATED_MESSAGE, AuthToken
 
 WRONG_CLUSTER_ID = "WrongClusterID: Perhaps the client is accessing GCS after it has restarted."
 NOT_LEADER_MESSAGE = "this GCS is no longer the leader (HA): reconnect to reach the new one"
@@ -35,7 +35,7 @@ _STREAMING_PREFIXES = (
 
 class CallGuard:
     """The checks themselves, shared by the interceptor and the front server
-    (:mod:`gcs.rpc.front`), which serves the pubsub methods without grpc.aio."""
+    (:mod:`gcs.front`), which serves the pubsub methods without grpc.aio."""
 
     def __init__(self, cluster_id_hex: str | None = None, token: AuthToken | None = None) -> None:
         self.cluster = cluster_id_hex.lower() if cluster_id_hex else None

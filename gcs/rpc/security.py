@@ -18,8 +18,8 @@ from typing import Any
 
 import grpc
 
-from gcs.auth import AuthToken, client_token, load_token, parse_mode
-from gcs.tls import TlsFiles
+from gcs.base.auth import AuthToken, client_token, load_token, parse_mode
+from gcs.base.tls import TlsFiles
 
 ChannelOptions = Sequence[tuple[str, Any]]
 
@@ -33,7 +33,7 @@ class Security:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Security:
         """Client side: ``RAY_AUTH_MODE`` / ``RAY_AUTH_TOKEN*`` / ``RAY_USE_TLS`` / ``RAY_TLS_*``.
 
-        Raises :class:`gcs.auth.AuthConfigError` on a misconfiguration."""
+        Raises :class:`gcs.base.auth.AuthConfigError` on a misconfiguration."""
         env = os.environ if env is None else env
         return cls(client_token(env), TlsFiles.from_env(env))
 

@@ -24,10 +24,10 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
-from gcs.handler_delays import Pause
+from gcs.base.handler_delays import Pause
 from gcs.rpc.errors import InvalidArgument, status_for, trailers_for
+from gcs.rpc.method_paths import method_path, wire_service_name
 from gcs.rpc.warnings import WarningSampler
-from gcs.rpc.wire import method_path, wire_service_name
 
 log = structlog.get_logger("gcs.rpc")
 
@@ -84,7 +84,7 @@ def decode_request(
     warnings: WarningSampler | None = None,
 ) -> Any:
     """The request of ``path``, bounded and decoded; a bad one is :class:`InvalidArgument`
-    (logged, sampled).  Shared by the grpc.aio wrapper and the front server (gcs.rpc.front),
+    (logged, sampled).  Shared by the grpc.aio wrapper and the front server (gcs.front),
     which passes the declared ``size`` of a message it did not keep whole."""
     size = len(raw) if size < 0 else size
     if max_request_bytes is not None and size > max_request_bytes:  # (no call on the hot path)
@@ -127,7 +127,7 @@ def _wrap(
         start = time.perf_counter()
         code = "OK"
         try:
-            if pause is not None:  # Ray's testing_asio_delay_us (gcs.handler_delays)
+            if pause is not None:  # Ray's testing_asio_delay_us (gcs.base.handler_delays)
                 await pause()
             request = decode_request(path, raw, message_cls, max_request_bytes, -1, warnings)
             return await fn(request, context)
@@ -248,7 +248,7 @@ def _serialize(message: Any) -> bytes:
 
 class HandlerTable:
     """Registers handlers on a grpc.aio server and keeps them, so the front server
-    (gcs.rpc.front) answers with the very same table.  Passed where a server is expected
+    (gcs.front) answers with the very same table.  Passed where a server is expected
     (``add_HealthServicer_to_server``, ``enable_server_reflection``)."""
 
     def __init__(self, server: grpc.aio.Server) -> None:

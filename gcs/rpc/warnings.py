@@ -16,7 +16,7 @@ import structlog
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Metric
 
-from gcs.clock import Clock, SystemClock
+from gcs.base.clock import Clock, SystemClock
 
 log = structlog.get_logger("gcs.rpc")
 

@@ -13,11 +13,11 @@ from typing import Any, Self
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 
-from gcs.auth import AuthConfigError
+from gcs.base.auth import AuthConfigError
 from gcs.proto import gcs_service_pb2
 from gcs.rpc import ServiceStub, method_path
+from gcs.rpc.descriptors import NODE_INFO
 from gcs.rpc.security import Security
-from gcs.rpc.services import NODE_INFO
 from gcs.sdk._errors import GcsSdkError, RpcError
 
 DEFAULT_TIMEOUT_S = 30.0

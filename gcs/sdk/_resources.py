@@ -17,11 +17,11 @@ from typing import Any
 
 import grpc
 
-from gcs.autoscaler.scheduler.waiting import WaitingDemand
-from gcs.autoscaler.scheduler.waiting import from_json as waiting_from_json
-from gcs.labels import label_selector_error, selector_proto
+from gcs.base.labels import label_selector_error, selector_proto
+from gcs.policy.autoscaling.scheduler.waiting import WaitingDemand
+from gcs.policy.autoscaling.scheduler.waiting import from_json as waiting_from_json
 from gcs.proto import autoscaler_pb2, gcs_service_pb2
-from gcs.rpc.services import AUTOSCALER_STATE
+from gcs.rpc.descriptors import AUTOSCALER_STATE
 from gcs.sdk._address import resolve_address
 from gcs.sdk._client import DEFAULT_TIMEOUT_S, AsyncGcsClient, GcsClient
 from gcs.sdk._errors import RpcError
@@ -161,7 +161,7 @@ async def get_cluster_status_async(
 AUTOSCALER_EVENTS_NAMESPACE = b"gcs_autoscaler"
 AUTOSCALER_EVENTS_KEY = b"events"
 AUTOSCALER_WAITING_KEY = b"waiting"
-"""Why demand waits, as the autoscaler's last round decided (:mod:`gcs.autoscaler.scheduler.
+"""Why demand waits, as the autoscaler's last round decided (:mod:`gcs.policy.autoscaling.scheduler.
 waiting`)."""
 
 
@@ -180,7 +180,7 @@ def get_autoscaler_waiting(
     """Why each piece of pending demand waits (infeasible / capped / pending capacity, and
     its virtual cluster), as our autoscaler (embedded or standalone) last published it;
     None when none did (e.g. Ray's own autoscaler runs)."""
-    from gcs.rpc.services import INTERNAL_KV
+    from gcs.rpc.descriptors import INTERNAL_KV
 
     request = gcs_service_pb2.InternalKVGetRequest(
         namespace=AUTOSCALER_EVENTS_NAMESPACE, key=AUTOSCALER_WAITING_KEY
@@ -199,7 +199,7 @@ async def get_autoscaler_waiting_async(
     address: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> tuple[WaitingDemand, ...] | None:
     """:func:`get_autoscaler_waiting` on the caller's event loop."""
-    from gcs.rpc.services import INTERNAL_KV
+    from gcs.rpc.descriptors import INTERNAL_KV
 
     request = gcs_service_pb2.InternalKVGetRequest(
         namespace=AUTOSCALER_EVENTS_NAMESPACE, key=AUTOSCALER_WAITING_KEY
@@ -228,7 +228,7 @@ def get_ha_leader(
     import json
 
     from gcs.proto import gcs_service_pb2
-    from gcs.rpc.services import INTERNAL_KV
+    from gcs.rpc.descriptors import INTERNAL_KV
 
     with GcsClient(resolve_address(address), timeout_s=timeout_s) as client:
         try:
@@ -259,7 +259,7 @@ def get_autoscaler_events(
     import json
 
     from gcs.proto import gcs_service_pb2
-    from gcs.rpc.services import INTERNAL_KV
+    from gcs.rpc.descriptors import INTERNAL_KV
 
     with GcsClient(resolve_address(address), timeout_s=timeout_s) as client:
         try:

@@ -1,9 +1,9 @@
 """Virtual-cluster admin SDK: async ``VirtualClusterClient`` and sync one-shot calls.
 
-The implementation lives in :mod:`gcs.virtual_clusters.client`; this is its public name.
+The implementation lives in :mod:`gcs.sdk._vcluster_client`; this is its public name.
 """
 
-from gcs.virtual_clusters.client import (
+from gcs.sdk._vcluster_client import (
     Applied,
     VirtualClusterCallError,
     VirtualClusterClient,

@@ -1,7 +1,7 @@
 """``GcsServer``: the GCS as one object -- wire it, load it, run it, stop it.
 
 A facade over the wiring (:mod:`gcs.server.wiring`, which builds every component with no
-I/O) and the :class:`~gcs.lifecycle.Supervisor` (load in order -> run all -> close in
+I/O) and the :class:`~gcs.base.lifecycle.Supervisor` (load in order -> run all -> close in
 reverse; the first failure stops everything).  :meth:`GcsServer.start` returns once the GCS
 port serves; :meth:`GcsServer.wait` until :meth:`GcsServer.stop` or a failure, which it
 raises.  Every ``load()`` (the store, then each manager's state and its repairs) finishes
@@ -15,14 +15,14 @@ from collections.abc import Callable
 
 import structlog
 
-from gcs.clock import Clock, SystemClock
+from gcs.base.clock import Clock, SystemClock
+from gcs.base.lifecycle import ComponentFailed, Supervisor, start_until_ready
 from gcs.config import GcsConfig
-from gcs.lifecycle import ComponentFailed, Supervisor, start_until_ready
+from gcs.front import FrontServer
 from gcs.managers.cluster_meta import ClusterMeta
 from gcs.managers.lane import ResolvePolicy
-from gcs.rpc.front import FrontServer
-from gcs.rpc.raylets.actors import ActorGateway
-from gcs.rpc.raylets.gateway import RayletGateway
+from gcs.rpc.raylet_io.actors import ActorGateway
+from gcs.rpc.raylet_io.gateway import RayletGateway
 from gcs.rpc.security import Security
 from gcs.server.addresses import advertised_host
 from gcs.server.extras import Extras

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gcs.clock import Clock
-from gcs.handler_delays import handler_name
+from gcs.base.clock import Clock
+from gcs.base.handler_delays import handler_name
 
 __all__ = ["HandlerStats", "print_periodically", "ray_event_name"]
 

@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gcs.clock import Clock
-from gcs.lifecycle import Component, Part
+from gcs.base.clock import Clock
+from gcs.base.lifecycle import Component, Part
+from gcs.policy.virtual_clusters.launchable import NO_AUTOSCALER, Launchable
 from gcs.rpc.security import Security
 from gcs.server.metrics import GcsMetrics, MetricSource, on_loop
 from gcs.store import Store
-from gcs.virtual_clusters.launchable import NO_AUTOSCALER, Launchable
 
 if TYPE_CHECKING:
     from gcs.autoscaler.config import ClusterConfig
@@ -123,8 +123,8 @@ def demo_component(
     serving: Serving,
 ) -> Component:
     """``gcs serve --demo N``: local raylet agents (unless an autoscaler provides the nodes)
-    and the demo's synthetic load (:mod:`gcs.demo`), once the GCS serves."""
-    from gcs.demo import DemoCluster
+    and the demo's synthetic load (:mod:`gcs.raylet.demo`), once the GCS serves."""
+    from gcs.raylet.demo import DemoCluster
 
     state: dict[str, DemoCluster] = {}
 

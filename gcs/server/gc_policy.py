@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import structlog
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 
 log = structlog.get_logger("gcs.server")
 

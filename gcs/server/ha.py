@@ -47,8 +47,8 @@ import structlog
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
 
-from gcs.background import Background, race
-from gcs.clock import Clock, within
+from gcs.base.background import Background, race
+from gcs.base.clock import Clock, within
 from gcs.config import HaConfig
 from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import structlog
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 
 __all__ = ["HolderInUse", "HolderLocks", "LockDir", "default_lock_dir"]
 

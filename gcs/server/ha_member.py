@@ -9,9 +9,9 @@ import json
 import pathlib
 from collections.abc import Callable
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
+from gcs.base.lifecycle import ComponentFailed, Supervisor, start_until_ready
 from gcs.config import GcsConfig
-from gcs.lifecycle import ComponentFailed, Supervisor, start_until_ready
 from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.gc_policy import freeze_start_heap
 from gcs.server.ha import HaCoordinator, HaSettings, StartTerm

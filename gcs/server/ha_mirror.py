@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from gcs.managers.actors import TABLE_ACTOR, TABLE_ACTOR_TASK_SPEC
 from gcs.managers.health import node_health
 from gcs.managers.resources import node_entry
+from gcs.policy.virtual_clusters.convert import node_view_from_gcs_node_info
 from gcs.proto import gcs_pb2
 from gcs.store import Store
 from gcs.store.base import (
@@ -40,7 +41,6 @@ from gcs.store.base import (
 )
 from gcs.store.errors import StoreFenced
 from gcs.store.ha import Change, ChangeCursor, HaStore
-from gcs.virtual_clusters.convert import node_view_from_gcs_node_info
 
 __all__ = ["MIRRORED_TABLES", "PREPARED", "TableMirror", "TakeoverStore"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gcs.background import Background
+from gcs.base.background import Background
 
 __all__ = ["HaStatusServer"]
 

@@ -30,7 +30,7 @@ the GCS dies without stopping them (kill -9):
 
 The backoff is a pure function; the supervisor takes its spawner, adopter and clock
 injected (restart delays, the stop grace and an adopted process's polling run on the clock);
-each child's supervision loop is a :class:`~gcs.background.Background` task the component
+each child's supervision loop is a :class:`~gcs.base.background.Background` task the component
 closes.
 """
 
@@ -50,10 +50,10 @@ from typing import Protocol
 
 import structlog
 
-from gcs.background import Background
-from gcs.clock import SYSTEM_CLOCK, Clock, within
+from gcs.base.background import Background
+from gcs.base.clock import SYSTEM_CLOCK, Clock, within
+from gcs.base.processes import pid_alive
 from gcs.managers.head import HEAD_RAYLET_LABEL
-from gcs.processes import pid_alive
 from gcs.server.addresses import advertised_host
 
 log = structlog.get_logger("gcs.head_processes")

@@ -21,8 +21,8 @@ from gcs.managers.sync_hub import SyncHub
 from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.managers.workers import WorkerManager
-from gcs.pubsub.runtime import GcsPubSub
-from gcs.rpc.raylets.gateway import RayletGateway
+from gcs.rpc.raylet_io.gateway import RayletGateway
+from gcs.services.pubsub_runtime import GcsPubSub
 
 __all__ = ["Managers"]
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 import grpc
 import structlog
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 from gcs.proto import otlp_metrics_pb2 as otlp
 from gcs.rpc.security import Security
 from gcs.server.ray_metrics import DeltaEncoder, Family

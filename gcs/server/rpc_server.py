@@ -1,5 +1,5 @@
 """The GCS port as a component: every servicer, health and reflection, on grpc.aio alone or
-behind the front server (:mod:`gcs.rpc.front`).
+behind the front server (:mod:`gcs.front`).
 
 ``run()`` builds the handler table, binds the port, marks itself serving and waits;
 ``close()`` drains: GOAWAY first (no new streams, so answered long polls are not re-held),
@@ -24,16 +24,11 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from gcs.background import Background
-from gcs.clock import Clock, now_ms
+from gcs.base.background import Background
+from gcs.base.clock import Clock, now_ms
+from gcs.base.handler_delays import HandlerDelays, Pause
 from gcs.config import GcsConfig, kv_put_request_bytes
-from gcs.handler_delays import HandlerDelays, Pause
-from gcs.managers.cluster_meta import ClusterIdentity
-from gcs.managers.head import virtual_head
-from gcs.proto import gcs_pb2
-from gcs.rpc import method_path, service_handler, wire_service_name
-from gcs.rpc import services as svc
-from gcs.rpc.front import (
+from gcs.front import (
     ByteBudget,
     Forwarder,
     FrontServer,
@@ -43,7 +38,12 @@ from gcs.rpc.front import (
     native_methods,
     serves,
 )
-from gcs.rpc.front.sync import SyncDispatcher
+from gcs.front.sync import SyncDispatcher
+from gcs.managers.cluster_meta import ClusterIdentity
+from gcs.managers.head import virtual_head
+from gcs.proto import gcs_pb2
+from gcs.rpc import descriptors as svc
+from gcs.rpc import method_path, service_handler, wire_service_name
 from gcs.rpc.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS, CallHook, HandlerTable
@@ -274,7 +274,7 @@ class RpcServer:
         pubsub_servicers: list[tuple[ServiceDescriptor, PubSubServicer]],
     ) -> None:
         """grpc.aio on a private Unix socket (plaintext: the hop never leaves the host, the
-        directory is the owner's only); the front server on the GCS port (gcs.rpc.front)."""
+        directory is the owner's only); the front server on the GCS port (gcs.front)."""
         cfg = self._config
         server = table.server
         self._private_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="gcs", dir="/tmp")

@@ -4,7 +4,7 @@ at start within Ray's retry budget, for a term's wiring and an HA member alike
 
 from __future__ import annotations
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 from gcs.config import GcsConfig
 from gcs.store import Store
 from gcs.store.factory import open_with_retry, store_from_url

@@ -24,16 +24,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
+from gcs.base.lifecycle import Component
 from gcs.config import GcsConfig
-from gcs.lifecycle import Component
 from gcs.managers.cluster_meta import ClusterIdentity
 from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents, Prepared, WorkerEvents
 from gcs.managers.lane import ResolvePolicy
 from gcs.managers.task_failures import TaskFailureMarker
 from gcs.proto import gcs_pb2
-from gcs.rpc.raylets.actors import ActorGateway
-from gcs.rpc.raylets.gateway import RayletGateway
+from gcs.rpc.raylet_io.actors import ActorGateway
+from gcs.rpc.raylet_io.gateway import RayletGateway
 from gcs.rpc.security import Security
 from gcs.server.extras import Extras
 from gcs.server.gc_policy import GcTuning

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import structlog
 
 from gcs import RAY_VERSION
-from gcs.clock import Clock
+from gcs.base.clock import Clock
+from gcs.base.lifecycle import Component, Part
 from gcs.config import GcsConfig
-from gcs.lifecycle import Component, Part
 from gcs.managers.cluster_meta import ClusterIdentity
 from gcs.managers.restart_notice import RestartNotice
 from gcs.managers.task_failures import TaskFailureMarker

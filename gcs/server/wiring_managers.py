@@ -12,7 +12,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
+from gcs.base.pubsub_channels import RAY_VIRTUAL_CLUSTER_CHANNEL
 from gcs.config import GcsConfig, LoadPollConfig
 from gcs.managers.actors import ActorManager
 from gcs.managers.actors.cluster_view import LiveClusterView
@@ -29,6 +30,7 @@ from gcs.managers.lane import ResolvePolicy
 from gcs.managers.nodes import NodeManager
 from gcs.managers.pg_scheduler import PlacementConfig, PlacementGroupScheduler
 from gcs.managers.placement_groups import PlacementGroupManager
+from gcs.managers.pubsub.config import PublisherConfig
 from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.managers.runtime_env import RuntimeEnvPins
 from gcs.managers.sync_hub import SyncHub
@@ -36,18 +38,16 @@ from gcs.managers.task_failures import TaskFailureMarker
 from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.managers.workers import WorkerManager
-from gcs.pubsub.channels import RAY_VIRTUAL_CLUSTER_CHANNEL
-from gcs.pubsub.config import PublisherConfig
-from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc.drivers import GrpcDriverGateway
-from gcs.rpc.raylets.actors import ActorGateway, GrpcActorGateway
-from gcs.rpc.raylets.budget import budget_for, nofile_soft_limit
-from gcs.rpc.raylets.gateway import RayletGateway
-from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
-from gcs.rpc.raylets.pool import RayletClientPool
+from gcs.rpc.raylet_io.actors import ActorGateway, GrpcActorGateway
+from gcs.rpc.raylet_io.budget import budget_for, nofile_soft_limit
+from gcs.rpc.raylet_io.gateway import RayletGateway
+from gcs.rpc.raylet_io.grpc_gateway import GrpcRayletGateway
+from gcs.rpc.raylet_io.pool import RayletClientPool
 from gcs.rpc.security import Security
 from gcs.server.extras import Extras, launchable_of
 from gcs.server.managers import Managers
+from gcs.services.pubsub_runtime import GcsPubSub
 from gcs.store.metered import MeteredStore
 
 __all__ = ["ActorIo", "BuiltManagers", "Context", "Events", "RayletIo", "build_managers"]

@@ -11,18 +11,18 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from gcs import validate
-from gcs.config import RequestLimits
-from gcs.errors import (
+from gcs.base.errors import (
     AlreadyExists,
     FailedPrecondition,
     NotFound,
     RayStatusCode,
     RayStatusError,
 )
-from gcs.ids import JOB_ID_SIZE
+from gcs.base.ids import JOB_ID_SIZE
+from gcs.config import RequestLimits
 from gcs.managers.actors import ACTOR_ID_SIZE, ActorManager
 from gcs.proto import common_pb2, gcs_service_pb2
+from gcs.services import validate
 from gcs.services.common import ReplySize, error_status, ok_status
 
 Req = gcs_service_pb2

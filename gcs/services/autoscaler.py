@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcs import validate
+from gcs.base.ids import require_node_id
+from gcs.base.protowire import varint
 from gcs.config import RequestLimits
-from gcs.ids import require_node_id
 from gcs.managers.autoscaler_state import AutoscalerStateManager
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.errors import (
@@ -16,7 +16,7 @@ from gcs.rpc.errors import (
     RayStatusError,
     as_ray_status,
 )
-from gcs.wire_encoding import varint
+from gcs.services import validate
 
 A = autoscaler_pb2
 _GET_STATE_REPLY_FIELD = b"\x0a"  # GetClusterResourceStateReply.cluster_resource_state = 1

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
+from gcs.base.protowire import framed_size
 from gcs.proto import gcs_service_pb2
 from gcs.rpc.errors import GcsError, RayStatusCode, ResourceExhausted, ray_code_for
-from gcs.wire_encoding import framed_size
 
 
 def ok_status() -> gcs_service_pb2.GcsStatus:

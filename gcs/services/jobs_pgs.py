@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcs import validate
+from gcs.base.ids import JOB_ID_SIZE, NODE_ID_SIZE
 from gcs.config import RequestLimits
-from gcs.ids import JOB_ID_SIZE, NODE_ID_SIZE
 from gcs.managers.job_view import JobView
 from gcs.managers.jobs import VIRTUAL_CLUSTER_METADATA_KEY, JobManager, JobRejected
 from gcs.managers.placement_groups import PlacementGroupManager
 from gcs.proto import common_pb2, gcs_service_pb2
 from gcs.rpc.errors import FailedPrecondition, NotFound, RayStatusCode, RayStatusError
+from gcs.services import validate
 from gcs.services.common import ReplySize, error_status, ok_status
 
 Req = gcs_service_pb2

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gcs import validate
 from gcs.config import RequestLimits
 from gcs.managers.kv import KvManager
 from gcs.proto import gcs_service_pb2
 from gcs.rpc.errors import NotFound
+from gcs.rpc.method_paths import varint
 from gcs.rpc.server import SplicedReply
-from gcs.rpc.wire import varint
+from gcs.services import validate
 from gcs.services.common import error_status, ok_status, reply_too_large
 
 Req = gcs_service_pb2

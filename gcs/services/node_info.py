@@ -6,13 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 import gcs
-from gcs import validate
+from gcs.base.ids import require_node_id
 from gcs.config import RequestLimits
-from gcs.ids import require_node_id
 from gcs.managers.head import promote_head_raylet
 from gcs.managers.nodes import ALIVE, NodeManager, address_and_liveness
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 from gcs.rpc.errors import InvalidArgument
+from gcs.services import validate
 from gcs.services.common import ReplySize, ok_status
 
 Req = gcs_service_pb2

@@ -1,6 +1,6 @@
 """Servicers for ``ray.rpc.ControlPlanePubSubGcsService`` and ``ObservabilityPubSubService``.
 
-Thin: decode the request, call the :class:`~gcs.pubsub.publisher.Publisher`, encode.
+Thin: decode the request, call the :class:`~gcs.managers.pubsub.publisher.Publisher`, encode.
 Validation and the publisher raise plain domain errors; this servicer answers them as Ray's
 pubsub handlers do, gRPC ABORTED "<StatusCode name>: ..." (:func:`gcs.rpc.errors.as_ray_status`).
 Cluster-id metadata is checked by the server interceptor.
@@ -13,13 +13,13 @@ from typing import Any
 
 import grpc
 
-from gcs import validate
+from gcs.base.errors import GcsError, InvalidArgument
+from gcs.base.pubsub_channels import RAY_ERROR_INFO_CHANNEL
 from gcs.config import RequestLimits
-from gcs.errors import GcsError, InvalidArgument
+from gcs.managers.pubsub.publisher import PollReply, Publisher
 from gcs.proto import gcs_service_pb2
-from gcs.pubsub.channels import RAY_ERROR_INFO_CHANNEL
-from gcs.pubsub.publisher import PollReply, Publisher
 from gcs.rpc.errors import as_ray_status
+from gcs.services import validate
 
 
 class PubSubServicer:
@@ -42,7 +42,7 @@ class PubSubServicer:
     def publish(
         self, request: gcs_service_pb2.GcsPublishRequest
     ) -> gcs_service_pb2.GcsPublishReply:
-        """GcsPublish without a context (also called by the front server, gcs.rpc.front)."""
+        """GcsPublish without a context (also called by the front server, gcs.front)."""
         try:
             self._check_publish(request)  # all or nothing: every check before any publish
             for msg in request.pub_messages:

@@ -8,7 +8,7 @@ stream error).
 
 The behaviour is written once, in :class:`StartSync` (admit the raylet, take its batches
 into the hub, hand out its outbox, end once with a status and one call record); the
-transports adapt it: the front server on the GCS port (:mod:`gcs.rpc.front.sync`, no task
+transports adapt it: the front server on the GCS port (:mod:`gcs.front.sync`, no task
 per peer) and grpc.aio (:class:`RaySyncerServicer`, for ``front_server: false``), where a
 reader task feeds :meth:`StartSync.receive` while the handler writes what the outbox holds.
 """
@@ -25,14 +25,14 @@ import grpc
 import structlog
 from google.protobuf.message import DecodeError
 
-from gcs.background import Background
+from gcs.base.background import Background
+from gcs.base.ids import NODE_ID_SIZE
 from gcs.config import RequestLimits
-from gcs.ids import NODE_ID_SIZE
 from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID, MESSAGE_TYPES, Peer, SyncHub
 from gcs.proto import ray_syncer_pb2
 from gcs.rpc.errors import InvalidArgument
+from gcs.rpc.method_paths import method_path, wire_service_name
 from gcs.rpc.warnings import WarningSampler
-from gcs.rpc.wire import method_path, wire_service_name
 
 log = structlog.get_logger("gcs.syncer")
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gcs import validate
+from gcs.base.errors import InvalidArgument
 from gcs.config import RequestLimits
-from gcs.errors import InvalidArgument
 from gcs.managers.virtual_clusters import VirtualClusterManager
+from gcs.policy.virtual_clusters import VcError
+from gcs.policy.virtual_clusters.convert import node_instances_proto, status_proto
+from gcs.policy.virtual_clusters.errors import VcInvalidArgument
 from gcs.proto import virtual_cluster_pb2
+from gcs.services import validate
 from gcs.services.common import ReplySize
-from gcs.virtual_clusters import VcError
-from gcs.virtual_clusters.convert import node_instances_proto, status_proto
-from gcs.virtual_clusters.errors import VcInvalidArgument
 
 V = virtual_cluster_pb2
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcs import validate
+from gcs.base.errors import NotFound
 from gcs.config import RequestLimits
-from gcs.errors import NotFound
 from gcs.managers.runtime_env import RuntimeEnvPins
 from gcs.managers.tasks import TaskEventStore
 from gcs.managers.workers import WorkerManager, require_worker_id
 from gcs.proto import gcs_pb2, gcs_service_pb2
 from gcs.rpc.errors import InvalidArgument
+from gcs.services import validate
 from gcs.services.common import ReplySize, error_status, ok_status
 
 Req = gcs_service_pb2

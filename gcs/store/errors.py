@@ -1,6 +1,6 @@
 """Store errors, translated at the backend boundary (redis / SQLAlchemy never leak out).
 
-They are domain errors (:class:`gcs.errors.GcsError`), so callers catch one family, and
+They are domain errors (:class:`gcs.base.errors.GcsError`), so callers catch one family, and
 what a client may conclude stays apart:
 
 StoreError                  base: anything the store could not do
@@ -20,7 +20,7 @@ StoreError                  base: anything the store could not do
 
 from __future__ import annotations
 
-from gcs.errors import GcsError, Unavailable
+from gcs.base.errors import GcsError, Unavailable
 
 __all__ = [
     "ChangesTrimmed",

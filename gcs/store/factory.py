@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import structlog
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 from gcs.store.base import Store
 from gcs.store.errors import StoreUnavailable, StoreUnreachable
 from gcs.store.redis.options import RedisOptions

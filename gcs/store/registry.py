@@ -3,7 +3,7 @@
 A row says which URL schemes name the kind, the factory that builds a store for a URL (no
 I/O: it is opened later), whether ``gcs serve --ha`` may run on it (the store keeps a lease
 and a change stream that other GCS processes share: :mod:`gcs.store.ha`), which of Ray
-2.60's ``gcs_storage`` values it stands in for (the drop-in, :mod:`gcs.dropin.ray_config`),
+2.60's ``gcs_storage`` values it stands in for (the drop-in, :mod:`gcs.cli.dropin.ray_config`),
 and how the contract suite gets an instance of it to test (:class:`TestInstance`).
 
 Everything that lists backends reads :data:`STORES`: the URL factory

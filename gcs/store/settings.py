@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 from gcs.store.base import Store
 from gcs.store.redis.options import RedisOptions
 

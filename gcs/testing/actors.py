@@ -1,4 +1,4 @@
-"""A fake :class:`~gcs.rpc.raylets.actors.ActorGateway` that records calls.
+"""A fake :class:`~gcs.rpc.raylet_io.actors.ActorGateway` that records calls.
 
 By default every lease is granted at once with a fresh worker on the asked node and every
 PushTask succeeds.  Tests script the next answers per node (``lease_script[node_id]``: a
@@ -13,7 +13,7 @@ import asyncio
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
-from gcs.changes import Changes
+from gcs.base.changes import Changes
 from gcs.proto import common_pb2, core_worker_pb2, node_manager_pb2
 
 __all__ = ["FakeActorGateway", "LeaseCall"]

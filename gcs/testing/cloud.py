@@ -15,7 +15,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gcs.autoscaler.gcs_api import DrainResult, VcSnapshot, VcUpdate
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
     CloudInstance,
@@ -23,8 +22,9 @@ from gcs.autoscaler.providers.base import (
     ProviderError,
     TerminateNodeError,
 )
-from gcs.clock import Clock
-from gcs.errors import Unavailable
+from gcs.base.clock import Clock
+from gcs.base.errors import Unavailable
+from gcs.policy.autoscaling.model import NodeKind
 from gcs.proto import autoscaler_pb2
 
 

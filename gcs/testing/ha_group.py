@@ -24,7 +24,7 @@ import grpc
 
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.rpc.interceptors import NOT_LEADER_MESSAGE
 
 __all__ = ["GrpcKv", "HaGroup", "HaMember", "KvRefused", "definitely_failed"]

@@ -21,7 +21,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from gcs.proto import autoscaler_pb2, gcs_service_pb2
 from gcs.rpc import wire_service_name
-from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
+from gcs.rpc.descriptors import AUTOSCALER_STATE, NODE_INFO
 
 DEFAULT_CLUSTER_ID = bytes(range(1, 29))
 """28 bytes, like Ray's ClusterID."""

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from gcs.changes import Changes
-from gcs.clock import FakeClock
+from gcs.base.changes import Changes
+from gcs.base.clock import FakeClock
+from gcs.base.pubsub_channels import GCS_ACTOR_CHANNEL, RAY_ERROR_INFO_CHANNEL
 from gcs.managers.actors import ActorManager
 from gcs.managers.actors.cluster_view import LiveClusterView
 from gcs.managers.actors.scheduler import ActorScheduler, RetryPolicy
@@ -18,7 +19,6 @@ from gcs.managers.jobs import JobManager
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import common_pb2, gcs_pb2
-from gcs.pubsub.channels import GCS_ACTOR_CHANNEL, RAY_ERROR_INFO_CHANNEL
 from gcs.store import Store
 from gcs.store.memory import MemoryStore
 from gcs.testing.actors import FakeActorGateway

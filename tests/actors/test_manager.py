@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gcs.errors import AlreadyExists, FailedPrecondition, NotFound, RayletUnreachable
+from gcs.base.errors import AlreadyExists, FailedPrecondition, NotFound, RayletUnreachable
 from gcs.managers.actors import (
     CREATION_EXIT_REPORT_GRACE_S,
     TABLE_ACTOR,
@@ -237,7 +237,7 @@ class TestCreation:
         assert cause.formatted_exception_string == "boom" and not cause.serialized_exception
 
     async def test_unreachable_worker_is_leased_again(self) -> None:
-        from gcs.errors import WorkerUnreachable
+        from gcs.base.errors import WorkerUnreachable
 
         h = await Harness().start(1)
         h.gateway.push_script.append(WorkerUnreachable(b"w", "gone"))

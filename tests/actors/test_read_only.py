@@ -9,7 +9,7 @@ from collections import OrderedDict
 
 import structlog
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.managers.actors import ActorManager, states
 from gcs.managers.actors.scheduler import Attempt, Created, Failed
 from gcs.rpc.security import Security
@@ -17,7 +17,7 @@ from gcs.server.metrics import GcsMetrics
 from gcs.server.wiring import build
 from gcs.store.memory import MemoryStore
 from gcs.testing.actors import FakeActorGateway
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 from tests.actors.harness import Harness, actor_spec, turns_until
 from tests.conftest import fast_config
 

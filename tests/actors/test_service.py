@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import HealthCheckConfig, LoadPollConfig
 from gcs.proto import gcs_pb2
 from gcs.proto import gcs_service_pb2 as G

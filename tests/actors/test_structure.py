@@ -38,7 +38,7 @@ def test_each_module_stays_small(path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
 def test_no_raw_task_and_no_wall_clock(path: pathlib.Path) -> None:
-    """Tasks start through ``gcs.background.Background``; sleeps go through the clock."""
+    """Tasks start through ``gcs.base.background.Background``; sleeps go through the clock."""
     used = _attributes(path)
     assert not [c for c in used if c[1] in ("create_task", "ensure_future")], path.name
     assert not [c for c in used if c in WALL_TIME], path.name

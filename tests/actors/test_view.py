@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.managers.actors.cluster_view import LiveClusterView
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2

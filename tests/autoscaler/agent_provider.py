@@ -9,7 +9,6 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from gcs.autoscaler.config import ClusterConfig
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
     CloudInstance,
@@ -17,6 +16,7 @@ from gcs.autoscaler.providers.base import (
     ProviderError,
 )
 from gcs.autoscaler.providers.registry import PROVIDERS, ProviderRow
+from gcs.policy.autoscaling.model import NodeKind
 from gcs.raylet.agent import RayletAgent, RayletConfig
 
 AGENT_PROVIDERS = PROVIDERS.with_rows(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gcs.autoscaler.model import InstanceStatus, NodeKind
-from gcs.autoscaler.scheduler import (
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind
+from gcs.policy.autoscaling.scheduler import (
     NodeInstance,
     NodeTypeConfig,
     Options,

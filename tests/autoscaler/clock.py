@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from gcs.clock import FakeClock, Timer
+from gcs.base.clock import FakeClock, Timer
 
 __all__ = ["SteppedClock"]
 

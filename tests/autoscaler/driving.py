@@ -22,7 +22,7 @@ import grpc
 
 from gcs.autoscaler.runtime import AutoscalerRuntime
 from gcs.proto import gcs_pb2, pubsub_pb2
-from gcs.pubsub.subscriber import GcsSubscriber
+from gcs.sdk._subscriber import GcsSubscriber
 from gcs.server import GcsServer
 from tests.autoscaler.clock import SteppedClock
 

@@ -25,7 +25,7 @@ from gcs.autoscaler.reconciler import (
     RayStopper,
     Reconciler,
 )
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.proto import autoscaler_pb2
 from gcs.testing.cloud import FakeAutoscalerGcs
 from gcs.testing.fake_k8s import FakeKubernetes

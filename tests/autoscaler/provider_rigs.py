@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gcs.autoscaler.config import parse_cluster_config
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import CloudProvider, CloudUnavailable
 from gcs.autoscaler.providers.command import CommandProvider, NodeCommands
 from gcs.autoscaler.providers.local import LocalProvider
 from gcs.autoscaler.providers.processes import ProcessRecords, kill_group, terminate_records
 from gcs.autoscaler.providers.read_only import ReadOnlyProvider
-from gcs.clock import SystemClock
+from gcs.base.clock import SystemClock
+from gcs.policy.autoscaling.model import NodeKind
 from gcs.proto import autoscaler_pb2
 from gcs.testing.cloud import FakeAutoscalerGcs, FakeCloudProvider
 from gcs.testing.fake_k8s import ApiError

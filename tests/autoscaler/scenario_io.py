@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcs.autoscaler.model import InstanceStatus, NodeKind
-from gcs.autoscaler.scheduler import (
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind
+from gcs.policy.autoscaling.scheduler import (
     ClusterConstraint,
     GangRequest,
     IpprSpec,

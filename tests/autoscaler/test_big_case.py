@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gcs.autoscaler.scheduler import schedule
+from gcs.policy.autoscaling.scheduler import schedule
 from tests.autoscaler.scenario_io import our_decisions, scenario_input
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "scheduler"))

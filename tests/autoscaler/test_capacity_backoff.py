@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from gcs.autoscaler.capacity import CapacityBackoff, UnavailableCapacity
 from gcs.autoscaler.config import ConfigError, load_cluster_config, parse_cluster_config
 from gcs.autoscaler.instances.model import Instance
 from gcs.autoscaler.providers.base import LaunchErrorKind, LaunchNodeError
 from gcs.autoscaler.reconciler.events import EventLog
 from gcs.autoscaler.reconciler.explanations import CapacityWatch
-from gcs.autoscaler.scheduler import InstanceStatus, schedule
 from gcs.autoscaler.simulator import load_workload, simulate, summary
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.policy.autoscaling.capacity import CapacityBackoff, UnavailableCapacity
+from gcs.policy.autoscaling.scheduler import InstanceStatus, schedule
 from tests.autoscaler.builders import cpu, inp, ntype
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 from google.protobuf import json_format
 
-from gcs.autoscaler.cli import autoscaler
 from gcs.autoscaler.config import ConfigError, parse_cluster_config
 from gcs.autoscaler.providers.kuberay.cluster import cluster_config
 from gcs.autoscaler.providers.kuberay.ippr import IpprConfig
-from gcs.autoscaler.scheduler import schedule
+from gcs.cli.autoscaler import autoscaler
+from gcs.policy.autoscaling.scheduler import schedule
 from gcs.proto import autoscaler_pb2
 from tests.autoscaler.builders import inp, ntype, running
 
@@ -72,7 +72,7 @@ class TestPlanReasons:
 
     def test_memory_in_reasons_is_in_rays_units(self) -> None:
         """{memory:16262844416} read as bytes; the reasons print Ray's 15.15GiB."""
-        from gcs.autoscaler.scheduler.resources import shape_text
+        from gcs.policy.autoscaling.scheduler.resources import shape_text
 
         assert shape_text({"CPU": 1, "memory": 16262844416}) == "{CPU:1, memory:15.15GiB}"
 

@@ -23,10 +23,10 @@ from gcs.autoscaler.instances import (
 )
 from gcs.autoscaler.instances.model import decode_instance, encode_instance
 from gcs.autoscaler.instances.transitions import CLOUD_ALLOCATED_STATUSES, RAY_RUNNING_STATUSES
-from gcs.autoscaler.model import InstanceStatus as S
-from gcs.autoscaler.model import NodeKind
-from gcs.autoscaler.scheduler.types import SCHEDULABLE_STATUSES
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.policy.autoscaling.model import InstanceStatus as S
+from gcs.policy.autoscaling.model import NodeKind
+from gcs.policy.autoscaling.scheduler.types import SCHEDULABLE_STATUSES
 from gcs.store.memory import MemoryStore
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gcs.autoscaler.model import InstanceStatus
-from gcs.autoscaler.scheduler import (
+from gcs.policy.autoscaling.model import InstanceStatus
+from gcs.policy.autoscaling.scheduler import (
     IpprSpec,
     IpprStatus,
     NodeInstance,
@@ -149,7 +149,7 @@ class TestResizeState:
 
     def test_request_resources_can_resize(self) -> None:
         """A request_resources constraint of CPU:3 is met by growing the pod."""
-        from gcs.autoscaler.scheduler import ClusterConstraint
+        from gcs.policy.autoscaling.scheduler import ClusterConstraint
 
         base = inp([group()], [pod("a")])
         reply = schedule(

@@ -16,7 +16,7 @@ from gcs.autoscaler.providers.kuberay.ippr import (
     pod_status,
     resize_patch,
 )
-from gcs.autoscaler.scheduler.types import IpprSpec
+from gcs.policy.autoscaling.scheduler.types import IpprSpec
 from tests.autoscaler.kuberay_harness import GI, IPPR_SMALL, raycluster, worker_group
 
 

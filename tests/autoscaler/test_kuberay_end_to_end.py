@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.autoscaler.providers.kuberay.k8s import KubernetesApi
 from gcs.autoscaler.providers.kuberay.provider import initial_config
 from gcs.autoscaler.runtime import AutoscalerRuntime
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from gcs.testing.fake_k8s import FakeKubernetes

@@ -274,7 +274,7 @@ async def test_mixed_cpu_up_memory_down_shrinks_memory_through_the_gcs_first(
 ) -> None:
     """Ray's mixed case: the GCS is asked for {CPU: current, memory: smaller} before the pod
     is patched with CPU up and memory down."""
-    from gcs.autoscaler.scheduler.types import Resize
+    from gcs.policy.autoscaling.scheduler.types import Resize
 
     (pod,) = h1.workers()
     node = h1.ray.node_of(pod)

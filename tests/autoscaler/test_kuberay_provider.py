@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 import structlog
 
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import LaunchNodeError, TerminateNodeError
 from gcs.autoscaler.providers.kuberay.provider import CAPPED
+from gcs.policy.autoscaling.model import NodeKind
 from gcs.testing.fake_k8s import FakeKubernetes
 from tests.autoscaler.kuberay_harness import IPPR_SMALL, KubeRayHarness, raycluster, worker_group
 

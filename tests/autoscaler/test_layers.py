@@ -161,7 +161,7 @@ RAW_WAITS = {"sleep", "wait_for", "timeout", "timeout_at"}
 
 def runtime_violations(module: str, source: str) -> list[str]:
     """Raw tasks, sleeps, time limits and wall-clock reads in ``source``: work runs through
-    ``gcs.background.Background`` (its failure policy), time on the injected clock."""
+    ``gcs.base.background.Background`` (its failure policy), time on the injected clock."""
     out = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from gcs.autoscaler.config import parse_cluster_config
-from gcs.autoscaler.model import InstanceStatus as S
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.runtime import AutoscalerRuntime
+from gcs.policy.autoscaling.model import InstanceStatus as S
+from gcs.policy.autoscaling.model import NodeKind
 from gcs.proto import autoscaler_pb2
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
@@ -130,8 +130,8 @@ async def test_scale_up_under_submit_and_back_down_to_min(tmp_path: Path) -> Non
         assert rt.reconciler.failed_rounds == 0, rt.reconciler.last_error
         await rounds.round()  # publishes what the last round's drains logged
         # the events reach `gcs status` through the GCS (InternalKV), as `ray status` shows
+        from gcs.cli.status import render_events
         from gcs.sdk import get_autoscaler_events
-        from gcs.status import render_events
 
         got = await asyncio.to_thread(get_autoscaler_events, server.address)
         assert sum(1 for e in got if str(e["message"]).startswith("Draining")) == 7

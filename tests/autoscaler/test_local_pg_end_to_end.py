@@ -20,10 +20,10 @@ from gcs.autoscaler.config import parse_cluster_config
 from gcs.autoscaler.providers.processes import ProcessRecords
 from gcs.autoscaler.runtime import AutoscalerRuntime
 from gcs.config import HealthCheckConfig
-from gcs.placement.naming import indexed_name
+from gcs.policy.placement.naming import indexed_name
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, node_manager_pb2
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import NODE_MANAGER
+from gcs.rpc.descriptors import NODE_MANAGER
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.autoscaler.clock import SteppedClock

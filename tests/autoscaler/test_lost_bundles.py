@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gcs.autoscaler.scheduler import GangRequest, Options, ResourceDemand, schedule
+from gcs.policy.autoscaling.scheduler import GangRequest, Options, ResourceDemand, schedule
 from tests.autoscaler.builders import inp, ntype, running
 
 PG = ("_PG_pg1", "")

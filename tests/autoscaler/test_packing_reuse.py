@@ -9,8 +9,8 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gcs.autoscaler.model import InstanceStatus
-from gcs.autoscaler.scheduler import (
+from gcs.policy.autoscaling.model import InstanceStatus
+from gcs.policy.autoscaling.scheduler import (
     GangRequest,
     LabelConstraint,
     LabelOp,

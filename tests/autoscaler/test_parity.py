@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gcs.autoscaler.scheduler import schedule
+from gcs.policy.autoscaling.scheduler import schedule
 from tests.autoscaler.scenario_io import our_decisions, ray_decisions, scenario_input
 
 # A copy of shared/reference/scheduler_scenarios_dev.json (Ray 2.60's recorded decisions),

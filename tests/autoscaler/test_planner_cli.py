@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 from google.protobuf import json_format
 
-from gcs.autoscaler.cli import autoscaler
 from gcs.autoscaler.planner import fetch_state
+from gcs.cli.autoscaler import autoscaler
 from gcs.proto import autoscaler_pb2, gcs_service_pb2
 from gcs.rpc import service_handler
-from gcs.rpc.services import AUTOSCALER_STATE, NODE_INFO
+from gcs.rpc.descriptors import AUTOSCALER_STATE, NODE_INFO
 
 CLUSTER_YAML = """
 max_workers: 10

@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from google.protobuf import json_format
 
-from gcs.autoscaler.cli import autoscaler
+from gcs.cli.autoscaler import autoscaler
 from gcs.proto import autoscaler_pb2
 
 GI = 2**30

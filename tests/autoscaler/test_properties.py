@@ -7,8 +7,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gcs.autoscaler.model import InstanceStatus, NodeKind
-from gcs.autoscaler.scheduler import (
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind
+from gcs.policy.autoscaling.scheduler import (
     IpprSpec,
     IpprStatus,
     NodeInstance,
@@ -18,8 +18,8 @@ from gcs.autoscaler.scheduler import (
     SchedulingInput,
     schedule,
 )
-from gcs.autoscaler.scheduler.types import SCHEDULABLE_STATUSES
-from gcs.autoscaler.scheduler.waiting import WaitKind, WaitReason, fitting_types, shape_key
+from gcs.policy.autoscaling.scheduler.types import SCHEDULABLE_STATUSES
+from gcs.policy.autoscaling.scheduler.waiting import WaitKind, WaitReason, fitting_types, shape_key
 
 TYPES = {
     "head": NodeTypeConfig("head", {"CPU": 0}, 0, 1),

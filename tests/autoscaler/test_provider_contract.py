@@ -16,7 +16,6 @@ import pytest
 
 import gcs.autoscaler
 from gcs.autoscaler.config import ConfigError, parse_cluster_config
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
     CloudInstance,
@@ -27,6 +26,7 @@ from gcs.autoscaler.providers.base import (
     provider_factory,
 )
 from gcs.autoscaler.providers.registry import PROVIDERS
+from gcs.policy.autoscaling.model import NodeKind
 from gcs.testing.cloud import FakeAutoscalerGcs
 from tests.autoscaler.clock import SteppedClock
 from tests.autoscaler.provider_rigs import RIGS, Rig

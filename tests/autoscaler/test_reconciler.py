@@ -17,8 +17,6 @@ from gcs.autoscaler.instances import (
     MemoryInstanceStorage,
     StatusHistory,
 )
-from gcs.autoscaler.model import InstanceStatus as S
-from gcs.autoscaler.model import NodeKind, RayNode, RayNodeStatus
 from gcs.autoscaler.providers import LaunchNodeError, TerminateNodeError
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
@@ -28,7 +26,9 @@ from gcs.autoscaler.reconciler import (
     Reconciler,
     steps,
 )
-from gcs.autoscaler.scheduler.types import SchedulingReply, Termination, TerminationCause
+from gcs.policy.autoscaling.model import InstanceStatus as S
+from gcs.policy.autoscaling.model import NodeKind, RayNode, RayNodeStatus
+from gcs.policy.autoscaling.scheduler.types import SchedulingReply, Termination, TerminationCause
 from gcs.proto import autoscaler_pb2
 from gcs.testing.cloud import FakeAutoscalerGcs, FakeCloudProvider
 from tests.autoscaler.clock import SteppedClock

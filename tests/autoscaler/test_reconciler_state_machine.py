@@ -28,7 +28,6 @@ from gcs.autoscaler.config import parse_cluster_config
 from gcs.autoscaler.gcs_api import VcSnapshot, VcUpdate
 from gcs.autoscaler.instances import InstanceManager, MemoryInstanceStorage
 from gcs.autoscaler.instances.transitions import TERMINAL_STATUSES, VALID_TRANSITIONS
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
     EventLog,
@@ -38,9 +37,10 @@ from gcs.autoscaler.reconciler import (
 )
 from gcs.autoscaler.simulator.workload import CloudBehaviour, TaskBatch
 from gcs.autoscaler.simulator.world import SimCloud, SimInstance, SimRay
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.policy.autoscaling.model import NodeKind
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID
 from gcs.proto import autoscaler_pb2
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID
 
 CLUSTER = parse_cluster_config(
     {

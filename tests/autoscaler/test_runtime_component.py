@@ -1,4 +1,4 @@
-"""The autoscaler as a component (``gcs.lifecycle``), on the toy provider and a fake GCS,
+"""The autoscaler as a component (``gcs.base.lifecycle``), on the toy provider and a fake GCS,
 with time driven by the test: built from narrow arguments, run by the Supervisor."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from prometheus_client.registry import Collector
 
 from gcs.autoscaler.config import ConfigError, parse_cluster_config
 from gcs.autoscaler.metrics import MetricSource
-from gcs.autoscaler.model import InstanceStatus, NodeKind
 from gcs.autoscaler.providers.base import Capabilities, ProviderContext
 from gcs.autoscaler.providers.registry import ProviderRow
 from gcs.autoscaler.runtime import (
@@ -22,7 +21,8 @@ from gcs.autoscaler.runtime import (
     embedded_autoscaler,
     interval_from_env,
 )
-from gcs.lifecycle import Component, Supervisor
+from gcs.base.lifecycle import Component, Supervisor
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind
 from gcs.proto import autoscaler_pb2
 from gcs.rpc.security import Security
 from gcs.store.memory import MemoryStore

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gcs.autoscaler.model import InstanceStatus
-from gcs.autoscaler.scheduler import (
+from gcs.policy.autoscaling.model import InstanceStatus
+from gcs.policy.autoscaling.scheduler import (
     GangRequest,
     LaunchFailure,
     NodeInstance,
@@ -261,7 +261,7 @@ class TestLabelSelectors:
     """IN / NOT_IN / EXISTS / DOES_NOT_EXIST pick the node type whose labels match."""
 
     def _launch(self, op: str, values: tuple[str, ...] = ()) -> dict[str, int]:
-        from gcs.autoscaler.scheduler import LabelConstraint, LabelOp
+        from gcs.policy.autoscaling.scheduler import LabelConstraint, LabelOp
 
         types = [ntype("plain"), ntype("tpu", labels={"acc": "tpu"})]
         sel = ((LabelConstraint("acc", LabelOp(op), values),),)
@@ -279,8 +279,8 @@ def test_work_cap_defers_shapes_beyond_the_budget_and_says_so() -> None:
     """A round packs at most max_work_units / nodes distinct shapes; the rest waits."""
     from dataclasses import replace as _replace
 
-    from gcs.autoscaler.scheduler import schedule as _schedule
-    from gcs.autoscaler.scheduler.types import (
+    from gcs.policy.autoscaling.scheduler import schedule as _schedule
+    from gcs.policy.autoscaling.scheduler.types import (
         NodeInstance,
         NodeTypeConfig,
         Options,

@@ -13,7 +13,7 @@ from google.protobuf import json_format
 
 from gcs.autoscaler.config import ConfigError, load_cluster_config
 from gcs.autoscaler.providers.registry import PROVIDERS, ProviderRow
-from gcs.cli import main
+from gcs.cli.main import main
 from gcs.proto import autoscaler_pb2
 from tests.autoscaler import test_provider_contract
 from tests.autoscaler.toy_provider import TOY_PROVIDERS, TOY_ROW

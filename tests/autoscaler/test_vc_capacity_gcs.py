@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gcs.autoscaler.model import InstanceStatus as S
+from gcs.policy.autoscaling.model import InstanceStatus as S
 from gcs.server.extras import Extras, launchable_of
 from gcs.store.memory import MemoryStore
 from tests.autoscaler.test_reconciler import CLUSTER

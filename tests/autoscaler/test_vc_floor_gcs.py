@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gcs.errors import Unavailable
+from gcs.base.errors import Unavailable
 from gcs.proto import virtual_cluster_pb2
 from gcs.rpc import ServiceStub
 from gcs.store.memory import MemoryStore

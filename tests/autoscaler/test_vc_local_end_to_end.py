@@ -20,13 +20,13 @@ import pytest
 
 from gcs.autoscaler.config import parse_cluster_config
 from gcs.autoscaler.runtime import AutoscalerRuntime
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
-from gcs.autoscaler.scheduler.types import NodeKind
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.policy.autoscaling.scheduler.types import InstanceStatus as S
+from gcs.policy.autoscaling.scheduler.types import NodeKind
 from gcs.proto import autoscaler_pb2, virtual_cluster_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import VIRTUAL_CLUSTER_INFO
+from gcs.rpc.descriptors import VIRTUAL_CLUSTER_INFO
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.autoscaler.test_vc_floor_gcs import allow_none

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 from gcs.autoscaler.instances import StatusHistory
-from gcs.autoscaler.model import InstanceStatus as S
-from gcs.autoscaler.model import NodeKind, RayNode, RayNodeStatus
 from gcs.autoscaler.reconciler import vc_scaling
-from gcs.autoscaler.scheduler import schedule
-from gcs.autoscaler.scheduler.types import SchedulingInput, SchedulingReply
+from gcs.cli.status import render_events
+from gcs.policy.autoscaling.model import InstanceStatus as S
+from gcs.policy.autoscaling.model import NodeKind, RayNode, RayNodeStatus
+from gcs.policy.autoscaling.scheduler import schedule
+from gcs.policy.autoscaling.scheduler.types import SchedulingInput, SchedulingReply
 from gcs.proto import autoscaler_pb2
-from gcs.status import render_events
 from tests.autoscaler.test_reconciler import CLUSTER, Harness, inst, rows, with_running_head
 
 PRIMARY = "kPrimaryClusterID"

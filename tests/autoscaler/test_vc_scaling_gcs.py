@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gcs.autoscaler.gcs_api import VcUpdate
-from gcs.autoscaler.model import InstanceStatus as S
 from gcs.autoscaler.reconciler import GrpcAutoscalerGcs
+from gcs.policy.autoscaling.model import InstanceStatus as S
 from gcs.proto import gcs_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.store.memory import MemoryStore
 from tests.autoscaler.driving import load_polled

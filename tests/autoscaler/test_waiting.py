@@ -1,4 +1,4 @@
-"""Why demand waits: the pure verdict (:mod:`gcs.autoscaler.scheduler.waiting`), the scheduler
+"""Why demand waits: the pure verdict (:mod:`gcs.policy.autoscaling.scheduler.waiting`), the scheduler
 that attaches it to its reply, and the virtual-cluster plan that books it to a cluster."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from gcs.autoscaler.reconciler import vc_scaling
 from gcs.autoscaler.reconciler.observed import ray_nodes_from_state
-from gcs.autoscaler.scheduler import schedule
-from gcs.autoscaler.scheduler.types import (
+from gcs.policy.autoscaling.scheduler import schedule
+from gcs.policy.autoscaling.scheduler.types import (
     GangRequest,
     InstanceStatus,
     LabelConstraint,
@@ -21,7 +21,7 @@ from gcs.autoscaler.scheduler.types import (
     SchedulerConfig,
     SchedulingInput,
 )
-from gcs.autoscaler.scheduler.waiting import (
+from gcs.policy.autoscaling.scheduler.waiting import (
     WaitingDemand,
     WaitKind,
     WaitReason,
@@ -234,7 +234,7 @@ class TestEvents:
         too, and a verdict is told once until it changes."""
         from gcs.autoscaler.reconciler.events import EventLog
         from gcs.autoscaler.reconciler.explanations import DecisionNotes
-        from gcs.clock import FakeClock
+        from gcs.base.clock import FakeClock
 
         log = EventLog(FakeClock(0.0))
         notes = DecisionNotes(log)

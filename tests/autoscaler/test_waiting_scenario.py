@@ -29,14 +29,14 @@ from click.testing import CliRunner, Result
 
 from gcs.autoscaler.config import parse_cluster_config
 from gcs.autoscaler.runtime import AutoscalerRuntime
-from gcs.cli import main
+from gcs.cli.main import main
 from gcs.proto import gcs_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.raylet.workload import TaskSpec, submit
-from gcs.rpc.services import JOB_INFO
+from gcs.rpc.descriptors import JOB_INFO
 from gcs.sdk import AsyncGcsClient
+from gcs.sdk._vcluster_client import VirtualClusterClient
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
-from gcs.virtual_clusters.client import VirtualClusterClient
 from tests.autoscaler.agent_provider import AGENT_PROVIDERS, AgentProvider
 from tests.autoscaler.clock import SteppedClock
 from tests.autoscaler.driving import HANG_S, Rounds

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
     CloudInstance,
@@ -22,7 +21,8 @@ from gcs.autoscaler.providers.base import (
     ProviderError,
 )
 from gcs.autoscaler.providers.registry import PROVIDERS, ProviderRow
-from gcs.clock import Clock
+from gcs.base.clock import Clock
+from gcs.policy.autoscaling.model import NodeKind
 
 TOY_ROW = ProviderRow("toy", "tests.autoscaler.toy_provider:build")
 TOY_PROVIDERS = PROVIDERS.with_rows(TOY_ROW)

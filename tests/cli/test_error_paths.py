@@ -212,7 +212,7 @@ class TestRayletSignal:
         """Ctrl-C on `gcs raylet`: the GCS marks the node DEAD (EXPECTED_TERMINATION) at
         once instead of finding it dead by health checks later; stdout is only JSON."""
         from gcs.proto import gcs_pb2, gcs_service_pb2
-        from gcs.rpc.services import NODE_INFO
+        from gcs.rpc.descriptors import NODE_INFO
         from gcs.sdk import GcsClient
 
         port = free_port()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gcs.metrics_reference import DOC, documented_table
+from gcs.cli.metrics_reference import DOC, documented_table
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
 SCOPE = ('cluster=~"$cluster"', 'instance=~"$instance"')

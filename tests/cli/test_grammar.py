@@ -19,8 +19,8 @@ from pathlib import Path
 import click
 import pytest
 
-from gcs.cli import main
-from gcs.cli_support import DEFAULT_FORMAT
+from gcs.cli.main import main
+from gcs.cli.support import DEFAULT_FORMAT
 
 GCS = [sys.executable, "-m", "gcs"]
 NOTHING = "127.0.0.1:1"
@@ -303,12 +303,12 @@ def test_a_command_loads_only_its_own_subsystem() -> None:
     it: ``GcsGroup(lazy_commands=...)``); ``gcs vcluster`` loads its own."""
     probe = (
         "import sys\n"
-        "from gcs.cli import main\n"
+        "from gcs.cli.main import main\n"
         "try:\n"
         "    main(sys.argv[1:])\n"
         "except SystemExit:\n"
         "    pass\n"
-        "heavy = ('gcs.autoscaler.runtime', 'gcs.raylet.agent', 'gcs.virtual_clusters.client')\n"
+        "heavy = ('gcs.autoscaler.runtime', 'gcs.raylet.agent', 'gcs.sdk._vcluster_client')\n"
         "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
 
@@ -325,4 +325,4 @@ def test_a_command_loads_only_its_own_subsystem() -> None:
         return result.stdout.strip()
 
     assert loaded("status", "--bogus") == ""
-    assert loaded("vcluster", "list", "--bogus") == "gcs.virtual_clusters.client"
+    assert loaded("vcluster", "list", "--bogus") == "gcs.sdk._vcluster_client"

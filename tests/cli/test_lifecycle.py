@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from gcs.clock import FakeClock
-from gcs.demo import DemoCluster
+from gcs.base.clock import FakeClock
 from gcs.proto import gcs_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
+from gcs.raylet.demo import DemoCluster
 from gcs.raylet.workload import TaskSpec, submit
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
@@ -120,7 +120,7 @@ class TestSubmitTimeoutCli:
 
         from click.testing import CliRunner
 
-        from gcs.cli import main
+        from gcs.cli.main import main
 
         server = GcsServer(fast_config(), store=MemoryStore())
         await server.start()

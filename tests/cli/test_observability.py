@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gcs.metrics_reference import DOC, collect_families, documented_table, table
+from gcs.cli.metrics_reference import DOC, collect_families, documented_table, table
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
 _PROMQL_WORDS = {"sum", "max", "rate", "increase", "histogram_quantile", "or"}
@@ -27,7 +27,7 @@ def exported() -> tuple[list[Any], dict[str, tuple[str, ...]]]:
 def test_the_docs_table_is_the_registry(
     exported: tuple[list[Any], dict[str, tuple[str, ...]]],
 ) -> None:
-    """Regenerate with `python -m gcs.metrics_reference --write` when this fails."""
+    """Regenerate with `python -m gcs.cli.metrics_reference --write` when this fails."""
     families, labels = exported
     assert documented_table(DOC.read_text()) == table(families, labels)
 

@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 from click.testing import CliRunner, Result
 
-from gcs.autoscaler.scheduler import waiting
-from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitKind, WaitReason
-from gcs.cli import main
+from gcs.cli.main import main
+from gcs.policy.autoscaling.scheduler import waiting
+from gcs.policy.autoscaling.scheduler.waiting import WaitingDemand, WaitKind, WaitReason
 from gcs.proto import autoscaler_pb2, gcs_service_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
-from gcs.rpc.services import AUTOSCALER_STATE, INTERNAL_KV
+from gcs.rpc.descriptors import AUTOSCALER_STATE, INTERNAL_KV
 from gcs.sdk import AsyncGcsClient
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
@@ -111,7 +111,7 @@ class TestVirtualClusterCreate:
         self, cluster: tuple[GcsServer, RayletAgent]
     ) -> None:
         """A client other than ours (ant-ray's CLI, the SDK) gets the rule from the GCS."""
-        from gcs.virtual_clusters.client import VirtualClusterCallError, VirtualClusterClient
+        from gcs.sdk._vcluster_client import VirtualClusterCallError, VirtualClusterClient
 
         server, _ = cluster
         async with VirtualClusterClient(server.address) as client:

@@ -9,8 +9,8 @@ from pathlib import Path
 from click.testing import CliRunner
 from google.protobuf import json_format
 
-from gcs.cli import main
-from gcs.json_output import message_to_dict
+from gcs.cli.json_output import message_to_dict
+from gcs.cli.main import main
 from gcs.proto import autoscaler_pb2
 from gcs.testing.recording_gcs import RecordingGcs
 

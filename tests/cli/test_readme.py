@@ -396,9 +396,9 @@ class TestAutoscaler:
 
 
 def test_configuration_reference_is_current() -> None:
-    """docs/configuration.md is what ``python -m gcs.config_reference`` prints."""
-    from gcs.config_reference import render
+    """docs/configuration.md is what ``python -m gcs.cli.config_reference`` prints."""
+    from gcs.cli.config_reference import render
 
     assert (ROOT / "docs" / "configuration.md").read_text() == render(), (
-        "regenerate: python -m gcs.config_reference > docs/configuration.md"
+        "regenerate: python -m gcs.cli.config_reference > docs/configuration.md"
     )

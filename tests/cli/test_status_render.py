@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from gcs.autoscaler.scheduler.types import LabelConstraint, LabelOp
-from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitKind, WaitReason
+from gcs.base.units import format_memory, usage_line
+from gcs.cli.status import render, render_nodes
+from gcs.policy.autoscaling.scheduler.types import LabelConstraint, LabelOp
+from gcs.policy.autoscaling.scheduler.waiting import WaitingDemand, WaitKind, WaitReason
 from gcs.proto import autoscaler_pb2
-from gcs.status import render, render_nodes
-from gcs.units import format_memory, usage_line
 
 GIB = 2**30
 

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import load_config
 from gcs.proto import gcs_service_pb2 as pb
 from gcs.server.event_stats import HandlerStats, print_periodically, ray_event_name

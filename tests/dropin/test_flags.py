@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gcs.dropin.flags import FlagError, GcsServerFlags, HelpRequested, parse
+from gcs.cli.dropin.flags import FlagError, GcsServerFlags, HelpRequested, parse
 
 RAY_ARGV = [
     "--log_dir=/tmp/ray/session_x/logs",

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 
 NODE_ID = "cd" * 28
 KNOBS = {
@@ -61,7 +61,7 @@ def serving_gcs_server(
     Ray would find in ``gcs_server.out`` from ``proc.stdout``."""
     argv = [a for a in ray_argv(session, knobs) if not a.startswith("--stdout_filepath")]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gcs.dropin", *argv],
+        [sys.executable, "-m", "gcs.cli.dropin", *argv],
         stdout=subprocess.PIPE,
         text=True,
         env=_env(),
@@ -91,7 +91,7 @@ def gcs_server(tmp_path: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], 
 
 def _run_to_exit(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gcs.dropin", *argv],
+        [sys.executable, "-m", "gcs.cli.dropin", *argv],
         check=False,
         capture_output=True,
         text=True,

@@ -10,8 +10,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from gcs.cli import main as gcs_cli
-from gcs.dropin.install import InstallError, install, is_launcher, locate, uninstall
+from gcs.cli.dropin.install import InstallError, install, is_launcher, locate, uninstall
+from gcs.cli.main import main as gcs_cli
 
 RAY_BINARY = b"\x7fELF fake gcs_server"
 

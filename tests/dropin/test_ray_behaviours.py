@@ -16,9 +16,9 @@ import asyncio
 
 import pytest
 
-from gcs.clock import FakeClock, now_ms
+from gcs.base.clock import FakeClock, now_ms
+from gcs.base.errors import AlreadyExists
 from gcs.config import RequestLimits
-from gcs.errors import AlreadyExists
 from gcs.managers.actors import states
 from gcs.managers.actors.driver_warnings import (
     DETACHED_ACTOR_ANONYMOUS_NAMESPACE,
@@ -26,7 +26,7 @@ from gcs.managers.actors.driver_warnings import (
 )
 from gcs.managers.jobs import JobManager
 from gcs.managers.placement_groups import PG, STATS
-from gcs.placement.policy import BundleDemand, GroupRequest, NodeView, Outcome, place_groups
+from gcs.policy.placement.policy import BundleDemand, GroupRequest, NodeView, Outcome, place_groups
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 from gcs.services.actors import ActorInfoServicer
 from gcs.store.memory import MemoryStore

@@ -14,10 +14,10 @@ import json
 
 import pytest
 
+from gcs.cli.dropin.flags import GcsServerFlags
+from gcs.cli.dropin.main import build_config
+from gcs.cli.dropin.ray_config import RayConfigError, decode_config_list, map_config
 from gcs.config import ConfigError, GcsConfig, load_config
-from gcs.dropin.flags import GcsServerFlags
-from gcs.dropin.main import build_config
-from gcs.dropin.ray_config import RayConfigError, decode_config_list, map_config
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import HealthCheckConfig, LoadPollConfig
 from gcs.managers.events import NodeEvents
 from gcs.managers.health import HealthChecker
@@ -25,7 +25,7 @@ from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.proto import gcs_pb2, gcs_service_pb2
 from gcs.store.memory import MemoryStore
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 
 NODE = b"\x01" * 28
 JOB = b"\x01\x00\x00\x00"

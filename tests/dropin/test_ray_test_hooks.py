@@ -16,14 +16,14 @@ import random
 import grpc
 import pytest
 
-from gcs.clock import FakeClock, now_ms
+from gcs.base.clock import FakeClock, now_ms
+from gcs.base.handler_delays import DelaySpecError, HandlerDelays
 from gcs.config import ConfigError, GcsConfig, load_config, validate
-from gcs.handler_delays import DelaySpecError, HandlerDelays
 from gcs.managers.nodes import NIL_JOB_ID, NODE_REMOVED_ERROR, DrainRecord, NodeManager
 from gcs.proto import autoscaler_pb2, common_pb2, gcs_pb2, pubsub_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import fast_config

@@ -15,7 +15,7 @@ import grpc
 
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.server.head_processes import AdoptedProcess
 from gcs.testing.hermetic import LEAKED_SETTINGS, isolated_env
 

@@ -21,14 +21,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gcs.errors import GcsError
+from gcs.base.errors import GcsError
 from gcs.managers.actors.scheduler import lease_request, leased_worker
 from gcs.proto import core_worker_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
-from gcs.rpc.raylets.actors import GrpcActorGateway
-from gcs.rpc.raylets.pool import RayletClientPool
+from gcs.rpc import descriptors as svc
+from gcs.rpc.raylet_io.actors import GrpcActorGateway
+from gcs.rpc.raylet_io.pool import RayletClientPool
 from gcs.testing.ports import free_port
 from tests.conftest import eventually
 from tests.interop.ray_processes import process_exit, ray_env, stop_group

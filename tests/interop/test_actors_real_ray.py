@@ -105,7 +105,7 @@ print(json.dumps(out))
 
 def _head_supported() -> bool:
     help_text = subprocess.run(
-        [sys.executable, "-m", "gcs.cli", "serve", "--help"],
+        [sys.executable, "-m", "gcs.cli.main", "serve", "--help"],
         capture_output=True,
         text=True,
         check=False,
@@ -142,7 +142,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
     channel = grpc.aio.insecure_channel(address)
     head = ["--head"] if _head_supported() else []
     serve = (
-        sys.executable, "-m", "gcs.cli", "serve", *head, "--host", HOST, "--port", str(port),
+        sys.executable, "-m", "gcs.cli.main", "serve", *head, "--host", HOST, "--port", str(port),
         "--storage", f"sqlite:///{tmp_path / 'gcs.db'}", "--metrics-port", "-1",
     )  # fmt: skip
 
@@ -162,7 +162,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
         await eventually(lambda: _serves(channel, ""), timeout_s=60, interval_s=0.2)
         if not head:
             await spawn(
-                "agent-head", sys.executable, "-m", "gcs.cli", "raylet", "--address", address,
+                "agent-head", sys.executable, "-m", "gcs.cli.main", "raylet", "--address", address,
                 "--head", "--host", HOST, "--resources", '{"CPU": 0}',
             )  # fmt: skip
             await set_full_python_version(address, str(ray_venv.python))

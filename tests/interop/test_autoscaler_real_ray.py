@@ -17,8 +17,8 @@ import pytest
 
 from gcs.autoscaler.config import parse_cluster_config
 from gcs.autoscaler.runtime import AutoscalerRuntime
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
-from gcs.autoscaler.scheduler.types import NodeKind
+from gcs.policy.autoscaling.scheduler.types import InstanceStatus as S
+from gcs.policy.autoscaling.scheduler.types import NodeKind
 from gcs.rpc.security import Security
 from gcs.testing.ports import free_port
 from tests.conftest import eventually

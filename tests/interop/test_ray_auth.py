@@ -57,8 +57,8 @@ def run_ray(venv: venvs.Venv, address: str, env: dict[str, str]) -> dict:
 async def test_ray_clients_with_and_without_the_token(ray_venv, tmp_path) -> None:
     from gcs.proto import autoscaler_pb2
     from gcs.raylet.agent import RayletAgent, RayletConfig
+    from gcs.rpc.descriptors import AUTOSCALER_STATE
     from gcs.rpc.security import Security
-    from gcs.rpc.services import AUTOSCALER_STATE
     from gcs.sdk._client import AsyncGcsClient
     from tests.conftest import eventually
 
@@ -169,7 +169,7 @@ def test_same_answers_as_ray_gcs_server_in_token_mode(ray_venv, tmp_path) -> Non
 
     from gcs.proto import gcs_service_pb2 as G
     from gcs.rpc import ServiceStub
-    from gcs.rpc.services import NODE_INFO
+    from gcs.rpc.descriptors import NODE_INFO
     from gcs.testing.ports import free_port
 
     token_file = tmp_path / "token"

@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
+from gcs.managers.pubsub import RAY_LOG_CHANNEL
 from gcs.proto import gcs_service_pb2, logging_pb2, pubsub_pb2
-from gcs.pubsub import RAY_LOG_CHANNEL
 from tests.interop import venvs
 
 pytestmark = pytest.mark.interop

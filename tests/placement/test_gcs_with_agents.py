@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gcs.placement.naming import indexed_name
+from gcs.policy.placement.naming import indexed_name
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G

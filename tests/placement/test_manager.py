@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pytest
 import structlog
 
-from gcs.clock import FakeClock
-from gcs.errors import FailedPrecondition, NotFound
+from gcs.base.clock import FakeClock
+from gcs.base.errors import FailedPrecondition, NotFound
 from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents
 from gcs.managers.jobs import JobManager
 from gcs.managers.lane import ResolvePolicy
@@ -24,7 +24,7 @@ from gcs.proto import common_pb2, gcs_pb2
 from gcs.store import Store, StoreOutcomeUnknown, WriteBatch
 from gcs.store.base import TABLE_JOB
 from gcs.store.memory import MemoryStore
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 from gcs.testing.stores import FaultyStore, UnsureStore, WriteFault
 
 JOB = (1).to_bytes(4, "little")

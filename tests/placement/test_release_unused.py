@@ -14,7 +14,7 @@ from gcs.managers import bundle_reservations
 from gcs.managers.bundle_reservations import BundleReservations
 from gcs.managers.nodes import NodeManager
 from gcs.proto import common_pb2, gcs_pb2
-from gcs.rpc.raylets.gateway import RayletGateway
+from gcs.rpc.raylet_io.gateway import RayletGateway
 
 
 class _Gateway:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gcs.changes import Changes
-from gcs.clock import FakeClock
+from gcs.base.changes import Changes
+from gcs.base.clock import FakeClock
+from gcs.managers.pubsub import Publisher, PublisherConfig
 from gcs.proto import gcs_pb2
-from gcs.pubsub import Publisher, PublisherConfig
 
 PID = b"P" * 28
 OTHER_PID = b"Q" * 28

@@ -14,9 +14,8 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from gcs.clock import FakeClock
-from gcs.proto import gcs_service_pb2, logging_pb2, pubsub_pb2
-from gcs.pubsub import (
+from gcs.base.clock import FakeClock
+from gcs.managers.pubsub import (
     GCS_NODE_INFO_CHANNEL,
     RAY_LOG_CHANNEL,
     MailboxLimits,
@@ -25,6 +24,7 @@ from gcs.pubsub import (
     PublisherConfig,
     SubscriberDropped,
 )
+from gcs.proto import gcs_service_pb2, logging_pb2, pubsub_pb2
 from gcs.rpc.errors import RayStatusError, status_for
 from gcs.services.pubsub import PubSubServicer
 from tests.pubsub.helpers import PID, control_plane, node, sub_id

@@ -6,11 +6,11 @@ import asyncio
 
 import grpc
 
-from gcs.clock import SystemClock
+from gcs.base.clock import SystemClock
+from gcs.managers.pubsub import GCS_NODE_INFO_CHANNEL
 from gcs.proto import gcs_service_pb2
-from gcs.pubsub import GCS_NODE_INFO_CHANNEL
-from gcs.pubsub.runtime import GcsPubSub
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS
+from gcs.services.pubsub_runtime import GcsPubSub
 from tests.pubsub.helpers import node, sub_id
 
 POLL = "/ray.rpc.ControlPlanePubSubGcsService/GcsSubscriberPoll"

@@ -8,24 +8,24 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gcs.clock import SystemClock
-from gcs.proto import gcs_pb2, gcs_service_pb2, logging_pb2, pubsub_pb2
-from gcs.pubsub import (
+from gcs.base.clock import SystemClock
+from gcs.managers.pubsub import (
     GCS_JOB_CHANNEL,
     GCS_NODE_INFO_CHANNEL,
     NIL_PUBLISHER_ID,
     RAY_ERROR_INFO_CHANNEL,
     RAY_LOG_CHANNEL,
 )
-from gcs.pubsub.runtime import GcsPubSub
-from gcs.pubsub.subscriber import (
+from gcs.proto import gcs_pb2, gcs_service_pb2, logging_pb2, pubsub_pb2
+from gcs.rpc import ServiceStub
+from gcs.rpc.descriptors import CONTROL_PLANE_PUBSUB, OBSERVABILITY_PUBSUB
+from gcs.sdk._subscriber import (
     FAST_RECONNECT_OPTIONS,
     GcsSubscriber,
     SubscribeError,
     SubscriberConfig,
 )
-from gcs.rpc import ServiceStub
-from gcs.rpc.services import CONTROL_PLANE_PUBSUB, OBSERVABILITY_PUBSUB
+from gcs.services.pubsub_runtime import GcsPubSub
 from tests.conftest import Seen
 from tests.pubsub.helpers import node, sub_id, watch_polls
 
@@ -278,8 +278,8 @@ class TestLifecycle:
         the clock passes its timeout, and not before, however many sweeps ran."""
         import dataclasses
 
-        from gcs.clock import FakeClock
-        from gcs.pubsub import PublisherConfig
+        from gcs.base.clock import FakeClock
+        from gcs.managers.pubsub import PublisherConfig
 
         clock = FakeClock()
         cfg = dataclasses.replace(PublisherConfig.control_plane(), subscriber_timeout_ms=1000)
@@ -313,7 +313,7 @@ class TestClientRecovery:
         """Past the safety cap the publisher drops it; the client recovers by itself."""
         import dataclasses
 
-        from gcs.pubsub import MailboxLimits, Overflow, PublisherConfig
+        from gcs.managers.pubsub import MailboxLimits, Overflow, PublisherConfig
 
         cfg = dataclasses.replace(
             PublisherConfig.control_plane(),

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gcs.clock import FakeClock
-from gcs.proto import gcs_pb2, gcs_service_pb2, pubsub_pb2
-from gcs.pubsub import (
+from gcs.base.clock import FakeClock
+from gcs.managers.pubsub import (
     GCS_ACTOR_CHANNEL,
     GCS_JOB_CHANNEL,
     GCS_NODE_INFO_CHANNEL,
@@ -19,6 +18,7 @@ from gcs.pubsub import (
     PublisherConfig,
     SubscriberDropped,
 )
+from gcs.proto import gcs_pb2, gcs_service_pb2, pubsub_pb2
 from gcs.rpc.errors import InvalidArgument, RayStatusError, as_ray_status, grpc_details, status_for
 from gcs.services.pubsub import PubSubServicer
 from tests.pubsub.helpers import OTHER_PID, PID, control_plane, node, observability, sub_id

@@ -8,11 +8,11 @@ from typing import Any
 import grpc
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.raylet.agent import RayletAgent, RayletConfig
 from gcs.raylet.testing import FakeGcs
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import NODE_MANAGER
+from gcs.rpc.descriptors import NODE_MANAGER
 
 FAST = {"liveness_check_interval_ms": 50, "reconnect_backoff_initial_ms": 20,
         "reconnect_backoff_max_ms": 100, "register_timeout_s": 5.0}  # fmt: skip

@@ -8,7 +8,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.proto import autoscaler_pb2, common_pb2, node_manager_pb2
 from gcs.raylet.agent import ExitReason
 from gcs.raylet.servicer import IDLE_DRAIN_REJECTED

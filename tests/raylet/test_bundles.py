@@ -3,7 +3,7 @@ resources, leases run against them, return / release give everything back."""
 
 from __future__ import annotations
 
-from gcs.placement.naming import bundle_resources
+from gcs.policy.placement.naming import bundle_resources
 from gcs.proto import common_pb2, node_manager_pb2
 from gcs.raylet.resources import LeaseRequest, LocalResources, Placement
 

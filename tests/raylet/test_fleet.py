@@ -14,7 +14,7 @@ import pytest
 from gcs.proto import node_manager_pb2
 from gcs.raylet.fleet import FleetConfig, RayletFleet, loopback_ip, split_counts
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import NODE_MANAGER
+from gcs.rpc.descriptors import NODE_MANAGER
 from tests.conftest import eventually
 
 
@@ -97,7 +97,7 @@ class TestProcesses:
     async def test_fleet_over_three_processes_registers_every_raylet(self, fake_gcs) -> None:
         """30 agents over 3 processes: unique names; no child outlives a terminated parent."""
         parent = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gcs.raylet.cli", "raylet-fleet",
+            sys.executable, "-m", "gcs.cli.raylet", "raylet-fleet",
             "--gcs-address", fake_gcs.address, "--count", "30", "--processes", "3",
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": os.getcwd()},

@@ -8,9 +8,9 @@ import grpc
 
 from gcs.proto import node_manager_pb2
 from gcs.rpc import ServiceStub
-from gcs.rpc.raylets.h2_unary import H2UnaryClient
-from gcs.rpc.raylets.pool import GET_RESOURCE_LOAD_PATH
-from gcs.rpc.services import NODE_MANAGER
+from gcs.rpc.descriptors import NODE_MANAGER
+from gcs.rpc.raylet_io.h2_unary import H2UnaryClient
+from gcs.rpc.raylet_io.pool import GET_RESOURCE_LOAD_PATH
 
 
 class TestH2AgainstTheAgent:

@@ -9,9 +9,9 @@ import threading
 import pytest
 from click.testing import CliRunner
 
+from gcs.cli.raylet import cli
 from gcs.proto import gcs_pb2
 from gcs.raylet.agent import RayletAgent, RayletConfig
-from gcs.raylet.cli import cli
 from gcs.raylet.convert import parse_selector
 from gcs.raylet.resources import LABEL_IN
 from gcs.raylet.testing import FakeGcs
@@ -120,7 +120,7 @@ class TestSubmit:
 
 
 class TestCli:
-    """The click commands run standalone (python -m gcs.raylet.cli)."""
+    """The click commands run standalone (python -m gcs.cli.raylet)."""
 
     def test_submit_command_prints_a_json_summary(self) -> None:
         """CliRunner drives submit --detach; GCS and agent run on a loop in a thread."""

@@ -6,7 +6,7 @@ import asyncio
 
 from click.testing import CliRunner
 
-from gcs.cli import main
+from gcs.cli.main import main
 from gcs.proto import autoscaler_pb2
 from gcs.testing.recording_gcs import RecordingGcs
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gcs.labels import label_selector_error
+from gcs.base.labels import label_selector_error
 from gcs.sdk import AddressNotFound, GcsSdkError, resolve_address, validate_request
 from tests.sdk.cases import BAD_ARGUMENTS, GOOD_ARGUMENTS
 

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from gcs.proto import autoscaler_pb2, common_pb2
-from gcs.rpc.services import AUTOSCALER_STATE
+from gcs.rpc.descriptors import AUTOSCALER_STATE
 from gcs.sdk import (
     AsyncGcsClient,
     ClusterStatusSummary,

@@ -10,10 +10,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gcs.changes import Changes
+from gcs.base.changes import Changes
 from gcs.proto import gcs_pb2, node_manager_pb2
 from gcs.rpc import service_handler
-from gcs.rpc.services import NODE_MANAGER
+from gcs.rpc.descriptors import NODE_MANAGER
 
 
 class FakeRaylet:

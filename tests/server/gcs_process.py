@@ -31,7 +31,7 @@ class GcsProcess:
         args = [
             sys.executable,
             "-m",
-            "gcs.cli",
+            "gcs.cli.main",
             "serve",
             "--port",
             str(self.port),

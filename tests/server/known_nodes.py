@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 from gcs.managers.nodes import NodeManager
 from gcs.proto import gcs_pb2
 from gcs.store.base import Store

@@ -18,13 +18,13 @@ from click.testing import CliRunner
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gcs.auth import AuthConfigError, default_token_path, load_token, parse_mode
-from gcs.clock import FakeClock
+from gcs.base.auth import AuthConfigError, default_token_path, load_token, parse_mode
+from gcs.base.clock import FakeClock
 from gcs.config import ConfigError, load_config
 from gcs.proto import autoscaler_pb2, gcs_pb2, pubsub_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.rpc.security import Security
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
@@ -90,7 +90,7 @@ class TestTokenSources:
         """Ray's tests start drivers with a bare environment (no ``HOME``); Ray's GCS finds
         the token in the account's home then (ours looked in ``./.ray``: the GCS refused
         to start and the driver timed out -- Ray's ``test_output.py::test_spill_logs``)."""
-        import gcs.auth
+        import gcs.base.auth
 
         home = tmp_path / "account"
         (home / ".ray").mkdir(parents=True)
@@ -363,7 +363,7 @@ class TestOurClientsSendTheToken:
             await asyncio.to_thread(get_cluster_status, address=auth_server.address)
 
     async def test_cli_status_and_request_resources(self, auth_server, monkeypatch) -> None:
-        from gcs.cli import main
+        from gcs.cli.main import main
 
         env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
         runner = CliRunner()
@@ -393,7 +393,7 @@ class TestOurClientsSendTheToken:
         from gcs.config import LoadPollConfig
         from gcs.proto import node_manager_pb2
         from gcs.raylet.agent import RayletAgent, RayletConfig
-        from gcs.rpc.services import NODE_MANAGER
+        from gcs.rpc.descriptors import NODE_MANAGER
 
         cfg = fast_config(
             auth_mode="token",
@@ -447,7 +447,7 @@ def _serve(env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess
         [
             sys.executable,
             "-m",
-            "gcs.cli",
+            "gcs.cli.main",
             "serve",
             "--port",
             "0",
@@ -516,7 +516,7 @@ class TestServeMisconfiguration:
 
 def test_client_cli_misconfiguration_is_one_line(tmp_path) -> None:
     """raylet, raylet-fleet, vcluster and status stop with one line, not a traceback."""
-    from gcs.cli import main
+    from gcs.cli.main import main
 
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(tmp_path / "nope")}
     commands = (
@@ -537,7 +537,7 @@ def test_h2_poll_headers_carry_the_token_after_the_pseudo_headers() -> None:
     after every pseudo-header), and nothing when auth is off."""
     import hpack
 
-    from gcs.rpc.raylets.h2_unary import encode_request_headers
+    from gcs.rpc.raylet_io.h2_unary import encode_request_headers
 
     headers = hpack.Decoder().decode(encode_request_headers("/p", "h:1", "Bearer t"))
     names = [name for name, _ in headers]

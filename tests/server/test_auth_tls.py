@@ -10,10 +10,10 @@ import subprocess
 import grpc
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import NODE_INFO
+from gcs.rpc.descriptors import NODE_INFO
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import fast_config
@@ -123,10 +123,10 @@ async def test_tls_round_trip_sdk_agent_and_refusals(pki) -> None:
 
 
 async def test_pubsub_served_by_the_front_server_over_mutual_tls(pki) -> None:
-    """The long poll is answered by the front server itself (gcs.rpc.front), behind the same
+    """The long poll is answered by the front server itself (gcs.front), behind the same
     mutual TLS (ALPN h2) and token check as the relayed calls."""
+    from gcs.managers.pubsub import GCS_NODE_INFO_CHANNEL
     from gcs.proto import gcs_pb2, pubsub_pb2
-    from gcs.pubsub import GCS_NODE_INFO_CHANNEL
     from gcs.rpc.security import Security
 
     server = GcsServer(fast_config(auth_mode="token"), store=MemoryStore())

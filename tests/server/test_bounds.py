@@ -15,8 +15,8 @@ from gcs.proto import common_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.proto import virtual_cluster_pb2 as V
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
-from gcs.rpc.wire import method_path
+from gcs.rpc import descriptors as svc
+from gcs.rpc.method_paths import method_path
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import Stubs, fast_config
@@ -26,7 +26,7 @@ LARGEST_PUT_DEADLINE_S = 120
 """The 511 MiB put's deadline.  Stubs' 30 s is sized for calls of kilobytes; this one moves
 511 MiB through the test's one process (gRPC's copy, HTTP/2 frames parsed in Python, the
 decode, the value): measured 23-40 s at load 10 on 2 cores (4 busy loops beside it), after
-the server's two needless copies were cut (gcs.rpc.front.body).  It only bounds a hang."""
+the server's two needless copies were cut (gcs.front.body).  It only bounds a hang."""
 INVALID_ARGUMENT = 34  # Ray's StatusCode::InvalidArgument, in ant-ray's in-reply GcsStatus
 
 

@@ -13,7 +13,7 @@ from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import NODE_INFO
+from gcs.rpc.descriptors import NODE_INFO
 from tests.conftest import Stubs
 from tests.server.gcs_process import GcsProcess
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pathlib
 import re
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.rpc.security import Security
 from gcs.server.metrics import GcsMetrics
 from gcs.server.wiring import build
 from gcs.store.memory import MemoryStore
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 from tests.conftest import fast_config
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "architecture.md"

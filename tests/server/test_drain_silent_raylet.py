@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gcs.clock import FakeClock
-from gcs.errors import RayletUnreachable
+from gcs.base.clock import FakeClock
+from gcs.base.errors import RayletUnreachable
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
-from gcs.rpc.raylets.pool import RayletClientPool, direct_call
+from gcs.rpc.raylet_io.pool import RayletClientPool, direct_call
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import Stubs, eventually, fast_config

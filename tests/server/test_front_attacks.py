@@ -36,8 +36,8 @@ from bench.port.attacks import (
     settings_flood,
 )
 from gcs.proto import gcs_service_pb2
-from gcs.rpc import services as svc
-from gcs.rpc.h2wire import (
+from gcs.rpc import descriptors as svc
+from gcs.rpc.h2_frames import (
     DATA,
     END_HEADERS,
     END_STREAM,
@@ -47,7 +47,7 @@ from gcs.rpc.h2wire import (
     WINDOW_UPDATE,
     frame,
 )
-from gcs.rpc.wire import method_path
+from gcs.rpc.method_paths import method_path
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import fast_config

@@ -1,4 +1,4 @@
-"""The front server's HTTP/2 layer (gcs.rpc.front.h2) fed bytes directly: framing, flow
+"""The front server's HTTP/2 layer (gcs.front.h2) fed bytes directly: framing, flow
 control, bounds and connection errors, with a recording app and an in-memory transport."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import hpack
 import pytest
 
-from gcs.rpc.front.h2 import H2Limits, H2ServerConnection, Stream
-from gcs.rpc.h2wire import (
+from gcs.front.h2 import H2Limits, H2ServerConnection, Stream
+from gcs.rpc.h2_frames import (
     ACK,
     CONTINUATION,
     DATA,
@@ -443,8 +443,8 @@ def test_keeps_table_matches_what_decoding_does() -> None:
     as it was (over random header lists, Huffman on and off, sensitive fields)."""
     import random
 
-    from gcs.rpc.front.h2_input import _keeps_table
-    from gcs.rpc.h2wire import literal, literal_new
+    from gcs.front.h2_input import _keeps_table
+    from gcs.rpc.h2_frames import literal, literal_new
 
     rng = random.Random(5)
     encoder, decoder = hpack.Encoder(), hpack.Decoder()
@@ -479,11 +479,11 @@ async def test_random_frames_never_hit_an_internal_error(seed: int) -> None:
     connection stays up or ends with a protocol-level GOAWAY, never INTERNAL_ERROR (a bug)."""
     import random
 
-    from gcs.clock import SystemClock
-    from gcs.pubsub.runtime import GcsPubSub
-    from gcs.rpc.front import Forwarder, GrpcRouter, hot_methods, native_methods
+    from gcs.base.clock import SystemClock
+    from gcs.front import Forwarder, GrpcRouter, hot_methods, native_methods
     from gcs.rpc.interceptors import CallGuard
-    from gcs.rpc.wire import method_path
+    from gcs.rpc.method_paths import method_path
+    from gcs.services.pubsub_runtime import GcsPubSub
 
     rng = random.Random(seed)
     pubsub = GcsPubSub.create(SystemClock())

@@ -1,4 +1,4 @@
-"""Conformance of the front server's HTTP/2 layer (gcs.rpc.front.h2) to the limits of a
+"""Conformance of the front server's HTTP/2 layer (gcs.front.h2) to the limits of a
 public server, frames fed as bytes: nghttp2's rapid-reset, glitch, CONTINUATION, SETTINGS
 and outbound-ACK limits, grpc C-core's ping policy, the server-wide byte budget, replies
 written in pieces, stream states.  Rate limits run on an injected FakeClock."""
@@ -12,10 +12,10 @@ from typing import Any
 import hpack
 import pytest
 
-from gcs.clock import FakeClock
-from gcs.rpc.front.budget import ByteBudget
-from gcs.rpc.front.h2 import INPUT_FLOOR, OUTPUT_FLOOR, H2Limits, H2ServerConnection, Stream
-from gcs.rpc.h2wire import (
+from gcs.base.clock import FakeClock
+from gcs.front.budget import ByteBudget
+from gcs.front.h2 import INPUT_FLOOR, OUTPUT_FLOOR, H2Limits, H2ServerConnection, Stream
+from gcs.rpc.h2_frames import (
     ACK,
     CONTINUATION,
     DATA,
@@ -540,7 +540,7 @@ async def test_shared_replies_are_not_counted() -> None:
 async def test_no_abort_of_a_transport_that_closed(monkeypatch: Any) -> None:
     """The delayed abort after a close is cancelled once the connection is lost (an abort on
     a closed socket transport raised AttributeError: 'NoneType' ... 'call_soon')."""
-    from gcs.rpc.front import h2
+    from gcs.front import h2
 
     monkeypatch.setattr(h2, "_ABORT_AFTER_S", 0.0)
     monkeypatch.setattr(h2, "_LINGER_S", 0.0)
@@ -572,7 +572,7 @@ async def test_no_abort_of_a_transport_that_closed(monkeypatch: Any) -> None:
 
 
 async def test_abort_of_a_transport_that_does_not_flush(monkeypatch: Any) -> None:
-    from gcs.rpc.front import h2
+    from gcs.front import h2
 
     monkeypatch.setattr(h2, "_ABORT_AFTER_S", 0.0)
     monkeypatch.setattr(h2, "_LINGER_S", 0.0)

@@ -1,4 +1,4 @@
-"""The front server's native unary path (gcs.rpc.front.native) at the frame level: the
+"""The front server's native unary path (gcs.front.native) at the frame level: the
 server's own ``grpc-timeout`` enforcement, the client's RST_STREAM, and the context the
 handlers see -- through the real handler table (``service_handler``) and its metrics hook."""
 
@@ -12,12 +12,12 @@ import grpc
 import hpack
 import pytest
 
-from gcs.changes import Changes
-from gcs.clock import Clock, FakeClock
-from gcs.rpc import services as svc
-from gcs.rpc.front import Forwarder, GrpcRouter, H2Limits, native_methods, serves
-from gcs.rpc.front.h2 import H2ServerConnection
-from gcs.rpc.h2wire import (
+from gcs.base.changes import Changes
+from gcs.base.clock import Clock, FakeClock
+from gcs.front import Forwarder, GrpcRouter, H2Limits, native_methods, serves
+from gcs.front.h2 import H2ServerConnection
+from gcs.rpc import descriptors as svc
+from gcs.rpc.h2_frames import (
     DATA,
     END_HEADERS,
     END_STREAM,
@@ -28,8 +28,8 @@ from gcs.rpc.h2wire import (
     frame,
 )
 from gcs.rpc.interceptors import CallGuard
+from gcs.rpc.method_paths import method_path
 from gcs.rpc.server import service_handler
-from gcs.rpc.wire import method_path
 from tests.server.test_front_h2 import FakeTransport, frames
 
 GET_ID = method_path(svc.NODE_INFO.methods_by_name["GetClusterId"])

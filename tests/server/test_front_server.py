@@ -1,4 +1,4 @@
-"""The front server in ``gcs serve`` (gcs.rpc.front): same answers as the grpc.aio path for
+"""The front server in ``gcs serve`` (gcs.front): same answers as the grpc.aio path for
 bad input, held polls cancelled by the client, streams relayed to grpc.aio, metrics,
 graceful stop and hostile bytes on the port."""
 
@@ -15,13 +15,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from gcs.changes import Changes
+from gcs.base.changes import Changes
 from gcs.config import RequestLimits
+from gcs.managers.pubsub import GCS_NODE_INFO_CHANNEL
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2
-from gcs.pubsub import GCS_NODE_INFO_CHANNEL
-from gcs.rpc import services as svc
-from gcs.rpc.h2wire import GOAWAY
-from gcs.rpc.wire import method_path
+from gcs.rpc import descriptors as svc
+from gcs.rpc.h2_frames import GOAWAY
+from gcs.rpc.method_paths import method_path
 from gcs.server import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import eventually, fast_config

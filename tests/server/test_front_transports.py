@@ -12,8 +12,8 @@ import pytest
 
 from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID
 from gcs.proto import ray_syncer_pb2
-from gcs.rpc import services as svc
-from gcs.rpc.wire import method_path
+from gcs.rpc import descriptors as svc
+from gcs.rpc.method_paths import method_path
 from gcs.server import GcsServer
 from gcs.services.ray_syncer import START_SYNC_PATH
 from tests.server.test_front_server import TOKEN, token_server

@@ -29,8 +29,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-from gcs.rpc import services as svc
-from gcs.rpc.wire import method_path
+from gcs.rpc import descriptors as svc
+from gcs.rpc.method_paths import method_path
 from tests.server.gcs_process import GcsProcess
 
 pytestmark = pytest.mark.slow

@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 import random
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import HealthCheckConfig
 from gcs.managers.events import NodeEvents
 from gcs.managers.health import HealthChecker
 from gcs.managers.nodes import NodeManager
 from gcs.proto import gcs_pb2
 from gcs.store.memory import MemoryStore
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 from tests.server.known_nodes import register_nodes
 
 CONFIG = HealthCheckConfig(initial_delay_ms=5000, period_ms=3000, failure_threshold=5)

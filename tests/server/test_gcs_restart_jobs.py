@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.managers.events import JobEvents, NodeEvents
 from gcs.managers.jobs import JobManager
 from gcs.managers.nodes import NodeManager

@@ -10,14 +10,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import ConfigError, LoadPollConfig, load_config
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import gcs_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc.raylets.h2_unary import H2CallError, H2UnaryClient
-from gcs.rpc.services import NODE_MANAGER
+from gcs.rpc.descriptors import NODE_MANAGER
+from gcs.rpc.raylet_io.h2_unary import H2CallError, H2UnaryClient
 from gcs.server.app import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import Stubs, fast_config, poll_rounds
@@ -311,7 +311,7 @@ class TestFallback:
         self, gcs_server, gcs_clock, raylets, monkeypatch
     ) -> None:
         """A protocol-level failure (INTERNAL) moves that node to grpc; its polls succeed."""
-        from gcs.rpc.raylets.pool import RayletClient
+        from gcs.rpc.raylet_io.pool import RayletClient
 
         class Broken:
             async def call(self, message: bytes, timeout_s: float, path: object = None) -> bytes:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.managers.nodes import NodeManager
 from gcs.proto import gcs_pb2
 from gcs.server.ha import HaCoordinator, HaSettings, Role

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from gcs.clock import SystemClock
+from gcs.base.clock import SystemClock
 from gcs.server.ha_lock import HolderInUse, LockDir, default_lock_dir
 
 HOLD = """
 import asyncio, sys, time
-from gcs.clock import SystemClock
+from gcs.base.clock import SystemClock
 from gcs.server.ha_lock import LockDir
 import pathlib
 asyncio.run(LockDir(pathlib.Path(sys.argv[1]), SystemClock()).hold(sys.argv[2]))

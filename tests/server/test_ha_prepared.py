@@ -10,20 +10,20 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import HealthCheckConfig
 from gcs.managers.events import NodeEvents
 from gcs.managers.health import HealthChecker, node_health
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache, node_entry
+from gcs.policy.virtual_clusters.convert import node_view_from_gcs_node_info
 from gcs.proto import gcs_pb2
 from gcs.server.gc_policy import GcTuning
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
 from gcs.store.base import TABLE_NODE, Store, WriteBatch
 from gcs.store.memory import MemoryStore
 from gcs.store.metered import MeteredStore
-from gcs.testing.raylets import FakeRayletGateway
-from gcs.virtual_clusters.convert import node_view_from_gcs_node_info
+from gcs.testing.fake_raylets import FakeRayletGateway
 
 ALIVE, DEAD = gcs_pb2.GcsNodeInfo.ALIVE, gcs_pb2.GcsNodeInfo.DEAD
 

@@ -26,7 +26,7 @@ import pytest
 from gcs.proto import gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.testing.ha_group import FAST_RECONNECT, GrpcKv, HaGroup, definitely_failed
 from gcs.testing.linearizability import History, Workload, check
 from gcs.testing.ports import free_port

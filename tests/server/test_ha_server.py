@@ -12,12 +12,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import GcsConfig, HaConfig
 from gcs.proto import gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.server import GcsServer
 from gcs.server.ha import Role
 from gcs.store.memory import MemoryStore

@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from gcs.clock import Clock, FakeClock, SystemClock
+from gcs.base.clock import Clock, FakeClock, SystemClock
 from gcs.config import ConfigError, GcsConfig, validate
 from gcs.managers.head import HEAD_RAYLET_LABEL, promote_head_raylet
 from gcs.proto import gcs_pb2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import ConfigError, LoadPollConfig, load_config
 from gcs.managers.events import NodeEvents
 from gcs.managers.nodes import NodeManager

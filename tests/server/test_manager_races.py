@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
+from gcs.base.errors import FailedPrecondition
 from gcs.config import HealthCheckConfig, LoadPollConfig
-from gcs.errors import FailedPrecondition
 from gcs.managers.lane import ResolvePolicy
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, gcs_pb2
@@ -260,9 +260,9 @@ class TestHealthCheckerDeath:
         """The checker's last failed check lands while the raylet's UnregisterNode is being
         written: the checker's death is a no-op and the node leaves its rotation (old code:
         KeyError; the checker logged it and put the dead node back to be checked again)."""
-        from gcs.clock import FakeClock
+        from gcs.base.clock import FakeClock
         from gcs.managers.health import HealthChecker
-        from gcs.testing.raylets import FakeRayletGateway
+        from gcs.testing.fake_raylets import FakeRayletGateway
 
         server = await backend.server()
         nodes = managers(server).nodes

@@ -8,7 +8,7 @@ import pytest
 from gcs.proto import common_pb2, gcs_pb2, pubsub_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
-from gcs.rpc.services import NODE_INFO
+from gcs.rpc.descriptors import NODE_INFO
 from tests.conftest import Seen
 
 ALIVE, DEAD = gcs_pb2.GcsNodeInfo.ALIVE, gcs_pb2.GcsNodeInfo.DEAD
@@ -53,7 +53,7 @@ class TestRegister:
 
     async def test_registration_publishes_node_info_and_liveness(self, memory_store) -> None:
         """Both the full node info and the address/liveness record are published."""
-        from gcs.clock import FakeClock
+        from gcs.base.clock import FakeClock
         from gcs.managers.nodes import NodeManager
 
         published: list[tuple[int, bytes]] = []
@@ -150,7 +150,7 @@ class TestDeath:
         """A raylet that stops answering health checks becomes DEAD with Ray's death info,
         on the fake clock: no check is due until the test moves time, and the node dies on
         exactly the ``failure_threshold``-th failed check, however slow the machine."""
-        from gcs.clock import FakeClock
+        from gcs.base.clock import FakeClock
         from gcs.server import GcsServer
         from tests.conftest import Stubs, fast_config
 
@@ -202,7 +202,7 @@ class TestDeath:
 
     async def test_dead_cache_is_bounded_and_evicts_from_the_store(self, memory_store) -> None:
         """Beyond max_dead_nodes_cached, the oldest dead node leaves cache and table."""
-        from gcs.clock import FakeClock
+        from gcs.base.clock import FakeClock
         from gcs.managers.nodes import NodeManager
         from gcs.store.base import TABLE_NODE
 
@@ -223,7 +223,7 @@ class TestNodePubsub:
     ) -> None:
         """Over real long polls: registration publishes the whole GcsNodeInfo and the address;
         an unregister publishes the death delta on both channels."""
-        from gcs.pubsub.subscriber import GcsSubscriber
+        from gcs.sdk._subscriber import GcsSubscriber
 
         got = Seen()
         async with grpc.aio.insecure_channel(gcs_server.address) as ch:

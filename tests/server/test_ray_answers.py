@@ -15,9 +15,9 @@ import pytest
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, core_worker_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
+from gcs.rpc.descriptors import CORE_WORKER
 from gcs.rpc.errors import RAY_STATUS_DETAILS_KEY, ray_message
-from gcs.rpc.services import CORE_WORKER
-from gcs.rpc.wire import method_path
+from gcs.rpc.method_paths import method_path
 
 F = G.GetTaskEventsRequest.Filters
 INVALID, INVALID_ARGUMENT = 4, 34
@@ -319,7 +319,7 @@ class TestRayStatusOnEveryPath:
     async def test_the_grpc_aio_path_sends_the_message_as_error_details(self) -> None:
         """``front_server: false`` answers from grpc.aio: the same trailer."""
         from gcs.rpc import ServiceStub
-        from gcs.rpc import services as svc
+        from gcs.rpc import descriptors as svc
         from gcs.server.app import GcsServer
         from gcs.store.memory import MemoryStore
         from tests.conftest import fast_config
@@ -342,7 +342,7 @@ class TestRayStatusOnEveryPath:
         """Pubsub refusals (answered by the front server's hot path) carry it too."""
         from gcs.proto import pubsub_pb2
         from gcs.rpc import ServiceStub
-        from gcs.rpc import services as svc
+        from gcs.rpc import descriptors as svc
 
         cmd = pubsub_pb2.Command(channel_type=pubsub_pb2.RAY_LOG_CHANNEL)
         cmd.subscribe_message.SetInParent()

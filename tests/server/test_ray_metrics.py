@@ -11,13 +11,13 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import ConfigError, GcsConfig, load_config
 from gcs.proto import gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.proto import otlp_metrics_pb2 as otlp
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.rpc.security import Security
 from gcs.server import GcsServer
 from gcs.server.metrics_agent import EXPORT_METHOD, MetricsAgentExporter
@@ -353,9 +353,9 @@ def test_gcs_server_takes_rays_agent_port_node_address_and_knobs() -> None:
     import base64
     import json
 
-    from gcs.dropin.flags import GcsServerFlags
-    from gcs.dropin.main import build_config
-    from gcs.dropin.ray_config import map_config
+    from gcs.cli.dropin.flags import GcsServerFlags
+    from gcs.cli.dropin.main import build_config
+    from gcs.cli.dropin.ray_config import map_config
 
     knobs = {"enable_metrics_collection": False, "metrics_report_interval_ms": 500}
     flags = GcsServerFlags(

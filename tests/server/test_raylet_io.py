@@ -1,4 +1,4 @@
-"""The raylet I/O layer (gcs.rpc.raylets) against real raylets, and a restart at scale."""
+"""The raylet I/O layer (gcs.rpc.raylet_io) against real raylets, and a restart at scale."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ import socket
 
 import pytest
 
+from gcs.base.errors import RayletUnreachable, RayStatusError
 from gcs.config import RayletIoConfig, load_config
-from gcs.errors import RayletUnreachable, RayStatusError
 from gcs.proto import common_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
-from gcs.rpc.raylets.budget import RayletIoBudget
-from gcs.rpc.raylets.grpc_gateway import GrpcRayletGateway
-from gcs.rpc.raylets.pool import RayletClientPool
+from gcs.rpc.raylet_io.budget import RayletIoBudget
+from gcs.rpc.raylet_io.grpc_gateway import GrpcRayletGateway
+from gcs.rpc.raylet_io.pool import RayletClientPool
 from gcs.server.app import GcsServer
 from gcs.store import WriteBatch
 from gcs.store.base import TABLE_NODE
 from gcs.store.memory import MemoryStore
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 from tests.conftest import Stubs
 from tests.server.fake_raylet import FakeRaylet
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.managers.jobs import JobManager
 from gcs.managers.runtime_env import RuntimeEnvPins
 from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID, RESOURCE_VIEW

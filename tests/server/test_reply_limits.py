@@ -13,12 +13,12 @@ from typing import Any
 import grpc
 import pytest
 
+from gcs.base.errors import ResourceExhausted
 from gcs.config import RequestLimits
-from gcs.errors import ResourceExhausted
 from gcs.managers.tasks import TaskEventStore
 from gcs.proto import gcs_pb2, gcs_service_pb2, virtual_cluster_data_pb2, virtual_cluster_pb2
-from gcs.rpc import services as svc
-from gcs.rpc.wire import method_path
+from gcs.rpc import descriptors as svc
+from gcs.rpc.method_paths import method_path
 from gcs.server import GcsServer
 from gcs.services.common import ReplySize
 from gcs.services.node_resources import NodeResourceInfoServicer

@@ -16,7 +16,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.managers import restart_notice
 from gcs.managers.actors import ActorManager
 from gcs.managers.nodes import NodeManager
@@ -25,7 +25,7 @@ from gcs.managers.restart_notice import RestartNotice
 from gcs.proto import gcs_pb2
 from gcs.store.base import TABLE_NODE, WriteBatch
 from gcs.store.memory import MemoryStore
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 from tests.server.known_nodes import register_nodes
 
 

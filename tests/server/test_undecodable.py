@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from gcs.rpc import services as svc
-from gcs.rpc.wire import method_path
+from gcs.rpc import descriptors as svc
+from gcs.rpc.method_paths import method_path
 from gcs.server import GcsServer
 
 # A field-1 length-delimited tag claiming 100 bytes with none following: never decodes.

@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from gcs.clock import FakeClock
-from gcs.lifecycle import Supervisor
+from gcs.base.clock import FakeClock
+from gcs.base.lifecycle import Supervisor
 from gcs.managers.health import HealthChecker
 from gcs.proto import gcs_pb2
 from gcs.rpc.security import Security
@@ -19,7 +19,7 @@ from gcs.server.wiring import Wiring, build
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_NODE
 from gcs.store.memory import MemoryStore
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 from tests.conftest import fast_config
 
 

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-from gcs.clock import SystemClock
+from gcs.base.clock import SystemClock
 from gcs.store import WriteBatch, store_from_url
 from gcs.store.ha import Change, ChangesTrimmed
 from gcs.store.memory import MemoryStore

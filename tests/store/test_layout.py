@@ -2,7 +2,7 @@
 
 * no import circle among ``gcs/store`` modules (function-local imports count: they were
   how ``migrate`` <-> ``sql`` and ``redis_topology`` <-> ``redis_cluster`` hid);
-* no wall-clock wait: every sleep and retry wait runs on the injected ``gcs.clock.Clock``;
+* no wall-clock wait: every sleep and retry wait runs on the injected ``gcs.base.clock.Clock``;
 * no module over 600 lines.
 
 Each checker is run on a small tree that breaks its rule, so a checker that finds nothing

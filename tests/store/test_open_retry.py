@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from gcs.cli_support import describe
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.cli.support import describe
 from gcs.config import load_config
 from gcs.store.errors import StoreUnavailable, StoreUnreachable
 from gcs.store.factory import open_with_retry, redact_url

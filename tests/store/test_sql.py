@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
+from gcs.cli.store import db
 from gcs.store import StoreCorrupt, StoreUnavailable
-from gcs.store.cli import db
 from gcs.store.factory import store_from_url
 from gcs.store.sql.migrate import head_revision, migrations_dir
 from gcs.store.sql.store import SqlStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import pathlib
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.store import WriteBatch
 from gcs.store.factory import store_from_url
 from gcs.store.sql.options import SqlOptions

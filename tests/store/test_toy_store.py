@@ -86,8 +86,8 @@ class TestTheRegistryDrivesTheSuite:
     def test_the_drop_in_maps_rays_gcs_storage_through_the_rows(self) -> None:
         """Ray's ``gcs_storage`` values are the rows' ``ray_storage``: a row standing in for
         one is what the drop-in builds its URL with, and the refusal lists every row's."""
-        from gcs.dropin.flags import GcsServerFlags
-        from gcs.dropin.ray_config import RayConfigError, storage_url
+        from gcs.cli.dropin.flags import GcsServerFlags
+        from gcs.cli.dropin.ray_config import RayConfigError, storage_url
 
         flags = GcsServerFlags()
         row = dataclasses.replace(TOY, ray_storage="toydb", ray_url=lambda path: f"toy://{path}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import HealthCheckConfig, LoadPollConfig
 from gcs.managers.events import NodeEvents
 from gcs.managers.nodes import NodeManager

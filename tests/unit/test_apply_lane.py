@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from gcs.clock import FakeClock
-from gcs.errors import Unavailable
+from gcs.base.clock import FakeClock
+from gcs.base.errors import Unavailable
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.store import WriteBatch
 from gcs.store.errors import StoreOutcomeUnknown, StoreUnavailable

@@ -8,8 +8,8 @@ import gc
 import pytest
 import structlog
 
-from gcs.background import Background, race, shielded
-from gcs.errors import Unavailable
+from gcs.base.background import Background, race, shielded
+from gcs.base.errors import Unavailable
 from gcs.managers.events import Fanout
 from gcs.store.errors import StoreUnavailable
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gcs.placement.policy import (
+from gcs.policy.placement.policy import (
     PACK,
     SPREAD,
     STRICT_PACK,

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gcs.clock import FakeClock, SystemClock, wait_event, within
+from gcs.base.clock import FakeClock, SystemClock, wait_event, within
 
 
 async def test_a_sleeper_wakes_only_once_time_has_passed() -> None:

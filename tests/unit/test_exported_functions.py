@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gcs.errors import Unavailable
+from gcs.base.errors import Unavailable
 from gcs.managers.exported_functions import export_prefixes, remove_exports
 from gcs.managers.kv import KvManager
 from gcs.store.memory import MemoryStore

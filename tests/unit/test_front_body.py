@@ -1,11 +1,11 @@
-"""The front server's request body (gcs.rpc.front.body): what a handler is given."""
+"""The front server's request body (gcs.front.body): what a handler is given."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gcs.front.body import RequestBody
 from gcs.proto import gcs_service_pb2 as G
-from gcs.rpc.front.body import RequestBody
 
 
 class Released:

@@ -9,13 +9,13 @@ from collections import deque
 
 import grpc
 
-from gcs.changes import Changes
+from gcs.base.changes import Changes
 from gcs.config import RequestLimits
+from gcs.front.grpc_framing import OK_TRAILERS, message_frame, trailers_only
+from gcs.front.h2 import Stream
+from gcs.front.sync import SyncCall, SyncDispatcher
 from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID
 from gcs.proto import ray_syncer_pb2
-from gcs.rpc.front.grpc_wire import OK_TRAILERS, message_frame, trailers_only
-from gcs.rpc.front.h2 import Stream
-from gcs.rpc.front.sync import SyncCall, SyncDispatcher
 from gcs.services.ray_syncer import StartSync
 from tests.unit.test_sync_hub import A, B, C, Hub, _node, _view
 

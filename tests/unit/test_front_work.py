@@ -1,5 +1,5 @@
 """The front door's own work: every task through a Background, every timer on the injected
-clock (gcs.rpc.front.deadlines), checked over the source and driven with a FakeClock."""
+clock (gcs.front.deadlines), checked over the source and driven with a FakeClock."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import ast
 import asyncio
 from pathlib import Path
 
-from gcs.background import Background
-from gcs.clock import FakeClock
-from gcs.rpc.front.deadlines import Deadlines
+from gcs.base.background import Background
+from gcs.base.clock import FakeClock
+from gcs.front.deadlines import Deadlines
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNED = sorted(
     [
-        *(ROOT / "gcs/rpc/front").glob("*.py"),
+        *(ROOT / "gcs/front").glob("*.py"),
         ROOT / "gcs/services/pubsub.py",
         ROOT / "gcs/services/ray_syncer.py",
-        ROOT / "gcs/pubsub/runtime.py",
+        ROOT / "gcs/services/pubsub_runtime.py",
         ROOT / "gcs/server/rpc_server.py",
     ]
 )
@@ -63,7 +63,7 @@ class TestNoRawWork:
         ]
 
     def test_front_and_its_handlers_start_no_raw_task_nor_wall_timer(self) -> None:
-        """gcs/rpc/front and the pubsub / syncer / port files: tasks through Background,
+        """gcs/front and the pubsub / syncer / port files: tasks through Background,
         sleeps and deadlines on the injected clock."""
         offenders = {
             str(path.relative_to(ROOT)): found

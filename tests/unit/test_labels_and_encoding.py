@@ -7,9 +7,9 @@ from google.protobuf.internal.encoder import _VarintBytes
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gcs.labels import label_selector_error, selector_proto
+from gcs.base.labels import label_selector_error, selector_proto
+from gcs.base.protowire import int_field, len_field, varint
 from gcs.proto import autoscaler_pb2, common_pb2
-from gcs.wire_encoding import int_field, len_field, varint
 
 IN, NOT_IN = common_pb2.LABEL_OPERATOR_IN, common_pb2.LABEL_OPERATOR_NOT_IN
 
@@ -75,7 +75,7 @@ class TestDoubleMap:
     @given(st.dictionaries(st.text(max_size=20), st.floats(allow_nan=False), max_size=8))
     def test_hand_encoded_map_parses_like_protobufs(self, values) -> None:
         """Our map<string,double> bytes parse to exactly the map protobuf would hold."""
-        from gcs.wire_encoding import DoubleMapEncoder
+        from gcs.base.protowire import DoubleMapEncoder
 
         parsed = autoscaler_pb2.NodeState.FromString(DoubleMapEncoder().encode(4, values))
         assert dict(parsed.available_resources) == values
@@ -84,7 +84,7 @@ class TestDoubleMap:
     def test_encoder_with_remembered_prefixes_matches(self, maps) -> None:
         """The encoder's remembered prefixes give the same bytes as encoding afresh, also once
         its bound is reached."""
-        from gcs.wire_encoding import DoubleMapEncoder
+        from gcs.base.protowire import DoubleMapEncoder
 
         encoder = DoubleMapEncoder(max_keys=4)
         for values in maps + maps:

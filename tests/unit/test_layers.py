@@ -24,31 +24,31 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "foundation",
         (
             "gcs",  # the package root (version constants)
-            "gcs.errors",
-            "gcs.clock",
-            "gcs.changes",
-            "gcs.background",
-            "gcs.lifecycle",
-            "gcs.processes",
-            "gcs.units",
-            "gcs.ids",
-            "gcs.labels",
-            "gcs.wire_encoding",
-            "gcs.handler_delays",  # Ray's testing_asio_delay_us: parsed in config, used by rpc
+            "gcs.base.errors",
+            "gcs.base.clock",
+            "gcs.base.changes",
+            "gcs.base.background",
+            "gcs.base.lifecycle",
+            "gcs.base.processes",
+            "gcs.base.units",
+            "gcs.base.ids",
+            "gcs.base.labels",
+            "gcs.base.protowire",
+            "gcs.base.handler_delays",  # Ray's testing_asio_delay_us: parsed in config, used by rpc
             "gcs.proto",
-            "gcs.auth",
-            "gcs.tls",
-            "gcs.pubsub.channels",
+            "gcs.base.auth",
+            "gcs.base.tls",
+            "gcs.base.pubsub_channels",
         ),
     ),
     (
         "policy",  # pure: values in, values out (see PURE below)
         (
-            "gcs.placement",
-            "gcs.virtual_clusters",
-            "gcs.autoscaler.scheduler",
-            "gcs.autoscaler.model",  # the autoscaler's value types
-            "gcs.autoscaler.capacity",  # the unavailable-capacity cache: time is passed in
+            "gcs.policy.placement",
+            "gcs.policy.virtual_clusters",
+            "gcs.policy.autoscaling.scheduler",
+            "gcs.policy.autoscaling.model",  # the autoscaler's value types
+            "gcs.policy.autoscaling.capacity",  # the unavailable-capacity cache: time is passed in
         ),
     ),
     (
@@ -60,34 +60,34 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gcs.store.sql",  # another backend
         ),
     ),
-    ("config", ("gcs.config", "gcs.validate")),
-    ("rpc", ("gcs.rpc",)),  # gRPC plumbing, the raylet I/O layer (gcs.rpc.raylets)
+    ("config", ("gcs.config", "gcs.services.validate")),
+    ("rpc", ("gcs.rpc",)),  # gRPC plumbing, the raylet I/O layer (gcs.rpc.raylet_io)
     (
         "managers",
         (
             "gcs.managers",
-            "gcs.pubsub",  # the publishers own their state like managers
+            "gcs.managers.pubsub",  # the publishers own their state like managers
         ),
     ),
     (
         "protocol",
         (
             "gcs.services",
-            "gcs.rpc.front",  # serves the GCS port; answers from servicers and managers
-            "gcs.pubsub.runtime",  # the two publishers with their servicers
+            "gcs.front",  # serves the GCS port; answers from servicers and managers
+            "gcs.services.pubsub_runtime",  # the two publishers with their servicers
         ),
     ),
     (
         "clients",  # talk to a GCS over its port (or build what does)
         (
             "gcs.sdk",
-            "gcs.pubsub.subscriber",
-            "gcs.virtual_clusters.client",
+            "gcs.sdk._subscriber",
+            "gcs.sdk._vcluster_client",
             "gcs.raylet",
             "gcs.autoscaler",
-            "gcs.demo",
-            "gcs.status",
-            "gcs.json_output",
+            "gcs.raylet.demo",
+            "gcs.cli.status",
+            "gcs.cli.json_output",
             "gcs.testing",
         ),
     ),
@@ -96,35 +96,35 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "entry",  # command lines
         (
             "gcs.__main__",
-            "gcs.cli",
-            "gcs.cli_support",
-            "gcs.cli_validation",
-            "gcs.config_reference",
-            "gcs.metrics_reference",
-            "gcs.dropin",  # gcs-server, Ray's gcs_server command line over GcsServer
-            "gcs.store.cli",
-            "gcs.virtual_clusters.cli",
-            "gcs.raylet.cli",
-            "gcs.autoscaler.cli",
-            "gcs.autoscaler.run_cli",
+            "gcs.cli.main",
+            "gcs.cli.support",
+            "gcs.cli.validation",
+            "gcs.cli.config_reference",
+            "gcs.cli.metrics_reference",
+            "gcs.cli.dropin",  # gcs-server, Ray's gcs_server command line over GcsServer
+            "gcs.cli.store",
+            "gcs.cli.vcluster",
+            "gcs.cli.raylet",
+            "gcs.cli.autoscaler",
+            "gcs.cli.autoscaler_run",
         ),
     ),
 )
 
 PURE = (
-    "gcs.placement",
-    "gcs.virtual_clusters",
-    "gcs.autoscaler.scheduler",
-    "gcs.autoscaler.model",
-    "gcs.autoscaler.capacity",
+    "gcs.policy.placement",
+    "gcs.policy.virtual_clusters",
+    "gcs.policy.autoscaling.scheduler",
+    "gcs.policy.autoscaling.model",
+    "gcs.policy.autoscaling.capacity",
 )
 """Policy: no I/O, no hidden clock or randomness (time and ids are injected)."""
-PURE_EXCEPT = ("gcs.virtual_clusters.client", "gcs.virtual_clusters.cli")
+PURE_EXCEPT = ("gcs.sdk._vcluster_client", "gcs.cli.vcluster")
 IO_MODULES = (
     "asyncio", "socket", "subprocess", "grpc", "redis", "sqlalchemy", "asyncpg", "aiosqlite",
     "kubernetes_asyncio", "aiohttp", "httpx", "time", "random", "uuid", "os",
     "gcs.store", "gcs.rpc", "gcs.managers", "gcs.services", "gcs.server", "gcs.raylet",
-    "gcs.sdk", "gcs.pubsub",
+    "gcs.sdk", "gcs.managers.pubsub",
 )  # fmt: skip
 
 ALLOWED: dict[tuple[str, str], str] = {
@@ -240,7 +240,7 @@ def test_cross_package_rules(rule: str) -> None:
     or the server; nothing of the autoscaler imports the server, managers or servicers;
     the store imports nothing of the GCS above it."""
     forbidden = {
-        "managers": ("gcs.managers", ("gcs.services", "gcs.rpc.front", "gcs.server")),
+        "managers": ("gcs.managers", ("gcs.services", "gcs.front", "gcs.server")),
         "autoscaler": ("gcs.autoscaler", ("gcs.server", "gcs.managers", "gcs.services")),
         "store": ("gcs.store", ("gcs.managers", "gcs.services", "gcs.server", "gcs.rpc")),
     }[rule]

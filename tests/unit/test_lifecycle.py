@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gcs.lifecycle import Component, ComponentFailed, Supervisor, start_until_ready
+from gcs.base.lifecycle import Component, ComponentFailed, Supervisor, start_until_ready
 
 
 class Recorder:

@@ -1,16 +1,16 @@
 """One way to run work on the GCS process's side (issue 28, items 3 and 4).
 
-* Time: every sleep, timer and time limit is on the injected clock (``gcs.clock``:
+* Time: every sleep, timer and time limit is on the injected clock (``gcs.base.clock``:
   ``Clock.sleep``, ``Clock.call_later``, ``Clock.timeout`` / ``within``), so a test moves it
   with a FakeClock.  No ``asyncio.sleep`` (but ``asyncio.sleep(0)``, a yield that takes no
   time), ``time.sleep``, ``loop.call_later`` / ``call_at``, ``asyncio.wait_for`` /
-  ``asyncio.wait`` with a timeout, ``asyncio.timeout`` outside ``gcs/clock.py`` -- except
+  ``asyncio.wait`` with a timeout, ``asyncio.timeout`` outside ``gcs/base/clock.py`` -- except
   the ONE loop-lag probe (:data:`LAG_PROBE`), which measures how late a wall-clock sleep
   wakes and so must sleep on wall time.
 * Tasks: a loop is a component's ``run()`` under the lifecycle Supervisor; other work a
-  component starts goes through ``gcs.background.Background`` (one failure policy, closed
+  component starts goes through ``gcs.base.background.Background`` (one failure policy, closed
   with its owner).  No ``asyncio.create_task`` / ``ensure_future`` / ``loop.create_task``
-  outside ``gcs/lifecycle.py`` and ``gcs/background.py``.  An ``asyncio.TaskGroup``'s
+  outside ``gcs/base/lifecycle.py`` and ``gcs/base/background.py``.  An ``asyncio.TaskGroup``'s
   ``create_task`` is allowed: its tasks end with its ``async with`` block.
 
 Scope: the GCS process's side (managers, services, rpc, store, server, publishers, the
@@ -34,21 +34,21 @@ SCOPE = (
     "gcs/rpc/",
     "gcs/store/",
     "gcs/server/",
-    "gcs/pubsub/",
+    "gcs/managers/pubsub/",
     "gcs/autoscaler/",
-    "gcs/lifecycle.py",
-    "gcs/background.py",
+    "gcs/base/lifecycle.py",
+    "gcs/base/background.py",
 )
 OUT_OF_SCOPE = (
-    "gcs/pubsub/subscriber.py",  # a client, runs in Ray's processes' place (tests, SDK)
-    "gcs/store/cli.py",  # a command line
+    "gcs/sdk/_subscriber.py",  # a client, runs in Ray's processes' place (tests, SDK)
+    "gcs/cli/store.py",  # a command line
     "gcs/store/migrations/*",  # alembic scripts
-    "gcs/autoscaler/cli.py",  # command lines
-    "gcs/autoscaler/run_cli.py",
+    "gcs/cli/autoscaler.py",  # command lines
+    "gcs/cli/autoscaler_run.py",
     "gcs/autoscaler/simulator/*",  # a tool: the real reconciler on a virtual clock
 )
-TASK_OWNERS = frozenset({"gcs/lifecycle.py", "gcs/background.py"})
-LAG_PROBE = ("gcs/rpc/raylets/rate.py", "LagGovernor.run")
+TASK_OWNERS = frozenset({"gcs/base/lifecycle.py", "gcs/base/background.py"})
+LAG_PROBE = ("gcs/rpc/raylet_io/rate.py", "LagGovernor.run")
 """The one documented wall-clock sleep: it measures event-loop lag (how late a sleep wakes),
 which only wall time shows."""
 
@@ -198,11 +198,11 @@ def test_the_lag_probe_is_the_only_wall_clock_sleep_and_exists() -> None:
 def test_the_scope_is_what_the_issue_names() -> None:
     files = checked_files(ROOT)
     assert "gcs/managers/resources.py" in files and "gcs/server/head_processes.py" in files
-    assert "gcs/rpc/raylets/grpc_gateway.py" in files and "gcs/store/sql/store.py" in files
+    assert "gcs/rpc/raylet_io/grpc_gateway.py" in files and "gcs/store/sql/store.py" in files
     assert not any(
-        f.startswith(("gcs/raylet/", "gcs/sdk/", "gcs/testing/", "gcs/dropin/")) for f in files
+        f.startswith(("gcs/raylet/", "gcs/sdk/", "gcs/testing/", "gcs/cli/dropin/")) for f in files
     )
-    assert "gcs/pubsub/subscriber.py" not in files and "gcs/cli.py" not in files
+    assert "gcs/sdk/_subscriber.py" not in files and "gcs/cli/main.py" not in files
 
 
 @pytest.mark.parametrize(

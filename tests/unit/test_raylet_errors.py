@@ -1,11 +1,11 @@
-"""A raylet's refusal vs. no answer (:func:`gcs.rpc.raylets.errors.raylet_error`)."""
+"""A raylet's refusal vs. no answer (:func:`gcs.rpc.raylet_io.errors.raylet_error`)."""
 
 from __future__ import annotations
 
 import grpc
 
-from gcs.errors import RayletUnreachable, RayStatusCode, RayStatusError
-from gcs.rpc.raylets.errors import raylet_error
+from gcs.base.errors import RayletUnreachable, RayStatusCode, RayStatusError
+from gcs.rpc.raylet_io.errors import raylet_error
 
 NODE = b"\x07" * 28
 

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.config import HealthCheckConfig, LoadPollConfig, RayletIoConfig
 from gcs.managers.events import NodeEvents
 from gcs.managers.health import HealthChecker
@@ -18,12 +18,12 @@ from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import LoadPoller, ResourceCache
 from gcs.managers.startup_spread import spread, spread_lazily, spread_window_s
 from gcs.proto import gcs_pb2
-from gcs.rpc.raylets.budget import budget_for
-from gcs.rpc.raylets.rate import RateLimiter
+from gcs.rpc.raylet_io.budget import budget_for
+from gcs.rpc.raylet_io.rate import RateLimiter
 from gcs.store import WriteBatch
 from gcs.store.base import TABLE_NODE
 from gcs.store.memory import MemoryStore
-from gcs.testing.raylets import FakeRayletGateway
+from gcs.testing.fake_raylets import FakeRayletGateway
 
 HEALTH = HealthCheckConfig(
     initial_delay_ms=5000, period_ms=3000, timeout_ms=10000, failure_threshold=5
@@ -249,7 +249,7 @@ class TestBudget:
 class TestLagGovernor:
     def test_lag_halves_the_rate_and_calm_restores_it(self) -> None:
         """Lagging loop: rate halves down to the floor; calm loop: +10% up to the ceiling."""
-        from gcs.rpc.raylets.rate import LagGovernor
+        from gcs.rpc.raylet_io.rate import LagGovernor
 
         limiter = RateLimiter(1000, 1000, FakeClock())
         governor = LagGovernor(limiter, max_rate=1000, min_rate=100)

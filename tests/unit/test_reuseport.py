@@ -1,4 +1,4 @@
-"""Counting the listeners of a shared port (``gcs.rpc.front.reuseport``): a new HA leader's
+"""Counting the listeners of a shared port (``gcs.front.reuseport``): a new HA leader's
 index in the port's reuseport group.  Asked of the kernel's socket diagnostics (a takeover
 does not read every socket of the host from /proc); /proc is the fallback and agrees."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gcs.rpc.front import reuseport
+from gcs.front import reuseport
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gcs.errors import InvalidArgument
+from gcs.base.errors import InvalidArgument
 from gcs.managers.tasks import TaskEventStore, latest_state
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.managers.events import JobEvents, NodeEvents
 from gcs.managers.jobs import JobManager
 from gcs.managers.task_failures import TaskFailureMarker

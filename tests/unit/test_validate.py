@@ -1,4 +1,4 @@
-"""gcs.validate: pure checks; every error names the field and quotes at most a short prefix."""
+"""gcs.services.validate: pure checks; every error names the field and quotes at most a short prefix."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from gcs import validate
+from gcs.base.errors import InvalidArgument
 from gcs.config import RequestLimits
-from gcs.errors import InvalidArgument
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2
+from gcs.services import validate
 
 LIMITS = RequestLimits()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.rpc.warnings import WarningSampler
 
 

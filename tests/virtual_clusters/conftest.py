@@ -6,11 +6,11 @@ import itertools
 
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.policy.virtual_clusters import NodeInstance, RevisionSource, VirtualClusterRegistry, replay
+from gcs.policy.virtual_clusters.plan import CreateJobClusterResult, CreateOrUpdateResult, Plan
+from gcs.policy.virtual_clusters.replay import ReplayOutcome
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
-from gcs.virtual_clusters import NodeInstance, RevisionSource, VirtualClusterRegistry, replay
-from gcs.virtual_clusters.plan import CreateJobClusterResult, CreateOrUpdateResult, Plan
-from gcs.virtual_clusters.replay import ReplayOutcome
 
 
 def nid(i: int) -> str:

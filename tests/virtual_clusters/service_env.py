@@ -6,11 +6,11 @@ from typing import Any
 
 import grpc
 
-from gcs.clock import Clock, FakeClock, SystemClock
+from gcs.base.clock import Clock, FakeClock, SystemClock
 from gcs.config import GcsConfig
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.rpc import ServiceStub
-from gcs.rpc import services as svc
+from gcs.rpc import descriptors as svc
 from gcs.server import GcsServer
 from gcs.server.extras import Extras
 from gcs.store import Store

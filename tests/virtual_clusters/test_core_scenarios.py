@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID as P
-from gcs.virtual_clusters.errors import VcNotFound, VcOutOfResource, VcUnsafeToRemove
-from gcs.virtual_clusters.ids import UNDIVIDED
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID as P
+from gcs.policy.virtual_clusters.errors import VcNotFound, VcOutOfResource, VcUnsafeToRemove
+from gcs.policy.virtual_clusters.ids import UNDIVIDED
 from tests.virtual_clusters.conftest import Harness
 
 J0 = f"{P}##job_0"

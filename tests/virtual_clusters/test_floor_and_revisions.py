@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import pytest
 
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID as P
-from gcs.virtual_clusters.errors import VcError, VcStatusCode
-from gcs.virtual_clusters.model import floor
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID as P
+from gcs.policy.virtual_clusters.errors import VcError, VcStatusCode
+from gcs.policy.virtual_clusters.model import floor
 from tests.virtual_clusters.conftest import Harness
 
 

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID as P
-from gcs.virtual_clusters import Kind
-from gcs.virtual_clusters.ids import UNDIVIDED
-from gcs.virtual_clusters.members import Members, build_index
-from gcs.virtual_clusters.model import Cluster
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID as P
+from gcs.policy.virtual_clusters import Kind
+from gcs.policy.virtual_clusters.ids import UNDIVIDED
+from gcs.policy.virtual_clusters.members import Members, build_index
+from gcs.policy.virtual_clusters.model import Cluster
 from tests.virtual_clusters.conftest import Harness, nid
 
 IDS = [f"n{i:03}" for i in range(120)]

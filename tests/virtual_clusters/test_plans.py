@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID as P
-from gcs.virtual_clusters import NodeInstance, StalePlan
-from gcs.virtual_clusters.errors import VcError
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID as P
+from gcs.policy.virtual_clusters import NodeInstance, StalePlan
+from gcs.policy.virtual_clusters.errors import VcError
 from tests.virtual_clusters.conftest import Harness, nid
 
 
@@ -91,8 +91,8 @@ class TestFlushAndPublishTable:
 
 class TestPublicNames:
     def test_package_exports_are_pinned(self) -> None:
-        """The public surface of ``gcs.virtual_clusters`` is exactly this list."""
-        import gcs.virtual_clusters as vc
+        """The public surface of ``gcs.policy.virtual_clusters`` is exactly this list."""
+        import gcs.policy.virtual_clusters as vc
 
         assert set(vc.__all__) == {
             "PRIMARY_CLUSTER_ID",

@@ -6,9 +6,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID as P
-from gcs.virtual_clusters import Kind, StaticUsage
-from gcs.virtual_clusters.errors import VcError, VcOutOfResource, VcUnsafeToRemove
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID as P
+from gcs.policy.virtual_clusters import Kind, StaticUsage
+from gcs.policy.virtual_clusters.errors import VcError, VcOutOfResource, VcUnsafeToRemove
 from tests.virtual_clusters.conftest import Harness, nid
 
 TEMPLATES = ("a", "b", "c")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID as P
+from gcs.policy.virtual_clusters.convert import node_view_from_gcs_node_info
 from gcs.proto import gcs_pb2
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID as P
-from gcs.virtual_clusters.convert import node_view_from_gcs_node_info
 from tests.virtual_clusters.conftest import Harness
 
 

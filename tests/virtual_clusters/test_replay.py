@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID as P
+from gcs.policy.virtual_clusters.ids import UNDIVIDED
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID as P
-from gcs.virtual_clusters.ids import UNDIVIDED
 from tests.virtual_clusters.conftest import Harness
 
 J0 = f"{P}##job_0"

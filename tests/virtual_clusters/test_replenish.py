@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID as P
-from gcs.virtual_clusters.ids import UNDIVIDED
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID as P
+from gcs.policy.virtual_clusters.ids import UNDIVIDED
 from tests.virtual_clusters.conftest import Harness, nid
 
 

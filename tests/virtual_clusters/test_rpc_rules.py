@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID as P
-from gcs.virtual_clusters import StaticUsage, VcStatusCode
-from gcs.virtual_clusters.convert import status_proto
-from gcs.virtual_clusters.errors import VcError
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID as P
+from gcs.policy.virtual_clusters import StaticUsage, VcStatusCode
+from gcs.policy.virtual_clusters.convert import status_proto
+from gcs.policy.virtual_clusters.errors import VcError
 from tests.virtual_clusters.conftest import Harness
 
 

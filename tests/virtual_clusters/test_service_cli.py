@@ -7,7 +7,7 @@ import json
 
 from click.testing import CliRunner
 
-from gcs.virtual_clusters.cli import vcluster
+from gcs.cli.vcluster import vcluster
 
 
 async def run(*args: str, env: dict[str, str] | None = None):

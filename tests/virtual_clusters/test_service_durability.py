@@ -7,10 +7,10 @@ import uuid
 import grpc
 import pytest
 
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID
 from gcs.proto import virtual_cluster_pb2
 from gcs.store.memory import MemoryStore
 from gcs.store.redis.store import RedisStore
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID
 from tests.virtual_clusters.service_env import VcEnv
 
 V = virtual_cluster_pb2

@@ -7,7 +7,7 @@ import os
 import grpc
 import pytest
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2, virtual_cluster_pb2
 from gcs.store.memory import MemoryStore
 from tests.virtual_clusters.service_env import VcEnv, quiet_config

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID
 from gcs.proto import virtual_cluster_pb2
 from gcs.server.families import gcs_families
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID
 
 V = virtual_cluster_pb2
 

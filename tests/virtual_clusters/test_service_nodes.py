@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import grpc
 
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID
 from gcs.proto import autoscaler_pb2, gcs_pb2, gcs_service_pb2, pubsub_pb2, virtual_cluster_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
-from gcs.pubsub.subscriber import GcsSubscriber
+from gcs.sdk._subscriber import GcsSubscriber
 from gcs.store.memory import MemoryStore
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID
 from tests.conftest import Seen
 from tests.virtual_clusters.service_env import VcEnv, quiet_config
 

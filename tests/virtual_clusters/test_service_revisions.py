@@ -11,7 +11,7 @@ import grpc
 
 from gcs.proto import pubsub_pb2, virtual_cluster_pb2
 from gcs.proto.virtual_cluster_data_pb2 import VirtualClusterTableData
-from gcs.pubsub.subscriber import GcsSubscriber
+from gcs.sdk._subscriber import GcsSubscriber
 
 V = virtual_cluster_pb2
 HANG_S = 30.0

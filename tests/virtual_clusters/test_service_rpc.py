@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+from gcs.policy.virtual_clusters import PRIMARY_CLUSTER_ID
 from gcs.proto import virtual_cluster_pb2
-from gcs.virtual_clusters import PRIMARY_CLUSTER_ID
 
 V = virtual_cluster_pb2
 

@@ -15,13 +15,13 @@ import pytest
 from click.testing import CliRunner
 
 from gcs.autoscaler.config import parse_cluster_config
+from gcs.cli.vcluster import vcluster
+from gcs.policy.virtual_clusters import VcError, VcStatusCode
+from gcs.policy.virtual_clusters.launchable import Launchable
+from gcs.policy.virtual_clusters.messages import NO_ENOUGH_TO_ADD
+from gcs.policy.virtual_clusters.model import floor
 from gcs.proto import virtual_cluster_pb2
 from gcs.server.extras import Extras, launchable_of
-from gcs.virtual_clusters import VcError, VcStatusCode
-from gcs.virtual_clusters.cli import vcluster
-from gcs.virtual_clusters.launchable import Launchable
-from gcs.virtual_clusters.messages import NO_ENOUGH_TO_ADD
-from gcs.virtual_clusters.model import floor
 from tests.virtual_clusters.conftest import Harness
 
 V = virtual_cluster_pb2

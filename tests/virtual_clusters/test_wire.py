@@ -16,7 +16,7 @@ from google.protobuf import descriptor_pb2 as d
 
 from gcs.proto import autoscaler_pb2, pubsub_pb2, virtual_cluster_data_pb2, virtual_cluster_pb2
 from gcs.rpc import method_path
-from gcs.rpc.services import VIRTUAL_CLUSTER_INFO
+from gcs.rpc.descriptors import VIRTUAL_CLUSTER_INFO
 
 SERVICE_MESSAGES = (
     "CreateOrUpdateVirtualClusterRequest",

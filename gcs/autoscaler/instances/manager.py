@@ -37,9 +37,9 @@ from gcs.autoscaler.instances.model import (
 )
 from gcs.autoscaler.instances.storage import InstanceStorage, VersionConflict
 from gcs.autoscaler.instances.transitions import TERMINAL_STATUSES
-from gcs.autoscaler.model import InstanceStatus
-from gcs.background import shielded
-from gcs.clock import Clock
+from gcs.base.background import shielded
+from gcs.base.clock import Clock
+from gcs.policy.autoscaling.model import InstanceStatus
 
 __all__ = [
     "InstanceEvent",

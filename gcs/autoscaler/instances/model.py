@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field, replace
 
 from gcs.autoscaler.instances.transitions import UPSERT_STATUSES, is_valid_transition
-from gcs.autoscaler.model import InstanceStatus, NodeKind
-from gcs.errors import InvalidArgument
+from gcs.base.errors import InvalidArgument
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind
 
 __all__ = [
     "Instance",

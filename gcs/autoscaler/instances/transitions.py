@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cache
 
-from gcs.autoscaler.model import InstanceStatus as S
+from gcs.policy.autoscaling.model import InstanceStatus as S
 
 VALID_TRANSITIONS: Mapping[S, frozenset[S]] = {
     S.QUEUED: frozenset(

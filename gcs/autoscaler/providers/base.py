@@ -39,22 +39,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
-from gcs.autoscaler.model import (
+from gcs.autoscaler.providers.registry import PROVIDERS, Registry
+from gcs.base.errors import Unavailable
+from gcs.policy.autoscaling.model import (
     LaunchErrorKind,
     LaunchNodeError,
     NodeKind,
     ProviderError,
     TerminateNodeError,
 )
-from gcs.autoscaler.providers.registry import PROVIDERS, Registry
-from gcs.autoscaler.scheduler.types import IpprStatus, Resize
-from gcs.errors import Unavailable
+from gcs.policy.autoscaling.scheduler.types import IpprStatus, Resize
 
 if TYPE_CHECKING:
     from gcs.autoscaler.config import ClusterConfig
     from gcs.autoscaler.gcs_api import ProviderGcs
-    from gcs.autoscaler.model import RayNode
-    from gcs.clock import Clock
+    from gcs.base.clock import Clock
+    from gcs.policy.autoscaling.model import RayNode
 
 __all__ = [
     "Capabilities",

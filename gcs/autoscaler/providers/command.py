@@ -25,7 +25,6 @@ from typing import Any, cast
 import structlog
 
 from gcs.autoscaler.config import ConfigError
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
     CloudInstance,
@@ -41,7 +40,8 @@ from gcs.autoscaler.providers.processes import (
     kill_group,
     spawn_logged,
 )
-from gcs.clock import Clock, SystemClock, within
+from gcs.base.clock import Clock, SystemClock, within
+from gcs.policy.autoscaling.model import NodeKind
 
 log = structlog.get_logger("gcs.autoscaler.providers")
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import structlog
 
 from gcs.autoscaler.config import ClusterConfig
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
     CloudInstance,
@@ -33,7 +32,8 @@ from gcs.autoscaler.providers.processes import (
     spawn_logged,
     terminate_records,
 )
-from gcs.clock import Clock, SystemClock
+from gcs.base.clock import Clock, SystemClock
+from gcs.policy.autoscaling.model import NodeKind
 
 log = structlog.get_logger("gcs.autoscaler.providers")
 

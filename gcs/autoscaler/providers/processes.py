@@ -20,10 +20,10 @@ from pathlib import Path
 
 import structlog
 
-from gcs.autoscaler.model import NodeKind
 from gcs.autoscaler.providers.base import CloudInstance
-from gcs.clock import Clock, within
-from gcs.processes import pid_alive
+from gcs.base.clock import Clock, within
+from gcs.base.processes import pid_alive
+from gcs.policy.autoscaling.model import NodeKind
 
 log = structlog.get_logger("gcs.autoscaler.providers")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gcs.autoscaler.gcs_api import ClusterStateSource
-from gcs.autoscaler.model import HEAD_RESOURCE, NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
     CloudInstance,
@@ -18,7 +17,8 @@ from gcs.autoscaler.providers.base import (
     ProviderContext,
     ProviderError,
 )
-from gcs.errors import Unavailable
+from gcs.base.errors import Unavailable
+from gcs.policy.autoscaling.model import HEAD_RESOURCE, NodeKind
 from gcs.proto import autoscaler_pb2
 
 _ALIVE = (autoscaler_pb2.RUNNING, autoscaler_pb2.IDLE, autoscaler_pb2.DRAINING)

@@ -10,7 +10,7 @@ import json
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The reconciler's narrator: capacity refusals and scheduling verdicts as events.
 
-:class:`CapacityWatch` feeds the unavailable-capacity cache (:mod:`gcs.autoscaler.capacity`)
+:class:`CapacityWatch` feeds the unavailable-capacity cache (:mod:`gcs.policy.autoscaling.capacity`)
 from each round's launch errors and allocations, says in the event log what failed, why and
 what happens next, and cancels queued launches of a type held back (so the scheduler can pick
 another).  :class:`DecisionNotes` turns the scheduler's verdicts on demand it could not place
@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from gcs.autoscaler.capacity import UnavailableCapacity, failure_event, released_event
 from gcs.autoscaler.instances.model import Instance, InstanceUpdate
 from gcs.autoscaler.providers.base import LaunchNodeError
 from gcs.autoscaler.reconciler.events import EventLog
-from gcs.autoscaler.scheduler.types import Decision
-from gcs.autoscaler.scheduler.types import InstanceStatus as S
+from gcs.policy.autoscaling.capacity import UnavailableCapacity, failure_event, released_event
+from gcs.policy.autoscaling.scheduler.types import Decision
+from gcs.policy.autoscaling.scheduler.types import InstanceStatus as S
 
 _NARRATED = frozenset({"infeasible", "capped"})
 """Held-back types ("skip") are told by :class:`CapacityWatch` when the cloud refuses them."""

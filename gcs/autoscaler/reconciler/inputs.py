@@ -9,8 +9,8 @@ from gcs.autoscaler.cluster_state import state_to_input
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.instances.model import Instance
 from gcs.autoscaler.instances.transitions import is_ray_running_reachable
-from gcs.autoscaler.model import InstanceStatus, NodeKind, RayNode, RayNodeStatus
-from gcs.autoscaler.scheduler.types import IpprStatus, NodeInstance, SchedulingInput
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind, RayNode, RayNodeStatus
+from gcs.policy.autoscaling.scheduler.types import IpprStatus, NodeInstance, SchedulingInput
 from gcs.proto import autoscaler_pb2
 
 _LIVE = (RayNodeStatus.RUNNING, RayNodeStatus.IDLE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gcs.autoscaler.model import HEAD_RESOURCE, RayNode, RayNodeStatus
+from gcs.policy.autoscaling.model import HEAD_RESOURCE, RayNode, RayNodeStatus
 from gcs.proto import autoscaler_pb2
 
 __all__ = [

@@ -21,12 +21,10 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
-from gcs.autoscaler.capacity import UnavailableCapacity
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.gcs_api import AutoscalerGcs
 from gcs.autoscaler.instances.manager import InstanceManager
 from gcs.autoscaler.instances.model import InstanceUpdate
-from gcs.autoscaler.model import InstanceStatus, NodeKind, RayNode, RayNodeStatus
 from gcs.autoscaler.providers.base import (
     CloudInstance,
     CloudProvider,
@@ -40,10 +38,12 @@ from gcs.autoscaler.reconciler.inputs import Memo, scheduling_input
 from gcs.autoscaler.reconciler.observed import RayNodeReader, ReconcileConfig
 from gcs.autoscaler.reconciler.report import autoscaling_state
 from gcs.autoscaler.reconciler.subscribers import CloudInstanceUpdater, RayStopper
-from gcs.autoscaler.scheduler import schedule
-from gcs.autoscaler.scheduler.types import SchedulingInput, SchedulingReply
-from gcs.autoscaler.scheduler.waiting import WaitingDemand
-from gcs.clock import Clock, within
+from gcs.base.clock import Clock, within
+from gcs.policy.autoscaling.capacity import UnavailableCapacity
+from gcs.policy.autoscaling.model import InstanceStatus, NodeKind, RayNode, RayNodeStatus
+from gcs.policy.autoscaling.scheduler import schedule
+from gcs.policy.autoscaling.scheduler.types import SchedulingInput, SchedulingReply
+from gcs.policy.autoscaling.scheduler.waiting import WaitingDemand
 from gcs.proto import autoscaler_pb2
 
 log = structlog.get_logger("gcs.autoscaler")

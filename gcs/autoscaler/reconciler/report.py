@@ -6,8 +6,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from gcs.autoscaler.instances.model import Instance
-from gcs.autoscaler.model import InstanceStatus
-from gcs.autoscaler.scheduler.types import (
+from gcs.policy.autoscaling.model import InstanceStatus
+from gcs.policy.autoscaling.scheduler.types import (
     ClusterConstraint,
     GangRequest,
     LabelOp,

@@ -17,13 +17,13 @@ from gcs.autoscaler.instances.transitions import (
     VALID_TRANSITIONS,
     reachable_from,
 )
-from gcs.autoscaler.model import InstanceStatus as S
-from gcs.autoscaler.model import NodeKind, RayNode, RayNodeStatus
 from gcs.autoscaler.providers.base import CloudInstance, LaunchNodeError, TerminateNodeError
 from gcs.autoscaler.reconciler.observed import ReconcileConfig
-from gcs.autoscaler.scheduler.types import SchedulingReply
+from gcs.policy.autoscaling.model import InstanceStatus as S
+from gcs.policy.autoscaling.model import NodeKind, RayNode, RayNodeStatus
+from gcs.policy.autoscaling.scheduler.types import SchedulingReply
+from gcs.policy.virtual_clusters.ids import PRIMARY_CLUSTER_ID
 from gcs.proto import autoscaler_pb2
-from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID
 
 NewId = Callable[[], str]
 

@@ -9,7 +9,7 @@
   rejection or failure is reported to the next round, which puts the instance back to
   RAY_RUNNING.
 
-Both run their I/O as tasks of their own :class:`~gcs.background.Background` (its failure
+Both run their I/O as tasks of their own :class:`~gcs.base.background.Background` (its failure
 policy: nothing fails unseen; ``close()`` cancels them) and record what they did in the
 :class:`~gcs.autoscaler.reconciler.events.EventLog`.
 """
@@ -24,7 +24,6 @@ import structlog
 
 from gcs.autoscaler.gcs_api import AutoscalerGcs
 from gcs.autoscaler.instances.manager import InstanceEvent
-from gcs.autoscaler.model import InstanceStatus
 from gcs.autoscaler.providers.base import (
     CloudProvider,
     LaunchNodeError,
@@ -32,8 +31,9 @@ from gcs.autoscaler.providers.base import (
     TerminateNodeError,
 )
 from gcs.autoscaler.reconciler.events import EventLog
-from gcs.background import Background
-from gcs.clock import Clock, within
+from gcs.base.background import Background
+from gcs.base.clock import Clock, within
+from gcs.policy.autoscaling.model import InstanceStatus
 
 log = structlog.get_logger("gcs.autoscaler")
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from gcs.autoscaler.cluster_state import PlanInputError, state_to_input
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.instances.model import Instance, InstanceUpdate
-from gcs.autoscaler.model import InstanceStatus, RayNode, RayNodeStatus
 from gcs.autoscaler.reconciler.inputs import node_instance
-from gcs.autoscaler.scheduler.types import (
+from gcs.policy.autoscaling.model import InstanceStatus, RayNode, RayNodeStatus
+from gcs.policy.autoscaling.scheduler.types import (
     SCHEDULABLE_STATUSES,
     Decision,
     NodeInstance,
@@ -41,9 +41,9 @@ from gcs.autoscaler.scheduler.types import (
     SchedulingReply,
     TerminationCause,
 )
-from gcs.autoscaler.scheduler.waiting import WaitingDemand, WaitReason, in_cluster
+from gcs.policy.autoscaling.scheduler.waiting import WaitingDemand, WaitReason, in_cluster
+from gcs.policy.virtual_clusters.ids import PRIMARY_CLUSTER_ID
 from gcs.proto import autoscaler_pb2
-from gcs.virtual_clusters.ids import PRIMARY_CLUSTER_ID
 
 Scheduler = Callable[[SchedulingInput], SchedulingReply]
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, replace
 
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.instances import InstanceManager, MemoryInstanceStorage
-from gcs.autoscaler.model import InstanceStatus as S
 from gcs.autoscaler.reconciler import (
     CloudInstanceUpdater,
     EventLog,
@@ -42,7 +41,8 @@ from gcs.autoscaler.reconciler import (
 )
 from gcs.autoscaler.simulator.workload import Workload
 from gcs.autoscaler.simulator.world import SimCloud, SimRay
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.policy.autoscaling.model import InstanceStatus as S
 
 PENDING = frozenset({S.QUEUED, S.REQUESTED, S.ALLOCATED, S.RAY_INSTALLING})
 SETTLED = frozenset({S.RAY_RUNNING, S.TERMINATED, S.ALLOCATION_FAILED})

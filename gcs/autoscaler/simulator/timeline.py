@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gcs.autoscaler.simulator.run import SimResult
-from gcs.units import MEMORY_RESOURCES
+from gcs.base.units import MEMORY_RESOURCES
 
 _GIB = 2**30
 _HELD_BACK = ("capacity", "quota")

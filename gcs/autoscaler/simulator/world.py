@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 from gcs.autoscaler.config import ClusterConfig
 from gcs.autoscaler.gcs_api import DrainResult, VcSnapshot, VcUpdate
-from gcs.autoscaler.model import HEAD_RESOURCE, NodeKind
 from gcs.autoscaler.providers.base import (
     Capabilities,
     CloudInstance,
@@ -27,9 +26,10 @@ from gcs.autoscaler.providers.base import (
     ProviderError,
 )
 from gcs.autoscaler.simulator.workload import CloudBehaviour, TaskBatch
-from gcs.clock import FakeClock
+from gcs.base.clock import FakeClock
+from gcs.base.protowire import len_field
+from gcs.policy.autoscaling.model import HEAD_RESOURCE, NodeKind
 from gcs.proto import autoscaler_pb2
-from gcs.wire_encoding import len_field
 
 _NODE_STATES = 3  # ClusterResourceState.node_states
 

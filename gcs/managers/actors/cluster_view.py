@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from gcs.managers.actors.placement import Candidate
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2
-from gcs.rpc.raylets.gateway import raylet_address
+from gcs.rpc.raylet_io.gateway import raylet_address
 
 __all__ = ["LiveClusterView"]
 

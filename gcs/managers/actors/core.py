@@ -14,14 +14,14 @@ from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
-from gcs.background import Background
-from gcs.clock import Clock, now_ms
+from gcs.base.background import Background
+from gcs.base.clock import Clock, now_ms
+from gcs.base.pubsub_channels import GCS_ACTOR_CHANNEL
 from gcs.managers.actors import states
 from gcs.managers.actors.records import TABLE_ACTOR
 from gcs.managers.actors.table import ActorTable
 from gcs.managers.lane import ApplyLane
 from gcs.proto import gcs_pb2
-from gcs.pubsub.channels import GCS_ACTOR_CHANNEL
 from gcs.store import Store, WriteBatch
 
 __all__ = ["Core", "Publish", "no_publish"]

@@ -14,7 +14,7 @@ import asyncio
 
 import structlog
 
-from gcs.errors import FailedPrecondition
+from gcs.base.errors import FailedPrecondition
 from gcs.managers.actors import states
 from gcs.managers.actors.core import Core
 from gcs.managers.actors.destroy import Destroyer

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import structlog
 
-from gcs.errors import NotFound
+from gcs.base.errors import NotFound
 from gcs.managers.actors import states
 from gcs.managers.actors.core import Core
 from gcs.managers.actors.raylet_io import ActorRayletIo

@@ -22,7 +22,7 @@ launch / registration / initialization / liveness sub-reconcilers over one objec
 Deaths arrive as events: worker failures (:class:`~gcs.managers.events.WorkerEvents`), node
 deaths (:class:`~gcs.managers.events.NodeEvents`) and finished jobs
 (:class:`~gcs.managers.events.JobEvents`); listeners are synchronous, so each event is
-handled by a task of its own (:class:`~gcs.background.Background`) that takes the lane.
+handled by a task of its own (:class:`~gcs.base.background.Background`) that takes the lane.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, MutableSequence
 from typing import Any
 
-from gcs.background import Background
-from gcs.clock import Clock
+from gcs.base.background import Background
+from gcs.base.clock import Clock
 from gcs.managers.actors.core import Core, Publish, no_publish
 from gcs.managers.actors.create import Creation
 from gcs.managers.actors.destroy import Destroyer
@@ -48,7 +48,7 @@ from gcs.managers.actors.view import ActorView
 from gcs.managers.events import Prepared
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import common_pb2, gcs_pb2
-from gcs.rpc.raylets.actors import ActorGateway
+from gcs.rpc.raylet_io.actors import ActorGateway
 from gcs.store import Store
 
 __all__ = ["ActorManager"]

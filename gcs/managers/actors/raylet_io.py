@@ -10,11 +10,11 @@ from collections.abc import Mapping
 
 import structlog
 
-from gcs.errors import GcsError
+from gcs.base.errors import GcsError
 from gcs.managers.actors.scheduler import Attempt
 from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
-from gcs.rpc.raylets.actors import ActorGateway
-from gcs.rpc.raylets.gateway import raylet_address
+from gcs.rpc.raylet_io.actors import ActorGateway
+from gcs.rpc.raylet_io.gateway import raylet_address
 
 __all__ = ["ActorRayletIo"]
 

@@ -6,7 +6,7 @@ registration, the validation of a creation spec, and the ``CreateActorReply`` sh
 
 from __future__ import annotations
 
-from gcs.errors import InvalidArgument
+from gcs.base.errors import InvalidArgument
 from gcs.managers.actors import states
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 

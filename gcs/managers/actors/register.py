@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import structlog
 
-from gcs.errors import AlreadyExists
+from gcs.base.errors import AlreadyExists
+from gcs.base.pubsub_channels import GCS_ACTOR_CHANNEL, RAY_ERROR_INFO_CHANNEL
 from gcs.managers.actors.core import Core
 from gcs.managers.actors.driver_warnings import detached_in_anonymous_namespace
 from gcs.managers.actors.records import (
@@ -19,7 +20,6 @@ from gcs.managers.actors.records import (
     validated,
 )
 from gcs.proto import common_pb2
-from gcs.pubsub.channels import GCS_ACTOR_CHANNEL, RAY_ERROR_INFO_CHANNEL
 from gcs.store import WriteBatch
 
 __all__ = ["Registration"]

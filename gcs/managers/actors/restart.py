@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import structlog
 
-from gcs.errors import FailedPrecondition, NotFound
+from gcs.base.errors import FailedPrecondition, NotFound
 from gcs.managers.actors import states
 from gcs.managers.actors.core import Core
 from gcs.managers.actors.create import Creation

@@ -2,7 +2,7 @@
 
 :meth:`Scheduling.start` begins an attempt (choose a node, lease, push: the
 :class:`~gcs.managers.actors.scheduler.ActorScheduler`) as a task of its own, under a
-:class:`~gcs.background.Background` with the one failure policy.  When the attempt ends its
+:class:`~gcs.base.background.Background` with the one failure policy.  When the attempt ends its
 outcome is handed to ``finish`` on the lane, and only if the attempt is still the actor's
 current one (a restart, a kill or a death supersedes it while the lane was busy).
 :meth:`cancel` drops an attempt: a worker already leased is killed, a lease maybe queued
@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from gcs.background import Background
+from gcs.base.background import Background
 from gcs.managers.actors.core import Core
 from gcs.managers.actors.raylet_io import ActorRayletIo
 from gcs.managers.actors.scheduler import ActorScheduler, Attempt, Created, Failed

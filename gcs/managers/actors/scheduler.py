@@ -35,11 +35,11 @@ from typing import Protocol
 
 import structlog
 
-from gcs.errors import GcsError, RayletUnreachable, RayStatusError, WorkerUnreachable
+from gcs.base.errors import GcsError, RayletUnreachable, RayStatusError, WorkerUnreachable
 from gcs.managers.actors import states
 from gcs.managers.actors.placement import Candidate, Demand, choose_node
 from gcs.proto import common_pb2, core_worker_pb2, node_manager_pb2
-from gcs.rpc.raylets.actors import ActorGateway
+from gcs.rpc.raylet_io.actors import ActorGateway
 
 __all__ = [
     "ActorScheduler",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, MutableSequence
 
-from gcs.errors import NotFound
+from gcs.base.errors import NotFound
 from gcs.managers.actors.records import Actor, copy_of
 from gcs.managers.actors.table import ActorTable
 from gcs.proto import common_pb2, gcs_pb2

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gcs.clock import Clock, SystemClock, within
+from gcs.base.clock import Clock, SystemClock, within
 from gcs.store.base import Store, WriteBatch
 from gcs.store.errors import StoreConflict, StoreUnavailable
 from gcs.store.ha import Change, ChangeCursor, HaStore, LeaseInfo, StoreFenced

@@ -19,7 +19,7 @@ import structlog
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 from gcs.store.errors import StoreCorrupt, StoreError, StoreFull, StoreUnavailable
 from gcs.store.redis import ha as redis_ha
 from gcs.store.redis import scripts

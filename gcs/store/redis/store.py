@@ -80,7 +80,7 @@ import structlog
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from gcs.clock import Clock, SystemClock
+from gcs.base.clock import Clock, SystemClock
 from gcs.store.base import (
     META_CLUSTER_ID,
     META_SESSION_NAME,

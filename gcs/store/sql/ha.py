@@ -17,7 +17,7 @@ import structlog
 from sqlalchemy import ColumnElement, literal_column, select, update
 from sqlalchemy.sql.dml import ReturningUpdate, Update
 
-from gcs.clock import Clock
+from gcs.base.clock import Clock
 from gcs.store.sql.schema import LEASE
 
 __all__ = ["CHANNEL", "LeaseStatements", "PgNotifications"]

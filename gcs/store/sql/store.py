@@ -67,7 +67,7 @@ from sqlalchemy import bindparam, delete, exc, select, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gcs.clock import Clock, SystemClock
+from gcs.base.clock import Clock, SystemClock
 from gcs.store.base import Condition, Store, WriteBatch
 from gcs.store.errors import (
     StoreConflict,

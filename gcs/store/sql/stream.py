@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, exc, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gcs.background import race
-from gcs.clock import Clock
+from gcs.base.background import race
+from gcs.base.clock import Clock
 from gcs.store.base import WriteBatch
 from gcs.store.errors import StoreCorrupt, StoreUnavailable
 from gcs.store.ha import Change, ChangeCursor, LeaseInfo, StoreFenced

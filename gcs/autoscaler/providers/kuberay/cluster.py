@@ -24,7 +24,7 @@ from typing import Any
 
 from gcs.autoscaler.config import ClusterConfig, ConfigError, parse_cluster_config, quantity
 from gcs.autoscaler.providers.kuberay.ippr import HEAD_GROUP, IpprConfig, group_specs
-from gcs.autoscaler.scheduler.types import Options
+from gcs.policy.autoscaling.scheduler.types import Options
 
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 DISRUPTION_BUDGET_ANNOTATION = "gcs.ray.io/disruption-budget"

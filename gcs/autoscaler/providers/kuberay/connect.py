@@ -19,7 +19,7 @@ from gcs.autoscaler.config import ClusterConfig, ConfigError, ProviderConfig
 from gcs.autoscaler.providers.kuberay.cluster import cluster_config
 from gcs.autoscaler.providers.kuberay.ippr import parse_ippr
 from gcs.autoscaler.providers.kuberay.k8s import KubeApi, KubeApiError
-from gcs.autoscaler.scheduler.types import Options
+from gcs.policy.autoscaling.scheduler.types import Options
 
 __all__ = ["KubeRaySection", "connect", "initial_config", "read_cluster", "section"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gcs.autoscaler.scheduler.types import IpprSpec, IpprStatus
+from gcs.policy.autoscaling.scheduler.types import IpprSpec, IpprStatus
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gcs.autoscaler.config import ConfigError, quantity
-from gcs.autoscaler.scheduler.types import IpprSpec, IpprStatus
+from gcs.policy.autoscaling.scheduler.types import IpprSpec, IpprStatus
 
 IPPR_ANNOTATION = "ray.io/ippr"
 STATUS_ANNOTATION = "ray.io/ippr-status"

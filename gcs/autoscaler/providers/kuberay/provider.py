@@ -20,7 +20,6 @@ from typing import Any, Protocol, cast
 import structlog
 
 from gcs.autoscaler.config import ClusterConfig
-from gcs.autoscaler.model import NodeKind, RayNode
 from gcs.autoscaler.providers.base import (
     Capabilities,
     CloudInstance,
@@ -43,8 +42,9 @@ from gcs.autoscaler.providers.kuberay.ippr import (
     status_annotation,
 )
 from gcs.autoscaler.providers.kuberay.k8s import KubeApi, KubeApiError
-from gcs.autoscaler.scheduler.types import IpprStatus, Options, Resize
-from gcs.clock import Clock
+from gcs.base.clock import Clock
+from gcs.policy.autoscaling.model import NodeKind, RayNode
+from gcs.policy.autoscaling.scheduler.types import IpprStatus, Options, Resize
 
 __all__ = ["KubeRayProvider", "build", "initial_config"]
 
