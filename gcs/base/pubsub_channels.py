@@ -90,3 +90,8 @@ def wrap(channel: int, key_id: bytes, payload: Message) -> pubsub_pb2.PubMessage
     msg.channel_type = channel  # type: ignore[assignment]
     msg.key_id = key_id
     return msg
+
+
+PUBLISHER_ID_BYTES = 28
+NIL_PUBLISHER_ID = b"\xff" * PUBLISHER_ID_BYTES
+"""Ray's "no publisher yet": a subscriber's first poll names it."""

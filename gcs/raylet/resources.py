@@ -16,7 +16,8 @@ them in ``ResourcesData.resource_load_by_shape``.
 Placement-group bundles (Ray's two-phase reservation): :meth:`~LocalResources.prepare_bundles`
 holds a bundle's unit resources (all bundles of the call or none);
 :meth:`~LocalResources.commit_bundles` turns held bundles into Ray's bundle resources
-(:mod:`gcs.policy.placement.naming`), which leases can ask for; :meth:`~LocalResources.return_bundle`
+(:mod:`gcs.policy.placement.naming`), which leases can ask for;
+:meth:`~LocalResources.return_bundle`
 gives a prepared or committed bundle back (leases holding its resources are evicted first,
 as Ray kills the bundle's workers).  A node holding bundles is busy.
 """

@@ -31,7 +31,7 @@ import grpc
 import structlog
 from google.protobuf.descriptor import ServiceDescriptor
 
-from gcs.managers.pubsub.publisher import NIL_PUBLISHER_ID
+from gcs.base.pubsub_channels import NIL_PUBLISHER_ID
 from gcs.proto import gcs_service_pb2, pubsub_pb2
 from gcs.rpc.client import ServiceStub
 from gcs.rpc.descriptors import CONTROL_PLANE_PUBSUB

@@ -1,4 +1,5 @@
-"""Why demand waits: the pure verdict (:mod:`gcs.policy.autoscaling.scheduler.waiting`), the scheduler
+"""Why demand waits: the pure verdict (:mod:`gcs.policy.autoscaling.scheduler.waiting`), the
+scheduler
 that attaches it to its reply, and the virtual-cluster plan that books it to a cluster."""
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ class TestTokenSources:
         (home / ".ray").mkdir(parents=True)
         (home / ".ray" / "auth_token").write_text("from-account\n")
         account = types.SimpleNamespace(pw_dir=str(home))
-        monkeypatch.setattr(gcs.auth.pwd, "getpwuid", lambda uid: account)
+        monkeypatch.setattr(gcs.base.auth.pwd, "getpwuid", lambda uid: account)
         for env in ({}, {"HOME": ""}):
             assert default_token_path(env) == home / ".ray" / "auth_token"
             assert load_token(env).value == "from-account"
@@ -104,7 +104,7 @@ class TestTokenSources:
         def unknown(uid: int) -> object:
             raise KeyError(uid)
 
-        monkeypatch.setattr(gcs.auth.pwd, "getpwuid", unknown)
+        monkeypatch.setattr(gcs.base.auth.pwd, "getpwuid", unknown)
         assert default_token_path({}) == pathlib.Path(".ray/auth_token")
 
     def test_explicit_path_wins_and_token_never_in_repr(self, tmp_path) -> None:

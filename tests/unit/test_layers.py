@@ -1,11 +1,11 @@
-"""Imports only point down the layers of docs/architecture.md.
+"""Imports only point down the layers of docs/architecture.md, and each layer is folders.
 
-Every module of ``gcs`` belongs to one layer (the longest matching prefix in
-:data:`LAYERS`); a module may import modules of its own layer or of layers below, never
-above.  Pure policy (placement, the virtual-cluster model, the autoscaler's scheduler)
-additionally imports no I/O at all.  The autoscaler's own internal order is checked by its
-own test; the cross-package rules are here.  A new module must be placed in a layer (the
-test fails on an unplaced one), so the picture stays true.
+Every module of ``gcs`` lives in a folder, and every folder is in exactly one layer of
+:data:`LAYERS` (lowest first); a module may import modules of its own layer or of layers
+below, never above.  Nothing is loose at ``gcs/`` beyond the package's entry points.  Pure
+policy (``gcs.policy``) additionally imports no I/O at all.  The autoscaler's own internal
+order is checked by its own test; the cross-package rules are here.  A new folder must be
+placed in a layer (the test fails on an unplaced one), so the picture stays true.
 """
 
 from __future__ import annotations
@@ -18,113 +18,32 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "gcs"
 
-# Lowest first.  Prefixes are module names; the longest matching prefix wins.
+# Lowest first: each layer is a list of folders (packages) of gcs/.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "foundation",
-        (
-            "gcs",  # the package root (version constants)
-            "gcs.base.errors",
-            "gcs.base.clock",
-            "gcs.base.changes",
-            "gcs.base.background",
-            "gcs.base.lifecycle",
-            "gcs.base.processes",
-            "gcs.base.units",
-            "gcs.base.ids",
-            "gcs.base.labels",
-            "gcs.base.protowire",
-            "gcs.base.handler_delays",  # Ray's testing_asio_delay_us: parsed in config, used by rpc
-            "gcs.proto",
-            "gcs.base.auth",
-            "gcs.base.tls",
-            "gcs.base.pubsub_channels",
-        ),
-    ),
-    (
-        "policy",  # pure: values in, values out (see PURE below)
-        (
-            "gcs.policy.placement",
-            "gcs.policy.virtual_clusters",
-            "gcs.policy.autoscaling.scheduler",
-            "gcs.policy.autoscaling.model",  # the autoscaler's value types
-            "gcs.policy.autoscaling.capacity",  # the unavailable-capacity cache: time is passed in
-        ),
-    ),
-    (
-        "store",
-        (
-            "gcs.store",  # the interface: base, errors, outcome, metered, ha, the registry
-            "gcs.store.memory",  # one sub-package per backend, each with its connect and
-            "gcs.store.redis",  # migrate code; a backend imports the interface, never
-            "gcs.store.sql",  # another backend
-        ),
-    ),
-    ("config", ("gcs.config", "gcs.services.validate")),
+    ("foundation", ("gcs", "gcs.base", "gcs.proto")),  # "gcs": the package root (version)
+    ("policy", ("gcs.policy",)),  # pure: values in, values out (see PURE below)
+    ("store", ("gcs.store",)),  # one interface, a sub-package per backend
+    ("config", ("gcs.config",)),
     ("rpc", ("gcs.rpc",)),  # gRPC plumbing, the raylet I/O layer (gcs.rpc.raylet_io)
-    (
-        "managers",
-        (
-            "gcs.managers",
-            "gcs.managers.pubsub",  # the publishers own their state like managers
-        ),
-    ),
-    (
-        "protocol",
-        (
-            "gcs.services",
-            "gcs.front",  # serves the GCS port; answers from servicers and managers
-            "gcs.services.pubsub_runtime",  # the two publishers with their servicers
-        ),
-    ),
-    (
-        "clients",  # talk to a GCS over its port (or build what does)
-        (
-            "gcs.sdk",
-            "gcs.sdk._subscriber",
-            "gcs.sdk._vcluster_client",
-            "gcs.raylet",
-            "gcs.autoscaler",
-            "gcs.raylet.demo",
-            "gcs.cli.status",
-            "gcs.cli.json_output",
-            "gcs.testing",
-        ),
-    ),
+    ("managers", ("gcs.managers",)),  # own the state (the publishers too)
+    ("services", ("gcs.services",)),  # each RPC method's behaviour, once
+    ("front", ("gcs.front",)),  # the GCS port: transports over the services
+    ("clients", ("gcs.sdk", "gcs.raylet", "gcs.autoscaler", "gcs.testing")),
     ("server", ("gcs.server",)),  # the composition root: may build anything below
-    (
-        "entry",  # command lines
-        (
-            "gcs.__main__",
-            "gcs.cli.main",
-            "gcs.cli.support",
-            "gcs.cli.validation",
-            "gcs.cli.config_reference",
-            "gcs.cli.metrics_reference",
-            "gcs.cli.dropin",  # gcs-server, Ray's gcs_server command line over GcsServer
-            "gcs.cli.store",
-            "gcs.cli.vcluster",
-            "gcs.cli.raylet",
-            "gcs.cli.autoscaler",
-            "gcs.cli.autoscaler_run",
-        ),
-    ),
+    ("entry", ("gcs.cli", "gcs.__main__")),  # every command line
 )
 
-PURE = (
-    "gcs.policy.placement",
-    "gcs.policy.virtual_clusters",
-    "gcs.policy.autoscaling.scheduler",
-    "gcs.policy.autoscaling.model",
-    "gcs.policy.autoscaling.capacity",
-)
+ENTRY_POINTS = ("__init__.py", "__main__.py", "py.typed")
+"""What may stand loose at ``gcs/``: the package's own entry points."""
+
+PURE = ("gcs.policy",)
 """Policy: no I/O, no hidden clock or randomness (time and ids are injected)."""
-PURE_EXCEPT = ("gcs.sdk._vcluster_client", "gcs.cli.vcluster")
+PURE_EXCEPT: tuple[str, ...] = ()
 IO_MODULES = (
     "asyncio", "socket", "subprocess", "grpc", "redis", "sqlalchemy", "asyncpg", "aiosqlite",
     "kubernetes_asyncio", "aiohttp", "httpx", "time", "random", "uuid", "os",
-    "gcs.store", "gcs.rpc", "gcs.managers", "gcs.services", "gcs.server", "gcs.raylet",
-    "gcs.sdk", "gcs.managers.pubsub",
+    "gcs.store", "gcs.rpc", "gcs.managers", "gcs.services", "gcs.front", "gcs.server",
+    "gcs.raylet", "gcs.sdk",
 )  # fmt: skip
 
 ALLOWED: dict[tuple[str, str], str] = {
@@ -187,6 +106,28 @@ MODULES = {
 def test_every_module_is_placed_in_a_layer() -> None:
     unplaced = [m for m in MODULES if layer_of(m) is None]
     assert unplaced == [], "add these modules to LAYERS (docs/architecture.md too)"
+
+
+def test_folders_are_the_layers() -> None:
+    """Every folder of ``gcs/`` is a layer's, each in one layer only, and nothing but the
+    package's entry points stands loose at ``gcs/``."""
+    folders = sorted(
+        f"gcs.{p.name}" for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"
+    )
+    listed = [prefix for _, prefixes in LAYERS for prefix in prefixes if prefix != "gcs"]
+    assert sorted(f for f in listed if f != "gcs.__main__") == folders
+    assert len(listed) == len(set(listed))
+    loose = sorted(p.name for p in PACKAGE.iterdir() if p.is_file() and p.name not in ENTRY_POINTS)
+    assert loose == [], f"loose modules at gcs/: {loose}; give each a layer's folder"
+
+
+def test_a_layer_prefix_is_a_whole_folder() -> None:
+    """A layer names packages, never a module inside another layer's folder."""
+    for _, prefixes in LAYERS:
+        for prefix in prefixes:
+            if prefix in ("gcs", "gcs.__main__"):
+                continue
+            assert prefix.count(".") == 1 and (PACKAGE / prefix.split(".")[1]).is_dir(), prefix
 
 
 def violations(imports: dict[str, list[str]]) -> list[str]:
@@ -277,7 +218,7 @@ def test_the_checker_sees_a_wrong_import() -> None:
             "gcs.autoscaler.reconciler": ["gcs.server.wiring", "gcs.rpc.client"],
         }
     ) == [
-        "gcs.managers.nodes (managers) imports gcs.services.node_info (protocol)",
+        "gcs.managers.nodes (managers) imports gcs.services.node_info (services)",
         "gcs.store.redis (store) imports gcs.managers.lane (managers)",
         "gcs.autoscaler.reconciler (clients) imports gcs.server.wiring (server)",
     ]

@@ -1,4 +1,5 @@
-"""gcs.services.validate: pure checks; every error names the field and quotes at most a short prefix."""
+"""gcs.services.validate: pure checks; every error names the field and quotes at most a short
+prefix."""
 
 from __future__ import annotations
 

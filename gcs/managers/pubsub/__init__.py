@@ -1,6 +1,7 @@
 """Ray-compatible long-poll pubsub: publishers (server side) and an async subscriber client.
 
-See :mod:`gcs.managers.pubsub.publisher` for the protocol and :mod:`gcs.services.pubsub_runtime` for wiring.
+See :mod:`gcs.managers.pubsub.publisher` for the protocol and :mod:`gcs.services.pubsub_runtime`
+for wiring.
 """
 
 from gcs.base.pubsub_channels import (

@@ -37,14 +37,12 @@ from google.protobuf.message import Message
 from gcs.base.clock import Clock
 from gcs.base.errors import InvalidArgument, NotFound
 from gcs.base.protowire import varint
-from gcs.base.pubsub_channels import channel_name, wrap
+from gcs.base.pubsub_channels import NIL_PUBLISHER_ID, PUBLISHER_ID_BYTES, channel_name, wrap
 from gcs.managers.pubsub.config import Overflow, PublisherConfig
 from gcs.proto import gcs_service_pb2, pubsub_pb2
 
 log = structlog.get_logger("gcs.managers.pubsub")
 
-PUBLISHER_ID_BYTES = 28
-NIL_PUBLISHER_ID = b"\xff" * PUBLISHER_ID_BYTES
 """What a Ray subscriber sends before it has seen any reply."""
 
 _ALL_KEYS = b""
