@@ -112,7 +112,7 @@ def test_folders_are_the_layers() -> None:
     """Every folder of ``gcs/`` is a layer's, each in one layer only, and nothing but the
     package's entry points stands loose at ``gcs/``."""
     folders = sorted(
-        f"gcs.{p.name}" for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"
+        f"gcs.{p.name}" for p in PACKAGE.iterdir() if p.is_dir() and any(p.rglob("*.py"))
     )
     listed = [prefix for _, prefixes in LAYERS for prefix in prefixes if prefix != "gcs"]
     assert sorted(f for f in listed if f != "gcs.__main__") == folders
