@@ -48,7 +48,7 @@ import asyncio
 import contextlib
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import hpack
 import structlog
@@ -57,7 +57,7 @@ from gcs.base.background import Background
 from gcs.base.clock import Clock, SystemClock
 from gcs.front.budget import ByteBudget
 from gcs.front.deadlines import Deadline, Deadlines
-from gcs.front.h2_base import INPUT_FLOOR, OUTPUT_FLOOR, U32, H2Limits, Header, Stream, StreamApp
+from gcs.front.h2_base import INPUT_FLOOR, OUTPUT_FLOOR, U32, H2Limits, Header, Stream
 from gcs.front.h2_input import SETTING, FrameInput
 from gcs.front.h2_output import FrameOutput
 from gcs.front.ratelimit import PingPolicy, TokenBucket
@@ -98,6 +98,20 @@ _LINGER_BYTES = 256 << 10
 this long and this many bytes (a client stops at the GOAWAY; a flood does not)."""
 _WRITE_HIGH_WATER = 512 << 10
 """The socket buffer above which we stop writing DATA (``pause_writing``)."""
+
+
+class StreamApp(Protocol):
+    def on_request(self, conn: H2ServerConnection, stream: Stream) -> None:
+        """Request headers decoded; the stream may be answered right away."""
+
+    def on_data(self, conn: H2ServerConnection, stream: Stream, data: bytes) -> None:
+        """DATA payload (padding removed); counted as held until :meth:`release`."""
+
+    def on_end(self, conn: H2ServerConnection, stream: Stream) -> None:
+        """The client finished sending (END_STREAM)."""
+
+    def on_reset(self, conn: H2ServerConnection, stream: Stream) -> None:
+        """The stream ended without our trailers (client RST_STREAM, connection lost)."""
 
 
 class H2ServerConnection(FrameInput, FrameOutput, asyncio.Protocol):

@@ -12,7 +12,7 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import hpack
 
@@ -22,9 +22,6 @@ from gcs.front.deadlines import Deadline, Deadlines
 from gcs.front.ratelimit import PingPolicy, TokenBucket
 from gcs.rpc.h2_frames import DEFAULT_WINDOW
 from gcs.rpc.warnings import WarningSampler
-
-if TYPE_CHECKING:
-    from gcs.front.h2 import H2ServerConnection
 
 Header = tuple[bytes, bytes]
 U32 = struct.Struct(">I")
@@ -99,20 +96,6 @@ class Stream:
         """Of ``out_len``, the bytes counted in the server-wide budget."""
         self.trailers: bytes | None = None
         self.app: Any = None
-
-
-class StreamApp(Protocol):
-    def on_request(self, conn: H2ServerConnection, stream: Stream) -> None:
-        """Request headers decoded; the stream may be answered right away."""
-
-    def on_data(self, conn: H2ServerConnection, stream: Stream, data: bytes) -> None:
-        """DATA payload (padding removed); counted as held until :meth:`release`."""
-
-    def on_end(self, conn: H2ServerConnection, stream: Stream) -> None:
-        """The client finished sending (END_STREAM)."""
-
-    def on_reset(self, conn: H2ServerConnection, stream: Stream) -> None:
-        """The stream ended without our trailers (client RST_STREAM, connection lost)."""
 
 
 class ConnectionFault(Exception):

@@ -1,6 +1,6 @@
 """Reading a connection: frames parsed from the socket's bytes, checked against the limits
 (RFC 9113's rules, nghttp2's and grpc C-core's flood limits), handed to the
-:class:`~gcs.front.h2_base.StreamApp`; and the input accounting that grants the peer
+:class:`~gcs.front.h2.StreamApp`; and the input accounting that grants the peer
 connection credit only while the connection and the server-wide budget have room.
 """
 
