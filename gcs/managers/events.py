@@ -25,6 +25,7 @@ __all__ = [
     "Fanout",
     "JobEvents",
     "JobListener",
+    "NodeDeathListener",
     "NodeEvents",
     "NodeListener",
     "PlacementGroupEvents",
@@ -82,6 +83,24 @@ class NodeListener(Protocol):
         """Once, at load, before any other event: the alive nodes read from the store, as
         ``on_node_added`` for each would (10,000 nodes at a restart or a takeover: one call,
         per-node state a hot standby prepared adopted through ``prepared``)."""
+
+
+class NodeDeathListener:
+    """A :class:`NodeListener` that acts on deaths only: nodes added (and the alive nodes at
+    load) are nothing to it.  Subclasses define :meth:`on_node_dead`."""
+
+    __slots__ = ()
+
+    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        return None
+
+    def on_nodes_loaded(
+        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
+    ) -> None:
+        return None
+
+    def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
+        raise NotImplementedError
 
 
 class JobListener(Protocol):

@@ -30,7 +30,7 @@ from gcs.base.background import Background
 from gcs.base.clock import Clock, now_ms
 from gcs.base.errors import InvalidArgument
 from gcs.base.ids import JOB_ID_SIZE
-from gcs.managers.events import JobEvents, Prepared
+from gcs.managers.events import JobEvents, NodeDeathListener
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.managers.nodes import Publish, no_publish
 from gcs.proto import gcs_pb2, pubsub_pb2
@@ -77,17 +77,9 @@ class JobManager:
         self.node_listener = self._NodeListener(self)
         """Finishes the jobs of a dead driver's node (subscribed by the wiring)."""
 
-    class _NodeListener:
+    class _NodeListener(NodeDeathListener):
         def __init__(self, manager: JobManager) -> None:
             self._m = manager
-
-        def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
-            return None
-
-        def on_nodes_loaded(
-            self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
-        ) -> None:
-            return None
 
         def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
             self._m._background.spawn(self._m.finish_jobs_of_node(node.node_id), "node-dead")

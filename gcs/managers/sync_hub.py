@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 
 from gcs.base.changes import Changes
 from gcs.base.protowire import len_field
-from gcs.managers.events import Prepared
+from gcs.managers.events import NodeDeathListener
 from gcs.managers.nodes import NodeManager
 from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2, ray_syncer_pb2
@@ -123,7 +123,7 @@ class Peer:
         return self.drain(max_messages)
 
 
-class SyncHub:
+class SyncHub(NodeDeathListener):
     def __init__(
         self,
         nodes: NodeManager,
@@ -143,14 +143,6 @@ class SyncHub:
         """Notified when a stream opens or a message is accepted."""
 
     # -- NodeListener ------------------------------------------------------------------
-    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
-        return None
-
-    def on_nodes_loaded(
-        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
-    ) -> None:
-        return None
-
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         """A dead node's views are forgotten (never sent to raylets joining later) and its
         stream is closed."""

@@ -21,14 +21,20 @@ Listener order (each list is the order of delivery; written down in docs/archite
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gcs.base.clock import Clock
 from gcs.base.lifecycle import Component
 from gcs.config import GcsConfig
 from gcs.managers.cluster_meta import ClusterIdentity
-from gcs.managers.events import JobEvents, NodeEvents, PlacementGroupEvents, Prepared, WorkerEvents
+from gcs.managers.events import (
+    JobEvents,
+    NodeDeathListener,
+    NodeEvents,
+    PlacementGroupEvents,
+    WorkerEvents,
+)
 from gcs.managers.lane import ResolvePolicy
 from gcs.managers.task_failures import TaskFailureMarker
 from gcs.proto import gcs_pb2
@@ -148,19 +154,11 @@ def _subscribe(
     events.worker.subscribe(task_failures, m.actors.worker_listener)
 
 
-class _ForgetRaylet:
+class _ForgetRaylet(NodeDeathListener):
     """Node listener: a dead node's raylet connections are closed."""
 
     def __init__(self, raylets: RayletGateway) -> None:
         self._raylets = raylets
-
-    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
-        return None
-
-    def on_nodes_loaded(
-        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
-    ) -> None:
-        return None
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._raylets.forget(node.node_id)

@@ -45,7 +45,7 @@ from gcs.managers.actors.schedule import Scheduling
 from gcs.managers.actors.scheduler import ActorScheduler, Created, Failed
 from gcs.managers.actors.table import ActorTable
 from gcs.managers.actors.view import ActorView
-from gcs.managers.events import Prepared
+from gcs.managers.events import NodeDeathListener
 from gcs.managers.lane import ApplyLane, ResolvePolicy
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.rpc.raylet_io.actors import ActorGateway
@@ -199,17 +199,9 @@ class ActorManager:
 
 
 # -- listeners (synchronous: each hands its work to a task that takes the lane) ----------
-class _NodeListener:
+class _NodeListener(NodeDeathListener):
     def __init__(self, manager: ActorManager) -> None:
         self._m = manager
-
-    def on_node_added(self, node: gcs_pb2.GcsNodeInfo) -> None:
-        return None
-
-    def on_nodes_loaded(
-        self, nodes: Mapping[bytes, gcs_pb2.GcsNodeInfo], prepared: Prepared
-    ) -> None:
-        return None
 
     def on_node_dead(self, node: gcs_pb2.GcsNodeInfo) -> None:
         self._m.spawn(self._m.on_node_dead(node), "node-dead")
