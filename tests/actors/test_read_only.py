@@ -9,17 +9,11 @@ from collections import OrderedDict
 
 import structlog
 
-from gcs.base.clock import FakeClock
 from gcs.managers.actors import ActorManager, states
 from gcs.managers.actors.scheduler import Attempt, Created, Failed
-from gcs.rpc.security import Security
-from gcs.server.metrics import GcsMetrics
-from gcs.server.wiring import build
-from gcs.store.memory import MemoryStore
 from gcs.testing.actors import FakeActorGateway
-from gcs.testing.fake_raylets import FakeRayletGateway
 from tests.actors.harness import Harness, actor_spec, turns_until
-from tests.conftest import fast_config
+from tests.server.wiring_support import built_wiring
 
 MUTABLE = (dict, list, set, OrderedDict)
 KNOWN_MUTABLE = {
@@ -67,17 +61,7 @@ class TestActorQueriesAnswerCopies:
 
 class TestEveryManagerOfABuiltGcs:
     def test_no_manager_exposes_a_mutable_dict_list_or_set(self) -> None:
-        wiring = build(
-            fast_config(),
-            store=MemoryStore(),
-            owns_store=False,
-            clock=FakeClock(),
-            security=Security(),
-            metrics=GcsMetrics(),
-            advertised_host="127.0.0.1",
-            raylets=FakeRayletGateway(),
-            actor_gateway=FakeActorGateway(),
-        )
+        wiring = built_wiring(actor_gateway=FakeActorGateway())
         found = set()
         for field in (f.name for f in dataclasses.fields(wiring.managers)):
             if field == "raylets":  # the raylet I/O gateway (a recording fake here)

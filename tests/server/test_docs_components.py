@@ -6,13 +6,8 @@ from __future__ import annotations
 import pathlib
 import re
 
-from gcs.base.clock import FakeClock
-from gcs.rpc.security import Security
-from gcs.server.metrics import GcsMetrics
-from gcs.server.wiring import build
-from gcs.store.memory import MemoryStore
-from gcs.testing.fake_raylets import FakeRayletGateway
 from tests.conftest import fast_config
+from tests.server.wiring_support import built_wiring
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 OPTIONAL_LAST = ["autoscaler", "demo"]  # gcs serve --autoscaler-config / --demo N
@@ -24,16 +19,7 @@ def documented_components() -> list[str]:
 
 
 def test_the_components_table_is_the_wiring_in_order() -> None:
-    wiring = build(
-        fast_config(metrics_agent_port=0, enable_metrics_collection=True),
-        store=MemoryStore(),
-        owns_store=False,
-        clock=FakeClock(),
-        security=Security(),
-        metrics=GcsMetrics(),
-        advertised_host="127.0.0.1",
-        raylets=FakeRayletGateway(),
-    )
+    wiring = built_wiring(fast_config(metrics_agent_port=0, enable_metrics_collection=True))
     built = [component.name for component in wiring.components]
     assert "event_stats" in built and "metrics_agent" in built
     assert documented_components() == [*built, *OPTIONAL_LAST]

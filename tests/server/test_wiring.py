@@ -8,19 +8,17 @@ import socket
 
 import pytest
 
-from gcs.base.clock import FakeClock
 from gcs.base.lifecycle import Supervisor
 from gcs.managers.health import HealthChecker
 from gcs.proto import gcs_pb2
-from gcs.rpc.security import Security
 from gcs.server import GcsServer
-from gcs.server.metrics import GcsMetrics
-from gcs.server.wiring import Wiring, build
+from gcs.server.wiring import Wiring
 from gcs.store import Store, WriteBatch
 from gcs.store.base import TABLE_NODE
 from gcs.store.memory import MemoryStore
 from gcs.testing.fake_raylets import FakeRayletGateway
 from tests.conftest import fast_config
+from tests.server.wiring_support import built_wiring
 
 
 class _NoIo(MemoryStore):
@@ -31,16 +29,7 @@ class _NoIo(MemoryStore):
 
 
 def _build(store: Store, raylets: FakeRayletGateway | None = None) -> Wiring:
-    return build(
-        fast_config(),
-        store=store,
-        owns_store=False,
-        clock=FakeClock(),
-        security=Security(),
-        metrics=GcsMetrics(),
-        advertised_host="127.0.0.1",
-        raylets=raylets or FakeRayletGateway(),
-    )
+    return built_wiring(store=store, raylets=raylets)
 
 
 def _names(listeners: object) -> list[str]:

@@ -34,24 +34,9 @@ def test_the_layer_table_is_layers() -> None:
 
 
 def _wiring():  # type: ignore[no-untyped-def]
-    from gcs.base.clock import FakeClock
-    from gcs.rpc.security import Security
-    from gcs.server.metrics import GcsMetrics
-    from gcs.server.wiring import build
-    from gcs.store.memory import MemoryStore
-    from gcs.testing.fake_raylets import FakeRayletGateway
-    from tests.conftest import fast_config
+    from tests.server.wiring_support import built_wiring
 
-    return build(
-        fast_config(),
-        store=MemoryStore(),
-        owns_store=False,
-        clock=FakeClock(),
-        security=Security(),
-        metrics=GcsMetrics(),
-        advertised_host="127.0.0.1",
-        raylets=FakeRayletGateway(),
-    )
+    return built_wiring()
 
 
 # The words the document uses for each listener (by the listener's class name; the two
