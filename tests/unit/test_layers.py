@@ -147,6 +147,42 @@ def violations(imports: dict[str, list[str]]) -> list[str]:
 IMPORTS = {module: _imports(path) for module, path in MODULES.items()}
 
 
+def _folder(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def folder_circles(imports: dict[str, list[str]]) -> list[list[str]]:
+    """Circles between folders of ``gcs/`` (a layer's sibling folders may import each other
+    one way, never both ways round)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported_modules in imports.items():
+        for imported in imported_modules:
+            if imported.startswith("gcs.") and _folder(imported) != _folder(module):
+                graph.setdefault(_folder(module), set()).add(_folder(imported))
+    found = []
+
+    def walk(path: list[str]) -> None:
+        for nxt in sorted(graph.get(path[-1], ())):
+            if nxt == path[0]:
+                found.append(path)
+            elif nxt not in path and nxt > path[0]:
+                walk([*path, nxt])
+
+    for start in sorted(graph):
+        walk([start])
+    return found
+
+
+def test_no_folder_circle() -> None:
+    assert folder_circles(IMPORTS) == []
+
+
+def test_the_circle_finder_sees_a_folder_circle() -> None:
+    assert folder_circles(
+        {"gcs.sdk.a": ["gcs.raylet.b"], "gcs.raylet.b": ["gcs.sdk.c"], "gcs.sdk.c": []}
+    ) == [["gcs.raylet", "gcs.sdk"]]
+
+
 def test_imports_point_down_the_layers() -> None:
     assert violations(IMPORTS) == []
 
