@@ -8,6 +8,7 @@ from pathlib import Path
 
 import gcs.autoscaler
 import gcs.policy.autoscaling
+from tests.import_graph import circles
 
 PACKAGE = Path(gcs.autoscaler.__file__).parent
 #: The autoscaler's pure parts (value types, scheduler, capacity cache) are policy.
@@ -103,22 +104,6 @@ def scheduler_graph() -> dict[str, set[str]]:
                 targets.add(rel)
         graph[module] = targets
     return graph
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every import circle, each once (from its smallest module)."""
-    found = []
-
-    def walk(path: list[str]) -> None:
-        for nxt in sorted(graph.get(path[-1], ())):
-            if nxt == path[0]:
-                found.append(path)
-            elif nxt not in path and nxt > path[0]:
-                walk([*path, nxt])
-
-    for start in sorted(graph):
-        walk([start])
-    return found
 
 
 class TestScheduler:

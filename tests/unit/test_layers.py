@@ -15,6 +15,8 @@ import pathlib
 
 import pytest
 
+from tests.import_graph import circles
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "gcs"
 
@@ -159,18 +161,7 @@ def folder_circles(imports: dict[str, list[str]]) -> list[list[str]]:
         for imported in imported_modules:
             if imported.startswith("gcs.") and _folder(imported) != _folder(module):
                 graph.setdefault(_folder(module), set()).add(_folder(imported))
-    found = []
-
-    def walk(path: list[str]) -> None:
-        for nxt in sorted(graph.get(path[-1], ())):
-            if nxt == path[0]:
-                found.append(path)
-            elif nxt not in path and nxt > path[0]:
-                walk([*path, nxt])
-
-    for start in sorted(graph):
-        walk([start])
-    return found
+    return circles(graph)
 
 
 def test_no_folder_circle() -> None:
