@@ -1,5 +1,6 @@
 """``gcs.config`` is a package of modules with one job each, and keeps its front door:
-every public name of the old one-file module is still ``from gcs.config import X``."""
+every public name of the old one-file module (``PUBLIC``, as it stood) is still
+``from gcs.config import X``."""
 
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ class TestTheConfigPackage:
         assert {name: n for name, n in sizes.items() if n > 600} == {}
 
     def test_every_public_name_is_still_imported_from_gcs_config(self) -> None:
-        """The re-exports are pinned (sorted ``__all__``), and each one resolves."""
-        assert gcs.config.__all__ == PUBLIC
+        """Every name the one-file module had is still exported, and each one resolves."""
+        assert set(PUBLIC) <= set(gcs.config.__all__)
         module = importlib.import_module("gcs.config")
         for name in PUBLIC:
             assert getattr(module, name) is not None
