@@ -389,7 +389,10 @@ def _parse(
         node_type_ours=_OUR_NODE_TYPE_KEYS,
     )
     warnings = (
-        (f"not acted on here (provider.type {provider.type}): {', '.join(unused)}",)
+        (
+            f"keys of Ray's cluster launcher not acted on here (provider.type "
+            f"{provider.type}): {', '.join(unused)}",
+        )
         if unused
         else ()
     )
