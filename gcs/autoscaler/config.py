@@ -3,6 +3,13 @@
 Follows Ray's ``AutoscalingConfig``: the head type's max gets +1, the cluster cap is
 ``max_workers + 1``, ``idle_timeout_minutes`` becomes seconds. Errors name the place.
 
+Read as Ray 2.60 reads it (``prepare_config``, ``fillout_available_node_types_resources``,
+``validate_config``): every key of Ray's schema is accepted (``launcher_yaml``), the
+provider's ``defaults.yaml`` lies under the YAML, a worker type without ``max_workers`` takes
+the cluster's, and :func:`resolve_cluster_config` fills each node type's resources from what
+the provider's cloud says of its instance type (``node_resources``; the YAML's keys win).
+Without such a provider, a node type the autoscaler may launch must spell its resources out.
+
 KubeRay in-place pod resize lives on the RayCluster (``ray.io/ippr`` annotation), not in a
 cluster YAML; here a node type takes the same group entry under ``ippr``::
 
@@ -380,7 +387,7 @@ def _parse(
     provider = provider_config(raw.get("provider"), types_raw, providers)
     row = providers[provider.type]
     if require_resources:
-        _resources_given(types_raw, types, head, row)
+        _resources_given(types_raw, types, head, row, asked=detected is not None)
     unused = unused_keys(
         given,
         provider_keys_used=row.keys | {"type", "state_dir"},
@@ -413,14 +420,21 @@ def _resources_given(
     types: Mapping[str, NodeTypeConfig],
     head: Any,
     row: ProviderRow,
+    *,
+    asked: bool,
 ) -> None:
     """A node type the autoscaler may launch has resources: given, or found by the row's
-    ``node_type_resources``; otherwise one line naming the type."""
+    ``node_type_resources`` (``asked``: it was); otherwise one line naming the type."""
     for name, node in types.items():
         launches = node.max_workers - (1 if name == str(head) else 0)
         if node.resources or launches <= 0:
             continue
         where = f"available_node_types.{name}.resources"
+        if row.node_type_resources and not asked:
+            raise ConfigError(
+                f"{where}: empty; provider.type {row.type} finds them from node_config when "
+                "the config is resolved (resolve_cluster_config)"
+            )
         if row.node_type_resources:
             if not types_raw[name].get("node_config"):
                 raise ConfigError(f"{where}: empty, and no node_config to find them from")

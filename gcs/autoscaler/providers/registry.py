@@ -20,9 +20,11 @@ nothing and every layer can read it (the config layer checks types and keys agai
   type's instance gives (:data:`~gcs.autoscaler.node_resources.NodeTypeResources`):
   ``async def fill(provider: Mapping[str, Any], node_configs: Mapping[str, Mapping[str,
   Any]]) -> Mapping[str, Mapping[str, float]]`` -- given the ``provider:`` section and each
-  node type's ``node_config`` by node type name, the resources by node type name (``CPU``,
-  ``GPU``, ``memory`` = the instance's memory in bytes, ``accelerator_type:<X>``: 1, ...);
-  the config layer applies Ray's rules (memory only for workers, less the object store's
+  node type's ``node_config`` by node type name (types without one left out), the
+  resources by node type name (``CPU``, ``GPU``, ``memory`` = the instance's memory in
+  bytes, ``accelerator_type:<X>``: 1, ...); a ConfigError naming the node type when the
+  cloud does not describe its instance, any other error is reported as one line; the
+  config layer applies Ray's rules (memory only for workers, less the object store's
   share; the YAML's ``resources`` keys win).  Without it a node type the autoscaler may
   launch must spell out its ``resources``;
 - ``launcher_keys`` (optional): the cluster-launcher keys the provider acts on (top-level
