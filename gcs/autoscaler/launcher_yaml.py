@@ -175,7 +175,8 @@ class Launcher:
     worker_setup_commands: tuple[str, ...] = ()
     head_start_ray_commands: tuple[str, ...] = ()
     worker_start_ray_commands: tuple[str, ...] = ()
-    docker: Mapping[str, Any] = field(default_factory=dict)
+    docker: Mapping[str, Any] | None = None
+    """None: no ``docker`` key (the node types' own are then unused, as in Ray)."""
     auth: Mapping[str, Any] = field(default_factory=dict)
     file_mounts: Mapping[str, str] = field(default_factory=dict)
     cluster_synced_files: tuple[str, ...] = ()
@@ -202,8 +203,11 @@ class Launcher:
         return own if own is not None else self.initialization_commands
 
     def docker_for(self, node_type: str) -> dict[str, Any]:
-        """The cluster's ``docker`` updated with the type's own (Ray's rule)."""
-        return {**self.docker, **self._own(node_type).docker} if self.docker else {}
+        """The cluster's ``docker`` updated with the type's own (Ray's rule); {} without a
+        cluster ``docker``."""
+        if self.docker is None:
+            return {}
+        return {**self.docker, **self._own(node_type).docker}
 
 
 def node_type_launcher(raw: Mapping[Any, Any], where: str) -> NodeTypeLauncher:
@@ -236,7 +240,7 @@ def launcher(raw: Mapping[Any, Any], node_types: Mapping[str, NodeTypeLauncher])
             raise ConfigError(f"{key}: the legacy form is not read here; use available_node_types")
     return Launcher(
         **commands,
-        docker=_docker(raw.get("docker"), "docker", DOCKER_KEYS),
+        docker=_docker(raw.get("docker"), "docker", DOCKER_KEYS) if "docker" in raw else None,
         auth=_auth(raw.get("auth")),
         file_mounts=dict(mounts),
         cluster_synced_files=_strings(raw.get("cluster_synced_files"), "cluster_synced_files"),

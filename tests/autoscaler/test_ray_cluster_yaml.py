@@ -106,6 +106,19 @@ class TestRaysAwsExamplesLoad:
         }
         assert launcher.node_types["ray.head.gpu"].node_config["InstanceType"] == "p2.xlarge"
 
+    def test_a_node_types_docker_counts_only_under_a_cluster_docker(self) -> None:
+        """Ray's AWS defaults carry ``docker: {}``, so the minimal example's types may add
+        their own; without any cluster ``docker`` key Ray leaves a type's unused."""
+        raw = example("example-minimal")
+        raw["available_node_types"]["ray.worker.default"]["docker"] = {"worker_image": "w"}
+        assert resolve(raw).launcher.docker_for("ray.worker.default") == {"worker_image": "w"}
+        bare = {
+            "available_node_types": {
+                "h": {"resources": {"CPU": 1}, "docker": {"worker_image": "w"}}
+            }
+        }
+        assert resolve(bare, PROVIDERS).launcher.docker_for("h") == {}
+
     def test_a_node_types_own_setup_commands_replace_the_clusters(self) -> None:
         raw = example("example-full")
         raw["setup_commands"] = ["echo common"]
