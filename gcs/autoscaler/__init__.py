@@ -10,7 +10,9 @@ layer or the ones before it (``tests/autoscaler/test_layers.py`` checks it):
 0. ``providers.registry`` (one row per provider type naming where its factory, config
    section parser and cloud config reader live; it imports nothing, so every layer reads it
    and adding a provider is one module plus one row);
-1. ``config`` (cluster YAML), ``cluster_state`` (ClusterResourceState -> scheduler input);
+1. ``config`` (cluster YAML; Ray's launcher keys in ``launcher_yaml``, the resources a
+   provider's cloud describes in ``node_resources``), ``cluster_state``
+   (ClusterResourceState -> scheduler input);
 2. ``instances`` -- instance records, their lifecycle table, versioned storage, one lane;
 3. ``gcs_api`` (what the autoscaler asks of a GCS), ``grpc_gcs`` (that, over gRPC);
 4. ``providers`` -- the cloud behind one contract (``providers.base``), each provider

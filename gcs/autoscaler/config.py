@@ -3,6 +3,13 @@
 Follows Ray's ``AutoscalingConfig``: the head type's max gets +1, the cluster cap is
 ``max_workers + 1``, ``idle_timeout_minutes`` becomes seconds. Errors name the place.
 
+Read as Ray 2.60 reads it (``prepare_config``, ``fillout_available_node_types_resources``,
+``validate_config``): every key of Ray's schema is accepted (``launcher_yaml``), the
+provider's ``defaults.yaml`` lies under the YAML, a worker type without ``max_workers`` takes
+the cluster's, and :func:`resolve_cluster_config` fills each node type's resources from what
+the provider's cloud says of its instance type (``node_resources``; the YAML's keys win).
+Without such a provider, a node type the autoscaler may launch must spell its resources out.
+
 KubeRay in-place pod resize lives on the RayCluster (``ray.io/ippr`` annotation), not in a
 cluster YAML; here a node type takes the same group entry under ``ippr``::
 
@@ -34,7 +41,20 @@ from typing import Any, cast
 
 import yaml
 
-from gcs.autoscaler.providers.registry import PROVIDERS, Registry
+from gcs.autoscaler import node_resources
+from gcs.autoscaler.launcher_yaml import (
+    RAY_LEGACY_TOP_KEYS,
+    RAY_NODE_TYPE_KEYS,
+    RAY_PROVIDER_KEYS,
+    RAY_TOP_KEYS,
+    ConfigError,
+    Launcher,
+    launcher,
+    no_unknown,
+    node_type_launcher,
+    unused_keys,
+)
+from gcs.autoscaler.providers.registry import PROVIDERS, ProviderRow, Registry
 from gcs.policy.autoscaling.capacity import CapacityBackoff
 from gcs.policy.autoscaling.scheduler.types import (
     IpprSpec,
@@ -42,10 +62,6 @@ from gcs.policy.autoscaling.scheduler.types import (
     Options,
     SchedulerConfig,
 )
-
-
-class ConfigError(ValueError):
-    """A cluster config that cannot be used; the message names the offending place."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +100,11 @@ class ClusterConfig:
     cluster_name: str = "default"
     capacity_backoff: CapacityBackoff = field(default_factory=CapacityBackoff)
     """How long a node type the cloud refused (capacity, quota) is held back."""
+    launcher: Launcher = field(default_factory=Launcher)
+    """The cluster-launcher keys (setup/start commands, Docker, file mounts, SSH, each node
+    type's ``node_config``), for the providers that start machines."""
+    warnings: tuple[str, ...] = ()
+    """What a user should read once (the keys nothing here acts on)."""
 
 
 def _number(value: Any, where: str, *, minimum: float | None = 0) -> float:
@@ -147,39 +168,14 @@ def _ippr(raw: Any, where: str, res: Mapping[str, float]) -> IpprSpec | None:
     )
 
 
-# Keys of Ray's cluster-launcher schema we accept (most are for `ray up` and unused here),
-# plus ours (``ippr``, ``priority``, ``idle_timeout_s``, ``launch_config_hash``).
-_TOP_KEYS = frozenset(
-    {
-        "cluster_name", "max_workers", "upscaling_speed", "idle_timeout_minutes", "docker",
-        "provider", "auth", "available_node_types", "head_node_type", "file_mounts",
-        "cluster_synced_files", "file_mounts_sync_continuously", "rsync_exclude",
-        "rsync_filter", "initialization_commands", "setup_commands", "head_setup_commands",
-        "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands",
-        "no_restart", "min_workers", "disruption", "capacity_backoff",
-    }
-)  # fmt: skip
-_NODE_TYPE_KEYS = frozenset(
-    {
-        "node_config", "resources", "min_workers", "max_workers", "labels",
-        "worker_setup_commands", "docker", "priority", "idle_timeout_s",
-        "launch_config_hash", "ippr",
-    }
-)  # fmt: skip
-# Every provider accepts these (Ray's cluster-launcher keys; unused here) beside its own.
-_PROVIDER_KEYS = frozenset({"type", "state_dir", "head_ip", "worker_ips",
-                            "disable_launch_config_check", "disable_node_updaters",
-                            "foreground_node_launch"})  # fmt: skip
-
-
-def _no_unknown(raw: Mapping[Any, Any], allowed: frozenset[str], where: str) -> None:
-    unknown = sorted(str(k) for k in raw if str(k) not in allowed)
-    if unknown:
-        prefix = f"{where}." if where else ""
-        raise ConfigError(
-            f"{prefix}{unknown[0]}: unknown key"
-            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
-        )
+# Ray's cluster-launcher keys (all accepted, see ``launcher_yaml``) plus ours.
+_OUR_TOP_KEYS = frozenset({"disruption", "capacity_backoff"})
+_TOP_KEYS = RAY_TOP_KEYS | RAY_LEGACY_TOP_KEYS | _OUR_TOP_KEYS
+_OUR_NODE_TYPE_KEYS = frozenset({"launch_config_hash", "ippr"})
+_NODE_TYPE_KEYS = RAY_NODE_TYPE_KEYS | _OUR_NODE_TYPE_KEYS
+# Every provider accepts these (Ray's schema's provider keys, ours) beside its own.
+_PROVIDER_KEYS = RAY_PROVIDER_KEYS | {"state_dir"}
+_no_unknown = no_unknown
 
 
 def provider_config(
@@ -209,22 +205,28 @@ def provider_config(
     return ProviderConfig(str(kind), state_dir, options, settings)
 
 
-def _node_type(name: str, raw: Any, is_head: bool) -> NodeTypeConfig:
+def _node_type(
+    name: str, raw: Any, is_head: bool, default_max: int, detected: Mapping[str, float] | None
+) -> NodeTypeConfig:
+    """``default_max``: Ray's default for a type without ``max_workers`` (the cluster's
+    ``max_workers`` for a worker type, 0 for the head); ``detected``: what the provider's
+    cloud describes for it (None = nothing was asked)."""
     where = f"available_node_types.{name}"
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping")
     _no_unknown(raw, _NODE_TYPE_KEYS, where)
     resources = raw.get("resources", {})
+    if resources is None:
+        resources = {}
     if not isinstance(resources, Mapping):
         raise ConfigError(f"{where}.resources: expected a mapping")
+    if detected is not None:
+        resources = node_resources.merged(detected, resources, is_head=is_head)
     res = {str(k): _number(v, f"{where}.resources.{k}") for k, v in resources.items()}
     min_w = _int(raw.get("min_workers", 0), f"{where}.min_workers")
-    max_w = _int(raw.get("max_workers", 0), f"{where}.max_workers")
+    max_w = _int(raw.get("max_workers", default_max), f"{where}.max_workers")
     if min_w > max_w:
         raise ConfigError(f"{where}: min_workers {min_w} > max_workers {max_w}")
-    node_config = raw.get("node_config")
-    if node_config is not None and not isinstance(node_config, Mapping):
-        raise ConfigError(f"{where}.node_config: expected a mapping")  # read by providers
     labels = raw.get("labels", {}) or {}
     if not isinstance(labels, Mapping):
         raise ConfigError(f"{where}.labels: expected a mapping")
@@ -297,25 +299,81 @@ def _capacity_backoff(raw: Any) -> CapacityBackoff:
     return CapacityBackoff(initial, most, factor)
 
 
-def parse_cluster_config(
-    raw: Any, options: Options | None = None, *, providers: Registry = PROVIDERS
-) -> ClusterConfig:
-    """``providers``: the provider types this build knows (the registry)."""
+def _row(raw: Any, providers: Registry) -> ProviderRow:
+    provider = raw.get("provider") if isinstance(raw, Mapping) else None
+    kind = provider.get("type", "local") if isinstance(provider, Mapping) else "local"
+    if not isinstance(kind, str) or kind not in providers:
+        return ProviderRow("", "")  # provider_config names the bad type
+    return providers[kind]
+
+
+def with_defaults(raw: Any, providers: Registry = PROVIDERS) -> Mapping[Any, Any]:
+    """The YAML under its provider's defaults (the row's ``defaults``: Ray's
+    ``defaults.yaml``), top-level keys, the YAML's winning (Ray's ``fillout_defaults``)."""
     if not isinstance(raw, Mapping):
         raise ConfigError("cluster config: expected a mapping at the top level")
-    _no_unknown(raw, _TOP_KEYS, "")
+    row = _row(raw, providers)
+    if not row.defaults:
+        return raw
+    defaults = cast("Callable[[], Mapping[str, Any]]", pkgutil.resolve_name(row.defaults))()
+    return {**defaults, **raw}
+
+
+def parse_cluster_config(
+    raw: Any,
+    options: Options | None = None,
+    *,
+    providers: Registry = PROVIDERS,
+    detected: Mapping[str, Mapping[str, float]] | None = None,
+) -> ClusterConfig:
+    """``providers``: the provider types this build knows (the registry); ``detected``: the
+    resources the provider's cloud describes per node type (:func:`resolve_cluster_config`
+    asks for them)."""
+    return _parse(raw, options, providers, detected, require_resources=True)
+
+
+def _parse(
+    given: Any,
+    options: Options | None,
+    providers: Registry,
+    detected: Mapping[str, Mapping[str, float]] | None,
+    *,
+    require_resources: bool,
+) -> ClusterConfig:
+    if not isinstance(given, Mapping):
+        raise ConfigError("cluster config: expected a mapping at the top level")
+    _no_unknown(given, _TOP_KEYS, "")
+    raw = with_defaults(given, providers)
     types_raw = raw.get("available_node_types")
     if not isinstance(types_raw, Mapping) or not types_raw:
         raise ConfigError("available_node_types: expected a non-empty mapping")
-    if len(types_raw) == 1:
+    if len(types_raw) == 1 and raw.get("head_node_type") is None:
         head = next(iter(types_raw))
     else:
         head = raw.get("head_node_type")
         if head not in types_raw:
             raise ConfigError(f"head_node_type: {head!r} is not in available_node_types")
-    types = {str(n): _node_type(str(n), t, n == head) for n, t in types_raw.items()}
     max_workers = raw.get("max_workers")
     cap = None if max_workers is None else _int(max_workers, "max_workers") + 1
+    worker_max = 0 if cap is None else cap - 1
+    types = {
+        str(n): _node_type(
+            str(n),
+            t,
+            n == head,
+            0 if n == head else worker_max,
+            None if detected is None else detected.get(str(n), {}),
+        )
+        for n, t in types_raw.items()
+    }
+    launcher_types = {
+        str(n): node_type_launcher(t, f"available_node_types.{n}") for n, t in types_raw.items()
+    }
+    min_sum = sum(t.min_workers for t in types.values())
+    if cap is not None and min_sum > cap - 1:
+        raise ConfigError(
+            f"max_workers: {cap - 1} is less than the node types' min_workers ({min_sum})"
+        )
     idle_min = raw.get("idle_timeout_minutes")
     idle = None if idle_min is None else _number(idle_min, "idle_timeout_minutes") * 60
     speed = _number(raw.get("upscaling_speed", 0.0), "upscaling_speed")
@@ -324,29 +382,126 @@ def parse_cluster_config(
     name = raw.get("cluster_name", "default")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"cluster_name: expected a non-empty string, got {name!r}")
+    if "min_workers" in raw:
+        _int(raw["min_workers"], "min_workers")
+    provider = provider_config(raw.get("provider"), types_raw, providers)
+    row = providers[provider.type]
+    if require_resources:
+        _resources_given(types_raw, types, head, row, asked=detected is not None)
+    unused = unused_keys(
+        given,
+        provider_keys_used=row.keys | {"type", "state_dir"},
+        launcher_keys=row.launcher_keys,
+        ours=_OUR_TOP_KEYS,
+        node_type_ours=_OUR_NODE_TYPE_KEYS,
+    )
+    warnings = (
+        (
+            f"keys of Ray's cluster launcher not acted on here (provider.type "
+            f"{provider.type}): {', '.join(unused)}",
+        )
+        if unused
+        else ()
+    )
     return ClusterConfig(
         scheduler=sched,
         head_node_type=str(head),
         upscaling_speed=speed,
-        provider=provider_config(raw.get("provider"), types_raw, providers),
+        provider=provider,
         cluster_name=name,
         capacity_backoff=_capacity_backoff(raw.get("capacity_backoff")),
+        launcher=launcher(raw, launcher_types),
+        warnings=warnings,
     )
 
 
-def load_cluster_config(
-    path: str | Path, options: Options | None = None, *, providers: Registry = PROVIDERS
+def _resources_given(
+    types_raw: Mapping[Any, Any],
+    types: Mapping[str, NodeTypeConfig],
+    head: Any,
+    row: ProviderRow,
+    *,
+    asked: bool,
+) -> None:
+    """A node type the autoscaler may launch has resources: given, or found by the row's
+    ``node_type_resources`` (``asked``: it was); otherwise one line naming the type."""
+    for name, node in types.items():
+        launches = node.max_workers - (1 if name == str(head) else 0)
+        if node.resources or launches <= 0:
+            continue
+        where = f"available_node_types.{name}.resources"
+        if row.node_type_resources and not asked:
+            raise ConfigError(
+                f"{where}: empty; provider.type {row.type} finds them from node_config when "
+                "the config is resolved (resolve_cluster_config)"
+            )
+        if row.node_type_resources:
+            if not types_raw[name].get("node_config"):
+                raise ConfigError(f"{where}: empty, and no node_config to find them from")
+            raise ConfigError(
+                f"{where}: empty, and provider.type {row.type} described none for its node_config"
+            )
+        raise ConfigError(
+            f"{where}: empty; provider.type {row.type} cannot find a node type's resources "
+            "from its node_config: write them out (e.g. {CPU: 4, memory: 17179869184})"
+        )
+
+
+async def resolve_cluster_config(
+    raw: Any, options: Options | None = None, *, providers: Registry = PROVIDERS
 ) -> ClusterConfig:
+    """The cluster config as Ray reads it: each node type's resources filled in from its
+    provider's description of the instance (the row's ``node_type_resources``), the YAML's
+    own ``resources`` keys winning."""
+    cluster = _parse(raw, options, providers, None, require_resources=False)
+    row = providers[cluster.provider.type]
+    if not row.node_type_resources:
+        return _parse(raw, options, providers, None, require_resources=True)
+    own = cluster.launcher.node_types
+    node_configs = {name: t.node_config for name, t in own.items() if t.node_config}
+    fill = cast("node_resources.NodeTypeResources", pkgutil.resolve_name(row.node_type_resources))
+    section = with_defaults(raw, providers).get("provider") or {}
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        found = await fill(section, node_configs)
+    except ConfigError:
+        raise
+    except Exception as exc:  # the cloud's own error, as one line
+        raise ConfigError(
+            f"provider.type {row.type}: cannot read the node types' resources ({exc})"
+        ) from exc
+    detected = node_resources.checked(found, row.type, node_configs)
+    return _parse(raw, options, providers, detected, require_resources=True)
+
+
+def _read_yaml(path: str | Path) -> Any:
+    try:
+        return yaml.safe_load(Path(path).read_text())
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}:{at} malformed YAML") from exc
+
+
+def load_cluster_config(
+    path: str | Path, options: Options | None = None, *, providers: Registry = PROVIDERS
+) -> ClusterConfig:
+    """The YAML's resources as written (see :func:`load_resolved_cluster_config`)."""
+    raw = _read_yaml(path)
     try:
         return parse_cluster_config(raw, options, providers=providers)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+async def load_resolved_cluster_config(
+    path: str | Path, options: Options | None = None, *, providers: Registry = PROVIDERS
+) -> ClusterConfig:
+    """The YAML read as Ray reads it (:func:`resolve_cluster_config`)."""
+    raw = _read_yaml(path)
+    try:
+        return await resolve_cluster_config(raw, options, providers=providers)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 

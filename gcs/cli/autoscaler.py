@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gcs.autoscaler.config import ConfigError, load_cluster_config
+from gcs.autoscaler.config import ClusterConfig, ConfigError, load_resolved_cluster_config
 from gcs.autoscaler.planner import (
     PlanInputError,
     drop_unknown_node_types,
@@ -39,6 +39,24 @@ def registry_in_context() -> Registry:
     ctx = click.get_current_context(silent=True)
     found = ctx.find_object(Registry) if ctx is not None else None
     return found if found is not None else PROVIDERS
+
+
+def read_cluster_config(
+    config_path: str, options: Options | None = None, *, warn: bool = False
+) -> ClusterConfig:
+    """``--config`` read as Ray reads it: node types' resources filled in by the provider's
+    description of their instances; a bad file is one line naming it.  ``warn``: print the
+    config's warnings (the keys nothing acts on) to stderr."""
+    try:
+        cluster = asyncio.run(
+            load_resolved_cluster_config(config_path, options, providers=registry_in_context())
+        )
+    except ConfigError as exc:
+        raise bad_file("--config", exc) from None
+    if warn:
+        for warning in cluster.warnings:
+            click.echo(f"Warning: {warning}", err=True)
+    return cluster
 
 
 @click.group(
@@ -102,10 +120,7 @@ def plan_cmd(
         raise click.UsageError("give either --state or --address, not both")
     gcs_address = resolve_address(address) if state_path is None else None
     options = Options(lost_bundle_replacement=lost_bundle_replacement)
-    try:
-        cluster = load_cluster_config(config_path, options, providers=registry_in_context())
-    except ConfigError as exc:
-        raise bad_file("--config", exc) from None
+    cluster = read_cluster_config(config_path, options)
     statuses = None
     if ippr_path is not None:
         try:
@@ -133,6 +148,7 @@ def plan_cmd(
     except PlanInputError as exc:
         where = "--state" if state_path is not None else "--address"
         raise bad_file(where, exc) from None
+    warnings = [*cluster.warnings, *warnings]
     if warnings:
         doc["warnings"] = warnings
         for warning in warnings:

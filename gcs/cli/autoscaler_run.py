@@ -14,12 +14,11 @@ from gcs.autoscaler.config import (
     CloudConfigReader,
     ClusterConfig,
     ConfigError,
-    load_cluster_config,
     provider_config,
 )
 from gcs.autoscaler.providers.registry import PROVIDERS, Registry
 from gcs.autoscaler.runtime import DEFAULT_INTERVAL_S, AutoscalerRuntime
-from gcs.cli.autoscaler import registry_in_context
+from gcs.cli.autoscaler import read_cluster_config, registry_in_context
 from gcs.cli.support import address_option, bad_file, dumps, format_option, resolve_address
 
 
@@ -98,10 +97,7 @@ def run_command(
             raise click.UsageError(
                 "--config is required" + (f" (or --provider {cloud})" if cloud else "")
             )
-        try:
-            cluster = load_cluster_config(config_path, providers=providers)
-        except ConfigError as err:
-            raise bad_file("--config", err) from None
+        cluster = read_cluster_config(config_path, warn=True)
     interval = interval_s if interval_s is not None else _interval_default()
     from gcs.base.auth import AuthConfigError
     from gcs.rpc.security import Security
@@ -185,10 +181,7 @@ def simulate_command(
     )
     from gcs.autoscaler.simulator.report import summary_text
 
-    try:
-        cluster = load_cluster_config(config_path, providers=registry_in_context())
-    except ConfigError as err:
-        raise bad_file("--config", err) from None
+    cluster = read_cluster_config(config_path, warn=True)
     try:
         workload = load_workload(workload_path)
     except WorkloadError as err:

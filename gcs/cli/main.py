@@ -225,12 +225,14 @@ def serve(
     cluster = None
     if autoscaler_config:
         from gcs.autoscaler.config import ConfigError as ClusterConfigError
-        from gcs.autoscaler.config import load_cluster_config
+        from gcs.autoscaler.config import load_resolved_cluster_config
 
         try:
-            cluster = load_cluster_config(autoscaler_config)
+            cluster = asyncio.run(load_resolved_cluster_config(autoscaler_config))
         except ClusterConfigError as err:
             raise bad_file("--autoscaler-config", err) from None
+        for warning in cluster.warnings:
+            click.echo(f"Warning: {warning}", err=True)
     _check_port_free(config.host, config.port, "--port", shared=config.ha.enabled)
     _check_port_free(config.host, config.metrics_port, "--metrics-port")
     configure_logging(config.log_format, config.log_level)

@@ -17,7 +17,7 @@ POLICY = Path(gcs.policy.autoscaling.__file__).parent
 #: Lowest first; a module belongs to the first entry its dotted name starts with.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("providers.registry",),
-    ("config", "cluster_state"),
+    ("launcher_yaml", "node_resources", "config", "cluster_state"),
     ("instances",),
     ("gcs_api", "grpc_gcs"),
     ("providers",),

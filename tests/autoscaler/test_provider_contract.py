@@ -104,11 +104,12 @@ class TestRegistry:
         assert wrong == []
 
     def test_each_row_checks_its_own_keys(self) -> None:
-        """A key of one provider is unknown to another; the row's section parser checks
-        what it needs (KubeRay: the RayCluster's name; command: a start command)."""
+        """A key of one provider (outside Ray's schema's common ones) is unknown to
+        another; the row's section parser checks what it needs (KubeRay: the RayCluster's
+        name; command: a start command)."""
         types = {"h": {"resources": {}}}
-        with pytest.raises(ConfigError, match=r"^provider\.namespace: unknown key"):
-            parse_cluster_config({"provider": {"type": "local", "namespace": "x"},
+        with pytest.raises(ConfigError, match=r"^provider\.cluster_name: unknown key"):
+            parse_cluster_config({"provider": {"type": "local", "cluster_name": "x"},
                                   "available_node_types": types})  # fmt: skip
         with pytest.raises(ConfigError, match=r"^provider\.cluster_name: required"):
             parse_cluster_config({"provider": {"type": "kuberay"}, "available_node_types": types})

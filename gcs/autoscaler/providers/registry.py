@@ -15,7 +15,25 @@ nothing and every layer can read it (the config layer checks types and keys agai
 - ``cloud_config`` (optional) reads the cluster config from the cloud itself, for
   ``gcs autoscaler run --provider TYPE`` without a YAML (KubeRay: the RayCluster; see
   :data:`~gcs.autoscaler.config.CloudConfigReader`); ``config_source`` names what it reads
-  in messages.
+  in messages;
+- ``node_type_resources`` (optional) says what the cloud's own description of each node
+  type's instance gives (:data:`~gcs.autoscaler.node_resources.NodeTypeResources`):
+  ``async def fill(provider: Mapping[str, Any], node_configs: Mapping[str, Mapping[str,
+  Any]]) -> Mapping[str, Mapping[str, float]]`` -- given the ``provider:`` section and each
+  node type's ``node_config`` by node type name (types without one left out), the
+  resources by node type name (``CPU``, ``GPU``, ``memory`` = the instance's memory in
+  bytes, ``accelerator_type:<X>``: 1, ...); a ConfigError naming the node type when the
+  cloud does not describe its instance, any other error is reported as one line; the
+  config layer applies Ray's rules (memory only for workers, less the object store's
+  share; the YAML's ``resources`` keys win).  Without it a node type the autoscaler may
+  launch must spell out its ``resources``;
+- ``launcher_keys`` (optional): the cluster-launcher keys the provider acts on (top-level
+  names such as ``setup_commands``, ``docker``, ``auth``; a node type's as
+  ``available_node_types.*.worker_setup_commands``); it reads them from
+  ``ClusterConfig.launcher``.  The launcher keys no one acts on are named in one warning;
+- ``defaults`` (optional): ``"module:function"``, ``() -> Mapping`` -- Ray's
+  ``defaults.yaml`` for this provider type, under the YAML as Ray's ``fillout_defaults``
+  does (top-level keys; the YAML's win).
 
 A test adds a toy provider with :meth:`Registry.with_rows` and passes that registry in
 (``providers=`` of config and runtime, the ``obj`` of the command line's context).
@@ -44,6 +62,14 @@ class ProviderRow:
     only)."""
     config_source: str = ""
     """What ``cloud_config`` reads, for messages ("the RayCluster")."""
+    node_type_resources: str = ""
+    """``"module:function"``: the resources the cloud describes per node type ("" = the
+    YAML's ``resources`` only)."""
+    launcher_keys: frozenset[str] = frozenset()
+    """Cluster-launcher keys the provider acts on (``setup_commands``,
+    ``available_node_types.*.worker_setup_commands``, ...)."""
+    defaults: str = ""
+    """``"module:function"``: Ray's ``defaults.yaml`` for this type ("" = none)."""
 
 
 class Registry(Mapping[str, ProviderRow]):
