@@ -44,6 +44,10 @@ class ProviderRow:
     only)."""
     config_source: str = ""
     """What ``cloud_config`` reads, for messages ("the RayCluster")."""
+    node_type_resources: str = ""
+    """``"module:function"``: ``async fill(provider, node_configs) -> {node type:
+    resources}``, the resources the cloud's own description gives each node type (Ray
+    fills ``resources: {}`` so; "" = the YAML's resources only)."""
 
 
 class Registry(Mapping[str, ProviderRow]):
@@ -92,5 +96,28 @@ PROVIDERS = Registry(
         section=f"{_ROWS}.kuberay.connect:section",
         cloud_config=f"{_ROWS}.kuberay.connect:read_cluster",
         config_source="the RayCluster",
+    ),
+    ProviderRow(
+        "aws",
+        f"{_ROWS}.aws.provider:build",
+        keys=frozenset(
+            {
+                "region",
+                "availability_zone",
+                "cache_stopped_nodes",
+                "use_internal_ips",
+                "security_group",
+                "aws_credentials",
+                "key_pair",
+                "cloudwatch",
+                "subnet_id",
+                "tags",
+                "use_external_head_ip",
+                "external_head_ip",
+                "vpc_id",
+            }
+        ),  # Ray 2.60's AWS keys (schema and provider); fmt: skip
+        section=f"{_ROWS}.aws.settings:section",
+        node_type_resources=f"{_ROWS}.aws.resources:fill",
     ),
 )
