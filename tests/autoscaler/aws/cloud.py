@@ -61,10 +61,10 @@ class Proxy:
             self.calls[params.get("Action", "?")] += 1
             self.log.append(params)
             for rule in self.rules:
-                if rule.hits < rule.times and rule.action == params.get("Action"):
-                    if rule.when(params):
-                        rule.hits += 1
-                        return rule
+                live = rule.hits < rule.times and rule.action == params.get("Action")
+                if live and rule.when(params):
+                    rule.hits += 1
+                    return rule
         return None
 
 
@@ -73,7 +73,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:
             return None
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             params = {k: v[0] for k, v in parse_qs(body.decode()).items()}
             rule = proxy.answer(params)

@@ -79,7 +79,5 @@ async def describe_cluster(
         {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
         *({"Name": f"tag:{k}", "Values": [v]} for k, v in (tags or {}).items()),
     ]
-    reservations = await ec2.pages(
-        "describe_instances", "Reservations", Filters=filters, MaxResults=100
-    )
+    reservations = await ec2.pages("describe_instances", "Reservations", Filters=filters)
     return [_instance(i) for r in reservations for i in r.get("Instances", [])]

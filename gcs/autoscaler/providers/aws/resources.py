@@ -55,8 +55,8 @@ async def fill(
     provider: Mapping[str, Any], node_configs: Mapping[str, Mapping[str, Any]]
 ) -> Mapping[str, Mapping[str, float]]:
     """The registry row's ``node_type_resources``: resources per node type, from the
-    ``InstanceType`` of each node_config (one paginated ``describe_instance_types`` of the
-    types named)."""
+    ``InstanceType`` of each node_config (``describe_instance_types`` filtered to the types
+    named: one page, where Ray reads the region's whole catalogue)."""
     region = provider.get("region")
     if not isinstance(region, str) or not region:
         raise ConfigError("provider.region: required for provider type aws (e.g. us-west-2)")
@@ -73,7 +73,11 @@ async def fill(
         return {}
     ec2 = Ec2(make_client(region, credentials(provider.get("aws_credentials"))), SystemClock())
     try:
-        infos = await ec2.pages("describe_instance_types", "InstanceTypes")
+        infos = await ec2.pages(
+            "describe_instance_types",
+            "InstanceTypes",
+            Filters=[{"Name": "instance-type", "Values": sorted(set(wanted.values()))}],
+        )
     except Exception as err:
         raise ConfigError(
             f"provider: cannot describe the instance types of {region}: {errors.describe(err)}"

@@ -46,12 +46,15 @@ class Ec2:
         retries: int = 5,
         first_backoff_s: float = 1.0,
         max_backoff_s: float = 20.0,
+        page_size: int = 100,
     ) -> None:
         self.client = client
         self._clock = clock
         self._retries = retries
         self._first_s = first_backoff_s
         self._max_s = max_backoff_s
+        self.page_size = page_size
+        """``MaxResults`` of a paginated call (5 .. 100 for the calls used here)."""
         self.throttled = 0
         """Calls answered with a throttling error, since start (each retry counts)."""
         self.calls = 0
@@ -79,7 +82,10 @@ class Ec2:
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            reply = await self.call(operation, **kwargs, **({"NextToken": token} if token else {}))
+            paging: dict[str, Any] = {"MaxResults": self.page_size}
+            if token:
+                paging["NextToken"] = token
+            reply = await self.call(operation, **kwargs, **paging)
             items.extend(reply.get(key, []))
             token = reply.get("NextToken")
             if not token:
