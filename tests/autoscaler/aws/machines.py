@@ -58,6 +58,8 @@ class Machines:
     world: Ec2World
     cluster: str
     never_boot: set[str] = field(default_factory=set)
+    broken_next: int = 0
+    """The next this many instances to boot never do (they join ``never_boot``)."""
     agents: dict[str, RayletAgent] = field(default_factory=dict)
     booted: list[str] = field(default_factory=list)
     """Every instance that ever booted, in order (again after a stop and start)."""
@@ -67,19 +69,25 @@ class Machines:
 
     async def step(self) -> None:
         """Boot what runs and has no raylet; stop the raylets of what no longer runs."""
-        states = {i["InstanceId"]: i["State"]["Name"] for i in self.world.instances(self.cluster)}
+        found = self.world.instances(self.cluster)
+        states = {i["InstanceId"]: i["State"]["Name"] for i in found}
+        heads = {
+            i["InstanceId"]
+            for i in found
+            if {"Key": "ray-node-type", "Value": "head"} in i.get("Tags", [])
+        }  # the head machine runs this GCS and its raylet (the test starts that one)
         for iid, agent in list(self.agents.items()):
             if states.get(iid) != "running" or agent.exit_reason is not None:
                 await agent.stop()
                 del self.agents[iid]
         self._up &= {iid for iid, state in states.items() if state == "running"}
         for iid, state in sorted(states.items()):
-            if state != "running" or iid in self._up or iid in self.never_boot:
+            if state != "running" or iid in self._up or iid in self.never_boot or iid in heads:
                 continue
-            tags = {t["Key"]: t["Value"] for i in self.world.instances(self.cluster)
-                    if i["InstanceId"] == iid for t in i.get("Tags", [])}  # fmt: skip
-            if tags.get("ray-node-type") == "head":
-                continue  # the head machine runs this GCS and its raylet (see the test)
+            if self.broken_next > 0:
+                self.broken_next -= 1
+                self.never_boot.add(iid)
+                continue
             boot = parse_user_data(self.world.user_data(iid))
             agent = RayletAgent(
                 RayletConfig(

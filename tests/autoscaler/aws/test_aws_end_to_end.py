@@ -228,3 +228,76 @@ async def test_demand_to_raylets_and_back_with_a_restart_midway(
         if work is not None and not work.done():
             work.cancel()
         await c.close()
+
+
+async def test_each_fault_with_its_reaction_in_words(ec2: Ec2World, tmp_path: Path) -> None:
+    """m5.large has no capacity -> held back, demand goes to the spot m5.xlarge type; AWS
+    interrupts that spot instance -> it is held back too; m5.large has capacity again and
+    the first one launched never boots -> given up after the allocation timeout and
+    terminated, the next one runs the work.  ``gcs status``'s events say each."""
+    spot = {
+        "resources": {},
+        "max_workers": 2,
+        "idle_timeout_s": 1,
+        "node_config": {**M5_LARGE, "InstanceType": "m5.xlarge",
+                        "InstanceMarketOptions": {"MarketType": "spot"}},
+    }  # fmt: skip
+    raw = {**cluster_raw(spot=spot), "capacity_backoff": {"initial_s": 3, "max_s": 3}}
+    c = await make(ec2, tmp_path, raw, allocate_status_timeout_s=4)
+    try:
+        no_m5_large = ec2.fail(
+            "RunInstances", "InsufficientInstanceCapacity", times=10**6,
+            message="We currently do not have sufficient m5.large capacity",
+            when=lambda p: p.get("InstanceType") == "m5.large",
+        )  # fmt: skip
+        work = asyncio.ensure_future(
+            submit(c.server.address, TaskSpec({"CPU": 2.0}, 0.5), 1, timeout_s=HANG_S)
+        )
+        # capacity: refused in both zones, held back; the spot type takes the demand
+        await c.step(work.done)
+        assert (await work).granted == 1
+        (spot_inst,) = c.workers("running")
+        assert spot_inst["InstanceType"] == "m5.xlarge"
+        assert spot_inst["InstanceLifecycle"] == "spot"
+        assert no_m5_large.hits == 2  # us-west-2a, then us-west-2b
+        text = await c.events_text()
+        assert (
+            "Launch of 1 x cpu failed: the cloud has no capacity for it "
+            "(InsufficientInstanceCapacity: We currently do not have sufficient m5.large "
+            "capacity in subnet-"
+        ) in text, text
+        assert (
+            "cpu is held back 3 s (1st refusal in a row) and pending demand goes to other "
+            "node types that fit"
+        ) in text
+
+        # a spot interruption: the instance and its raylet go; spot is held back
+        ec2.spot_interrupt(spot_inst["InstanceId"])
+        nodes = c.server.managers.nodes  # type: ignore[union-attr]
+        await c.step(lambda: not c.machines.agents and len(nodes.alive) == 1)  # the head
+        text = await c.events_text()
+        assert (
+            f"Launch of 1 x spot failed: the cloud has no capacity for it (spot instance "
+            f"{spot_inst['InstanceId']} (m5.xlarge in us-west-2a) was interrupted by AWS "
+            "(Server.SpotInstanceTermination)); spot is held back 3 s"
+        ) in text, text
+
+        # capacity again; the first m5.large never boots: given up, terminated, replaced
+        no_m5_large.times = no_m5_large.hits
+        c.machines.broken_next = 1
+        work = asyncio.ensure_future(
+            submit(c.server.address, TaskSpec({"CPU": 2.0}, 0.5), 1, timeout_s=HANG_S)
+        )
+        await c.step(work.done)
+        assert (await work).granted == 1
+        (broken,) = c.machines.never_boot
+        text = await c.events_text()
+        assert f"Giving up on {broken} (cpu): no Ray node within 4 s; it is terminated" in text, (
+            text
+        )
+        await c.step(lambda: not c.workers("pending", "running") and not c.machines.agents)
+        launched = {i["InstanceId"] for i in c.workers()}
+        assert len(launched) == 3 and broken in launched  # spot, broken, its replacement
+        assert set(c.machines.booted) == launched - {broken}
+    finally:
+        await c.close()
