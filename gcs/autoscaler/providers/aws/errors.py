@@ -8,7 +8,7 @@ subnet; throttling is retried with backoff; an unknown instance is already gone.
 
 from __future__ import annotations
 
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import Any
 
 from gcs.policy.autoscaling.model import LaunchErrorKind
 
@@ -42,20 +42,26 @@ SPOT_INTERRUPTED = frozenset({"Server.SpotInstanceTermination", "Server.SpotInst
 """``StateReason.Code`` of an instance AWS took back (spot interruption)."""
 
 
+def _error(err: BaseException) -> dict[str, Any] | None:
+    """botocore's ``ClientError.response["Error"]`` (read by shape: botocore is imported
+    only where a client is built, so a missing boto3 is one clear config error)."""
+    response = getattr(err, "response", None)
+    if isinstance(response, dict) and isinstance(response.get("Error"), dict):
+        return response["Error"]
+    return None
+
+
 def code_of(err: BaseException) -> str:
-    if isinstance(err, ClientError):
-        return str(err.response.get("Error", {}).get("Code", ""))
-    return ""
+    info = _error(err)
+    return str(info.get("Code", "")) if info is not None else ""
 
 
 def describe(err: BaseException) -> str:
     """One line: the code and AWS's message."""
-    if isinstance(err, ClientError):
-        info = err.response.get("Error", {})
+    info = _error(err)
+    if info is not None:
         return f"{info.get('Code', 'error')}: {info.get('Message', '')}".strip()
-    if isinstance(err, BotoCoreError):
-        return f"{type(err).__name__}: {err}"
-    return str(err) or type(err).__name__
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
 def launch_kind(err: BaseException) -> LaunchErrorKind:

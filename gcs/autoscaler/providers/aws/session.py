@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from gcs.autoscaler.config import ConfigError
 from gcs.autoscaler.providers.aws.errors import THROTTLE_CODES, code_of
 from gcs.base.clock import Clock
 
@@ -27,8 +28,11 @@ log = structlog.get_logger("gcs.autoscaler.providers")
 def make_client(region: str, credentials: Mapping[str, str]) -> Any:
     """An EC2 client for ``region`` (``credentials``: ``aws_credentials`` of the section,
     else boto3's default chain); botocore's wall-clock retries are off."""
-    import boto3
-    from botocore.config import Config
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise ConfigError("provider.type aws: needs boto3 (pip install 'gcs[aws]')") from None
 
     session = boto3.session.Session(**dict(credentials))
     config = Config(retries={"total_max_attempts": 1}, connect_timeout=10, read_timeout=60)
