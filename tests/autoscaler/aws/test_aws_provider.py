@@ -237,6 +237,15 @@ def test_the_section_checks_its_keys() -> None:
           "security_group": {"GroupName": "g"}, "use_internal_ips": True}  # fmt: skip
     settings = parse_cluster_config({**raw, "provider": ok}).provider.settings
     assert settings.availability_zones == ("us-west-2a", "us-west-2b")  # type: ignore[attr-defined]
+    # Ray's default image for a node_config without one (its region table)
+    ray_minimal = yaml.safe_load((EXAMPLES / "example-minimal.yaml").read_text())
+    ray_minimal["head_node_type"] = "ray.head.default"  # Ray's defaults give it
+    settings = parse_cluster_config(ray_minimal).provider.settings
+    images = {t.node_config["ImageId"] for t in settings.node_types.values()}  # type: ignore[attr-defined]
+    assert images == {"ami-0a2b85e15b7c0ac34"}
+    elsewhere = {**ray_minimal, "provider": {"type": "aws", "region": "mars-north-1"}}
+    with pytest.raises(ConfigError, match=r"ImageId: required \(no default image for region"):
+        parse_cluster_config(elsewhere)
 
 
 class TestResourcesHook:

@@ -19,6 +19,19 @@ from gcs.autoscaler.config import ConfigError
 
 __all__ = ["AwsSettings", "NodeLaunch", "credentials", "section"]
 
+DEFAULT_AMI = {
+    "us-east-1": "ami-0271ce88f6c03e149", "us-east-2": "ami-0ce21b0ce8e0f5a37",
+    "us-west-1": "ami-030896954b2b72361", "us-west-2": "ami-0a2b85e15b7c0ac34",
+    "ca-central-1": "ami-044b98bea12677052", "eu-central-1": "ami-004d285ecf53fb335",
+    "eu-west-1": "ami-0e17ed40febe794a6", "eu-west-2": "ami-0ad9e6b9d4e22df1a",
+    "eu-west-3": "ami-05698775025146698", "sa-east-1": "ami-004b19c7ed8d790bc",
+    "ap-northeast-1": "ami-03e45b1f18378ea97", "ap-northeast-2": "ami-095bae3e623e2ff99",
+    "ap-northeast-3": "ami-02fd0ba69c1ef37ad", "ap-southeast-1": "ami-03ef1223872072e95",
+    "ap-southeast-2": "ami-0bcf4f75e44e0a866",
+}  # fmt: skip
+"""Ray 2.60's ``DEFAULT_AMI`` (Deep Learning AMI, Ubuntu 18.04, V71.0) by region: the image
+of a node_config without ``ImageId`` (or with ``latest_dlami``), as ``ray up`` fills it in."""
+
 _CREDENTIAL_KEYS = frozenset(
     {"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "profile_name"}
 )
@@ -83,7 +96,7 @@ def _commands(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def node_launch(name: str, node: Mapping[str, Any]) -> NodeLaunch:
+def node_launch(name: str, node: Mapping[str, Any], region: str) -> NodeLaunch:
     where = f"available_node_types.{name}.node_config"
     config = node.get("node_config")
     if not isinstance(config, Mapping):
@@ -103,6 +116,10 @@ def node_launch(name: str, node: Mapping[str, Any]) -> NodeLaunch:
         node.get("worker_setup_commands"), f"available_node_types.{name}.worker_setup_commands"
     )
     kept = {str(k): v for k, v in config.items() if k not in _NOT_PASSED}
+    if str(kept.get("ImageId", "")).lower() in ("", "latest_dlami"):
+        if region not in DEFAULT_AMI:
+            raise ConfigError(f"{where}.ImageId: required (no default image for region {region})")
+        kept["ImageId"] = DEFAULT_AMI[region]
     return NodeLaunch(kept, tuple(subnets), setup)
 
 
@@ -118,7 +135,7 @@ def section(raw: Mapping[str, Any], types_raw: Mapping[Any, Any]) -> AwsSettings
     for name, node in types_raw.items():
         if not isinstance(node, Mapping):
             continue  # the config layer names it
-        types[str(name)] = node_launch(str(name), node)
+        types[str(name)] = node_launch(str(name), node, region.strip())
     return AwsSettings(
         region=region.strip(),
         availability_zones=tuple(z.strip() for z in zones.split(",") if z.strip()),
