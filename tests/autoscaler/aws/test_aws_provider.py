@@ -284,3 +284,23 @@ class TestResourcesHook:
         }  # fmt: skip
         assert got["ray.worker.default"]["neuron_cores"] == 2.0
         assert got["ray.worker.default"]["accelerator_type:aws-neuron-core"] == 1.0
+
+
+def test_user_data_carries_every_resource_and_label() -> None:
+    """What the machine starts is what the node type says: Ray's own flags for CPU, GPU and
+    memory, the rest (accelerator_type:*) as --resources JSON."""
+    from gcs.autoscaler.providers.aws.userdata import user_data
+    from tests.autoscaler.aws.machines import parse_user_data
+
+    resources = {"CPU": 4.0, "GPU": 1.0, "memory": 12.5e9, "accelerator_type:A10G": 1.0}
+    script = user_data(
+        cluster="c", node_type="gpu", gcs_address="10.0.0.5:6380", resources=resources,
+        labels={"zone": "a", "tier": "gpu"}, setup_commands=["nvidia-smi"],
+    )  # fmt: skip
+    boot = parse_user_data(script)
+    assert (boot.gcs_address, boot.node_type, boot.resources) == ("10.0.0.5:6380", "gpu", resources)
+    assert boot.labels == {"zone": "a", "tier": "gpu"} and boot.reads_instance_id
+    assert script.splitlines()[-1] == (
+        "ray start --address=10.0.0.5:6380 --num-cpus=4 --num-gpus=1 --memory=12500000000 "
+        "'--resources={\"accelerator_type:A10G\":1.0}' --labels=tier=gpu,zone=a"
+    )

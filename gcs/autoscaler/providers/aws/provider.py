@@ -41,6 +41,7 @@ __all__ = ["AwsProvider", "build"]
 log = structlog.get_logger("gcs.autoscaler.providers")
 
 _GONE = ("shutting-down", "terminated")
+_REMEMBERED = 10_000
 _TERMINATE_BATCH = 1000
 """Instance ids per terminate / stop call (Ray's ``max_terminate_nodes``)."""
 
@@ -63,7 +64,9 @@ class AwsProvider:
         self._gcs_address = gcs_address
         self._clock = clock
         self._launcher = Launcher(ec2, settings, cluster.cluster_name)
-        self._done: set[str] = set()
+        self._done: dict[str, None] = {}
+        """Request ids done by this process, the last ``_REMEMBERED`` (a replay after a
+        restart is caught by the request's tag instead)."""
         self._errors: list[ProviderError] = []
         self._interrupted: set[str] = set()
 
@@ -106,10 +109,17 @@ class AwsProvider:
         )
         log.warning("aws.spot_interrupted", instance_id=inst.instance_id, node_type=inst.node_type)
 
-    async def launch(self, shape: Mapping[str, int], request_id: str) -> None:
+    def _first_time(self, request_id: str) -> bool:
         if request_id in self._done:
+            return False
+        self._done[request_id] = None
+        if len(self._done) > _REMEMBERED:
+            del self._done[next(iter(self._done))]
+        return True
+
+    async def launch(self, shape: Mapping[str, int], request_id: str) -> None:
+        if not self._first_time(request_id):
             return
-        self._done.add(request_id)
         for node_type, count in shape.items():
             if count <= 0:
                 continue
@@ -142,9 +152,8 @@ class AwsProvider:
                 self._fail(node_type, done.missing, request_id, done.error, done.kind)
 
     async def terminate(self, cloud_instance_ids: Sequence[str], request_id: str) -> None:
-        if request_id in self._done:
+        if not self._first_time(request_id):
             return
-        self._done.add(request_id)
         ids = sorted(set(cloud_instance_ids))
         stop: list[str] = []
         if self._settings.cache_stopped_nodes and ids:
