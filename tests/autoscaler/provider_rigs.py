@@ -51,6 +51,9 @@ class Rig:
     """Listed instances carry the launch's request id (KubeRay pods cannot)."""
     section: dict[str, Any] = {}
     """The provider's own keys in a cluster YAML for this rig's world."""
+    node_config: dict[str, Any] = {"start_command": "true"}
+    """A node type's ``node_config`` the provider takes (the command provider's start
+    command, an EC2 instance type and image)."""
 
     def __init__(self, provider: CloudProvider) -> None:
         self.provider = provider
@@ -256,6 +259,58 @@ class ToyRig(Rig):
         return True
 
 
+class AwsRig(Rig):
+    """moto's EC2 server behind the fault proxy (``tests.autoscaler.aws.cloud``)."""
+
+    name = "aws"
+    section = {"region": "us-west-2", "availability_zone": "us-west-2a,us-west-2b"}
+    node_config = {"InstanceType": "m5.large", "ImageId": "ami-12c6146b"}
+
+    def __init__(self, tmp: Path) -> None:
+        from gcs.autoscaler.providers.aws.provider import AwsProvider
+        from gcs.autoscaler.providers.aws.session import Ec2
+        from tests.autoscaler.aws.cloud import shared_world
+
+        self.world = shared_world()
+        node = {"resources": {"CPU": 2}, "node_config": self.node_config}
+        cluster = parse_cluster_config(
+            {
+                "provider": {"type": "aws", **self.section},
+                "head_node_type": "head",
+                "available_node_types": {"head": {**node, "resources": {}}, "cpu": node},
+            }
+        )
+        settings = cluster.provider.settings
+        clock = SteppedClock()
+        ec2 = Ec2(self.world.provider_client(), clock)
+        super().__init__(AwsProvider(cluster, settings, ec2, "127.0.0.1:1", clock))  # type: ignore[arg-type]
+
+    def env(self) -> dict[str, str]:
+        return self.world.env()
+
+    def writes(self) -> object:
+        return self.world.writes()
+
+    async def lose(self, cloud_instance_id: str) -> bool:
+        self.world.client.terminate_instances(InstanceIds=[cloud_instance_id])
+        return True
+
+    def break_listing(self) -> bool:
+        self.world.fail("DescribeInstances", "InternalError", status=500)
+        return True
+
+    async def launch_unterminable(self, request_id: str) -> str | None:
+        before = set(await self.provider.get_non_terminated())
+        await self.provider.launch({self.node_type: 1}, request_id)
+        (cid,) = set(await self.provider.get_non_terminated()) - before
+        self.world.fail("StopInstances", "UnauthorizedOperation", message="not allowed")
+        return cid
+
+    async def close(self) -> None:
+        self.world.fresh()
+
+
 RIGS: dict[str, Callable[[Path], Rig]] = {
-    rig.name: rig for rig in (FakeRig, LocalRig, CommandRig, ReadOnlyRig, KubeRayRig, ToyRig)
+    rig.name: rig
+    for rig in (FakeRig, LocalRig, CommandRig, ReadOnlyRig, KubeRayRig, ToyRig, AwsRig)
 }

@@ -71,7 +71,7 @@ class TestRegistry:
 
     def test_declared_capabilities(self) -> None:
         """What each production provider declares (nothing is guessed from its type)."""
-        assert sorted(PROVIDERS) == ["command", "kuberay", "local", "read-only"]
+        assert sorted(PROVIDERS) == ["aws", "command", "kuberay", "local", "read-only"]
         from gcs.autoscaler.providers.local import LocalProvider
         from gcs.autoscaler.providers.read_only import ReadOnlyProvider
 
@@ -124,9 +124,9 @@ class TestRegistry:
         assert cluster.provider.options == {"cluster_name": "c", "namespace": "n"}
 
     def test_an_unregistered_provider_type_is_a_config_error(self) -> None:
-        with pytest.raises(ConfigError, match=r"provider\.type: 'aws' is not supported here"):
+        with pytest.raises(ConfigError, match=r"provider\.type: 'gcp' is not supported here"):
             parse_cluster_config(
-                {"provider": {"type": "aws"}, "available_node_types": {"h": {"resources": {}}}}
+                {"provider": {"type": "gcp"}, "available_node_types": {"h": {"resources": {}}}}
             )
 
 
@@ -144,7 +144,7 @@ class TestContract:
             pytest.skip("the reference fake is no registry row")
         for key, value in rig.env().items():
             monkeypatch.setenv(key, value)
-        node = {"resources": {"CPU": 2}, "node_config": {"start_command": "true"}}
+        node = {"resources": {"CPU": 2}, "node_config": rig.node_config}
         cluster = parse_cluster_config(
             {
                 "provider": {"type": rig.name, **rig.section},

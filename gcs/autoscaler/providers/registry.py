@@ -119,4 +119,23 @@ PROVIDERS = Registry(
         cloud_config=f"{_ROWS}.kuberay.connect:read_cluster",
         config_source="the RayCluster",
     ),
+    ProviderRow(
+        "aws",
+        f"{_ROWS}.aws.provider:build",
+        # what it acts on; Ray's other provider keys (security_group, subnet_id, tags,
+        # use_internal_ips, cloudwatch) are accepted and named in the one warning
+        keys=frozenset({"region", "availability_zone", "cache_stopped_nodes", "aws_credentials"}),
+        section=f"{_ROWS}.aws.settings:section",
+        launcher_keys=frozenset(
+            {
+                "setup_commands",
+                "worker_setup_commands",
+                "initialization_commands",
+                "available_node_types.*.worker_setup_commands",
+                "available_node_types.*.initialization_commands",
+            }
+        ),
+        defaults=f"{_ROWS}.aws.defaults:defaults",
+        node_type_resources=f"{_ROWS}.aws.resources:fill",
+    ),
 )

@@ -51,6 +51,8 @@ log = structlog.get_logger("gcs.autoscaler")
 Scheduler = Callable[[SchedulingInput], SchedulingReply]
 _LIVE_RAY = (RayNodeStatus.RUNNING, RayNodeStatus.IDLE)
 S_ALLOCATED = InstanceStatus.ALLOCATED
+_GIVEN_UP = frozenset({InstanceStatus.ALLOCATION_TIMEOUT, InstanceStatus.RAY_INSTALL_FAILED})
+"""Timeouts that end an instance (a machine that never brought Ray up): said as events."""
 
 
 class RoundAborted(Exception):
@@ -185,6 +187,14 @@ class Reconciler:
         for line in warnings:
             log.warning("autoscaler.instance_stuck", detail=line)
         await self._step("stuck", stuck)
+        for upd in stuck:
+            gave_up = self._im.instances.get(upd.instance_id)
+            if upd.new_status in _GIVEN_UP and gave_up is not None:
+                self.events.add(
+                    "timeout",
+                    f"Giving up on {gave_up.cloud_instance_id or upd.instance_id} "
+                    f"({gave_up.instance_type}): {upd.details}; it is terminated",
+                )
         scaling = not read_only and self._head_running(ray_nodes)
         plan = vc_scaling.plan_virtual_clusters(
             state, self._im.instances, ray_nodes, self.cluster, now_ns / 1e9, self._scheduler
