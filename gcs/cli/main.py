@@ -41,6 +41,7 @@ __all__ = ["main", "resolve_address"]
     cls=GcsGroup,
     lazy_commands={
         "db": "gcs.cli.store:db",
+        "ha": "gcs.cli.ha:ha",
         "autoscaler": "gcs.cli.autoscaler:autoscaler",
         "vcluster": "gcs.cli.vcluster:vcluster",
         "raylet": "gcs.cli.raylet:raylet_command",

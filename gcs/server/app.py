@@ -28,6 +28,7 @@ from gcs.server.addresses import advertised_host
 from gcs.server.extras import Extras
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.ha import HaCoordinator
+from gcs.server.ha_handover import planned_stop
 from gcs.server.ha_member import LeaderTerm, member, run_until_warm, start_leader_term
 from gcs.server.ha_mirror import TakeoverStore
 from gcs.server.ha_status import HaStatusServer
@@ -270,11 +271,14 @@ class GcsServer:
         log.info("gcs.stopped")
 
     async def _stop_ha(self) -> None:
-        """The term closes, the lease is released, the store closed (if ours)."""
+        """A leader hands over to a standby first (``gcs.server.ha_handover``); the term
+        closes, the lease is released, the store closed (if ours)."""
         if self._stopping:
             return
         self._stopping = True
         running = self._running
+        if self.ha is not None and self.ha.serving and running is not None:
+            await planned_stop(self.ha, running)  # SIGTERM to a leader: a planned handover
         if running is not None:
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)

@@ -50,6 +50,13 @@ from prometheus_client.core import Metric
 from gcs.base.background import Background, race
 from gcs.base.clock import Clock, within
 from gcs.config import HaConfig
+from gcs.server.ha_handover import (
+    HandoverResult,
+    HandoverTerm,
+    NotLeader,
+    lead_handover,
+    standby_wait_s,
+)
 from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
 from gcs.server.metrics import GcsMetrics, counter, gauge
@@ -152,6 +159,9 @@ class HaCoordinator:
         self._leading = asyncio.Event()
         self._standing_by = asyncio.Event()
         self._term: Term | None = None
+        self._handover: tuple[str, asyncio.Future[HandoverResult]] | None = None
+        """A planned handover asked of this leader: (to whom, its result)."""
+        self._handover_asked = asyncio.Event()
         self._stopped = False
         self._histogram: Histogram | None = None
         if metrics is not None:
@@ -185,6 +195,17 @@ class HaCoordinator:
     async def standing_by(self) -> None:
         """Returns once this member is (again) a standby, its mirror loaded."""
         await self._standing_by.wait()
+
+    async def hand_over(self, to: str = "") -> HandoverResult:
+        """A planned handover (:mod:`gcs.server.ha_handover`) to ``to`` (empty: any standby);
+        returns once a successor serves, or the lease TTL passed without one.  The member is
+        a standby afterwards.  Raises :class:`NotLeader` unless this member serves."""
+        if not self.serving or self._handover is not None:
+            raise NotLeader(f"{self.settings.holder} is not serving as the leader")
+        done: asyncio.Future[HandoverResult] = asyncio.get_running_loop().create_future()
+        self._handover = (to, done)
+        self._handover_asked.set()
+        return await asyncio.shield(done)
 
     def describe(self) -> dict[str, object]:
         return {
@@ -257,6 +278,7 @@ class HaCoordinator:
                 self._valid_until = self._clock.monotonic_s() + self._trust_s()
                 return epoch
             wait_s, lease = await self._next_attempt()
+            wait_s = standby_wait_s(mirror.notice, lease, settings.holder, wait_s)
             died = self._watch_holder(lease)
             if await self._follow_until(wait_s, died) and lease is not None:
                 await self._release_dead(lease)
@@ -332,7 +354,8 @@ class HaCoordinator:
         mirror = self.mirror
         assert mirror is not None
         deadline = self._clock.monotonic_s() + wait_s
-        while (left_s := deadline - self._clock.monotonic_s()) > 0:
+        notices = mirror.notices  # a handover notice arriving: try the lease at once
+        while (left_s := deadline - self._clock.monotonic_s()) > 0 and mirror.notices == notices:
             if died is not None and died.done():
                 return _died(died)
             follow: Awaitable[object] = mirror.follow(self._ha, block_ms=max(1, int(left_s * 1000)))
@@ -402,7 +425,12 @@ class HaCoordinator:
             drained_changes=drained,
         )
         try:
-            _, _, failed = await race(renew, self._fenced.wait(), term.wait())
+            _, _, failed, asked = await race(
+                asyncio.shield(renew), self._fenced.wait(), term.wait(), self._handover_asked.wait()
+            )
+            if asked.done() and not asked.cancelled():
+                await self._lead_handover(epoch, term, renew)
+                return
         finally:
             self.role = Role.STANDBY  # refuse every call from now on, before closing
             self._leading.clear()
@@ -419,6 +447,46 @@ class HaCoordinator:
         self.step_downs += 1
         log.warning("ha.step_down", holder=settings.holder, epoch=epoch, reason=reason)
         await self._stop_term()
+
+    async def _lead_handover(self, epoch: int, term: Term, renew: asyncio.Task[None]) -> None:
+        """The handover asked by :meth:`hand_over`, its result (or failure) handed back."""
+        assert self._handover is not None
+        to, done = self._handover
+
+        async def stop_renewing() -> None:
+            self._valid_until = 0.0  # admit() refuses from now on
+            renew.cancel()
+            await asyncio.gather(renew, return_exceptions=True)
+
+        try:
+            assert isinstance(term, HandoverTerm)
+            result = await lead_handover(
+                store=self._store,
+                ha=self._ha,
+                clock=self._clock,
+                holder=self.settings.holder,
+                epoch=self.epoch,
+                to=to,
+                ttl_s=self.settings.lease_ttl_ms / 1000,
+                term=term,
+                stop_renewing=stop_renewing,
+            )
+        except StoreError as err:  # the notice was refused (fenced) or not written
+            self.step_downs += 1
+            log.warning("ha.step_down", epoch=epoch, reason="handover failed", error=str(err))
+            if not done.done():
+                done.set_exception(NotLeader(f"the handover failed: {err}"))
+            return
+        except BaseException:
+            if not done.done():
+                done.set_exception(NotLeader("the member stopped during the handover"))
+            raise
+        finally:
+            self._handover = None
+            self._handover_asked.clear()
+            await self._stop_term()
+        if not done.done():
+            done.set_result(result)
 
     async def _renew_until_lost(self, epoch: int) -> None:
         """Renew every interval; returns (trust withdrawn: ``admit()`` is False) when the
