@@ -65,3 +65,55 @@ def handover_command(address: str, to: str, timeout: float, fmt: str) -> None:
         )
     else:
         fail("handover: no standby took over within the lease TTL (the member may lead again)")
+
+
+@ha.command("finish-upgrade")
+@click.option(
+    "--storage",
+    "url",
+    required=True,
+    envvar="GCS_STORAGE",
+    help="The group's store URL (redis://... or postgresql+asyncpg://...).",
+)
+@click.option("--namespace", default="default", show_default=True, help="The group's namespace.")
+@format_option()
+def finish_upgrade_command(url: str, namespace: str, fmt: str) -> None:
+    """Contract the store's format to this version's (the last step of a rolling upgrade):
+    run it once every member runs this version; older members then refuse to join."""
+    import asyncio
+
+    from gcs.config import storage_url_problem
+    from gcs.server.logging import configure_logging
+    from gcs.store.errors import StoreError
+    from gcs.store.factory import open_store
+    from gcs.store.format import StoreTooNew, contracted, read_format, write_format
+
+    problem = storage_url_problem(url)
+    if problem:
+        raise click.BadParameter(problem, param_hint="--storage")
+    configure_logging("console", "warning")  # stdout is the answer; the store's logs stay out
+
+    async def finish() -> dict[str, int]:
+        # ha: the write feeds the change stream (the standbys see it at once); not fenced
+        store = await open_store(url, namespace=namespace, ha=True)
+        try:
+            found, raw = await read_format(store)
+            new = contracted(found)
+            if new is not None:
+                await write_format(store, new, raw)
+                found = new
+            return {"version": found.version, "min_reader": found.min_reader}
+        finally:
+            await store.close()
+
+    try:
+        result = asyncio.run(finish())
+    except (StoreError, StoreTooNew, ValueError) as err:
+        fail(f"finish-upgrade: {one_line(str(err))}")
+        return
+    if fmt == "json":
+        click.echo(dumps(result))
+    else:
+        click.echo(
+            f"store format {result['version']}, readable by format {result['min_reader']} and newer"
+        )

@@ -59,6 +59,7 @@ from gcs.server.ha_handover import (
 )
 from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
+from gcs.server.ha_upgrade import check_mirror, expand_format
 from gcs.server.metrics import GcsMetrics, counter, gauge
 from gcs.store import Store
 from gcs.store.errors import ChangesTrimmed, StoreError
@@ -159,8 +160,8 @@ class HaCoordinator:
         self._leading = asyncio.Event()
         self._standing_by = asyncio.Event()
         self._term: Term | None = None
-        self._handover: tuple[str, asyncio.Future[HandoverResult]] | None = None
-        """A planned handover asked of this leader: (to whom, its result)."""
+        self._handover: tuple[str, bool, asyncio.Future[HandoverResult]] | None = None
+        """A planned handover asked of this leader: (to whom, then stop?, its result)."""
         self._handover_asked = asyncio.Event()
         self._stopped = False
         self._histogram: Histogram | None = None
@@ -196,14 +197,15 @@ class HaCoordinator:
         """Returns once this member is (again) a standby, its mirror loaded."""
         await self._standing_by.wait()
 
-    async def hand_over(self, to: str = "") -> HandoverResult:
+    async def hand_over(self, to: str = "", *, then_stop: bool = False) -> HandoverResult:
         """A planned handover (:mod:`gcs.server.ha_handover`) to ``to`` (empty: any standby);
         returns once a successor serves, or the lease TTL passed without one.  The member is
-        a standby afterwards.  Raises :class:`NotLeader` unless this member serves."""
+        a standby afterwards, or (``then_stop``) :meth:`run` returns.  Raises
+        :class:`NotLeader` unless this member serves."""
         if not self.serving or self._handover is not None:
             raise NotLeader(f"{self.settings.holder} is not serving as the leader")
         done: asyncio.Future[HandoverResult] = asyncio.get_running_loop().create_future()
-        self._handover = (to, done)
+        self._handover = (to, then_stop, done)
         self._handover_asked.set()
         return await asyncio.shield(done)
 
@@ -239,7 +241,7 @@ class HaCoordinator:
         if self._locks is not None:
             await self._locks.hold(self.settings.holder)
         try:
-            while True:
+            while not self._stopped:  # a planned stop hands over, then ends here
                 epoch = await self._stand_by()
                 await self._lead(epoch)
         finally:
@@ -257,6 +259,7 @@ class HaCoordinator:
         self._leading.clear()
         mirror = self.mirror = TableMirror()
         await self._load(mirror)
+        check_mirror(mirror)  # a store in a newer format: this member stops, StoreTooNew
         if self._on_mirror_loaded is not None:
             self._on_mirror_loaded()
         self._warm.set()
@@ -282,6 +285,7 @@ class HaCoordinator:
             died = self._watch_holder(lease)
             if await self._follow_until(wait_s, died) and lease is not None:
                 await self._release_dead(lease)
+            check_mirror(mirror)
 
     async def _load(self, mirror: TableMirror) -> None:
         while True:
@@ -392,6 +396,7 @@ class HaCoordinator:
         mirror = self.mirror
         assert mirror is not None
         drained = await mirror.drain(self._ha)
+        await expand_format(self._store, mirror)
         store = TakeoverStore(self._store, mirror, on_fenced=self._fenced.set)
         self.role = Role.LEADER  # admit() may answer True once the term serves
         # renewals start now: loading a big state must not outlast the lease
@@ -451,7 +456,8 @@ class HaCoordinator:
     async def _lead_handover(self, epoch: int, term: Term, renew: asyncio.Task[None]) -> None:
         """The handover asked by :meth:`hand_over`, its result (or failure) handed back."""
         assert self._handover is not None
-        to, done = self._handover
+        to, then_stop, done = self._handover
+        self._stopped = then_stop
 
         async def stop_renewing() -> None:
             self._valid_until = 0.0  # admit() refuses from now on

@@ -202,13 +202,13 @@ def _recorded_epoch(raw: bytes | None) -> int:
 class Leader(Protocol):
     """The coordinator, as :func:`planned_stop` sees it."""
 
-    async def hand_over(self, to: str = "") -> HandoverResult: ...
+    async def hand_over(self, to: str = "", *, then_stop: bool = False) -> HandoverResult: ...
 
 
 async def planned_stop(leader: Leader, running: asyncio.Task[None]) -> None:
     """SIGTERM to a leader: hand over first (a standby takes over with no failed call);
     returns once that is done, failed, or the member's loop ended meanwhile."""
-    handing, _ = await race(leader.hand_over(), asyncio.shield(running))
+    handing, _ = await race(leader.hand_over(then_stop=True), asyncio.shield(running))
     if handing.done() and not handing.cancelled() and handing.exception() is not None:
         log.warning("ha.planned_stop_without_handover", error=str(handing.exception()))
 

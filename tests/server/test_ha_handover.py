@@ -48,7 +48,7 @@ def _handover_cli(status_port: int, *args: str) -> subprocess.CompletedProcess[s
     return subprocess.run(
         [sys.executable, "-m", "gcs", "ha", "handover", "--format", "json",
          "--status-address", f"127.0.0.1:{status_port}", *args],
-        capture_output=True, text=True, timeout=60,
+        check=False, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
 
