@@ -222,6 +222,9 @@ class GrpcRouter:
             1 for conn, stream in self._parked or () if conn.streams.get(stream.id) is stream
         )
 
+    def parked_streams(self) -> set[int]:
+        return {id(stream) for _, stream in self._parked or ()}
+
     def refuse_parked(self) -> int:
         """RST_STREAM REFUSED_STREAM to every held request: no handler saw it, so a gRPC
         client retries it transparently on a new connection (the next leader's).  Later
@@ -332,6 +335,20 @@ class FrontServer:
     def in_flight(self) -> int:
         """Streams open and not held: calls a handler still works on (or relays)."""
         return sum(len(conn.streams) for conn in self.connections) - self._router.parked
+
+    def in_flight_except(self, paths: frozenset[str]) -> int:
+        """:attr:`in_flight` without the calls to ``paths``."""
+        return sum(1 for path in self.open_calls() if path not in paths)
+
+    def open_calls(self) -> list[str]:
+        """The paths of the calls :attr:`in_flight` counts (for the handover's log)."""
+        parked = self._router.parked_streams()
+        return [
+            dict(stream.headers).get(b":path", b"?").decode("ascii", "replace")
+            for conn in self.connections
+            for stream in conn.streams.values()
+            if id(stream) not in parked
+        ]
 
     def hand_off(self) -> int:
         """The next leader serves: stop listening, refuse what was held (retried there) and
