@@ -7,9 +7,12 @@ transparent one).  N times, the leader is asked to hand over (``gcs ha handover`
 call on its status port), alternately A -> B and B -> A; per handover the *pause* is the
 longest time between two consecutive answers (any client) while it ran: the old leader's
 last answer to the new one's first.  ``--sigterm`` instead stops the leader with SIGTERM
-each time and starts it again as a standby (the other way out).
+each time and starts it again as a standby (the other way out).  ``--baseline`` also runs
+the SIGTERM rounds with both members of the previous version (``GCS_UPGRADE_FROM``, default
+the commit before the planned handover, exported from git history), in the same run: the
+old stop, for comparison.
 
-    python -m bench.ha.handover [--handovers 20] [--clients 5] [--sigterm]
+    python -m bench.ha.handover [--handovers 20] [--clients 5] [--sigterm] [--baseline]
 
 Targets: 0 failed calls; pause p99 <= 100 ms.  Logs are kept (and named) on a failure.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -32,6 +36,7 @@ from gcs.server.ha_status import HANDOVER_METHOD
 from gcs.testing.ha_group import HaGroup, HaMember
 from gcs.testing.ha_load import BusyClients
 from gcs.testing.ports import free_port
+from gcs.testing.previous_version import PREVIOUS_VERSION, export_previous, missing_reason
 from gcs.testing.redis_server import RedisServer
 
 
@@ -48,6 +53,21 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> int:
+    code = await rounds(args, sigterm=args.sigterm, source=None)
+    if args.baseline:
+        reason = missing_reason()
+        if reason is not None:
+            print(f"baseline not run: {reason}")
+            return code
+        with tempfile.TemporaryDirectory(prefix="ha-previous-") as previous:
+            tree = export_previous(pathlib.Path(previous))
+            print(f"baseline: the previous version ({PREVIOUS_VERSION[:12]}), SIGTERM rounds")
+            await rounds(args, sigterm=True, source=tree)
+    return code
+
+
+async def rounds(args: argparse.Namespace, *, sigterm: bool, source: pathlib.Path | None) -> int:
+    """The handovers with members of this tree, or of ``source`` (then SIGTERM only)."""
     directory = pathlib.Path(tempfile.mkdtemp(prefix="ha-handover-"))
     redis = RedisServer(appendfsync="everysec").start()
     group = HaGroup(redis.url, free_port(), directory)
@@ -58,7 +78,10 @@ async def run(args: argparse.Namespace) -> int:
         def start(name: str) -> HaMember:
             status[name] = status.get(name) or free_port()
             env = {"GCS_HA_STATUS_PORT": str(status[name]), "GCS_HA_HOLDER": name}
-            return group.add(name, env=env)
+            if source is None:
+                return group.add(name, env=env)
+            with contextlib.chdir(source):  # python -m gcs: the working directory first
+                return group.add(name, env={**env, "PYTHONPATH": str(source)})
 
         members = {"a": start("a")}
         members["a"].wait_for("ha.leader")
@@ -72,7 +95,7 @@ async def run(args: argparse.Namespace) -> int:
             await clients.until_answered(200)
             for _ in range(args.handovers):
                 since = time.monotonic()
-                if args.sigterm:
+                if sigterm:
                     await asyncio.to_thread(members[leader].stop)
                     event = members[leader].events("ha.handed_over")[-1]
                 else:
@@ -84,7 +107,7 @@ async def run(args: argparse.Namespace) -> int:
                 if not event["handed_over"]:
                     print(f"{leader}: no successor: {event}")
                     return 1
-                if args.sigterm:  # back as a standby, under the same name
+                if sigterm:  # back as a standby, under the same name
                     old = members.pop(leader)
                     group.members.remove(old)
                     members[leader] = start(leader)
@@ -100,7 +123,7 @@ async def run(args: argparse.Namespace) -> int:
         ms = [p * 1000 for p in pauses]
         load = os.getloadavg()
         print(
-            f"{len(pauses)} handovers ({'SIGTERM' if args.sigterm else 'gcs ha handover'}), "
+            f"{len(pauses)} handovers ({'SIGTERM' if sigterm else 'gcs ha handover'}), "
             f"{args.clients} clients, {clients.calls} calls, "
             f"failed {len(clients.failures)} | pause p50 {percentile(ms, 0.5):.1f} ms, "
             f"p99 {percentile(ms, 0.99):.1f} ms, max {max(ms):.1f} ms, "
@@ -128,6 +151,9 @@ def main() -> None:
     parser.add_argument("--handovers", type=int, default=20)
     parser.add_argument("--clients", type=int, default=5)
     parser.add_argument("--sigterm", action="store_true", help="SIGTERM the leader instead")
+    parser.add_argument(
+        "--baseline", action="store_true", help="also the previous version's SIGTERM rounds"
+    )
     parser.add_argument("--gap-s", type=float, default=0.5, help="between two handovers")
     raise SystemExit(asyncio.run(run(parser.parse_args())))
 

@@ -22,10 +22,10 @@ import pytest
 
 from gcs.store.factory import open_store
 from gcs.store.format import FORMAT_VERSION, StoreFormat, read_format
+from gcs.testing.previous_version import export_previous, missing_reason
 from gcs.testing.redis_server import RedisServer
 from tests.interop import venvs
 from tests.interop.ha_cluster import HaRayCluster, ha_ray_cluster, start_workers
-from tests.interop.previous_version import export_previous, missing_reason
 from tests.interop.real_cluster import Worker
 from tests.interop.restarts import WORKER_HOSTS
 

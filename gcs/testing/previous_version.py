@@ -12,9 +12,10 @@ import subprocess
 import sys
 import tarfile
 
-__all__ = ["PREVIOUS_VERSION", "ROOT", "export_previous"]
+__all__ = ["PREVIOUS_VERSION", "ROOT", "export_previous", "missing_reason"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+"""The repository (this file is gcs/testing/previous_version.py in it)."""
 PREVIOUS_VERSION = os.environ.get("GCS_UPGRADE_FROM", "05a9bd106d4df99a4c7770117c522462345e944c")
 """The last commit before the store's format record and the planned handover (format 1):
 the version a group upgrades *from*.  ``GCS_UPGRADE_FROM`` names another commit."""
