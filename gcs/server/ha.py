@@ -462,7 +462,10 @@ class HaCoordinator:
         async def stop_renewing() -> None:
             self._valid_until = 0.0  # admit() refuses from now on
             renew.cancel()
-            await asyncio.gather(renew, return_exceptions=True)
+            # a renewal in flight was sent before the release that follows (it lands
+            # first); a store call that ignores its cancellation must not hold the handover
+            with contextlib.suppress(TimeoutError):
+                await within(self._clock, RETRY_S, asyncio.gather(renew, return_exceptions=True))
 
         try:
             assert isinstance(term, HandoverTerm)
