@@ -91,10 +91,11 @@ async def test_sigterm_to_the_leader_hands_over_with_no_failed_call(group: HaGro
         await clients.until_answered(300)
     finally:
         await clients.stop()
+    # before (issue 29): a few of every ~600 calls failed UNAVAILABLE around the stop
+    assert clients.failures == [], (len(clients.failures), clients.calls, clients.failures[:5])
     assert a.proc is not None and a.proc.returncode == 0
     assert a.events("ha.handed_over")[0]["handed_over"] is True
     assert group.leaders() == [b]
-    assert clients.failures == [], (len(clients.failures), clients.calls, clients.failures[:5])
     pause = clients.pause_s(stopped, exited)
     assert pause <= PAUSE_BOUND_S + LOAD_MARGIN_S, f"pause {pause * 1000:.0f} ms"
 
