@@ -64,7 +64,7 @@ def handover_command(address: str, to: str, timeout: float, fmt: str) -> None:
             f"{result['took_ms']:.0f} ms; {result['refused']} held call(s) sent there"
         )
     else:
-        fail("handover: no standby took over within the lease TTL (the member may lead again)")
+        fail("handover: no standby took the lease (the member may lead again)")
 
 
 @ha.command("finish-upgrade")

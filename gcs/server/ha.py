@@ -477,6 +477,7 @@ class HaCoordinator:
                 epoch=self.epoch,
                 to=to,
                 ttl_s=self.settings.lease_ttl_ms / 1000,
+                take_s=2 * self.settings.renew_interval_ms / 1000,
                 term=term,
                 stop_renewing=stop_renewing,
             )

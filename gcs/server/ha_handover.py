@@ -22,7 +22,9 @@ A leader that is told to go (:meth:`gcs.server.ha.HaCoordinator.hand_over`):
 
 A standby that sees a notice for it (addressed to it, or to anyone) tries the lease every
 ``POLL_S`` instead of every renewal interval until the lease is free.  Without a standby the
-leader stops after step 5's bound, as a plain stop would (the held calls then fail).
+leader stops once no member took the released lease within two renewal intervals (every
+standby tries a free lease at least that often), as a plain stop would (the held calls
+then fail).
 """
 
 from __future__ import annotations
@@ -140,10 +142,13 @@ async def lead_handover(
     epoch: int,
     to: str,
     ttl_s: float,
+    take_s: float,
     term: HandoverTerm,
     stop_renewing: Callable[[], Awaitable[None]],
 ) -> HandoverResult:
-    """Steps 1-6 of the module docstring; ``store`` is fenced with ``epoch``.  Raises
+    """Steps 1-6 of the module docstring; ``store`` is fenced with ``epoch``; a lease not
+    taken within ``take_s`` of its release means no standby is there (every standby tries a
+    free lease at least once per renewal interval, told of the handover or not).  Raises
     ``StoreError`` (``StoreFenced``) if the notice cannot be written: the lease is then
     not ours to hand over, and the caller steps down as after a lost lease."""
     started = clock.monotonic_s()
@@ -156,7 +161,10 @@ async def lead_handover(
         await ha.release_lease(holder, epoch)
     except StoreError as err:  # the successor waits for the TTL instead
         log.warning("ha.handover_release_failed", error=str(err))
-    successor = await _successor(ha, clock, holder, epoch, term, deadline=started + ttl_s)
+    released = clock.monotonic_s()
+    successor = await _successor(
+        ha, clock, holder, epoch, term, take_by=released + take_s, deadline=started + ttl_s
+    )
     refused = term.hand_off()
     result = HandoverResult(
         handed_over=successor is not None,
@@ -177,13 +185,17 @@ async def _successor(
     epoch: int,
     term: HandoverTerm,
     *,
+    take_by: float,
     deadline: float,
 ) -> LeaseInfo | None:
-    """The lease of the member that took over and serves, or None by ``deadline``."""
-    while clock.monotonic_s() < deadline:
+    """The lease of the member that took over and serves, or None: the lease still free at
+    ``take_by``, or its taker not serving by ``deadline``."""
+    while (now := clock.monotonic_s()) < deadline:
         try:
             lease = await ha.read_lease()
             taken = lease is not None and lease.holder != holder and lease.epoch > epoch
+            if not taken and now > take_by:
+                return None
             if taken and _recorded_epoch(await term.leader_record()) >= lease.epoch:  # type: ignore[union-attr]
                 return lease
         except StoreError as err:

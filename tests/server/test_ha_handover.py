@@ -109,3 +109,11 @@ async def test_a_standby_refuses_a_handover(group: HaGroup) -> None:
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "not serving as the leader" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_sigterm_to_a_lone_leader_stops_it(group: HaGroup) -> None:
+    a, _ = _member(group, "a")
+    a.wait_for("ha.leader")
+    a.stop()  # nobody takes the released lease: a plain stop after two renewal intervals
+    assert a.proc is not None and a.proc.returncode == 0
+    assert a.events("ha.handed_over")[0]["handed_over"] is False
