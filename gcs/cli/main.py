@@ -41,6 +41,7 @@ __all__ = ["main", "resolve_address"]
     cls=GcsGroup,
     lazy_commands={
         "db": "gcs.cli.store:db",
+        "ha": "gcs.cli.ha:ha",
         "autoscaler": "gcs.cli.autoscaler:autoscaler",
         "vcluster": "gcs.cli.vcluster:vcluster",
         "raylet": "gcs.cli.raylet:raylet_command",
@@ -202,6 +203,7 @@ def serve(
     from gcs.server.ha_lock import HolderInUse
     from gcs.server.logging import configure_logging
     from gcs.store.factory import redact_url
+    from gcs.store.format import StoreTooNew
 
     flags["ha.enabled"] = flags.pop("ha")
     try:
@@ -271,10 +273,13 @@ def serve(
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
         finally:
-            await server.stop()
+            await server.stop(hand_over=True)  # a leader hands over to a standby first
         await waiter  # raises what failed, if anything did
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except StoreTooNew as err:  # an HA member on a store in a newer format (a rolling upgrade)
+        raise click.ClickException(str(err)) from None
 
 
 async def _start_unless_signalled(start: Any, stop: asyncio.Event) -> bool:

@@ -251,12 +251,20 @@ class H2ServerConnection(FrameInput, FrameOutput, asyncio.Protocol):
 
     # ------------------------------------------------------------- connection end
 
-    def goaway(self) -> None:
-        """Graceful shutdown: no new streams; closed when the open ones finish."""
+    @property
+    def last_stream_id(self) -> int:
+        """The last stream the peer opened (GOAWAY's last-stream-id by default)."""
+        return self._last_sid
+
+    def goaway(self, last_sid: int | None = None) -> None:
+        """Graceful shutdown: no new streams; closed when the open ones finish.
+        ``last_sid``: the last stream processed (default: the last one received); a gRPC
+        client retries the streams after it on a new connection, transparently."""
         if self.closed or self.going_away:
             return
         self.going_away = True
-        self._write(frame(GOAWAY, 0, 0, struct.pack(">II", self._last_sid, NO_ERROR)))
+        last = self._last_sid if last_sid is None else last_sid
+        self._write(frame(GOAWAY, 0, 0, struct.pack(">II", last, NO_ERROR)))
         if not self.streams:
             self.close()
 

@@ -35,7 +35,7 @@ from gcs.front.hot import HotCall, HotDispatcher, HotMethod
 from gcs.front.native import NativeCall, NativeDispatcher, NativeMethod
 from gcs.front.reuseport import steer_to_newest
 from gcs.front.sync import SyncCall, SyncDispatcher
-from gcs.rpc.h2_frames import PROTOCOL_ERROR
+from gcs.rpc.h2_frames import PROTOCOL_ERROR, REFUSED_STREAM
 from gcs.rpc.interceptors import NOT_LEADER_MESSAGE
 from gcs.rpc.server import CallHook
 from gcs.rpc.warnings import WarningSampler
@@ -92,6 +92,8 @@ class GrpcRouter:
         may have lapsed): each request is then refused UNAVAILABLE and its connection told
         to go away, never answered from stale state."""
         self._admit = admit
+        self._parked: list[tuple[H2ServerConnection, Stream]] | None = None
+        """While a planned handover runs (:meth:`park`): new requests, held unanswered."""
         self._hot = hot
         self._relayed = relayed
         self._syncer = syncer
@@ -123,6 +125,9 @@ class GrpcRouter:
                 encoding = value
         if path is None:
             conn.reset(stream, PROTOCOL_ERROR)
+            return
+        if self._parked is not None:  # a planned handover: the next leader answers it
+            self._parked.append((conn, stream))
             return
         if self._admit is not None and not self._admit():
             conn.send_headers(
@@ -204,6 +209,31 @@ class GrpcRouter:
         elif isinstance(call, Forwarded):
             self._forwarder.on_reset(call)
 
+    def park(self) -> None:
+        """A planned handover (:mod:`gcs.server.ha_handover`): from now on requests are held,
+        unanswered and unread by any handler, until :meth:`refuse_parked`."""
+        if self._parked is None:
+            self._parked = []
+
+    @property
+    def parked(self) -> int:
+        """Held requests still open (a client may have cancelled one meanwhile)."""
+        return sum(
+            1 for conn, stream in self._parked or () if conn.streams.get(stream.id) is stream
+        )
+
+    def parked_streams(self) -> set[int]:
+        return {id(stream) for _, stream in self._parked or ()}
+
+    def refuse_parked(self) -> int:
+        """RST_STREAM REFUSED_STREAM to every held request: no handler saw it, so a gRPC
+        client retries it transparently on a new connection (the next leader's).  Later
+        requests are refused the same way."""
+        parked, self._parked = self._parked or [], []
+        for conn, stream in parked:
+            conn.reset(stream, REFUSED_STREAM)
+        return len(parked)
+
     def goaway(self) -> None:
         """Shutting down: end the syncer streams (they never end on their own)."""
         if self._syncer is not None:
@@ -246,6 +276,8 @@ class FrontServer:
         self.connections: set[H2ServerConnection] = set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._processed: dict[H2ServerConnection, int] = {}
+        """Per connection, its last stream before a handover held new ones (:meth:`hold`)."""
 
     async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
         """Listen; returns the bound port (an ``OSError`` if it is taken).  ``reuse_port``
@@ -291,6 +323,42 @@ class FrontServer:
             now = clock.monotonic_s()
             for conn in list(self.connections):
                 conn.keepalive_tick(now, self._keepalive_timeout_s)
+
+    def hold(self) -> None:
+        """A planned handover: new requests are held (:meth:`GrpcRouter.park`) and the
+        syncer streams end (a raylet reopens its own, which is then held too)."""
+        self._router.park()
+        self._router.goaway()
+        self._processed = {conn: conn.last_stream_id for conn in self.connections}
+
+    @property
+    def in_flight(self) -> int:
+        """Streams open and not held: calls a handler still works on (or relays)."""
+        return sum(len(conn.streams) for conn in self.connections) - self._router.parked
+
+    def in_flight_except(self, paths: frozenset[str]) -> int:
+        """:attr:`in_flight` without the calls to ``paths``."""
+        return sum(1 for path in self.open_calls() if path not in paths)
+
+    def open_calls(self) -> list[str]:
+        """The paths of the calls :attr:`in_flight` counts (for the handover's log)."""
+        parked = self._router.parked_streams()
+        return [
+            dict(stream.headers).get(b":path", b"?").decode("ascii", "replace")
+            for conn in self.connections
+            for stream in conn.streams.values()
+            if id(stream) not in parked
+        ]
+
+    def hand_off(self) -> int:
+        """The next leader serves: stop listening, refuse what was held (retried there) and
+        send GOAWAY on every connection.  Returns how many held requests were refused."""
+        if self._server is not None:
+            self._server.close()
+        processed = self._processed
+        for conn in list(self.connections):  # streams after the last processed: retried
+            conn.goaway(processed.get(conn, 0))
+        return self._router.refuse_parked()
 
     def goaway(self) -> None:
         """Stop listening and send GOAWAY: clients open no new stream here (a re-poll after

@@ -28,6 +28,7 @@ from gcs.server.addresses import advertised_host
 from gcs.server.extras import Extras
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.ha import HaCoordinator
+from gcs.server.ha_handover import planned_stop
 from gcs.server.ha_member import LeaderTerm, member, run_until_warm, start_leader_term
 from gcs.server.ha_mirror import TakeoverStore
 from gcs.server.ha_status import HaStatusServer
@@ -252,10 +253,12 @@ class GcsServer:
             await self.stop()
             raise failed.cause from None
 
-    async def stop(self, grace_s: float = 2.0) -> None:
-        """Close every component in reverse order; idempotent, safe before start."""
+    async def stop(self, grace_s: float = 2.0, *, hand_over: bool = False) -> None:
+        """Close every component in reverse order; idempotent, safe before start.
+        ``hand_over`` (``gcs serve`` on SIGTERM): an HA leader hands over to a standby first
+        (``gcs.server.ha_handover``)."""
         if self.ha is not None:
-            await self._stop_ha()
+            await self._stop_ha(hand_over=hand_over)
             return
         if self._stopping or self._supervisor is None:
             self._stopping = True
@@ -269,12 +272,15 @@ class GcsServer:
         await self._supervisor.close()
         log.info("gcs.stopped")
 
-    async def _stop_ha(self) -> None:
-        """The term closes, the lease is released, the store closed (if ours)."""
+    async def _stop_ha(self, *, hand_over: bool) -> None:
+        """A leader hands over to a standby first (``gcs.server.ha_handover``); the term
+        closes, the lease is released, the store closed (if ours)."""
         if self._stopping:
             return
         self._stopping = True
         running = self._running
+        if hand_over and self.ha is not None and self.ha.serving and running is not None:
+            await planned_stop(self.ha, running)
         if running is not None:
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)

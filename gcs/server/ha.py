@@ -50,8 +50,16 @@ from prometheus_client.core import Metric
 from gcs.base.background import Background, race
 from gcs.base.clock import Clock, within
 from gcs.config import HaConfig
+from gcs.server.ha_handover import (
+    HandoverResult,
+    HandoverTerm,
+    NotLeader,
+    lead_handover,
+    standby_wait_s,
+)
 from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
+from gcs.server.ha_upgrade import check_mirror, expand_format
 from gcs.server.metrics import GcsMetrics, counter, gauge
 from gcs.store import Store
 from gcs.store.errors import ChangesTrimmed, StoreError
@@ -152,6 +160,9 @@ class HaCoordinator:
         self._leading = asyncio.Event()
         self._standing_by = asyncio.Event()
         self._term: Term | None = None
+        self._handover: tuple[str, bool, asyncio.Future[HandoverResult]] | None = None
+        """A planned handover asked of this leader: (to whom, then stop?, its result)."""
+        self._handover_asked = asyncio.Event()
         self._stopped = False
         self._histogram: Histogram | None = None
         if metrics is not None:
@@ -186,6 +197,18 @@ class HaCoordinator:
         """Returns once this member is (again) a standby, its mirror loaded."""
         await self._standing_by.wait()
 
+    async def hand_over(self, to: str = "", *, then_stop: bool = False) -> HandoverResult:
+        """A planned handover (:mod:`gcs.server.ha_handover`) to ``to`` (empty: any standby);
+        returns once a successor serves, or the lease TTL passed without one.  The member is
+        a standby afterwards, or (``then_stop``) :meth:`run` returns.  Raises
+        :class:`NotLeader` unless this member serves."""
+        if not self.serving or self._handover is not None:
+            raise NotLeader(f"{self.settings.holder} is not serving as the leader")
+        done: asyncio.Future[HandoverResult] = asyncio.get_running_loop().create_future()
+        self._handover = (to, then_stop, done)
+        self._handover_asked.set()
+        return await asyncio.shield(done)
+
     def describe(self) -> dict[str, object]:
         return {
             "role": str(self.role),
@@ -218,7 +241,7 @@ class HaCoordinator:
         if self._locks is not None:
             await self._locks.hold(self.settings.holder)
         try:
-            while True:
+            while not self._stopped:  # a planned stop hands over, then ends here
                 epoch = await self._stand_by()
                 await self._lead(epoch)
         finally:
@@ -236,6 +259,7 @@ class HaCoordinator:
         self._leading.clear()
         mirror = self.mirror = TableMirror()
         await self._load(mirror)
+        check_mirror(mirror)  # a store in a newer format: this member stops, StoreTooNew
         if self._on_mirror_loaded is not None:
             self._on_mirror_loaded()
         self._warm.set()
@@ -257,9 +281,11 @@ class HaCoordinator:
                 self._valid_until = self._clock.monotonic_s() + self._trust_s()
                 return epoch
             wait_s, lease = await self._next_attempt()
+            wait_s = standby_wait_s(mirror.notice, lease, settings.holder, wait_s)
             died = self._watch_holder(lease)
             if await self._follow_until(wait_s, died) and lease is not None:
                 await self._release_dead(lease)
+            check_mirror(mirror)
 
     async def _load(self, mirror: TableMirror) -> None:
         while True:
@@ -332,7 +358,8 @@ class HaCoordinator:
         mirror = self.mirror
         assert mirror is not None
         deadline = self._clock.monotonic_s() + wait_s
-        while (left_s := deadline - self._clock.monotonic_s()) > 0:
+        notices = mirror.notices  # a handover notice arriving: try the lease at once
+        while (left_s := deadline - self._clock.monotonic_s()) > 0 and mirror.notices == notices:
             if died is not None and died.done():
                 return _died(died)
             follow: Awaitable[object] = mirror.follow(self._ha, block_ms=max(1, int(left_s * 1000)))
@@ -369,6 +396,7 @@ class HaCoordinator:
         mirror = self.mirror
         assert mirror is not None
         drained = await mirror.drain(self._ha)
+        await expand_format(self._store, mirror)
         store = TakeoverStore(self._store, mirror, on_fenced=self._fenced.set)
         self.role = Role.LEADER  # admit() may answer True once the term serves
         # renewals start now: loading a big state must not outlast the lease
@@ -402,7 +430,12 @@ class HaCoordinator:
             drained_changes=drained,
         )
         try:
-            _, _, failed = await race(renew, self._fenced.wait(), term.wait())
+            _, _, failed, asked = await race(
+                asyncio.shield(renew), self._fenced.wait(), term.wait(), self._handover_asked.wait()
+            )
+            if asked.done() and not asked.cancelled():
+                await self._lead_handover(epoch, term, renew)
+                return
         finally:
             self.role = Role.STANDBY  # refuse every call from now on, before closing
             self._leading.clear()
@@ -419,6 +452,51 @@ class HaCoordinator:
         self.step_downs += 1
         log.warning("ha.step_down", holder=settings.holder, epoch=epoch, reason=reason)
         await self._stop_term()
+
+    async def _lead_handover(self, epoch: int, term: Term, renew: asyncio.Task[None]) -> None:
+        """The handover asked by :meth:`hand_over`, its result (or failure) handed back."""
+        assert self._handover is not None
+        to, then_stop, done = self._handover
+        self._stopped = then_stop
+
+        async def stop_renewing() -> None:
+            self._valid_until = 0.0  # admit() refuses from now on
+            renew.cancel()
+            # a renewal in flight was sent before the release that follows (it lands
+            # first); a store call that ignores its cancellation must not hold the handover
+            with contextlib.suppress(TimeoutError):
+                await within(self._clock, RETRY_S, asyncio.gather(renew, return_exceptions=True))
+
+        try:
+            assert isinstance(term, HandoverTerm)
+            result = await lead_handover(
+                store=self._store,
+                ha=self._ha,
+                clock=self._clock,
+                holder=self.settings.holder,
+                epoch=self.epoch,
+                to=to,
+                ttl_s=self.settings.lease_ttl_ms / 1000,
+                take_s=2 * self.settings.renew_interval_ms / 1000,
+                term=term,
+                stop_renewing=stop_renewing,
+            )
+        except StoreError as err:  # the notice was refused (fenced) or not written
+            self.step_downs += 1
+            log.warning("ha.step_down", epoch=epoch, reason="handover failed", error=str(err))
+            if not done.done():
+                done.set_exception(NotLeader(f"the handover failed: {err}"))
+            return
+        except BaseException:
+            if not done.done():
+                done.set_exception(NotLeader("the member stopped during the handover"))
+            raise
+        finally:
+            self._handover = None
+            self._handover_asked.clear()
+            await self._stop_term()
+        if not done.done():
+            done.set_result(result)
 
     async def _renew_until_lost(self, epoch: int) -> None:
         """Renew every interval; returns (trust withdrawn: ``admit()`` is False) when the

@@ -45,6 +45,20 @@ class LeaderTerm:
         except ComponentFailed as failed:
             raise failed.cause from None
 
+    # a planned handover (gcs.server.ha_handover.HandoverTerm)
+    def hold(self) -> None:
+        self.wiring.rpc.hold()
+
+    async def quiesce(self, bound_s: float) -> int:
+        return await self.wiring.rpc.quiesce(bound_s)
+
+    def hand_off(self) -> int:
+        return self.wiring.rpc.hand_off()
+
+    async def leader_record(self) -> bytes | None:
+        """What the group's leader recorded in InternalKV (``start_leader_term``), as stored."""
+        return await self.wiring.managers.kv.get(HA_NAMESPACE, HA_LEADER_KEY)
+
     async def stop(self) -> None:
         self.wiring.rpc.grace_s = 0.0  # not the leader any more: nothing waits to finish
         self._supervisor.stop()
@@ -138,6 +152,8 @@ async def member(
         locks=holder_locks(config, clock),
         on_mirror_loaded=standby_heap_freezer(config),
     )
+    if status is not None:
+        status.handover = ha.hand_over
     return ha, status
 
 

@@ -29,6 +29,7 @@ from gcs.managers.health import node_health
 from gcs.managers.resources import node_entry
 from gcs.policy.virtual_clusters.convert import node_view_from_gcs_node_info
 from gcs.proto import gcs_pb2
+from gcs.server.ha_handover import NOTICE_KEY, TABLE_HA, HandoverNotice
 from gcs.store import Store
 from gcs.store.base import (
     TABLE_JOB,
@@ -97,6 +98,9 @@ class TableMirror:
         fails, as a cold start would)."""
         self._reset_prepared()
         self.cursor: ChangeCursor = b"0"
+        self.notice: HandoverNotice | None = None
+        """The last planned-handover notice seen in the stream (:mod:`.ha_handover`)."""
+        self.notices = 0
         self.applied = 0
         """Changes applied since the last load (for logs and tests)."""
 
@@ -160,6 +164,9 @@ class TableMirror:
         for change in changes:
             rows = tables.get(change.table)
             if rows is None:
+                if change.table == TABLE_HA and change.key == NOTICE_KEY:
+                    self.notice = HandoverNotice.decode(change.value)
+                    self.notices += 1
                 continue  # not mirrored (KV, counters, the autoscaler's instances)
             self._set(change.table, rows, change.key, change.value)
             self.applied += 1

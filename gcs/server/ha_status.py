@@ -4,16 +4,28 @@ The GCS port is the leader's alone (a standby binds nothing there), so a health 
 cannot tell a standby from a dead process.  This small gRPC server, on a port of each
 member's own, answers ``grpc.health.v1.Health``: SERVING while the member's term serves,
 NOT_SERVING on a standby (for monitoring, and for probes that must reach standbys).
+
+It also answers ``gcs ha handover`` (:data:`HANDOVER_METHOD`, JSON in and out): the leader
+hands over to a standby (:mod:`gcs.server.ha_handover`); a standby refuses
+FAILED_PRECONDITION.
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from gcs.base.background import Background
+from gcs.server.ha_handover import HandoverResult, NotLeader
 
-__all__ = ["HaStatusServer"]
+__all__ = ["HANDOVER_METHOD", "HaStatusServer"]
+
+HANDOVER_METHOD = "/gcs.ha.Admin/Handover"
+"""Request ``{"to": holder or ""}``; reply :meth:`HandoverResult.as_dict` (JSON)."""
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -25,11 +37,35 @@ class HaStatusServer:
         self._health = health.aio.HealthServicer()
         self._pending = Background("ha_status")
         self.port = 0
+        self.handover: Callable[[str], Awaitable[HandoverResult]] | None = None
+        """The member's :meth:`~gcs.server.ha.HaCoordinator.hand_over` (set once built)."""
+
+    async def _handover(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        try:
+            to = json.loads(request or b"{}").get("to", "")
+            if not isinstance(to, str):
+                raise TypeError
+        except (ValueError, TypeError, AttributeError):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, 'request: {"to": "<holder>"}')
+            raise AssertionError("unreachable") from None
+        if self.handover is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a running HA member")
+            raise AssertionError("unreachable")
+        try:
+            result = await self.handover(to)
+        except NotLeader as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+            raise AssertionError("unreachable") from None
+        return json.dumps(result.as_dict()).encode()
 
     async def start(self, host: str, port: int) -> int:
         """Bind and serve (NOT_SERVING until :meth:`set`); the bound port."""
         server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        admin = grpc.method_handlers_generic_handler(
+            "gcs.ha.Admin", {"Handover": grpc.unary_unary_rpc_method_handler(self._handover)}
+        )
+        server.add_generic_rpc_handlers((admin,))
         bound = server.add_insecure_port(f"{host}:{port}")
         if bound == 0:
             raise OSError(f"cannot bind the HA status port {host}:{port} (in use?)")

@@ -11,6 +11,7 @@ serves nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import json
@@ -20,12 +21,13 @@ import tempfile
 from collections.abc import Callable
 
 import grpc
+import structlog
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from gcs.base.background import Background
-from gcs.base.clock import Clock, now_ms
+from gcs.base.clock import Clock, now_ms, within
 from gcs.base.handler_delays import HandlerDelays, Pause
 from gcs.config import GcsConfig, kv_put_request_bytes
 from gcs.front import (
@@ -62,6 +64,19 @@ from gcs.services.virtual_clusters import VirtualClusterInfoServicer
 from gcs.services.workers_tasks import RuntimeEnvServicer, TaskInfoServicer, WorkerInfoServicer
 
 __all__ = ["RpcServer", "port_in_use"]
+
+log = structlog.get_logger("gcs.rpc")
+
+CLUSTER_WAITS = frozenset(
+    {
+        method_path(svc.ACTOR_INFO.methods_by_name["CreateActor"]),
+        method_path(svc.PLACEMENT_GROUP_INFO.methods_by_name["WaitPlacementGroupUntilReady"]),
+    }
+)
+"""Calls answered when the cluster changes (an actor created, a group placed), not when
+the GCS is done: a planned handover does not wait for them.  They end with the term
+(UNAVAILABLE, as at any stop; Ray's clients send them again, and the successor, which
+loads the actor or group still pending, answers)."""
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"]
 _GRPC_OPTIONS = (
@@ -338,6 +353,35 @@ class RpcServer:
             session_name=meta.session_name,
             start_time_ms=now_ms(self._clock),
         )
+
+    # -- a planned handover (gcs.server.ha_handover) ---------------------------------------
+    def hold(self) -> None:
+        """New calls are held, not answered (the front server only: grpc.aio alone has no
+        such gate, its calls go on until the term stops)."""
+        if self.front is not None:
+            self.front.hold()
+
+    async def quiesce(self, bound_s: float, poll_s: float = 0.001) -> int:
+        """Held long polls answered, then until every admitted call was answered (or
+        ``bound_s``) but those of :data:`CLUSTER_WAITS`: how many are still open."""
+        await self._m.pubsub.stop()
+        front = self.front
+        if front is None:
+            return 0
+
+        async def drained() -> None:
+            while front.in_flight and front.in_flight_except(CLUSTER_WAITS):
+                await self._clock.sleep(poll_s)
+
+        with contextlib.suppress(TimeoutError):
+            await within(self._clock, bound_s, drained())
+        if front.in_flight:
+            log.info("rpc.handover_calls_still_open", paths=sorted(front.open_calls()))
+        return front.in_flight
+
+    def hand_off(self) -> int:
+        """The next leader serves: GOAWAY, held calls refused (retried there); how many."""
+        return self.front.hand_off() if self.front is not None else 0
 
     async def close(self) -> None:
         """Idempotent; safe before :meth:`run`."""

@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[bool, bool]] = {
     "install-into-ray": (False, False),  # changes a Ray install; says what it did
     "raylet-fleet": (True, True),
     "db upgrade": (False, True),
+    "ha handover": (False, True),  # talks to a member's HA status port, not the GCS port
+    "ha finish-upgrade": (False, True),  # talks to the store
     "vcluster create": (True, True),
     "vcluster update": (True, True),
     "vcluster remove": (True, True),
@@ -138,6 +140,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 #: (argv with {file} placeholders, environment, exit code, pattern of the one stderr line)
 MISTAKES: list[tuple[tuple[str, ...], dict[str, str], int, str]] = [
+    (("ha", "handover", "--status-address", NOTHING), {}, 1,
+     re.escape(f"handover: no HA status port answers at {NOTHING} (")),
+    (("ha", "finish-upgrade", "--storage", "nope://x"), {}, 2, r"--storage"),
     # -- the GCS is not there: exit 1, one sentence naming the address ---------------------
     (("status", "--address", NOTHING), {}, 1, UNREACHABLE),
     (("status", "--format", "json"), {"GCS_ADDRESS": NOTHING}, 1, UNREACHABLE),

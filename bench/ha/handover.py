@@ -1,0 +1,165 @@
+"""Planned handover of a ``gcs serve --ha`` group under load (issue 29): the pause and the
+failed calls, over N handovers.
+
+A private Redis, members A and B on one port (each with its HA status port), five busy
+clients of our own (``gcs.testing.ha_load``: their own connections, no retry but gRPC's
+transparent one).  N times, the leader is asked to hand over (``gcs ha handover``'s admin
+call on its status port), alternately A -> B and B -> A; per handover the *pause* is the
+longest time between two consecutive answers (any client) while it ran: the old leader's
+last answer to the new one's first.  ``--sigterm`` instead stops the leader with SIGTERM
+each time and starts it again as a standby (the other way out).  ``--baseline`` also runs
+the SIGTERM rounds with both members of the previous version (``GCS_UPGRADE_FROM``, default
+the commit before the planned handover, exported from git history), in the same run: the
+old stop, for comparison.
+
+    python -m bench.ha.handover [--handovers 20] [--clients 5] [--sigterm] [--baseline]
+
+Targets: 0 failed calls; pause p99 <= 100 ms.  Logs are kept (and named) on a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import tempfile
+import time
+
+import grpc
+
+from gcs.server.ha_status import HANDOVER_METHOD
+from gcs.testing.ha_group import HaGroup, HaMember
+from gcs.testing.ha_load import BusyClients
+from gcs.testing.ports import free_port
+from gcs.testing.previous_version import PREVIOUS_VERSION, export_previous, missing_reason
+from gcs.testing.redis_server import RedisServer
+
+
+async def hand_over(status_port: int) -> dict[str, object]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{status_port}") as channel:
+        raw = await channel.unary_unary(HANDOVER_METHOD)(b"{}", timeout=30)
+    result: dict[str, object] = json.loads(raw)
+    return result
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def run(args: argparse.Namespace) -> int:
+    code = await rounds(args, sigterm=args.sigterm, source=None)
+    if args.baseline:
+        reason = missing_reason()
+        if reason is not None:
+            print(f"baseline not run: {reason}")
+            return code
+        with tempfile.TemporaryDirectory(prefix="ha-previous-") as previous:
+            tree = export_previous(pathlib.Path(previous))
+            print(f"baseline: the previous version ({PREVIOUS_VERSION[:12]}), SIGTERM rounds")
+            await rounds(args, sigterm=True, source=tree)
+    return code
+
+
+async def rounds(args: argparse.Namespace, *, sigterm: bool, source: pathlib.Path | None) -> int:
+    """The handovers with members of this tree, or of ``source`` (then SIGTERM only)."""
+    directory = pathlib.Path(tempfile.mkdtemp(prefix="ha-handover-"))
+    redis = RedisServer(appendfsync="everysec").start()
+    group = HaGroup(redis.url, free_port(), directory)
+    status: dict[str, int] = {}
+    failed = True
+    try:
+
+        def start(name: str) -> HaMember:
+            status[name] = status.get(name) or free_port()
+            env = {"GCS_HA_STATUS_PORT": str(status[name]), "GCS_HA_HOLDER": name}
+            if source is None:
+                return group.add(name, env=env)
+            with contextlib.chdir(source):  # python -m gcs: the working directory first
+                return group.add(name, env={**env, "PYTHONPATH": str(source)})
+
+        members = {"a": start("a")}
+        members["a"].wait_for("ha.leader")
+        members["b"] = start("b")
+        members["b"].wait_for("ha.standby")
+        clients = await BusyClients(group.address, clients=args.clients).start()
+        pauses: list[float] = []
+        took: list[float] = []
+        leader, standby = "a", "b"
+        try:
+            await clients.until_answered(200)
+            for _ in range(args.handovers):
+                since = time.monotonic()
+                if sigterm:
+                    await asyncio.to_thread(members[leader].stop)
+                    handed = members[leader].events("ha.handed_over")
+                    # the previous version logs no handover: its stop is measured as is
+                    event = handed[-1] if handed else {"handed_over": True, "took_ms": 0}
+                else:
+                    event = await hand_over(status[leader])
+                until = time.monotonic()
+                await clients.until_answered(100)
+                pauses.append(clients.pause_s(since, until))
+                took.append(float(str(event["took_ms"])))
+                if not event["handed_over"]:
+                    print(f"{leader}: no successor: {event}")
+                    return 1
+                if sigterm:  # back as a standby, under the same name
+                    old = members.pop(leader)
+                    group.members.remove(old)
+                    seen = old.count("ha.standby")  # the same log file, appended to
+                    members[leader] = start(leader)
+                    members[leader].wait_for("ha.standby", count=seen + 1)
+                else:
+                    members[leader].wait_for(
+                        "ha.standby", count=members[leader].count("ha.leader") + 1
+                    )
+                leader, standby = standby, leader
+                await asyncio.sleep(args.gap_s)
+        finally:
+            await clients.stop()
+        ms = [p * 1000 for p in pauses]
+        load = os.getloadavg()
+        print(
+            f"{len(pauses)} handovers ({'SIGTERM' if sigterm else 'gcs ha handover'}), "
+            f"{args.clients} clients, {clients.calls} calls, "
+            f"failed {len(clients.failures)} | pause p50 {percentile(ms, 0.5):.1f} ms, "
+            f"p99 {percentile(ms, 0.99):.1f} ms, max {max(ms):.1f} ms, "
+            f"mean {statistics.mean(ms):.1f} ms | leader's handover (hold -> successor serves) "
+            f"p50 {percentile(took, 0.5):.1f} ms, p99 {percentile(took, 0.99):.1f} ms | "
+            f"load avg {load[0]:.2f}"
+        )
+        print("  pauses (ms):", " ".join(f"{p:.0f}" for p in ms))
+        print("  handovers (ms):", " ".join(f"{t:.0f}" for t in took))
+        for failure in clients.failures[:10]:
+            print(f"  failed: {failure}")
+        failed = bool(clients.failures)
+        return 1 if failed else 0
+    finally:
+        group.stop()
+        redis.cleanup()
+        if failed:
+            print(f"logs kept in {directory}")
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--handovers", type=int, default=20)
+    parser.add_argument("--clients", type=int, default=5)
+    parser.add_argument("--sigterm", action="store_true", help="SIGTERM the leader instead")
+    parser.add_argument(
+        "--baseline", action="store_true", help="also the previous version's SIGTERM rounds"
+    )
+    parser.add_argument("--gap-s", type=float, default=0.5, help="between two handovers")
+    raise SystemExit(asyncio.run(run(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()

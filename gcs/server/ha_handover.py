@@ -1,0 +1,237 @@
+"""A planned handover of an HA group's leadership (``gcs ha handover``; SIGTERM to a leader).
+
+A leader that is told to go (:meth:`gcs.server.ha.HaCoordinator.hand_over`):
+
+1. **holds** new calls: the front server parks each new request unanswered (no handler sees
+   it) and ends the syncer streams (a raylet reopens its own: held too);
+2. **quiesces**: held long polls are answered, the calls already admitted finish (at most
+   ``DRAIN_S``);
+3. writes a **notice** (table ``GCS_HA``, through its fenced store).  It travels the change
+   stream like every write, so a standby blocked on the stream sees it at once, with every
+   change the leader made before it already applied: the notice is the change-stream
+   position the successor needs (its drain after the fence finds nothing more; no reload,
+   no waiting for the TTL);
+4. stops renewing, withdraws its own trust (``admit()`` is False) and **releases** the lease;
+5. **waits** until a successor serves (it records itself in InternalKV ``gcs_ha/leader``
+   with a newer epoch once its port serves), at most the lease TTL;
+6. **hands off**: stops listening, refuses every held request with ``RST_STREAM
+   REFUSED_STREAM`` and sends GOAWAY on every connection.  A refused stream was seen by no
+   handler, so gRPC clients (C-core: Python, Ray's C++ workers and raylets) retry it
+   transparently on a new connection -- which the kernel gives the successor (it bound the
+   shared port last and steers new connections to itself, :mod:`gcs.front.reuseport`).
+
+A standby that sees a notice for it (addressed to it, or to anyone) tries the lease every
+``POLL_S`` instead of every renewal interval until the lease is free.  Without a standby the
+leader stops once no member took the released lease within two renewal intervals (every
+standby tries a free lease at least that often), as a plain stop would (the held calls
+then fail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Protocol, runtime_checkable
+
+import structlog
+
+from gcs.base.background import race
+from gcs.base.clock import Clock
+from gcs.store import Store
+from gcs.store.base import WriteBatch
+from gcs.store.errors import StoreError
+from gcs.store.ha import HaStore, LeaseInfo
+
+__all__ = [
+    "DRAIN_S",
+    "NOTICE_KEY",
+    "POLL_S",
+    "TABLE_HA",
+    "HandoverNotice",
+    "HandoverResult",
+    "HandoverTerm",
+    "NotLeader",
+    "lead_handover",
+    "planned_stop",
+    "standby_wait_s",
+]
+
+log = structlog.get_logger("gcs.ha")
+
+TABLE_HA = "GCS_HA"
+"""The HA group's own records (not mirrored, never loaded by a component)."""
+NOTICE_KEY = b"handover"
+POLL_S = 0.002
+"""How often a standby told of a handover tries the lease, and the leader looks for its
+successor (one store round trip each)."""
+DRAIN_S = 1.0
+"""How long admitted calls may take to finish before the lease is handed over (calls still
+open then are ended with the term, as at a plain stop)."""
+
+
+class NotLeader(Exception):
+    """A handover was asked of a member that does not lead (or is already handing over)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverNotice:
+    holder: str
+    """The leader handing over."""
+    epoch: int
+    """Its lease's epoch (a notice of an older epoch is stale)."""
+    to: str = ""
+    """The standby meant to take over; empty: any."""
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> HandoverNotice | None:
+        """None for a deleted or unreadable notice (a newer version's: ignored)."""
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            return cls(str(data["holder"]), int(data["epoch"]), str(data.get("to", "")))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def for_member(self, holder: str) -> bool:
+        return not self.to or self.to == holder
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverResult:
+    handed_over: bool
+    """A successor serves (else the leader stopped with nobody to take over)."""
+    successor: str
+    epoch: int
+    """The successor's epoch (0 without one)."""
+    refused: int
+    """Held calls refused to be retried at the successor."""
+    still_open: int
+    """Admitted calls that did not finish within ``DRAIN_S`` (ended with the term)."""
+    took_ms: float
+    """From holding calls to the successor serving (or giving up)."""
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@runtime_checkable
+class HandoverTerm(Protocol):
+    """What a handover needs of the leader's term (``gcs.server.ha_member.LeaderTerm``)."""
+
+    def hold(self) -> None: ...
+
+    async def quiesce(self, bound_s: float) -> int: ...
+
+    def hand_off(self) -> int: ...
+
+    async def leader_record(self) -> bytes | None: ...
+
+
+async def lead_handover(
+    *,
+    store: Store,
+    ha: HaStore,
+    clock: Clock,
+    holder: str,
+    epoch: int,
+    to: str,
+    ttl_s: float,
+    take_s: float,
+    term: HandoverTerm,
+    stop_renewing: Callable[[], Awaitable[None]],
+) -> HandoverResult:
+    """Steps 1-6 of the module docstring; ``store`` is fenced with ``epoch``; a lease not
+    taken within ``take_s`` of its release means no standby is there (every standby tries a
+    free lease at least once per renewal interval, told of the handover or not).  Raises
+    ``StoreError`` (``StoreFenced``) if the notice cannot be written: the lease is then
+    not ours to hand over, and the caller steps down as after a lost lease."""
+    started = clock.monotonic_s()
+    term.hold()
+    still_open = await term.quiesce(DRAIN_S)
+    notice = HandoverNotice(holder, epoch, to)
+    await store.write(WriteBatch().put(TABLE_HA, NOTICE_KEY, notice.encode()))
+    await stop_renewing()
+    try:
+        await ha.release_lease(holder, epoch)
+    except StoreError as err:  # the successor waits for the TTL instead
+        log.warning("ha.handover_release_failed", error=str(err))
+    released = clock.monotonic_s()
+    successor = await _successor(
+        ha, clock, holder, epoch, term, take_by=released + take_s, deadline=started + ttl_s
+    )
+    refused = term.hand_off()
+    result = HandoverResult(
+        handed_over=successor is not None,
+        successor=successor.holder if successor is not None else "",
+        epoch=successor.epoch if successor is not None else 0,
+        refused=refused,
+        still_open=still_open,
+        took_ms=round((clock.monotonic_s() - started) * 1000, 3),
+    )
+    log.info("ha.handed_over", holder=holder, from_epoch=epoch, **result.as_dict())
+    return result
+
+
+async def _successor(
+    ha: HaStore,
+    clock: Clock,
+    holder: str,
+    epoch: int,
+    term: HandoverTerm,
+    *,
+    take_by: float,
+    deadline: float,
+) -> LeaseInfo | None:
+    """The lease of the member that took over and serves, or None: the lease still free at
+    ``take_by``, or its taker not serving by ``deadline``."""
+    while (now := clock.monotonic_s()) < deadline:
+        try:
+            lease = await ha.read_lease()
+            taken = lease is not None and lease.holder != holder and lease.epoch > epoch
+            if not taken and now > take_by:
+                return None
+            if taken and _recorded_epoch(await term.leader_record()) >= lease.epoch:  # type: ignore[union-attr]
+                return lease
+        except StoreError as err:
+            log.warning("ha.handover_poll_failed", error=str(err))
+        await clock.sleep(POLL_S)
+    return None
+
+
+def _recorded_epoch(raw: bytes | None) -> int:
+    try:
+        return int(json.loads(raw or b"{}").get("epoch", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
+class Leader(Protocol):
+    """The coordinator, as :func:`planned_stop` sees it."""
+
+    async def hand_over(self, to: str = "", *, then_stop: bool = False) -> HandoverResult: ...
+
+
+async def planned_stop(leader: Leader, running: asyncio.Task[None]) -> None:
+    """SIGTERM to a leader: hand over first (a standby takes over with no failed call);
+    returns once that is done, failed, or the member's loop ended meanwhile."""
+    handing, _ = await race(leader.hand_over(then_stop=True), asyncio.shield(running))
+    if handing.done() and not handing.cancelled() and handing.exception() is not None:
+        log.warning("ha.planned_stop_without_handover", error=str(handing.exception()))
+
+
+def standby_wait_s(
+    notice: HandoverNotice | None, lease: LeaseInfo | None, holder: str, wait_s: float
+) -> float:
+    """A standby's wait before its next try for the lease: ``POLL_S`` while the leader that
+    announced a handover to it still holds the lease (it releases it in a moment)."""
+    if notice is None or not notice.for_member(holder) or lease is None:
+        return wait_s
+    if lease.holder == notice.holder and lease.epoch == notice.epoch:
+        return min(wait_s, POLL_S)
+    return wait_s
