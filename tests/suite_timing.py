@@ -25,6 +25,7 @@ import os
 import pathlib
 import resource
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -52,7 +53,8 @@ def _join_group(root: pathlib.Path, name: str) -> pathlib.Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _out, _group
+    global _out, _group, _collected_at
+    _collected_at = time.time()
     raw = os.environ.get(ENV)
     # xdist's workers write; its controller only relays their reports
     if raw and (hasattr(config, "workerinput") or config.getoption("dist", "no") == "no"):
@@ -63,17 +65,32 @@ def pytest_configure(config: pytest.Config) -> None:
             _group = _join_group(pathlib.Path(root), os.environ.get("PYTEST_XDIST_WORKER", "main"))
 
 
+COLLECTION = "<collection>"
+"""The line each worker writes when it has collected the suite (what came before it: its
+start and collection, its own scope in the summary)."""
+_collected_at = 0.0
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _out is not None:
+        _log(COLLECTION, "collect", _collected_at, time.time())
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if _out is None:
-        return
+    if _out is not None:
+        _log(report.nodeid, report.when, report.start, report.stop)
+
+
+def _log(nodeid: str, when: str, start: float, stop: float) -> None:
+    assert _out is not None
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     line = {
         "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
-        "id": report.nodeid,
-        "when": report.when,
-        "start": report.start,
-        "stop": report.stop,
+        "id": nodeid,
+        "when": when,
+        "start": start,
+        "stop": stop,
         "cpu": own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime,
     }
     if _group is not None:
@@ -92,13 +109,13 @@ def _scope(nodeid: str) -> str:
 def summary(rows: list[dict[str, Any]], top: int) -> str:
     out = []
     start, stop = min(r["start"] for r in rows), max(r["stop"] for r in rows)
-    tests = len({r["id"] for r in rows})
+    tests = len({r["id"] for r in rows if r["id"] != COLLECTION})
     out.append(f"{tests} tests, first start to last stop {stop - start:.0f} s")
     by_worker: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for row in rows:
         by_worker[row["worker"]].append(row)
     for worker, own in sorted(by_worker.items()):
-        busy = sum(r["stop"] - r["start"] for r in own)
+        busy = sum(r["stop"] - r["start"] for r in own if r["id"] != COLLECTION)
         cpu = max(r["cpu"] for r in own)
         out.append(f"  {worker}: {busy:7.1f} s in tests, {cpu:6.1f} CPU s (and waited children)")
     sums: dict[str, collections.Counter[str]] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.suite_timing import group_cpu, summary
+from tests.suite_timing import COLLECTION, group_cpu, summary
 
 
 def _row(worker: str, nodeid: str, start: float, stop: float) -> dict[str, Any]:
@@ -59,3 +59,14 @@ def test_group_cpu_reads_v1_and_v2(tmp_path: Path) -> None:
     (v2 / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\n")
     assert group_cpu(v1) == 2.5
     assert group_cpu(v2) == 1.5
+
+
+def test_a_workers_collection_is_its_own_scope_not_its_first_tests() -> None:
+    rows = [
+        {**_row("gw0", COLLECTION, 0, 10), "when": "collect", "group_cpu": 12.0},
+        {**_row("gw0", "tests/unit/test_x.py::test_y", 10, 11), "group_cpu": 12.5},
+    ]
+    text = summary(rows, 5)
+    assert "1 tests," in text and "gw0:     1.0 s in tests" in text
+    assert f"     12.0  {COLLECTION}\n" in text
+    assert "      0.5  tests/unit/test_x.py::test_y" in text
