@@ -35,7 +35,7 @@ import grpc
 from gcs.proto import gcs_pb2, gcs_service_pb2
 from gcs.testing.ports import free_port
 from tests.interop import venvs
-from tests.interop.ray_processes import our_env, ray_env
+from tests.interop.ray_processes import NO_LOG_MONITOR, our_env, ray_env
 
 GCS_HOST = "127.0.0.2"
 _RUNNING = "Ray runtime started"
@@ -71,9 +71,7 @@ class Worker:
     """Extra environment for this node (e.g. ``RAY_NODE_TYPE_NAME``)."""
     args: tuple[str, ...] = ()
     log_monitor: bool = False
-    """Ray's log monitor (a Python process tailing the node's worker logs into the GCS's log
-    channel for drivers to print): no test reads worker output through a driver, and it
-    costs ~0.5 CPU s to start and ~0.5 CPU s a minute polling, per node."""
+    """Ray's log monitor on this node (off: :data:`~tests.interop.ray_processes.NO_LOG_MONITOR`)."""
 
 
 def stop_groups(procs: Sequence[subprocess.Popen[Any]], grace_s: float) -> None:
@@ -180,7 +178,7 @@ class RealCluster:
                     f"--temp-dir={temp_dir}", *resources,
                     # agents bind their HTTP port on 127.0.0.1 too: one free port per node
                     f"--dashboard-agent-listen-port={free_port()}",
-                    f"--include-log-monitor={str(worker.log_monitor).lower()}", *worker.args,
+                    *(() if worker.log_monitor else (NO_LOG_MONITOR,)), *worker.args,
                 ],
                 stdout=log, stderr=subprocess.STDOUT, env={**self.env, **worker.env},
                 start_new_session=True,
