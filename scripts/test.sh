@@ -24,8 +24,10 @@ set +e
 #   .venv/bin/python -m tests.suite_timing /tmp/t 20
 # prints each worker's busy seconds (the longest is the critical path), the seconds per
 # directory, per scope (an interop module runs on one worker) and per test.  On a shared
-# machine compare CPU seconds, not wall time: run pytest inside a cpuacct cgroup of its own
-# (every Ray process it starts is counted there too, reaped or not) and read cpuacct.usage.
+# machine compare CPU seconds, not wall time: with GCS_SUITE_CGROUP=<a cgroup dir you may
+# create groups in> (cgroup v1: mkdir /sys/fs/cgroup/cpuacct/suite) each worker runs in a
+# group of its own, every Ray process it starts counted there too (reaped or not), and the
+# summary adds the CPU seconds per directory and scope (each worker's collection apart).
 # The suite is bound by CPU, not by its longest worker (the four workers' sums end within
 # 1%): ~920 CPU s in all on 2026-11-29, over half of it real Ray clusters (tests/interop,
 # tests/dropin), so 2 cores need >= ~460 s whatever the order; the scheduler

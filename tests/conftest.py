@@ -41,7 +41,14 @@ def pytest_configure(config: pytest.Config) -> None:
     (``python -m gcs ...``, Ray drivers importing our helpers) would otherwise compile what
     it imports from source, ~1 CPU s a process, as PYTHONDONTWRITEBYTECODE (set on CI
     machines, and on this one) keeps imports from caching it.  Not on xdist's workers: the
-    controller did it."""
+    controller did it.
+
+    And pytest's own cache of the test modules with their asserts rewritten (a
+    ``*-pytest-*.pyc`` beside each): PYTHONDONTWRITEBYTECODE stops pytest writing it, so
+    every process collecting the suite (each xdist worker, each pytester run) rewrote and
+    compiled all ~300 test modules again: ~12 CPU s a collection, ~5 with the cache.  Only
+    this process writes bytecode from here on; the processes it starts keep the setting."""
+    sys.dont_write_bytecode = False
     if hasattr(config, "workerinput"):
         return
     root = Path(__file__).resolve().parents[1]

@@ -35,7 +35,7 @@ import grpc
 from gcs.proto import gcs_pb2, gcs_service_pb2
 from gcs.testing.ports import free_port
 from tests.interop import venvs
-from tests.interop.ray_processes import our_env, ray_env
+from tests.interop.ray_processes import NO_LOG_MONITOR, our_env, ray_env
 
 GCS_HOST = "127.0.0.2"
 _RUNNING = "Ray runtime started"
@@ -70,6 +70,8 @@ class Worker:
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for this node (e.g. ``RAY_NODE_TYPE_NAME``)."""
     args: tuple[str, ...] = ()
+    log_monitor: bool = False
+    """Ray's log monitor on this node (off: :data:`~tests.interop.ray_processes.NO_LOG_MONITOR`)."""
 
 
 def stop_groups(procs: Sequence[subprocess.Popen[Any]], grace_s: float) -> None:
@@ -175,7 +177,8 @@ class RealCluster:
                     f"--node-ip-address={worker.host}", f"--num-cpus={worker.num_cpus}",
                     f"--temp-dir={temp_dir}", *resources,
                     # agents bind their HTTP port on 127.0.0.1 too: one free port per node
-                    f"--dashboard-agent-listen-port={free_port()}", *worker.args,
+                    f"--dashboard-agent-listen-port={free_port()}",
+                    *(() if worker.log_monitor else (NO_LOG_MONITOR,)), *worker.args,
                 ],
                 stdout=log, stderr=subprocess.STDOUT, env={**self.env, **worker.env},
                 start_new_session=True,

@@ -31,7 +31,7 @@ from gcs.rpc.raylet_io.actors import GrpcActorGateway
 from gcs.rpc.raylet_io.pool import RayletClientPool
 from gcs.testing.ports import free_port
 from tests.conftest import eventually
-from tests.interop.ray_processes import process_exit, ray_env, stop_group
+from tests.interop.ray_processes import NO_LOG_MONITOR, process_exit, ray_env, stop_group
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -72,6 +72,7 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
     head = await asyncio.create_subprocess_exec(
         str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
         f"--port={port}", "--num-cpus=3", "--include-dashboard=false", f"--temp-dir={ray_tmp}",
+        NO_LOG_MONITOR,
         stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=env,
         start_new_session=True,
     )  # fmt: skip

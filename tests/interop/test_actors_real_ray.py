@@ -31,6 +31,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gcs.testing.ports import free_port
 from tests.conftest import eventually
 from tests.interop.ray_processes import (
+    NO_LOG_MONITOR,
     our_env,
     process_exit,
     ray_env,
@@ -168,7 +169,7 @@ async def test_named_detached_actor_restart_and_kill(ray_venv, tmp_path: Path) -
             await set_full_python_version(address, str(ray_venv.python))
         await spawn(
             "worker", str(ray_bin), "start", f"--address={address}", "--block",
-            f"--node-ip-address={HOST}", "--num-cpus=2", f"--temp-dir={ray_tmp}",
+            f"--node-ip-address={HOST}", "--num-cpus=2", f"--temp-dir={ray_tmp}", NO_LOG_MONITOR,
             env=env,
         )  # fmt: skip
         restart = await _serves(channel, "ray.rpc.WorkerInfoGcsService")

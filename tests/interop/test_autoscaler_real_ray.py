@@ -22,7 +22,7 @@ from gcs.policy.autoscaling.scheduler.types import NodeKind
 from gcs.rpc.security import Security
 from gcs.testing.ports import free_port
 from tests.conftest import eventually
-from tests.interop.ray_processes import env_prefix, ray_env, stop_group
+from tests.interop.ray_processes import NO_LOG_MONITOR, env_prefix, ray_env, stop_group
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -53,6 +53,7 @@ async def test_pending_ray_tasks_launch_a_worker_that_drains_when_idle(
     head = await asyncio.create_subprocess_exec(
         str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
         f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={ray_tmp}",
+        NO_LOG_MONITOR,
         # not Ray's fixed 10001: another head on this machine would take it, and --block
         # stops the whole head when its client server dies
         f"--ray-client-server-port={free_port()}",

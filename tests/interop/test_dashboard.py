@@ -28,6 +28,7 @@ from tests.interop import dashboard_browser, venvs
 from tests.interop import dashboard_facts as facts
 from tests.interop.dashboard_browser import Browser, Page, headless_chromium
 from tests.interop.real_cluster import GCS_HOST, RealCluster, Worker, kill_group, real_cluster
+from tests.interop.state_api import list_state
 from tests.interop.stock_ray import Starting, starting, stock_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -332,11 +333,18 @@ def test_ray_list_actors_tasks_workers_show_the_real_rows(cluster: RealCluster) 
     assert keeper and keeper[0]["state"] == "ALIVE", actors
     assert keeper[0]["class_name"] == "Keeper"
 
-    def squares_finished() -> bool:
-        tasks = ray_list(cluster, "tasks", "--filter", "name=square")
+    def squares_finished(tasks: list[dict[str, Any]]) -> bool:
         return len(tasks) == 4 and all(t["state"] == "FINISHED" for t in tasks)
 
-    cluster.wait(squares_finished, 120, "4 FINISHED square tasks in `ray list tasks`")
+    # waited for on the state API `ray list` calls (list_state), then seen with `ray list`
+    square = ("name", "square")
+    cluster.wait(
+        lambda: squares_finished(list_state(cluster.dashboard, "tasks", square)),
+        120,
+        "4 FINISHED square tasks in the state API",
+    )
+    tasks = ray_list(cluster, "tasks", "--filter", "name=square")
+    assert squares_finished(tasks), tasks
     workers = ray_list(cluster, "workers")
     assert any(w["worker_type"] == "DRIVER" for w in workers), workers
     assert any(w["worker_type"] == "WORKER" for w in workers), workers
@@ -388,14 +396,20 @@ def test_a_killed_drivers_running_task_is_failed_not_a_running_ghost(
     )
 
     def sleeper_state() -> str:
-        rows = ray_list(cluster, "tasks", "--filter", "name=sleeper", "--detail")
+        # the state API `ray list` calls (list_state): waited on, then seen with `ray list`
+        rows = list_state(cluster.dashboard, "tasks", ("name", "sleeper"), detail=True)
         return str(rows[0]["state"]) if rows else ""
 
+    def sleeper_rows() -> list[dict[str, Any]]:
+        return ray_list(cluster, "tasks", "--filter", "name=sleeper", "--detail")
+
     cluster.wait(lambda: sleeper_state() == "RUNNING", 180, "the sleeper task RUNNING")
+    [row] = sleeper_rows()
+    assert row["state"] == "RUNNING", row  # it sleeps for an hour: RUNNING until the kill
     kill_group(driver, grace_s=0)
     cluster.wait(lambda: sleeper_state() == "FAILED", 180, "the sleeper task FAILED")
-    [row] = ray_list(cluster, "tasks", "--filter", "name=sleeper", "--detail")
-    assert row["error_type"] == "WORKER_DIED", row
+    [row] = sleeper_rows()
+    assert row["state"] == "FAILED" and row["error_type"] == "WORKER_DIED", row
 
 
 def test_the_dashboard_is_restarted_after_it_dies(cluster: RealCluster) -> None:

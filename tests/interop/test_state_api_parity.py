@@ -24,6 +24,7 @@ import pytest
 from gcs.testing.ports import free_port
 from tests.interop import venvs
 from tests.interop.real_cluster import RealCluster, real_cluster
+from tests.interop.state_api import list_state
 from tests.interop.stock_ray import starting, stock_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -174,10 +175,11 @@ def run_workload(c: RealCluster) -> None:
     assert "sum 2" in out, out
 
     def settled() -> bool:  # every task's last state reported
-        tasks = ray_list(c, "tasks")
+        # the state API `ray list tasks` calls; the tests compare what `ray list` shows
+        tasks = list_state(c.dashboard, "tasks")
         return len(tasks) >= 6 and all(t["state"] in ("FINISHED", "FAILED") for t in tasks)
 
-    c.wait(settled, 180, "every task FINISHED or FAILED in `ray list tasks`")
+    c.wait(settled, 180, "every task FINISHED or FAILED in the state API")
 
 
 @pytest.fixture(scope="module")

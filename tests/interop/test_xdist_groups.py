@@ -52,6 +52,9 @@ def test_a_test_with_a_cluster_of_its_own_is_its_own_scope() -> None:
     assert split(scheduler, shared) == "tests/interop/test_placement_groups_real_ray.py"
     other = "tests/unit/test_x.py::TestY::test_z"
     assert split(scheduler, other) == other
+    # a module elsewhere whose module-scoped fixture starts a demo cluster: one scope
+    readme = "tests/cli/test_readme.py::TestQuickstart::test_commands_run_against_the_demo"
+    assert split(scheduler, readme) == "tests/cli/test_readme.py"
 
 
 def test_scopes_are_handed_out_longest_first() -> None:

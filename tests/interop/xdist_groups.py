@@ -1,6 +1,6 @@
-"""``--dist loadgroup`` as this suite means it: every test of one ``tests/interop`` module on
-one worker, every other test on its own (as ``--dist load`` spreads them), the longest
-first.
+"""``--dist loadgroup`` as this suite means it: every test of one ``tests/interop`` module (or
+of another module of :data:`GROUPED`) on one worker, every other test on its own (as
+``--dist load`` spreads them), the longest first.
 
 One worker per interop module starts the module's cluster once (its module-scoped fixtures
 live there), and two clusters of a module never race for the same loopback addresses and
@@ -26,10 +26,20 @@ from xdist.scheduler import LoadScopeScheduling
 if TYPE_CHECKING:
     from xdist.workermanage import WorkerController
 
-GROUPED = ("tests/interop/",)
-"""Modules whose tests share a module-scoped cluster: each runs on one worker.  (Not
-``tests/dropin``: its files share only a venv, prepared under a file lock, and run 2.5 min
-in a row on one worker.)"""
+GROUPED = (
+    "tests/interop/",
+    # Module-scoped fixtures that start processes, elsewhere: as scopes of a test each, the
+    # module's tests went to every worker, and each built the fixture again (the demo twice
+    # in a run, ~5 CPU s each; PostgreSQL's initdb per worker).
+    "tests/cli/test_readme.py",  # the demo cluster; Redis and PostgreSQL
+    "tests/cli/test_observability.py",  # a GCS with its embedded autoscaler
+    "tests/server/test_ha_process.py",  # PostgreSQL
+    "tests/server/test_store_full.py",  # a Redis and a PostgreSQL of its own
+    "tests/autoscaler/test_simulator_report.py",  # a simulated day, drawn by each test
+)
+"""Modules whose tests share a module-scoped cluster or server: each runs on one worker.
+(Not ``tests/dropin``: its files share only a venv, prepared under a file lock, and run 2.5
+min in a row on one worker.)"""
 
 ALONE = (
     # each test starts its own cluster (restartable_cluster); the module shares none
@@ -59,7 +69,7 @@ COST_S = {
     "tests/dropin/test_ray_suite_smoke.py::test_rays_own_tests_pass_on_gcs_server[test_get_or": 98,
     "tests/interop/test_ant_ray_vcluster.py": 63,
     "tests/dropin/test_ray_suite_smoke.py::test_rays_own_tests_pass_on_gcs_server[test_list": 40,
-    "tests/cli/test_readme.py::TestQuickstart": 55,
+    "tests/cli/test_readme.py": 90,  # its TestQuickstart alone: 55
     "tests/server/test_fuzz.py::test_fuzz_every_unary_method": 48,
     "tests/autoscaler/test_reconciler_state_machine.py": 46,
     "tests/interop/test_actors_real_ray.py": 43,
@@ -76,8 +86,8 @@ def cost(scope: str) -> float:
 
 
 class InteropModuleScheduling(LoadScopeScheduling):
-    """Scopes: an interop module's path (or an :data:`ALONE` test's node id), else the
-    test's own node id; handed out by :func:`cost`, then by their number of tests."""
+    """Scopes: a :data:`GROUPED` module's path (or an :data:`ALONE` test's node id), else
+    the test's own node id; handed out by :func:`cost`, then by their number of tests."""
 
     _ordered = False
 
