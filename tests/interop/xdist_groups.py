@@ -61,6 +61,8 @@ COST_S = {
     "tests/interop/test_placement_groups_real_ray.py::test_a_placed": 100,
     "tests/interop/test_gcs_restart_deaths_real_ray.py::": 70,
     "tests/interop/test_real_cluster.py": 73,
+    "tests/interop/test_ha_upgrade_real_ray.py": 80,  # measured 58-108 under load
+    "tests/interop/test_ha_handover_real_ray.py": 70,  # measured 55-90 under load
     "tests/interop/test_ray_auth.py": 37,
     "tests/interop/test_request_resources_wire.py": 26,
     # single tests elsewhere that are long enough to end a run if started last
@@ -74,6 +76,7 @@ COST_S = {
     "tests/autoscaler/test_reconciler_state_machine.py": 46,
     "tests/interop/test_actors_real_ray.py": 43,
     "tests/autoscaler/test_simulator.py": 30,
+    "tests/autoscaler/aws/test_aws_end_to_end.py": 40,
 }
 """Longest first: a scope's cost is the first entry its name starts with (an interop module's
 path, or a test's node id); scopes named here go before the rest, which keep xdist's order
