@@ -78,7 +78,7 @@ class Core:
         batch.put(TABLE_ACTOR, actor_id, updated.SerializeToString())
 
         def apply() -> None:
-            self.table.actors[actor_id] = updated
+            self.table.put(updated)
             apply_more()
             self.publish(GCS_ACTOR_CHANNEL, actor_id, updated)
 

@@ -48,7 +48,7 @@ class Loader:
         specs = await self._core.store.get_all(TABLE_ACTOR_TASK_SPEC)
         for key, raw in rows.items():
             actor = Actor.FromString(raw)
-            table.actors[key] = actor
+            table.put(actor)
             if key in specs:
                 table.specs[key] = common_pb2.TaskSpec.FromString(specs[key])
             if actor.state == states.DEAD:

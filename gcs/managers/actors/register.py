@@ -56,7 +56,7 @@ class Registration:
             warning = detached_in_anonymous_namespace(actor, core.now_ms())
 
             def apply() -> None:
-                table.actors[actor_id] = actor
+                table.put(actor)
                 table.specs[actor_id] = stored
                 table.index_live(actor)
                 core.publish(GCS_ACTOR_CHANNEL, actor_id, actor)

@@ -35,6 +35,27 @@ class ActorTable:
         """job id -> the live detached actors the job created."""
         self.waiters: dict[bytes, list[asyncio.Future[CreateOutcome]]] = {}
         """actor id -> ``CreateActor`` calls waiting for it to be ALIVE (or dead)."""
+        self._alive_on: dict[bytes, int] = {}
+        """node id -> ALIVE actors on it, kept as actors are put (a creation reads it: a
+        scan of every actor held made each creation cost as many steps as actors held)."""
+
+    def put(self, actor: gcs_pb2.ActorTableData) -> None:
+        """Hold ``actor`` (new or replacing its previous record): the one way an actor's
+        record changes, so the per-node count stays true."""
+        old = self.actors.get(actor.actor_id)
+        if old is not None:
+            self._count(old, -1)
+        self.actors[actor.actor_id] = actor
+        self._count(actor, 1)
+
+    def _count(self, actor: gcs_pb2.ActorTableData, step: int) -> None:
+        if actor.state != states.ALIVE or not actor.node_id:
+            return
+        left = self._alive_on.get(actor.node_id, 0) + step
+        if left:
+            self._alive_on[actor.node_id] = left
+        else:
+            self._alive_on.pop(actor.node_id, None)
 
     def index_live(self, actor: gcs_pb2.ActorTableData) -> None:
         if actor.name:
@@ -71,16 +92,15 @@ class ActorTable:
 
     def evict(self, actor_ids: list[bytes]) -> None:
         for old in actor_ids:
-            self.actors.pop(old, None)
+            gone = self.actors.pop(old, None)
+            if gone is not None:
+                self._count(gone, -1)
             self.specs.pop(old, None)
             self.dead.pop(old, None)
 
     def actors_per_node(self) -> dict[bytes, int]:
-        counts: dict[bytes, int] = {}
-        for actor in self.actors.values():
-            if actor.state == states.ALIVE and actor.node_id:
-                counts[actor.node_id] = counts.get(actor.node_id, 0) + 1
-        return counts
+        """node id -> its ALIVE actors (a copy)."""
+        return dict(self._alive_on)
 
     def resolve_waiters(self, actor_id: bytes, reply: CreateOutcome) -> None:
         """Answer every ``CreateActor`` waiting for ``actor_id``."""
