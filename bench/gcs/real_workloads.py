@@ -79,10 +79,10 @@ from ray.core.generated import gcs_service_pb2 as G, gcs_service_pb2_grpc as GG
 from ray.util.placement_group import placement_group, remove_placement_group
 
 address, cfg = sys.argv[1], json.loads(sys.argv[2])
-ray.init(address=address, namespace="bench", logging_level="ERROR")
+ray.init(address=address, namespace="bench", logging_level="ERROR", log_to_driver=False)
 
 def say(msg):
-    print(json.dumps(msg), flush=True)
+    print("@@" + json.dumps(msg), flush=True)
     sys.stdin.readline()
 
 @ray.remote(num_cpus=0)
@@ -216,7 +216,7 @@ for row in cfg["rows"]:
         say({"start": row})
         ops, lat = ROWS[row]()
         say({"end": row, "ops": ops, "lat": lat})
-print(json.dumps({"done": True}), flush=True)
+print("@@" + json.dumps({"done": True}), flush=True)
 """
 
 
@@ -245,8 +245,10 @@ class Side:
 
 
 def _lines(driver: subprocess.Popen[str], cluster: Cluster, timeout_s: float) -> Iterator[dict]:
-    """The driver's JSON lines, each within ``timeout_s``."""
+    """The driver's ``@@``-marked JSON lines, each within ``timeout_s`` (other output, e.g.
+    Ray's, goes to ``driver-stdout.log``)."""
     assert driver.stdout is not None
+    other = (cluster.tmp / "driver-stdout.log").open("a")
     while True:
         ready, _, _ = select.select([driver.stdout], [], [], timeout_s)
         if not ready:
@@ -256,7 +258,11 @@ def _lines(driver: subprocess.Popen[str], cluster: Cluster, timeout_s: float) ->
         if not line:
             driver.wait()
             raise cluster.fail(f"the driver exited with {driver.returncode} (driver.log)")
-        yield json.loads(line)
+        if line.startswith("@@"):
+            yield json.loads(line[2:])
+        else:
+            other.write(line)
+            other.flush()
 
 
 def measure(cluster: Cluster, cfg: dict, idle_s: float, timeout_s: float) -> dict[str, Row]:
