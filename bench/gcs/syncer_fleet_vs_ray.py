@@ -100,6 +100,8 @@ async def _fleet(
             first_index=first,
             name_prefix=f"bench{first}",
             syncer=syncer,
+            # a loaded machine registers thousands of agents slowly (seen at load 40)
+            register_timeout_s=300.0,
         )
     )
     await fleet.start()
