@@ -362,7 +362,18 @@ def main() -> None:
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset")
     parser.add_argument("--row-timeout", type=float, default=1800.0, help="s per driver step")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="also write raw rows")
+    parser.add_argument(
+        "--report", type=pathlib.Path, default=None, help="only print the table of a --json file"
+    )
     args = parser.parse_args()
+    if args.report is not None:
+        raw = json.loads(args.report.read_text())
+        loaded = {
+            name: Side(name, [{k: Row(**v) for k, v in run.items()} for run in runs])
+            for name, runs in raw.items()
+        }
+        print(table(loaded["ours"], loaded["ray"], list(ROWS)))
+        return
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = set(rows) - set(ROWS)
     if unknown:
@@ -391,8 +402,14 @@ def main() -> None:
                 cfg["dashboard"] = cluster.dashboard
                 result = measure(cluster, cfg, args.idle_s, args.row_timeout)
             sides[name].runs.append(result)
-            summary = ", ".join(f"{k} {v.cpu_ms_per_op:.2f}" for k, v in result.items())
-            print(f"run {run + 1} {name}: ms/op {summary}; {load_average()}", flush=True)
+            summary = ", ".join(
+                f"{k} {v.cpu_ms_per_op:.2f} ms/op p50 {v.latency_ms(0.5):.1f} "
+                f"p99 {v.latency_ms(0.99):.1f} rss {v.rss_mib:.1f}"
+                for k, v in result.items()
+            )
+            print(f"run {run + 1} {name}: {summary}; {load_average()}", flush=True)
+            if args.json is not None:  # after every cluster: a cut-short run keeps its rows
+                _dump(args.json, sides)
     print()
     print(
         f"{args.runs} runs, interleaved; GCS CPU per operation (ms; idle: ms per s), "
@@ -401,14 +418,12 @@ def main() -> None:
     print(table(sides["ours"], sides["ray"], rows))
     print(f"at the end: {load_average()}")
     if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    name: [{k: vars(v) for k, v in run.items()} for run in side.runs]
-                    for name, side in sides.items()
-                }
-            )
-        )
+        _dump(args.json, sides)
+
+
+def _dump(path: pathlib.Path, sides: dict[str, Side]) -> None:
+    runs = {name: [{k: vars(v) for k, v in r.items()} for r in s.runs] for name, s in sides.items()}
+    path.write_text(json.dumps(runs))
 
 
 if __name__ == "__main__":
