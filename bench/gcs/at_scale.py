@@ -25,7 +25,8 @@ wheel, its defaults), this process runs:
 Printed per GCS and per step of the ramp (at 10 %, 20 %, 50 %, 100 % of the count): the
 count reached, GCS CPU per operation in that step (utime+stime from /proc), p50 / p99
 latency of the step's operations, the GCS's RSS; flat CPU per operation is the goal.  Then
-ours / Ray per step.  The machine is shared: the load average is printed; compare CPU.
+ours / Ray per step.  ``--py-spy FILE`` records our GCS with py-spy (on PATH) meanwhile.
+The machine is shared: the load average is printed; compare CPU.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import asyncio
 import contextlib
 import os
 import pathlib
+import signal
 import statistics
 import subprocess
 import sys
@@ -358,7 +360,19 @@ def run_side(name: str, args: argparse.Namespace, logs: pathlib.Path) -> list[St
             await _serving(world.address)
             return await world.run(args.actors, args.groups)
 
-        steps = asyncio.run(go())
+        profiler = None
+        if args.py_spy is not None and name == "ours":
+            profiler = subprocess.Popen(
+                ["py-spy", "record", "-p", str(pid), "-o", str(args.py_spy), "-r", "50",
+                 "--nonblocking", "--format", args.py_spy_format],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        try:
+            steps = asyncio.run(go())
+        finally:
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+                profiler.wait(120)
         print(f"  core-worker calls from the GCS: {dict(world.worker.calls)}", flush=True)
     return steps
 
@@ -370,6 +384,10 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--servers", default="ours,ray")
+    parser.add_argument(
+        "--py-spy", type=pathlib.Path, default=None, help="profile our GCS with py-spy into FILE"
+    )
+    parser.add_argument("--py-spy-format", default="flamegraph", help="py-spy's --format")
     args = parser.parse_args()
     configure_logging("auto", "warning", cache=False)
     logs = pathlib.Path(__import__("tempfile").mkdtemp(prefix="at-scale-"))
