@@ -121,6 +121,8 @@ class RayletConfig:
     """How long ``start()`` keeps retrying the first registration."""
     rejoin_new_cluster: bool = False
     reregister_when_dead: bool = False
+    worker_port: int = 0
+    """Port of the core worker every granted lease names (:class:`NodeIdentity`)."""
     syncer: bool = True
     """Open Ray's syncer stream (``RaySyncer/StartSync``) and send the resource view on
     change, as a 2.60 raylet does (:mod:`gcs.raylet.sync_link`)."""
@@ -218,7 +220,7 @@ class RayletAgent:
         interceptors = [CallGuardInterceptor(None, token)] if token is not None else []
         server = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
         self.port = self.security.add_port(server, f"{self.config.host}:{self.config.port}")
-        identity = NodeIdentity(self.node_id, self.config.host, self.port)
+        identity = NodeIdentity(self.node_id, self.config.host, self.port, self.config.worker_port)
         self.servicer = NodeManagerServicer(identity, self.resources, self, self._clock)
         server.add_generic_rpc_handlers((service_handler(NODE_MANAGER, self.servicer),))
         self._health = _HealthServicer()

@@ -55,6 +55,8 @@ class FleetConfig:
     register_concurrency: int = 64
     syncer: bool = True
     """Every agent keeps Ray's syncer stream (resource view on change), as real raylets do."""
+    worker_port: int = 0
+    """Port of the (fake) core worker every granted lease names; 0: made-up ports."""
     register_timeout_s: float = 30.0
     """Each agent gives up registering after this long (the GCS is unreachable)."""
     gcs_rpc_server_reconnect_timeout_s: float = 60.0
@@ -99,6 +101,7 @@ class RayletFleet:
             gcs_rpc_server_reconnect_timeout_s=cfg.gcs_rpc_server_reconnect_timeout_s,
             subscribe_virtual_clusters=False,
             syncer=cfg.syncer,
+            worker_port=cfg.worker_port,
         )
 
     async def start(self) -> None:

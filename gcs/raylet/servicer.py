@@ -46,6 +46,9 @@ class NodeIdentity:
     node_id: bytes
     address: str
     port: int
+    worker_port: int = 0
+    """Port every granted worker address names (one fake core worker serving them all, for
+    benches that drive actor creation); 0: a distinct made-up port per lease."""
 
 
 @dataclass
@@ -185,6 +188,13 @@ class NodeManagerServicer:
         """The agent runs no actor workers: nothing to release (the GCS asks after a restart)."""
         return node_manager_pb2.ReleaseUnusedActorWorkersReply()
 
+    async def KillLocalActor(self, request: Any, context: Any) -> Any:
+        """The GCS kills an actor: its worker exits and its lease is freed, as a raylet does."""
+        for lease_id, held in list(self._held.items()):
+            if held.worker_id == request.worker_id:
+                self._release(lease_id)
+        return node_manager_pb2.KillLocalActorReply()
+
     async def ShutdownRaylet(self, request: Any, context: Any) -> Any:
         self._control.on_shutdown_requested(request.graceful)
         return node_manager_pb2.ShutdownRayletReply()
@@ -289,9 +299,11 @@ class NodeManagerServicer:
     # -- internals -----------------------------------------------------------------------
 
     def _grant(self, lease: LeaseRequest, hold_s: float | None) -> _Reply:
-        held = _Held(lease, next(self._ports), os.urandom(28), hold_s)
+        port = self.identity.worker_port or next(self._ports)
+        held = _Held(lease, port, os.urandom(28), hold_s)
         self._held[lease.lease_id] = held
-        self._by_port[held.worker_port] = lease.lease_id
+        if not self.identity.worker_port:
+            self._by_port[held.worker_port] = lease.lease_id
         self._refresh_idle()
         if hold_s is not None:
             timer = asyncio.get_running_loop().create_task(self._free_after(lease, hold_s))

@@ -318,6 +318,33 @@ class TestLeases:
         )
         assert (await c).HasField("worker_address")
 
+    async def test_kill_local_actor_frees_the_workers_lease(self, make_agent, node_manager):
+        """KillLocalActor (the GCS killing an actor) ends its worker: the lease's resources
+        go back and a queued lease is granted, as on a raylet."""
+        agent = await make_agent(resources={"CPU": 1.0})
+        stub = node_manager(agent)
+        first = await stub.RequestWorkerLease(lease_request(b"a", CPU=1))
+        queued = asyncio.ensure_future(stub.RequestWorkerLease(lease_request(b"b", CPU=1)))
+        await agent.resources.changes.until(lambda: agent.resources.load()[1])
+        await stub.KillLocalActor(
+            node_manager_pb2.KillLocalActorRequest(
+                worker_id=first.worker_address.worker_id, force_kill=True
+            )
+        )
+        assert (await queued).HasField("worker_address")
+
+    async def test_a_worker_port_names_one_core_worker_for_every_lease(
+        self, make_agent, node_manager
+    ) -> None:
+        """With ``worker_port`` every grant names that port (one fake core worker serving
+        every leased worker), each with its own worker id."""
+        agent = await make_agent(resources={"CPU": 2.0}, worker_port=23456)
+        stub = node_manager(agent)
+        a = await stub.RequestWorkerLease(lease_request(b"a", CPU=1))
+        b = await stub.RequestWorkerLease(lease_request(b"b", CPU=1))
+        assert a.worker_address.port == b.worker_address.port == 23456
+        assert a.worker_address.worker_id != b.worker_address.worker_id
+
     async def test_cancelling_an_infeasible_lease_replies_canceled(self, make_agent, node_manager):
         """The waiting request ends with canceled and stops counting as demand."""
         agent = await make_agent()
