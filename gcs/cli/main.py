@@ -198,6 +198,7 @@ def serve(
     from gcs.base.auth import AuthConfigError
     from gcs.rpc.security import Security
     from gcs.server import GcsServer
+    from gcs.server.event_loop import loop_factory
     from gcs.server.extras import Extras
     from gcs.server.ha_lock import HolderInUse
     from gcs.server.logging import configure_logging
@@ -210,6 +211,7 @@ def serve(
             flags=flags,
             defaults={"metrics_port": DEFAULT_METRICS_PORT},
         )
+        factory = loop_factory(config.event_loop)
     except ConfigError as err:
         raise click.UsageError(str(err)) from None
     try:
@@ -272,7 +274,8 @@ def serve(
             await server.stop()
         await waiter  # raises what failed, if anything did
 
-    asyncio.run(run())
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(run())
 
 
 async def _start_unless_signalled(start: Any, stop: asyncio.Event) -> bool:
