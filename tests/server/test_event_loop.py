@@ -31,7 +31,7 @@ def test_asyncio_is_the_standard_loop_and_uvloop_is_uvloops() -> None:
 
 def test_an_unknown_loop_is_refused_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GCS_EVENT_LOOP", "trio")
-    with pytest.raises(ConfigError, match="event_loop.*GCS_EVENT_LOOP.*'trio'"):
+    with pytest.raises(ConfigError, match=r"event_loop.*GCS_EVENT_LOOP.*'trio'"):
         load_config(flags={})
     monkeypatch.setenv("GCS_EVENT_LOOP", "uvloop")
     assert load_config(flags={}).event_loop == "uvloop"
