@@ -2,9 +2,10 @@
 
     .venv/bin/python -m bench.placement.real_pgs_vs_ray [--groups 100]
 
-The clusters of :mod:`bench.gcs.real_cluster_vs_ray` (ours: ``gcs serve --head``; Ray's:
-``ray start --head --num-cpus=0``; both with the same two ``ray start --address`` workers of
-2 CPUs on 127.0.0.2 / 127.0.0.3).  One driver, after a warm-up group:
+The clusters of :mod:`bench.gcs.clusters` (every port free, logs kept on failure; ours:
+``gcs serve --head``; Ray's: ``ray start --head --num-cpus=0``; both with the same two
+``ray start --address`` workers of 2 CPUs on 127.0.0.2 / 127.0.0.3).
+One driver, after a warm-up group:
 
 * serial: ``--groups`` times, a STRICT_SPREAD group of two ``{"CPU": 0.01}`` bundles is
   created, waited for with ``pg.wait()`` (``WaitPlacementGroupUntilReady``: placement and
@@ -21,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
 import subprocess
 from dataclasses import dataclass
 
-from bench.gcs.real_cluster_vs_ray import Cluster, cpu_s, run_ours, run_ray
+from bench.gcs.clusters import Cluster, cpu_s, load_average, our_cluster, ray_cluster
 from tests.interop import venvs
 
 DRIVER = """
@@ -73,12 +73,15 @@ class Result:
     batch_cpu_s: float
 
 
-def workload(cluster: Cluster, gcs_pid: int, *, python: pathlib.Path, groups: int) -> Result:
+def workload(cluster: Cluster, *, groups: int) -> Result:
     cluster.start_workers()
-    driver = subprocess.Popen(
-        [str(python), "-c", DRIVER, cluster.address, str(groups)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=cluster.env,
-    )  # fmt: skip
+    gcs_pid = cluster.gcs_pid
+    with (cluster.tmp / "driver.log").open("wb") as errors:
+        driver = subprocess.Popen(
+            [str(cluster.python), "-c", DRIVER, cluster.address, str(groups)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True,
+            env=cluster.env,
+        )  # fmt: skip
     assert driver.stdin is not None and driver.stdout is not None
 
     def next_phase(expect: str) -> tuple[str, float]:
@@ -86,7 +89,7 @@ def workload(cluster: Cluster, gcs_pid: int, *, python: pathlib.Path, groups: in
         line = driver.stdout.readline().strip()  # type: ignore[union-attr]
         if not line.startswith(expect):
             driver.kill()
-            raise SystemExit(f"{cluster.name}: driver said {line!r}; logs in {cluster.tmp}")
+            raise cluster.fail(f"driver said {line!r} (expected {expect!r})")
         return line, cpu_s(gcs_pid)
 
     def go_on() -> None:
@@ -109,14 +112,13 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=100)
     args = parser.parse_args()
     python = pathlib.Path(venvs.ensure_venv(venvs.RAY).python)
-    ray_bin = python.parent / "ray"
-
-    def run(cluster: Cluster, gcs_pid: int) -> Result:
-        return workload(cluster, gcs_pid, python=python, groups=args.groups)
-
-    results = [run_ours(ray_bin, run), run_ray(ray_bin, run)]
+    print(load_average(), flush=True)
+    results = []
+    for start in (our_cluster, ray_cluster):
+        with start(python) as cluster:
+            results.append(workload(cluster, groups=args.groups))
+        print(load_average(), flush=True)
     n = args.groups
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(
         f"{'gcs':5} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} {'batch s':>8} "
         f"{'serial cpu ms/pg':>17} {'batch cpu ms/pg':>16}"
