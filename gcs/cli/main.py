@@ -199,6 +199,7 @@ def serve(
     from gcs.base.auth import AuthConfigError
     from gcs.rpc.security import Security
     from gcs.server import GcsServer
+    from gcs.server.event_loop import loop_factory
     from gcs.server.extras import Extras
     from gcs.server.ha_lock import HolderInUse
     from gcs.server.logging import configure_logging
@@ -212,6 +213,7 @@ def serve(
             flags=flags,
             defaults={"metrics_port": DEFAULT_METRICS_PORT},
         )
+        factory = loop_factory(config.event_loop)
     except ConfigError as err:
         raise click.UsageError(str(err)) from None
     try:
@@ -277,7 +279,8 @@ def serve(
         await waiter  # raises what failed, if anything did
 
     try:
-        asyncio.run(run())
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(run())
     except StoreTooNew as err:  # an HA member on a store in a newer format (a rolling upgrade)
         raise click.ClickException(str(err)) from None
 

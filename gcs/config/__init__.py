@@ -25,6 +25,7 @@ from gcs.config.errors import ConfigError
 from gcs.config.keys import (
     DEFAULT_METRICS_PORT,
     ENV_VARS,
+    EVENT_LOOPS,
     LOG_LEVELS,
     RAY_FILE_KEYS,
     RAY_UNSIGNED_BITS,
@@ -46,6 +47,7 @@ from gcs.config.schema import (
 __all__ = [
     "DEFAULT_METRICS_PORT",
     "ENV_VARS",
+    "EVENT_LOOPS",
     "HA_MIN_RENEW_MS",
     "HA_TTL_RANGE_MS",
     "LOG_LEVELS",

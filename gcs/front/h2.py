@@ -48,7 +48,7 @@ import asyncio
 import contextlib
 import struct
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import hpack
 import structlog
@@ -185,8 +185,8 @@ class H2ServerConnection(FrameInput, FrameOutput, asyncio.Protocol):
     # ------------------------------------------------------------- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport (uvloop's are not asyncio.Transport subclasses)
+        self.transport = transport = cast(asyncio.Transport, transport)
         with contextlib.suppress(NotImplementedError):  # a test transport
             transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
         lim = self.limits

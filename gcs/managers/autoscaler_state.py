@@ -104,6 +104,8 @@ class AutoscalerStateManager:
         self.version = DurableCounter(store, VERSION_COUNTER)
         self.constraint: autoscaler_pb2.ClusterResourceConstraint | None = None
         self.autoscaling_state: autoscaler_pb2.AutoscalingState | None = None
+        self._autoscaling_state_field = b""
+        """``autoscaling_state`` as GetClusterStatusReply's field 1 (empty: none reported)."""
         self._node_bytes: dict[bytes, _NodeBytes] = {}
         self._dead_bytes: dict[bytes, bytes] = {}
         self._pg_version = -1
@@ -120,6 +122,7 @@ class AutoscalerStateManager:
         raw = await self._store.get(TABLE_META, _KEY_AUTOSCALING_STATE)
         if raw is not None:
             self.autoscaling_state = autoscaler_pb2.AutoscalingState.FromString(raw)
+            self._autoscaling_state_field = len_field(1, raw)
 
     # -- GetClusterResourceState / GetClusterStatus ----------------------------------------
     async def cluster_resource_state_bytes(self, last_seen_version: int = 0) -> bytes:
@@ -256,12 +259,11 @@ class AutoscalerStateManager:
         self._node_bytes[node_id] = cached
         return cached
 
-    async def cluster_status(self) -> autoscaler_pb2.GetClusterStatusReply:
-        reply = autoscaler_pb2.GetClusterStatusReply()
-        reply.cluster_resource_state.ParseFromString(await self.cluster_resource_state_bytes())
-        if self.autoscaling_state is not None:
-            reply.autoscaling_state.CopyFrom(self.autoscaling_state)
-        return reply
+    async def cluster_status(self) -> bytes:
+        """Serialized ``GetClusterStatusReply``: the state's bytes framed as they are (never
+        parsed back into a message to be serialized again), the last autoscaling state."""
+        state = await self.cluster_resource_state_bytes()
+        return b"".join((self._autoscaling_state_field, *len_field_parts(2, state)))
 
     # -- constraint / reports --------------------------------------------------------------
     async def set_constraint(self, constraint: autoscaler_pb2.ClusterResourceConstraint) -> None:
@@ -295,10 +297,13 @@ class AutoscalerStateManager:
                 )
                 return False
 
+            wire = stored.SerializeToString()
+
             def apply() -> None:
                 self.autoscaling_state = stored
+                self._autoscaling_state_field = len_field(1, wire)
 
-            batch = WriteBatch().put(TABLE_META, _KEY_AUTOSCALING_STATE, stored.SerializeToString())
+            batch = WriteBatch().put(TABLE_META, _KEY_AUTOSCALING_STATE, wire)
             await self._lane.commit(batch, apply)
             return True
 

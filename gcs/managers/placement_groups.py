@@ -116,11 +116,16 @@ class PlacementGroupManager:
         in memory, shown by the reads, persisted with the group once it is CREATED."""
         self.version = 0
         """Bumped on every change (caches of pending gangs and PG labels key on it)."""
+        self._pending: dict[bytes, int] = {}
+        """PENDING / RESCHEDULING group id -> its place in ``_groups`` (creation order): the
+        scheduler, the load report and the autoscaler read the pending groups on every pass,
+        which must not cost a scan of every group ever created (removed ones stay)."""
+        self._rank: dict[bytes, int] = {}
 
     async def load(self) -> None:
         for raw in (await self._store.get_all(TABLE_PLACEMENT_GROUP)).values():
             pg = PG.FromString(raw)
-            self._groups[pg.placement_group_id] = pg
+            self._put(pg)
             if pg.name and pg.state != PG.REMOVED:
                 self._named[(pg.ray_namespace, pg.name)] = pg.placement_group_id
         sidecar = await self._store.scan_prefix(TABLE_META, VC_SIDECAR_PREFIX)
@@ -193,7 +198,7 @@ class PlacementGroupManager:
                 batch.put(TABLE_META, VC_SIDECAR_PREFIX + pg_id, vc_id.encode())
 
             def apply() -> None:
-                self._groups[pg_id] = pg
+                self._put(pg)
                 if pg.name:
                     self._named[(namespace, pg.name)] = pg_id
                 if vc_id:
@@ -285,7 +290,7 @@ class PlacementGroupManager:
         def apply() -> None:
             for new in changed:
                 pg_id = new.placement_group_id
-                self._groups[pg_id] = new
+                self._put(new)
                 if new.state != PG.REMOVED:
                     continue
                 self._attempts.pop(pg_id, None)
@@ -330,7 +335,7 @@ class PlacementGroupManager:
                 new.placement_group_final_bundle_placement_timestamp_ms = now_ms(self._clock)
 
             def apply() -> None:
-                self._groups[pg_id] = new
+                self._put(new)
                 self.version += 1
                 if new.state == PG.CREATED:
                     self._attempts.pop(pg_id, None)
@@ -375,7 +380,7 @@ class PlacementGroupManager:
 
             def apply() -> None:
                 for new in changed:
-                    self._groups[new.placement_group_id] = new
+                    self._put(new)
                 self.version += 1
 
             await self._lane.commit(batch, apply)
@@ -467,14 +472,22 @@ class PlacementGroupManager:
             counts[name] = counts.get(name, 0) + 1
         return counts
 
+    def _put(self, pg: gcs_pb2.PlacementGroupTableData) -> None:
+        """Store ``pg`` (new, or a group's next version) and keep the pending index."""
+        pg_id = pg.placement_group_id
+        self._groups[pg_id] = pg
+        rank = self._rank.setdefault(pg_id, len(self._rank))
+        if pg.state in PENDING_STATES:
+            self._pending[pg_id] = rank
+        else:
+            self._pending.pop(pg_id, None)
+
     def pending(self) -> Iterator[gcs_pb2.PlacementGroupTableData]:
-        count = 0
-        for pg in self._groups.values():
-            if pg.state in PENDING_STATES:
-                yield pg
-                count += 1
-                if count >= MAX_LOAD_REPORT:
-                    return
+        """The pending groups in creation order, at most ``MAX_LOAD_REPORT``."""
+        pending = self._pending
+        ids = sorted(pending, key=pending.__getitem__) if len(pending) > 1 else list(pending)
+        groups = self._groups
+        return iter([groups[pg_id] for pg_id in ids[:MAX_LOAD_REPORT]])
 
     def bundles_in_use(self) -> dict[bytes, list[common_pb2.Bundle]]:
         """Node id -> the placed bundles of live groups there (for ReleaseUnusedBundles)."""

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gcs.base.errors import InvalidArgument, RayStatusCode
-from gcs.base.protowire import framed_size
+from gcs.base.protowire import VARINT_TABLE, VARINT_TABLE_SIZE, framed_size, int_field, varint
 from gcs.proto import common_pb2, gcs_pb2, gcs_service_pb2
 
 TaskKey = tuple[bytes, int]
@@ -43,6 +43,10 @@ _PRIORITY_TERMINAL, _PRIORITY_ACTOR, _PRIORITY_OTHER = 0, 1, 2
 EQUAL = gcs_service_pb2.EQUAL
 _PREDICATES = frozenset(gcs_service_pb2.FilterPredicate.values())
 _INT32_MAX = 2**31 - 1
+_OK_STATUS_FIELD = b"\x0a\x00"
+"""GetTaskEventsReply.status (1): an OK GcsStatus (code 0, no message: empty)."""
+_EVENTS_TAG = b"\x12"
+"""GetTaskEventsReply.events_by_task (2), length-delimited."""
 _DROPPED_TRACKED_UNLIMITED = 100_000
 """Attempts remembered as dropped when the task limit is off (that index stays bounded)."""
 
@@ -255,47 +259,79 @@ class TaskEventStore:
     def query(
         self, request: gcs_service_pb2.GetTaskEventsRequest, *, max_bytes: int | None = None
     ) -> gcs_service_pb2.GetTaskEventsReply:
-        """Ray 2.60's GetTaskEvents: pre-selection by one task or job id, filters AND-ed,
-        then ``limit`` (negative or unset: none) over the newest-first order.  Attempts the
-        limit cuts count as truncated and as dropped (status updates and profile events), so
-        the state API says the list is incomplete.  ``max_bytes`` bounds the reply as
-        ``limit`` does (what would not fit is counted the same way, never built).  An
-        unknown filter predicate answers Ray's in-reply InvalidArgument."""
+        """:meth:`query_wire` as a message (for callers in this process)."""
+        return gcs_service_pb2.GetTaskEventsReply.FromString(
+            self.query_wire(request, max_bytes=max_bytes)
+        )
+
+    def query_wire(
+        self, request: gcs_service_pb2.GetTaskEventsRequest, *, max_bytes: int | None = None
+    ) -> bytes:
+        """Ray 2.60's GetTaskEvents, serialized (``status`` OK unless refused): pre-selection
+        by one task or job id, filters AND-ed, then ``limit`` (negative or unset: none) over
+        the newest-first order.  Attempts the limit cuts count as truncated and as dropped
+        (status updates and profile events), so the state API says the list is incomplete.
+        ``max_bytes`` bounds the reply's events as ``limit`` does (what would not fit is
+        counted the same way, never built).  An unknown filter predicate answers Ray's
+        in-reply InvalidArgument.
+
+        Each kept attempt is serialized once, straight into the reply's bytes: no copy into
+        a reply message and no second serialization of the whole reply."""
         f = request.filters
         limit = request.limit if request.HasField("limit") else -1
         candidates, drops = self._candidates(f)
         states = [(s.predicate, s.state) for s in f.state_filters]
-        reply = gcs_service_pb2.GetTaskEventsReply()
-        kept = size = 0
+        parts = [_OK_STATUS_FIELD]
+        kept = size = filtered = truncated = 0
         full = False
         status_cut = profile_cut = 0
+        lengths, short = VARINT_TABLE, VARINT_TABLE_SIZE
+        exclude_driver = f.exclude_driver
+        # no filter but the driver's (the state API's usual query): the two checks inline
+        plain = not (
+            states or f.task_filters or f.job_filters or f.actor_filters or f.task_name_filters
+        )
         try:
             for events in candidates:
-                if not _matches(events, f, states, f.exclude_driver):
-                    reply.num_filtered_on_gcs += 1
+                if plain:
+                    if not events.HasField("task_info") or (
+                        exclude_driver and events.task_info.type == common_pb2.DRIVER_TASK
+                    ):
+                        filtered += 1
+                        continue
+                elif not _matches(events, f, states, exclude_driver):
+                    filtered += 1
                     continue
-                if not full and (limit < 0 or kept < limit) and max_bytes is not None:
-                    size += framed_size(events.ByteSize())
-                    full = size > max_bytes
+                wire = b""
+                if not full and (limit < 0 or kept < limit):
+                    wire = events.SerializeToString()
+                    if max_bytes is not None:
+                        size += framed_size(len(wire))
+                        full = size > max_bytes
                 if full or 0 <= limit <= kept:
                     status_cut += 1 if events.HasField("state_updates") else 0
                     if events.HasField("profile_events"):
                         profile_cut += len(events.profile_events.events)
-                    reply.num_truncated += 1
+                    truncated += 1
                     continue
-                reply.events_by_task.append(events)
+                n = len(wire)
+                parts.append(_EVENTS_TAG)
+                parts.append(lengths[n] if n < short else varint(n))
+                parts.append(wire)
                 kept += 1
         except _UnknownPredicate as err:
             return gcs_service_pb2.GetTaskEventsReply(
                 status=gcs_service_pb2.GcsStatus(
                     code=RayStatusCode.InvalidArgument, message=str(err)
                 )
-            )
-        reply.num_total_stored = len(candidates)
+            ).SerializeToString()
         # int32 on the wire: saturate rather than fail
-        reply.num_status_task_events_dropped = min(drops.status + status_cut, _INT32_MAX)
-        reply.num_profile_task_events_dropped = min(drops.profile + profile_cut, _INT32_MAX)
-        return reply
+        parts.append(int_field(3, min(drops.profile + profile_cut, _INT32_MAX)))
+        parts.append(int_field(4, min(drops.status + status_cut, _INT32_MAX)))
+        parts.append(int_field(5, len(candidates)))
+        parts.append(int_field(6, filtered))
+        parts.append(int_field(7, truncated))
+        return b"".join(parts)
 
 
 def _unindex(index: dict[bytes, set[TaskKey]], owner: bytes, key: TaskKey) -> None:

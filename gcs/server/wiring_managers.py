@@ -170,10 +170,10 @@ def _actor_io(raylets: RayletGateway, given: ActorGateway | None, security: Secu
     if given is not None:
         return ActorIo(given, [])
     if isinstance(raylets, GrpcRayletGateway):
-        pool, owned = raylets.pool, []
-    else:
-        pool = RayletClientPool(64, security)
-        owned = [pool.close]
+        gateway = GrpcActorGateway(raylets.pool, security=security, gateway=raylets)
+        return ActorIo(gateway, [gateway.close])
+    pool = RayletClientPool(64, security)
+    owned = [pool.close]
     gateway = GrpcActorGateway(pool, security=security)
     return ActorIo(gateway, [gateway.close, *owned])
 

@@ -33,7 +33,7 @@ class AutoscalerStateServicer:
         state = await self._m.cluster_resource_state_bytes(last_seen)
         return _GET_STATE_REPLY_FIELD + varint(len(state)) + state
 
-    async def GetClusterStatus(self, request: Any, context: Any) -> Any:
+    async def GetClusterStatus(self, request: Any, context: Any) -> bytes:
         return await self._m.cluster_status()
 
     async def RequestClusterResourceConstraint(self, request: Any, context: Any) -> Any:

@@ -109,7 +109,7 @@ class TaskInfoServicer:
         self._tasks.add(data)
         return Req.AddTaskEventDataReply(status=ok_status())
 
-    async def GetTaskEvents(self, request: Req.GetTaskEventsRequest, context: Any) -> Any:
+    async def GetTaskEvents(self, request: Req.GetTaskEventsRequest, context: Any) -> bytes:
         f = request.filters
         for name in ("job_filters", "task_filters", "actor_filters", "task_name_filters"):
             validate.entries(getattr(f, name), f"filters.{name}", self._limits.max_repeated_entries)
@@ -117,10 +117,7 @@ class TaskInfoServicer:
             f.state_filters, "filters.state_filters", self._limits.max_repeated_entries
         )
         # room for the counters and the status beside the events
-        reply = self._tasks.query(request, max_bytes=self._limits.max_reply_bytes - 1024)
-        if not reply.HasField("status"):  # else Ray's in-reply refusal (a bad predicate)
-            reply.status.CopyFrom(ok_status())
-        return reply
+        return self._tasks.query_wire(request, max_bytes=self._limits.max_reply_bytes - 1024)
 
 
 class RuntimeEnvServicer:

@@ -28,7 +28,8 @@ from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
 from gcs.rpc import descriptors as svc
 from gcs.rpc.raylet_io.actors import GrpcActorGateway
-from gcs.rpc.raylet_io.pool import RayletClientPool
+from gcs.rpc.raylet_io.budget import RayletIoBudget
+from gcs.rpc.raylet_io.grpc_gateway import GrpcRayletGateway
 from gcs.testing.ports import free_port
 from tests.conftest import eventually
 from tests.interop.ray_processes import NO_LOG_MONITOR, process_exit, ray_env, stop_group
@@ -62,7 +63,12 @@ def _alive(pid: int) -> bool:
     return False
 
 
-async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+async def test_lease_push_and_kill_on_real_raylet_and_worker(
+    ray_venv, tmp_path: Path, transport: str
+) -> None:
+    """Over the raylet gateway's transport: the lean HTTP/2 client (the lease without a
+    deadline, as the scheduler asks it) or grpc.aio."""
     ray_bin = Path(ray_venv.python).parent / "ray"
     port = free_port()
     address = f"{HOST}:{port}"
@@ -76,8 +82,9 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
         stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=env,
         start_new_session=True,
     )  # fmt: skip
-    pool = RayletClientPool(4)
-    gateway = GrpcActorGateway(pool)
+    raylets = GrpcRayletGateway(RayletIoBudget(4, 4, 0), poll_transport=transport)
+    pool = raylets.pool
+    gateway = GrpcActorGateway(pool, gateway=raylets)
     channel = grpc.aio.insecure_channel(address)
     pid = 0
     try:
@@ -122,8 +129,8 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
         (node,) = (await nodes.GetAllNodeInfo(G.GetAllNodeInfoRequest())).node_info_list
         raylet = f"{node.node_manager_address}:{node.node_manager_port}"
 
-        lease = await gateway.request_worker_lease(
-            node.node_id, raylet, lease_request(spec), timeout_s=300
+        lease = await asyncio.wait_for(
+            gateway.request_worker_lease(node.node_id, raylet, lease_request(spec), None), 300
         )
         assert lease.worker_address.port > 0, lease
         assert not lease.rejected and not lease.canceled
@@ -158,10 +165,11 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(ray_venv, tmp_path:
         with contextlib.suppress(GcsError):
             await gateway.kill_local_actor(node.node_id, raylet, kill, timeout_s=30)
         await process_exit(pid, timeout_s=60)
+        assert not raylets.grpc_only  # no fallback: the lean client spoke to both
     finally:
         await channel.close()
         await gateway.close()
-        await pool.close()
+        await raylets.close()
         await stop_group(head)
         if pid and _alive(pid):
             with contextlib.suppress(ProcessLookupError):

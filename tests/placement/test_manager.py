@@ -521,3 +521,35 @@ class TestVirtualCluster:
         await gcs.pgs.create(spec(1, common_pb2.SPREAD, 1, 1, 1))
         await gcs.place()
         assert set(gcs.placed_nodes(1)) == members
+
+
+class _NoScan(dict[bytes, gcs_pb2.PlacementGroupTableData]):
+    """A group table that refuses to be walked (lookups and stores still work)."""
+
+    def values(self):  # type: ignore[no-untyped-def,override]
+        raise AssertionError("scanned every group")
+
+    def items(self):  # type: ignore[no-untyped-def,override]
+        raise AssertionError("scanned every group")
+
+    def __iter__(self):  # type: ignore[no-untyped-def,override]
+        raise AssertionError("scanned every group")
+
+
+class TestPendingIndex:
+    async def test_pending_groups_are_read_without_a_scan_of_every_group(self, gcs: Gcs) -> None:
+        """Removed groups stay in the table; the scheduler, the load report and the
+        autoscaler read the pending ones on every pass, in creation order, from an index
+        (a scan per pass grew with every group ever created)."""
+        await gcs.add_node("a", cpus=1)
+        for n in range(1, 41):
+            await gcs.pgs.create(spec(n, common_pb2.PACK, 1))
+            if n < 38:
+                await gcs.pgs.remove(pg_id(n))
+        await gcs.place()  # one fits: 38 is placed, 39 and 40 wait
+        gcs.pgs._groups = _NoScan(gcs.pgs._groups)  # the live view reads the old dict
+        assert [pg.placement_group_id for pg in gcs.pgs.pending()] == [pg_id(39), pg_id(40)]
+        await gcs.pgs.remove(pg_id(38))
+        await gcs.place()
+        assert [pg.placement_group_id for pg in gcs.pgs.pending()] == [pg_id(40)]
+        assert gcs.pgs._groups[pg_id(39)].state == PG.CREATED

@@ -7,6 +7,7 @@ import asyncio
 import grpc
 import pytest
 
+from gcs.base.protowire import varint
 from gcs.proto import autoscaler_pb2 as A
 from gcs.proto import common_pb2, gcs_pb2
 from gcs.proto import gcs_service_pb2 as G
@@ -246,6 +247,23 @@ class TestConstraintsAndReports:
         status = await stubs.autoscaler.GetClusterStatus(A.GetClusterStatusRequest())
         assert status.autoscaling_state.autoscaler_state_version == 5
         assert status.autoscaling_state.pending_instance_requests[0].ray_node_type_name == "new"
+
+    async def test_cluster_status_frames_the_state_bytes_unparsed(self, stubs, gcs_server) -> None:
+        """GetClusterStatus is the state's bytes as built, framed (no parse back into a
+        message to serialize again) and after them the reported autoscaling state's."""
+        manager = gcs_server.managers.autoscaler
+        reported = A.AutoscalingState(autoscaler_state_version=7)
+        await stubs.autoscaler.ReportAutoscalingState(
+            A.ReportAutoscalingStateRequest(autoscaling_state=reported)
+        )
+        wire = await manager.cluster_status()
+        assert isinstance(wire, bytes)
+        version = manager.version.current
+        expected = manager._build(version)  # what cluster_resource_state_bytes built
+        assert wire.endswith(b"\x12" + varint(len(expected)) + expected)
+        reply = A.GetClusterStatusReply.FromString(wire)
+        assert reply.autoscaling_state == reported
+        assert reply.cluster_resource_state.cluster_resource_state_version == version
 
     async def test_cluster_config_lands_in_kv(self, stubs) -> None:
         """ReportClusterConfig is stored at __autoscaler/__autoscaler_cluster_config."""

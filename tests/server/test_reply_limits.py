@@ -146,7 +146,9 @@ async def test_get_task_events_is_bounded_by_max_reply_bytes() -> None:
     store = TaskEventStore()
     store.add(_task_events(10, 1000))
     servicer = TaskInfoServicer(store, limits=RequestLimits(max_reply_bytes=4096))
-    reply = await servicer.GetTaskEvents(gcs_service_pb2.GetTaskEventsRequest(), None)
+    wire = await servicer.GetTaskEvents(gcs_service_pb2.GetTaskEventsRequest(), None)
+    reply = gcs_service_pb2.GetTaskEventsReply.FromString(wire)
+    assert reply.HasField("status") and reply.status.code == 0
     assert 0 < len(reply.events_by_task) < 10
     assert len(reply.events_by_task) + reply.num_truncated == 10
     assert reply.ByteSize() <= 4096

@@ -195,11 +195,24 @@ class GrpcRayletGateway:
 
     # ------------------------------------------------------------------ internals
 
-    async def _direct(
-        self, node_id: bytes, address: str, method: str, request: Message, timeout_s: float
+    @property
+    def lean(self) -> bool:
+        """Calls go over the lean HTTP/2 client (no TLS), grpc only for a node that fell
+        back."""
+        return self._h2
+
+    async def control_call(
+        self, node_id: bytes, address: str, method: str, request: Message, timeout_s: float | None
     ) -> Message:
-        """A control call (bundles): outside the background queue and rate (like drain),
-        over the same transport as background calls."""
+        """A NodeManagerService call for another component (the actor scheduler's leases
+        and kills): :meth:`_direct`."""
+        return await self._direct(node_id, address, method, request, timeout_s)
+
+    async def _direct(
+        self, node_id: bytes, address: str, method: str, request: Message, timeout_s: float | None
+    ) -> Message:
+        """A control call (bundles, actor leases): outside the background queue and rate
+        (like drain), over the same transport as background calls (None: no deadline)."""
         client = self.pool.lease(node_id, address)
         try:
             return await self._call(
@@ -239,7 +252,7 @@ class GrpcRayletGateway:
         method: str,
         request: Message,
         request_bytes: bytes | None,
-        timeout_s: float,
+        timeout_s: float | None,
         fall_back_on: frozenset[grpc.StatusCode],
     ) -> Message:
         """Over HTTP/2 unless the node fell back to grpc (or the transport is grpc);

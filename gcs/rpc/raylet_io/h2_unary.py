@@ -24,6 +24,7 @@ import asyncio
 import struct
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import cast
 
 import grpc
 import hpack
@@ -161,8 +162,8 @@ class H2Connection(asyncio.Protocol):
     # ---------------------------------------------------------------- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport (uvloop's are not asyncio.Transport subclasses)
+        self._transport = transport = cast(asyncio.Transport, transport)
         settings = struct.pack(
             ">HIHIHI",
             S_HEADER_TABLE_SIZE,
@@ -353,9 +354,9 @@ class H2Connection(asyncio.Protocol):
 
     # ---------------------------------------------------------------- calls
 
-    async def call(self, message: bytes, timeout_s: float, path: str | None = None) -> bytes:
+    async def call(self, message: bytes, timeout_s: float | None, path: str | None = None) -> bytes:
         """One unary call (to ``path``, default the connection's); the caller enforces the
-        deadline around this coroutine."""
+        deadline around this coroutine (None: no deadline, none sent)."""
         if self.closed or self.going_away:
             raise H2CallError(grpc.StatusCode.UNAVAILABLE, self.close_reason or "closed")
         if self._next_id > MAX_WINDOW:
@@ -372,7 +373,7 @@ class H2Connection(asyncio.Protocol):
             raise H2CallError(grpc.StatusCode.INTERNAL, "request exceeds the stream window")
         stream_id = self._next_id
         self._next_id += 2
-        timeout = grpc_timeout_value(timeout_s)
+        timeout = "" if timeout_s is None else grpc_timeout_value(timeout_s)
         key = timeout if path is None else (path, timeout)
         block = self._timeout_blocks.get(key)
         if block is None:
@@ -383,7 +384,8 @@ class H2Connection(asyncio.Protocol):
                 if path is None
                 else encode_request_headers(path, self._authority, self._authorization)
             )
-            block = self._timeout_blocks[key] = base + _literal_new("grpc-timeout", timeout)
+            deadline = _literal_new("grpc-timeout", timeout) if timeout else b""
+            block = self._timeout_blocks[key] = base + deadline
         future: asyncio.Future[bytes] = self._loop.create_future()
         self._streams[stream_id] = _Stream(future)
         self._send_window -= len(body)
@@ -539,9 +541,13 @@ class H2UnaryClient:
         self._conn: H2Connection | None = None
         self._connecting: asyncio.Task[H2Connection | H2CallError] | None = None
 
-    async def call(self, message: bytes, timeout_s: float, path: str | None = None) -> bytes:
+    async def call(self, message: bytes, timeout_s: float | None, path: str | None = None) -> bytes:
         """Send ``message`` (to ``path``, default the client's); return the reply's bytes or
-        raise ``H2CallError``."""
+        raise ``H2CallError``.  ``timeout_s`` None: no deadline (a worker lease the raylet
+        queues until it grants it)."""
+        if timeout_s is None:
+            conn = await self._connection()
+            return await conn.call(message, None, path)
         try:
             async with self._clock.timeout(timeout_s):
                 conn = await self._connection()
