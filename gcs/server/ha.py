@@ -50,6 +50,7 @@ from prometheus_client.core import Metric
 from gcs.base.background import Background, race
 from gcs.base.clock import Clock, within
 from gcs.config import HaConfig
+from gcs.server.ha_cut import TermStore
 from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
 from gcs.server.metrics import GcsMetrics, counter, gauge
@@ -67,6 +68,14 @@ counts the TTL from when it processed the renewal, a little later: this is conse
 and leaves room for clock-rate drift between hosts)."""
 RETRY_S = 0.2
 """Pause after a failed store call of a standby (before following / trying again)."""
+SLOW_LINK = 0.25
+"""A standby whose lease read took longer than this fraction of the TTL does not compete for
+the lease (issue 29 item 4): it would trust a lease it won for little of its TTL, and its
+renewals could not keep it, while a healthy standby waited a full TTL.  It competes again
+once its reads are fast, or once the lease stayed free for a TTL (no healthy member left)."""
+LATE_RENEWAL = 0.1
+"""Fraction of the TTL a renewal *sent* after the trusted lease ended (the loop was busy,
+e.g. loading a term; none was pending) may take to confirm before the leader steps down."""
 
 
 class Role(enum.StrEnum):
@@ -147,6 +156,18 @@ class HaCoordinator:
         self.last_takeover_s = 0.0
         self.mirror: TableMirror | None = None
         self._valid_until = 0.0
+        self._link_s = 0.0
+        """How long this member's last lease read took (its store link's round trip)."""
+        self._free_since: float | None = None
+        """When a slow standby first saw the lease free (it competes after a TTL of that)."""
+        self._seen: LeaseInfo | None = None
+        """The last live lease this standby read."""
+        self._previous: LeaseInfo | None = None
+        """The lease as read before this member took it (whose holder it ends if stalled)."""
+        self.ended_stalled = 0
+        """Stalled same-host ex-leaders this member ended after taking their lease."""
+        self.stranded = 0
+        """Calls waiting on the store when a term of this member stepped down (answered)."""
         self._fenced = asyncio.Event()
         self._warm = asyncio.Event()
         self._leading = asyncio.Event()
@@ -247,19 +268,67 @@ class HaCoordinator:
             cursor=mirror.cursor.decode(),
         )
         while True:
-            try:
-                epoch = await self._ha.try_acquire_lease(settings.holder, settings.lease_ttl_ms)
-            except StoreError as err:
-                log.warning("ha.acquire_failed", error=str(err))
-                epoch = None
-            if epoch is not None:
-                await self._unwatch()
-                self._valid_until = self._clock.monotonic_s() + self._trust_s()
-                return epoch
             wait_s, lease = await self._next_attempt()
+            if self._may_compete(lease):
+                epoch = await self._acquire()
+                if epoch is not None:
+                    seen = self._seen  # the lease just before ours (a Redis lease that
+                    # lapsed reads as none: the last one seen live is its holder's)
+                    self._previous = seen if seen and seen.epoch == epoch - 1 else None
+                    return epoch
             died = self._watch_holder(lease)
             if await self._follow_until(wait_s, died) and lease is not None:
                 await self._release_dead(lease)
+
+    async def _acquire(self) -> int | None:
+        """Try to take the lease: its epoch, trusted from when the request was *sent* (a
+        reply handled late must not stretch it: item 1); None if not taken, or taken with
+        a reply so late that nothing of the trust is left (then given back at once)."""
+        clock, settings = self._clock, self.settings
+        sent = clock.monotonic_s()
+        try:
+            epoch = await self._ha.try_acquire_lease(settings.holder, settings.lease_ttl_ms)
+        except StoreError as err:
+            log.warning("ha.acquire_failed", error=str(err))
+            await clock.sleep(RETRY_S)  # not at once again (a free lease says "now")
+            return None
+        if epoch is None:
+            return None
+        await self._unwatch()
+        self._valid_until = sent + self._trust_s()
+        late_s = clock.monotonic_s() - self._valid_until
+        if late_s >= 0:
+            log.warning("ha.acquired_too_late", epoch=epoch, late_s=round(late_s, 3))
+            await self._give_back(epoch)
+            return None
+        return epoch
+
+    def _may_compete(self, lease: LeaseInfo | None) -> bool:
+        """Whether this standby tries to take the lease now (see ``SLOW_LINK``)."""
+        now = self._clock.monotonic_s()
+        free = lease is None or lease.remaining_ms <= 0
+        if not free:
+            self._free_since = None
+        elif self._free_since is None:
+            self._free_since = now
+        if self._link_s <= self.settings.lease_ttl_ms / 1000 * SLOW_LINK:
+            return True
+        waited_s = now - self._free_since if self._free_since is not None else 0.0
+        if waited_s >= self.settings.lease_ttl_ms / 1000:
+            return True
+        log.info("ha.slow_link", link_s=round(self._link_s, 3), lease_free_s=round(waited_s, 3))
+        return False
+
+    async def _give_back(self, epoch: int) -> None:
+        """Release a lease this member cannot trust (bounded: its link may be gone)."""
+        try:
+            await within(
+                self._clock,
+                self.settings.lease_ttl_ms / 1000,
+                self._ha.release_lease(self.settings.holder, epoch),
+            )
+        except (StoreError, TimeoutError) as err:
+            log.warning("ha.release_failed", epoch=epoch, error=str(err))
 
     async def _load(self, mirror: TableMirror) -> None:
         while True:
@@ -274,10 +343,15 @@ class HaCoordinator:
         """Seconds to the next try (the renewal interval, or sooner when the lease lapses
         sooner: a dead leader's) and the lease as read (None: free, or unreadable)."""
         wait_s = self.settings.renew_interval_ms / 1000
+        sent = self._clock.monotonic_s()
         try:
             lease = await self._ha.read_lease()
         except StoreError:
+            self._link_s = self._clock.monotonic_s() - sent
             return wait_s, None
+        self._link_s = self._clock.monotonic_s() - sent
+        if lease is not None:
+            self._seen = lease
         if lease is None:
             return 0.0, None
         return max(0.0, min(wait_s, lease.remaining_ms / 1000)), lease
@@ -368,8 +442,9 @@ class HaCoordinator:
         self._ha.fence(epoch)
         mirror = self.mirror
         assert mirror is not None
+        self._mark(Role.LEADER, epoch)
         drained = await mirror.drain(self._ha)
-        store = TakeoverStore(self._store, mirror, on_fenced=self._fenced.set)
+        store = TermStore(self._store, mirror, on_fenced=self._fenced.set)
         self.role = Role.LEADER  # admit() may answer True once the term serves
         # renewals start now: loading a big state must not outlast the lease
         renew = self._tasks.start(self._renew_until_lost(epoch), "renew")
@@ -377,6 +452,8 @@ class HaCoordinator:
             term = self._term = await self._start_term(store, self.admit)
         except BaseException as err:
             self.role = Role.STANDBY
+            self._mark(Role.STANDBY, epoch)
+            store.cut()
             renew.cancel()
             await asyncio.gather(renew, return_exceptions=True)
             if not isinstance(err, Exception) or not self._fenced.is_set():
@@ -401,10 +478,14 @@ class HaCoordinator:
             takeover_s=round(took_s, 3),
             drained_changes=drained,
         )
+        self._end_stalled()
         try:
             _, _, failed = await race(renew, self._fenced.wait(), term.wait())
         finally:
             self.role = Role.STANDBY  # refuse every call from now on, before closing
+            self._mark(Role.STANDBY, epoch)
+            store.cut()  # calls waiting on the store are answered now (item 2)
+            self.stranded += store.stranded
             self._leading.clear()
             if self._on_serving is not None:
                 self._on_serving(False)
@@ -417,53 +498,105 @@ class HaCoordinator:
                 await self._stop_term()
                 raise error
         self.step_downs += 1
-        log.warning("ha.step_down", holder=settings.holder, epoch=epoch, reason=reason)
+        log.warning(
+            "ha.step_down",
+            holder=settings.holder,
+            epoch=epoch,
+            reason=reason,
+            stranded=store.stranded,
+        )
         await self._stop_term()
+        if reason == "lease lost":
+            # a renewal may still be on its way to the store and extend the lease of a
+            # member that no longer serves (item 3): give it back behind that renewal
+            await self._give_back(epoch)
+
+    def _mark(self, role: Role, epoch: int) -> None:
+        """This member's role in its lock record (a new leader ends a stalled one)."""
+        if self._locks is not None:
+            self._locks.mark(str(role), epoch)
+
+    def _end_stalled(self) -> None:
+        """The lease was taken from a holder on this host whose record still says it leads:
+        it is stalled (paused, hung), and its connections hold its clients; end it so the
+        kernel closes them and they reconnect here (item 5)."""
+        previous, self._previous = self._previous, None
+        if self._locks is None or previous is None or previous.holder == self.settings.holder:
+            return
+        pid = self._locks.end(previous.holder, previous.epoch)
+        if pid is not None:
+            self.ended_stalled += 1
+            log.warning(
+                "ha.ended_stalled_leader", holder=previous.holder, epoch=previous.epoch, pid=pid
+            )
 
     async def _renew_until_lost(self, epoch: int) -> None:
         """Renew every interval; returns (trust withdrawn: ``admit()`` is False) when the
-        lease is lost, or when the trusted lease ended with the last renewal failed.
+        lease is lost, or when the trusted lease ended with no renewal confirmed.
 
-        A renewal merely late (the loop was busy, e.g. loading a term) is still tried past
-        the trusted end: the store renews a lapsed lease nobody took since, and then no
-        other member can have served or written in between."""
+        A renewal must be confirmed before the trusted lease ends: a leader already
+        refusing calls is not extended by a late reply (item 3), it steps down then -- by
+        the time its lease could have ended in the store, so its admitted calls are
+        answered (item 2) and its clients go elsewhere.  A renewal *sent* late (the loop was
+        busy, e.g. loading a term, with none pending) gets ``LATE_RENEWAL`` of the TTL."""
         clock, settings = self._clock, self.settings
         interval_s = settings.renew_interval_ms / 1000
-        last_failed = False
+        last_s = clock.monotonic_s()
+        failed = False
         while True:
-            # wake at the trusted lease's end too: a leader whose renewals fail steps down
-            # then, before the store lets the lease lapse (the TTL's last 10%)
             until_end_s = self._valid_until - clock.monotonic_s()
-            await clock.sleep(min(interval_s, max(until_end_s, 0.0)))
-            started = clock.monotonic_s()
+            next_s = interval_s - (clock.monotonic_s() - last_s)
+            await clock.sleep(max(0.0, min(next_s, until_end_s)))
+            started = last_s = clock.monotonic_s()
             left_s = self._valid_until - started
-            if left_s <= 0 and last_failed:
-                log.warning("ha.lease_lapsed", epoch=epoch, late_s=round(-left_s, 3))
-                self._valid_until = 0.0
-                return
-            # past the trusted end admit() refuses calls anyway; an answer that comes late
-            # (a busy loop, a slow store) may still say the lease is ours: wait one TTL more
-            wait_s = max(left_s, 0.0) + settings.lease_ttl_ms / 1000
+            if left_s <= 0:
+                if failed or not await self._renew_late(epoch, started):
+                    log.warning("ha.lease_lapsed", epoch=epoch, late_s=round(-left_s, 3))
+                    self._valid_until = 0.0
+                    return
+                continue
             try:
                 renewed = await within(
                     clock,
-                    wait_s,
+                    left_s,
                     self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms),
                 )
             except TimeoutError:
-                log.warning("ha.renew_timed_out", epoch=epoch)
-                last_failed = True
-                continue
+                log.warning("ha.lease_lapsed", epoch=epoch, reason="renewal not confirmed")
+                self._valid_until = 0.0
+                return
             except StoreError as err:
                 log.warning("ha.renew_failed", epoch=epoch, error=str(err))
-                last_failed = True
-                continue
+                failed = True
+                continue  # tried again at the next interval, or the trust's end
             if not renewed:
                 log.warning("ha.lease_lost", epoch=epoch)
                 self._valid_until = 0.0
                 return
+            if clock.monotonic_s() >= self._valid_until:
+                log.warning("ha.lease_lapsed", epoch=epoch, reason="renewal confirmed late")
+                self._valid_until = 0.0
+                return
             self._valid_until = started + self._trust_s()
-            last_failed = False
+            failed = False
+
+    async def _renew_late(self, epoch: int, started: float) -> bool:
+        """A renewal sent after the trusted lease ended: whether it was confirmed in time
+        (``LATE_RENEWAL``), the trust then counted from ``started``."""
+        clock, settings = self._clock, self.settings
+        limit_s = settings.lease_ttl_ms / 1000 * LATE_RENEWAL
+        try:
+            renewed = await within(
+                clock, limit_s, self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms)
+            )
+        except (TimeoutError, StoreError) as err:
+            log.warning("ha.lease_lapsed", epoch=epoch, reason="late renewal", error=str(err))
+            return False
+        if not renewed or clock.monotonic_s() - started >= limit_s:
+            log.warning("ha.lease_lapsed", epoch=epoch, reason="late renewal refused or late")
+            return False
+        self._valid_until = started + self._trust_s()
+        return True
 
     async def _stop_term(self) -> None:
         term, self._term = self._term, None
@@ -472,8 +605,11 @@ class HaCoordinator:
 
     async def _release(self) -> None:
         if self.epoch and self.takeovers:
-            with contextlib.suppress(StoreError, asyncio.CancelledError):
-                await self._ha.release_lease(self.settings.holder, self.epoch)
+            with contextlib.suppress(StoreError, asyncio.CancelledError, TimeoutError):
+                ttl_s = self.settings.lease_ttl_ms / 1000  # a cut link must not hang the stop
+                await within(
+                    self._clock, ttl_s, self._ha.release_lease(self.settings.holder, self.epoch)
+                )
 
 
 async def _watching(died: Awaitable[None]) -> bool:
