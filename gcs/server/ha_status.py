@@ -4,6 +4,11 @@ The GCS port is the leader's alone (a standby binds nothing there), so a health 
 cannot tell a standby from a dead process.  This small gRPC server, on a port of each
 member's own, answers ``grpc.health.v1.Health``: SERVING while the member's term serves,
 NOT_SERVING on a standby (for monitoring, and for probes that must reach standbys).
+
+The service ``liveness`` answers SERVING in both roles for as long as the process runs its
+event loop: a Kubernetes liveness probe on it ends a stalled member (SIGSTOP, a hung loop)
+within its bound, which closes the stalled ex-leader's connections so its clients reconnect
+to the new leader (issue 29 item 5; ``deploy/kuberay/gcs-ha.yaml``).
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from gcs.base.background import Background
 
-__all__ = ["HaStatusServer"]
+__all__ = ["LIVENESS_SERVICE", "HaStatusServer"]
+
+LIVENESS_SERVICE = "liveness"
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -36,6 +43,7 @@ class HaStatusServer:
         await server.start()
         self._server = server
         await self._health.set("", _NOT_SERVING)
+        await self._health.set(LIVENESS_SERVICE, _SERVING)
         self.port = bound
         return bound
 
