@@ -51,6 +51,7 @@ from gcs.base.background import Background, race
 from gcs.base.clock import Clock, within
 from gcs.config import HaConfig
 from gcs.server.ha_cut import TermStore
+from gcs.server.ha_gate import LinkGate
 from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
 from gcs.server.metrics import GcsMetrics, counter, gauge
@@ -68,11 +69,6 @@ counts the TTL from when it processed the renewal, a little later: this is conse
 and leaves room for clock-rate drift between hosts)."""
 RETRY_S = 0.2
 """Pause after a failed store call of a standby (before following / trying again)."""
-SLOW_LINK = 0.25
-"""A standby whose lease read took longer than this fraction of the TTL does not compete for
-the lease (issue 29 item 4): it would trust a lease it won for little of its TTL, and its
-renewals could not keep it, while a healthy standby waited a full TTL.  It competes again
-once its reads are fast, or once the lease stayed free for a TTL (no healthy member left)."""
 LATE_RENEWAL = 0.1
 """Fraction of the TTL a renewal *sent* after the trusted lease ended (the loop was busy,
 e.g. loading a term; none was pending) may take to confirm before the leader steps down."""
@@ -156,18 +152,11 @@ class HaCoordinator:
         self.last_takeover_s = 0.0
         self.mirror: TableMirror | None = None
         self._valid_until = 0.0
-        self._link_s = 0.0
-        """How long this member's last lease read took (its store link's round trip)."""
-        self._free_since: float | None = None
-        """When a slow standby first saw the lease free (it competes after a TTL of that)."""
-        self._seen: LeaseInfo | None = None
-        """The last live lease this standby read."""
-        self._previous: LeaseInfo | None = None
-        """The lease as read before this member took it (whose holder it ends if stalled)."""
-        self.ended_stalled = 0
-        """Stalled same-host ex-leaders this member ended after taking their lease."""
-        self.stranded = 0
-        """Calls waiting on the store when a term of this member stepped down (answered)."""
+        self._gate = LinkGate(settings.lease_ttl_ms / 1000)
+        self._seen: LeaseInfo | None = None  # the last live lease read
+        self._previous: LeaseInfo | None = None  # the lease this member took over
+        self.ended_stalled = 0  # stalled same-host ex-leaders ended (item 5)
+        self.stranded = 0  # calls waiting on the store at a step-down (answered then)
         self._fenced = asyncio.Event()
         self._warm = asyncio.Event()
         self._leading = asyncio.Event()
@@ -269,11 +258,10 @@ class HaCoordinator:
         )
         while True:
             wait_s, lease = await self._next_attempt()
-            if self._may_compete(lease):
+            if self._gate.may_compete(lease, self._clock.monotonic_s()):
                 epoch = await self._acquire()
                 if epoch is not None:
-                    seen = self._seen  # the lease just before ours (a Redis lease that
-                    # lapsed reads as none: the last one seen live is its holder's)
+                    seen = self._seen  # a lapsed Redis lease reads as none: the last live
                     self._previous = seen if seen and seen.epoch == epoch - 1 else None
                     return epoch
             died = self._watch_holder(lease)
@@ -303,22 +291,6 @@ class HaCoordinator:
             return None
         return epoch
 
-    def _may_compete(self, lease: LeaseInfo | None) -> bool:
-        """Whether this standby tries to take the lease now (see ``SLOW_LINK``)."""
-        now = self._clock.monotonic_s()
-        free = lease is None or lease.remaining_ms <= 0
-        if not free:
-            self._free_since = None
-        elif self._free_since is None:
-            self._free_since = now
-        if self._link_s <= self.settings.lease_ttl_ms / 1000 * SLOW_LINK:
-            return True
-        waited_s = now - self._free_since if self._free_since is not None else 0.0
-        if waited_s >= self.settings.lease_ttl_ms / 1000:
-            return True
-        log.info("ha.slow_link", link_s=round(self._link_s, 3), lease_free_s=round(waited_s, 3))
-        return False
-
     async def _give_back(self, epoch: int) -> None:
         """Release a lease this member cannot trust (bounded: its link may be gone)."""
         try:
@@ -347,9 +319,9 @@ class HaCoordinator:
         try:
             lease = await self._ha.read_lease()
         except StoreError:
-            self._link_s = self._clock.monotonic_s() - sent
+            self._gate.link_s = self._clock.monotonic_s() - sent
             return wait_s, None
-        self._link_s = self._clock.monotonic_s() - sent
+        self._gate.link_s = self._clock.monotonic_s() - sent
         if lease is not None:
             self._seen = lease
         if lease is None:
