@@ -292,7 +292,7 @@ class HaCoordinator:
         return epoch
 
     async def _give_back(self, epoch: int) -> None:
-        """Release a lease this member cannot trust (bounded: its link may be gone)."""
+        """Release a lease this member cannot trust (bounded)."""
         try:
             await within(
                 self._clock,
@@ -404,8 +404,7 @@ class HaCoordinator:
         return self.settings.lease_ttl_ms / 1000 * LEASE_SAFETY
 
     async def _lead(self, epoch: int) -> None:
-        """One term: fence, drain, load from the mirror, serve; returns once it ended by
-        losing the lease (or a fenced write)."""
+        """One term: fence, drain, load, serve; returns once the lease is lost (or fenced)."""
         clock, settings = self._clock, self.settings
         started = clock.monotonic_s()
         self.epoch = epoch
@@ -483,8 +482,7 @@ class HaCoordinator:
             # member that no longer serves (item 3): give it back behind that renewal
             await self._give_back(epoch)
 
-    def _mark(self, role: Role, epoch: int) -> None:
-        """This member's role in its lock record (a new leader ends a stalled one)."""
+    def _mark(self, role: Role, epoch: int) -> None:  # read by a new leader (item 5)
         if self._locks is not None:
             self._locks.mark(str(role), epoch)
 
@@ -515,6 +513,8 @@ class HaCoordinator:
         interval_s = settings.renew_interval_ms / 1000
         last_s = clock.monotonic_s()
         failed = False
+        # the store refuses a renewal arriving once this leader's trust surely ended
+        least_ms = int(settings.lease_ttl_ms * (1 - LEASE_SAFETY))
         while True:
             until_end_s = self._valid_until - clock.monotonic_s()
             next_s = interval_s - (clock.monotonic_s() - last_s)
@@ -531,7 +531,9 @@ class HaCoordinator:
                 renewed = await within(
                     clock,
                     left_s,
-                    self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms),
+                    self._ha.renew_lease(
+                        settings.holder, epoch, settings.lease_ttl_ms, min_left_ms=least_ms
+                    ),
                 )
             except TimeoutError:
                 log.warning("ha.lease_lapsed", epoch=epoch, reason="renewal not confirmed")
@@ -553,8 +555,7 @@ class HaCoordinator:
             failed = False
 
     async def _renew_late(self, epoch: int, started: float) -> bool:
-        """A renewal sent after the trusted lease ended: whether it was confirmed in time
-        (``LATE_RENEWAL``), the trust then counted from ``started``."""
+        """A renewal sent after the trust ended: confirmed within ``LATE_RENEWAL``?"""
         clock, settings = self._clock, self.settings
         limit_s = settings.lease_ttl_ms / 1000 * LATE_RENEWAL
         try:

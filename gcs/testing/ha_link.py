@@ -93,9 +93,14 @@ class LinkStore(MemoryStore):
             "acquire", lambda: super(LinkStore, self).try_acquire_lease(holder, ttl_ms)
         )
 
-    async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
+    async def renew_lease(
+        self, holder: str, epoch: int, ttl_ms: int, *, min_left_ms: int = 0
+    ) -> bool:
         return await self._cross(
-            "renew", lambda: super(LinkStore, self).renew_lease(holder, epoch, ttl_ms)
+            "renew",
+            lambda: super(LinkStore, self).renew_lease(
+                holder, epoch, ttl_ms, min_left_ms=min_left_ms
+            ),
         )
 
     async def release_lease(self, holder: str, epoch: int) -> None:
