@@ -71,10 +71,16 @@ def cluster_metadata(python_version: str = "") -> bytes:
     ).encode()
 
 
+async def stored_cluster_id(store: Store) -> tuple[bytes, bool]:
+    """The store's cluster id, created if absent (the store's identity whatever URL reaches
+    it); and whether this call created it."""
+    return await _create_once(store, META_CLUSTER_ID, os.urandom(CLUSTER_ID_SIZE))
+
+
 async def load_or_create(
     store: Store, kv: KvManager, *, session_name: str = "", python_version: str = ""
 ) -> ClusterMeta:
-    cluster_id, created = await _create_once(store, META_CLUSTER_ID, os.urandom(CLUSTER_ID_SIZE))
+    cluster_id, created = await stored_cluster_id(store)
     if len(cluster_id) != CLUSTER_ID_SIZE:
         raise StoreCorrupt(f"stored cluster id has {len(cluster_id)} bytes, expected 28")
     name = session_name or time.strftime("session_%Y-%m-%d_%H-%M-%S_") + str(os.getpid())

@@ -50,6 +50,8 @@ from prometheus_client.core import Metric
 from gcs.base.background import Background, race
 from gcs.base.clock import Clock, within
 from gcs.config import HaConfig
+from gcs.server.ha_cut import TermStore
+from gcs.server.ha_gate import LinkGate
 from gcs.server.ha_handover import (
     HandoverResult,
     HandoverTerm,
@@ -75,6 +77,9 @@ counts the TTL from when it processed the renewal, a little later: this is conse
 and leaves room for clock-rate drift between hosts)."""
 RETRY_S = 0.2
 """Pause after a failed store call of a standby (before following / trying again)."""
+LATE_RENEWAL = 0.1
+"""Fraction of the TTL a renewal *sent* after the trusted lease ended (the loop was busy,
+e.g. loading a term; none was pending) may take to confirm before the leader steps down."""
 
 
 class Role(enum.StrEnum):
@@ -155,6 +160,11 @@ class HaCoordinator:
         self.last_takeover_s = 0.0
         self.mirror: TableMirror | None = None
         self._valid_until = 0.0
+        self._gate = LinkGate(settings.lease_ttl_ms / 1000)
+        self._seen: LeaseInfo | None = None  # the last live lease read
+        self._previous: LeaseInfo | None = None  # the lease this member took over
+        self.ended_stalled = 0  # stalled same-host ex-leaders ended (item 5)
+        self.stranded = 0  # calls waiting on the store at a step-down (answered then)
         self._fenced = asyncio.Event()
         self._warm = asyncio.Event()
         self._leading = asyncio.Event()
@@ -271,21 +281,52 @@ class HaCoordinator:
             cursor=mirror.cursor.decode(),
         )
         while True:
-            try:
-                epoch = await self._ha.try_acquire_lease(settings.holder, settings.lease_ttl_ms)
-            except StoreError as err:
-                log.warning("ha.acquire_failed", error=str(err))
-                epoch = None
-            if epoch is not None:
-                await self._unwatch()
-                self._valid_until = self._clock.monotonic_s() + self._trust_s()
-                return epoch
             wait_s, lease = await self._next_attempt()
+            if self._gate.may_compete(lease, self._clock.monotonic_s()):
+                epoch = await self._acquire()
+                if epoch is not None:
+                    seen = self._seen  # a lapsed Redis lease reads as none: the last live
+                    self._previous = seen if seen and seen.epoch == epoch - 1 else None
+                    return epoch
             wait_s = standby_wait_s(mirror.notice, lease, settings.holder, wait_s)
             died = self._watch_holder(lease)
             if await self._follow_until(wait_s, died) and lease is not None:
                 await self._release_dead(lease)
             check_mirror(mirror)
+
+    async def _acquire(self) -> int | None:
+        """Try to take the lease: its epoch, trusted from when the request was *sent* (a
+        reply handled late must not stretch it: item 1); None if not taken, or taken with
+        a reply so late that nothing of the trust is left (then given back at once)."""
+        clock, settings = self._clock, self.settings
+        sent = clock.monotonic_s()
+        try:
+            epoch = await self._ha.try_acquire_lease(settings.holder, settings.lease_ttl_ms)
+        except StoreError as err:
+            log.warning("ha.acquire_failed", error=str(err))
+            await clock.sleep(RETRY_S)  # not at once again (a free lease says "now")
+            return None
+        if epoch is None:
+            return None
+        await self._unwatch()
+        self._valid_until = sent + self._trust_s()
+        late_s = clock.monotonic_s() - self._valid_until
+        if late_s >= 0:
+            log.warning("ha.acquired_too_late", epoch=epoch, late_s=round(late_s, 3))
+            await self._give_back(epoch)
+            return None
+        return epoch
+
+    async def _give_back(self, epoch: int) -> None:
+        """Release a lease this member cannot trust (bounded)."""
+        try:
+            await within(
+                self._clock,
+                self.settings.lease_ttl_ms / 1000,
+                self._ha.release_lease(self.settings.holder, epoch),
+            )
+        except (StoreError, TimeoutError) as err:
+            log.warning("ha.release_failed", epoch=epoch, error=str(err))
 
     async def _load(self, mirror: TableMirror) -> None:
         while True:
@@ -300,10 +341,15 @@ class HaCoordinator:
         """Seconds to the next try (the renewal interval, or sooner when the lease lapses
         sooner: a dead leader's) and the lease as read (None: free, or unreadable)."""
         wait_s = self.settings.renew_interval_ms / 1000
+        sent = self._clock.monotonic_s()
         try:
             lease = await self._ha.read_lease()
         except StoreError:
+            self._gate.link_s = self._clock.monotonic_s() - sent
             return wait_s, None
+        self._gate.link_s = self._clock.monotonic_s() - sent
+        if lease is not None:
+            self._seen = lease
         if lease is None:
             return 0.0, None
         return max(0.0, min(wait_s, lease.remaining_ms / 1000)), lease
@@ -385,8 +431,7 @@ class HaCoordinator:
         return self.settings.lease_ttl_ms / 1000 * LEASE_SAFETY
 
     async def _lead(self, epoch: int) -> None:
-        """One term: fence, drain, load from the mirror, serve; returns once it ended by
-        losing the lease (or a fenced write)."""
+        """One term: fence, drain, load, serve; returns once the lease is lost (or fenced)."""
         clock, settings = self._clock, self.settings
         started = clock.monotonic_s()
         self.epoch = epoch
@@ -395,9 +440,10 @@ class HaCoordinator:
         self._ha.fence(epoch)
         mirror = self.mirror
         assert mirror is not None
+        self._mark(Role.LEADER, epoch)
         drained = await mirror.drain(self._ha)
         await expand_format(self._store, mirror)
-        store = TakeoverStore(self._store, mirror, on_fenced=self._fenced.set)
+        store = TermStore(self._store, mirror, on_fenced=self._fenced.set)
         self.role = Role.LEADER  # admit() may answer True once the term serves
         # renewals start now: loading a big state must not outlast the lease
         renew = self._tasks.start(self._renew_until_lost(epoch), "renew")
@@ -405,6 +451,8 @@ class HaCoordinator:
             term = self._term = await self._start_term(store, self.admit)
         except BaseException as err:
             self.role = Role.STANDBY
+            self._mark(Role.STANDBY, epoch)
+            store.cut()
             renew.cancel()
             await asyncio.gather(renew, return_exceptions=True)
             if not isinstance(err, Exception) or not self._fenced.is_set():
@@ -429,6 +477,7 @@ class HaCoordinator:
             takeover_s=round(took_s, 3),
             drained_changes=drained,
         )
+        self._end_stalled()
         try:
             _, _, failed, asked = await race(
                 asyncio.shield(renew), self._fenced.wait(), term.wait(), self._handover_asked.wait()
@@ -438,6 +487,9 @@ class HaCoordinator:
                 return
         finally:
             self.role = Role.STANDBY  # refuse every call from now on, before closing
+            self._mark(Role.STANDBY, epoch)
+            store.cut()  # calls waiting on the store are answered now (item 2)
+            self.stranded += store.stranded
             self._leading.clear()
             if self._on_serving is not None:
                 self._on_serving(False)
@@ -450,8 +502,36 @@ class HaCoordinator:
                 await self._stop_term()
                 raise error
         self.step_downs += 1
-        log.warning("ha.step_down", holder=settings.holder, epoch=epoch, reason=reason)
+        log.warning(
+            "ha.step_down",
+            holder=settings.holder,
+            epoch=epoch,
+            reason=reason,
+            stranded=store.stranded,
+        )
         await self._stop_term()
+        if reason == "lease lost":
+            # a renewal may still be on its way to the store and extend the lease of a
+            # member that no longer serves (item 3): give it back behind that renewal
+            await self._give_back(epoch)
+
+    def _mark(self, role: Role, epoch: int) -> None:  # read by a new leader (item 5)
+        if self._locks is not None:
+            self._locks.mark(str(role), epoch)
+
+    def _end_stalled(self) -> None:
+        """The lease was taken from a holder on this host whose record still says it leads:
+        it is stalled (paused, hung), and its connections hold its clients; end it so the
+        kernel closes them and they reconnect here (item 5)."""
+        previous, self._previous = self._previous, None
+        if self._locks is None or previous is None or previous.holder == self.settings.holder:
+            return
+        pid = self._locks.end(previous.holder, previous.epoch)
+        if pid is not None:
+            self.ended_stalled += 1
+            log.warning(
+                "ha.ended_stalled_leader", holder=previous.holder, epoch=previous.epoch, pid=pid
+            )
 
     async def _lead_handover(self, epoch: int, term: Term, renew: asyncio.Task[None]) -> None:
         """The handover asked by :meth:`hand_over`, its result (or failure) handed back."""
@@ -500,48 +580,74 @@ class HaCoordinator:
 
     async def _renew_until_lost(self, epoch: int) -> None:
         """Renew every interval; returns (trust withdrawn: ``admit()`` is False) when the
-        lease is lost, or when the trusted lease ended with the last renewal failed.
+        lease is lost, or when the trusted lease ended with no renewal confirmed.
 
-        A renewal merely late (the loop was busy, e.g. loading a term) is still tried past
-        the trusted end: the store renews a lapsed lease nobody took since, and then no
-        other member can have served or written in between."""
+        A renewal must be confirmed before the trusted lease ends: a leader already
+        refusing calls is not extended by a late reply (item 3), it steps down then -- by
+        the time its lease could have ended in the store, so its admitted calls are
+        answered (item 2) and its clients go elsewhere.  A renewal *sent* late (the loop was
+        busy, e.g. loading a term, with none pending) gets ``LATE_RENEWAL`` of the TTL."""
         clock, settings = self._clock, self.settings
         interval_s = settings.renew_interval_ms / 1000
-        last_failed = False
+        last_s = clock.monotonic_s()
+        failed = False
+        # the store refuses a renewal arriving once this leader's trust surely ended
+        least_ms = int(settings.lease_ttl_ms * (1 - LEASE_SAFETY))
         while True:
-            # wake at the trusted lease's end too: a leader whose renewals fail steps down
-            # then, before the store lets the lease lapse (the TTL's last 10%)
             until_end_s = self._valid_until - clock.monotonic_s()
-            await clock.sleep(min(interval_s, max(until_end_s, 0.0)))
-            started = clock.monotonic_s()
+            next_s = interval_s - (clock.monotonic_s() - last_s)
+            await clock.sleep(max(0.0, min(next_s, until_end_s)))
+            started = last_s = clock.monotonic_s()
             left_s = self._valid_until - started
-            if left_s <= 0 and last_failed:
-                log.warning("ha.lease_lapsed", epoch=epoch, late_s=round(-left_s, 3))
-                self._valid_until = 0.0
-                return
-            # past the trusted end admit() refuses calls anyway; an answer that comes late
-            # (a busy loop, a slow store) may still say the lease is ours: wait one TTL more
-            wait_s = max(left_s, 0.0) + settings.lease_ttl_ms / 1000
+            if left_s <= 0:
+                if failed or not await self._renew_late(epoch, started):
+                    log.warning("ha.lease_lapsed", epoch=epoch, late_s=round(-left_s, 3))
+                    self._valid_until = 0.0
+                    return
+                continue
             try:
                 renewed = await within(
                     clock,
-                    wait_s,
-                    self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms),
+                    left_s,
+                    self._ha.renew_lease(
+                        settings.holder, epoch, settings.lease_ttl_ms, min_left_ms=least_ms
+                    ),
                 )
             except TimeoutError:
-                log.warning("ha.renew_timed_out", epoch=epoch)
-                last_failed = True
-                continue
+                log.warning("ha.lease_lapsed", epoch=epoch, reason="renewal not confirmed")
+                self._valid_until = 0.0
+                return
             except StoreError as err:
                 log.warning("ha.renew_failed", epoch=epoch, error=str(err))
-                last_failed = True
-                continue
+                failed = True
+                continue  # tried again at the next interval, or the trust's end
             if not renewed:
                 log.warning("ha.lease_lost", epoch=epoch)
                 self._valid_until = 0.0
                 return
+            if clock.monotonic_s() >= self._valid_until:
+                log.warning("ha.lease_lapsed", epoch=epoch, reason="renewal confirmed late")
+                self._valid_until = 0.0
+                return
             self._valid_until = started + self._trust_s()
-            last_failed = False
+            failed = False
+
+    async def _renew_late(self, epoch: int, started: float) -> bool:
+        """A renewal sent after the trust ended: confirmed within ``LATE_RENEWAL``?"""
+        clock, settings = self._clock, self.settings
+        limit_s = settings.lease_ttl_ms / 1000 * LATE_RENEWAL
+        try:
+            renewed = await within(
+                clock, limit_s, self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms)
+            )
+        except (TimeoutError, StoreError) as err:
+            log.warning("ha.lease_lapsed", epoch=epoch, reason="late renewal", error=str(err))
+            return False
+        if not renewed or clock.monotonic_s() - started >= limit_s:
+            log.warning("ha.lease_lapsed", epoch=epoch, reason="late renewal refused or late")
+            return False
+        self._valid_until = started + self._trust_s()
+        return True
 
     async def _stop_term(self) -> None:
         term, self._term = self._term, None
@@ -550,8 +656,11 @@ class HaCoordinator:
 
     async def _release(self) -> None:
         if self.epoch and self.takeovers:
-            with contextlib.suppress(StoreError, asyncio.CancelledError):
-                await self._ha.release_lease(self.settings.holder, self.epoch)
+            with contextlib.suppress(StoreError, asyncio.CancelledError, TimeoutError):
+                ttl_s = self.settings.lease_ttl_ms / 1000  # a cut link must not hang the stop
+                await within(
+                    self._clock, ttl_s, self._ha.release_lease(self.settings.holder, self.epoch)
+                )
 
 
 async def _watching(died: Awaitable[None]) -> bool:

@@ -13,6 +13,18 @@ file here: the standby waits for its TTL as before.
 
 A file found *free* proves nothing (a holder dead long ago, or one that reused a configured
 holder name on this host earlier): only a lock seen held and then released counts.
+
+The file also records its holder's pid, the process's start time (``/proc/<pid>/stat``
+field 22: a reused pid has another) and its role and epoch, rewritten as they change.  A
+member that took the lease from a holder whose record still says it leads that very epoch
+ends it (``SIGKILL``: a paused process cannot run a handler) -- a stalled ex-leader whose
+connections hold its clients; the kernel then closes them and they reconnect (issue 29
+item 5).  The pid is signalled only while the file is still locked (the holder lives) and
+the start time matches.
+
+The default directory is keyed by the store's own identity (its cluster id, created in the
+store if absent), not by the URL text: members reaching one store through a proxy, or by
+hostname and by IP, share it (item 6).
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import fcntl
 import hashlib
 import os
 import pathlib
+import signal
 import tempfile
 from collections.abc import Awaitable
 from typing import Protocol
@@ -30,7 +43,7 @@ import structlog
 
 from gcs.base.clock import Clock
 
-__all__ = ["HolderInUse", "HolderLocks", "LockDir", "default_lock_dir"]
+__all__ = ["HolderInUse", "HolderLocks", "LockDir", "default_lock_dir", "process_start"]
 
 log = structlog.get_logger("gcs.ha")
 
@@ -58,16 +71,31 @@ class HolderLocks(Protocol):
         """None when ``holder`` holds no lock here (another host, or a stale file); else an
         awaitable that completes once ``holder``'s process died."""
 
+    def mark(self, role: str, epoch: int) -> None:
+        """Record this member's role and lease epoch (read by :meth:`end`)."""
 
-def default_lock_dir(store_url: str, namespace: str, pid: int | None = None) -> pathlib.Path:
-    """One directory per cluster on this host.  A ``memory://`` store lives in one process,
-    so two processes on it are two clusters: their directory names the process too (else
-    two unrelated servers with the same holder name refuse each other's start)."""
-    key = f"{store_url}\0{namespace}"
-    if store_url.startswith("memory:"):
-        key += f"\0{os.getpid() if pid is None else pid}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    def end(self, holder: str, epoch: int) -> int | None:
+        """End ``holder``'s process if it lives on this host and its record says it leads
+        at ``epoch``: its pid, else None."""
+
+
+def default_lock_dir(store_id: str, namespace: str) -> pathlib.Path:
+    """One directory per cluster on this host, named for the store's own identity (its
+    cluster id: a ``memory://`` store in another process is another store, with its own)."""
+    digest = hashlib.sha256(f"{store_id}\0{namespace}".encode()).hexdigest()[:16]
     return pathlib.Path(tempfile.gettempdir()) / f"gcs-ha-{digest}"
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22),
+    None if there is no such process (or no ``/proc``)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its last ")"
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
 
 
 class LockDir:
@@ -77,6 +105,7 @@ class LockDir:
         self.directory = directory
         self._clock = clock
         self._held: tuple[pathlib.Path, int] | None = None
+        self._record = ""
 
     def path(self, holder: str) -> pathlib.Path:
         return self.directory / f"{hashlib.sha256(holder.encode()).hexdigest()[:32]}.lock"
@@ -99,11 +128,49 @@ class LockDir:
             if not _names(path, fd):
                 os.close(fd)  # a watcher removed the file we opened: lock the new one
                 continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{holder}\n{os.getpid()}\n".encode())
+            pid = os.getpid()
+            self._record = f"{holder}\n{pid}\n{process_start(pid) or ''}\n"
             self._held = (path, fd)
+            self.mark("standby", 0)
             return
         raise HolderInUse(f"ha.holder {holder!r}: could not lock {path}")
+
+    def mark(self, role: str, epoch: int) -> None:
+        if self._held is None:
+            return
+        data = f"{self._record}{role}\n{epoch}\n".encode()
+        fd = self._held[1]
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        except OSError as err:
+            log.warning("ha.lock_record_failed", error=str(err))
+
+    def end(self, holder: str, epoch: int) -> int | None:
+        path = self.path(holder)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if _try_lock(fd):
+                return None  # its process is gone (or the file is stale)
+            fields = os.pread(fd, 4096, 0).decode(errors="replace").split("\n")
+        finally:
+            os.close(fd)
+        if len(fields) < 5 or fields[0] != holder or fields[3] != "leader":
+            return None
+        if fields[4] != str(epoch) or not fields[1].isdigit() or not fields[2]:
+            return None
+        pid = int(fields[1])
+        if pid == os.getpid() or process_start(pid) != fields[2]:
+            return None  # not that process any more (a reused pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError as err:
+            log.warning("ha.end_failed", holder=holder, pid=pid, error=str(err))
+            return None
+        return pid
 
     def release(self) -> None:
         held, self._held = self._held, None

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from gcs.base.clock import Clock
 from gcs.base.lifecycle import ComponentFailed, Supervisor, start_until_ready
 from gcs.config import GcsConfig
+from gcs.managers.cluster_meta import stored_cluster_id
 from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.gc_policy import freeze_start_heap
 from gcs.server.ha import HaCoordinator, HaSettings, StartTerm
@@ -21,6 +22,10 @@ from gcs.server.ha_status import HaStatusServer
 from gcs.server.metrics import GcsMetrics
 from gcs.server.wiring import Wiring
 from gcs.store import Store
+
+STEP_DOWN_GRACE_S = 0.1
+"""How long a stepping-down term lets its open calls finish (they fail fast: the term's
+store is cut) before it closes every connection."""
 
 
 class LeaderTerm:
@@ -60,7 +65,9 @@ class LeaderTerm:
         return await self.wiring.managers.kv.get(HA_NAMESPACE, HA_LEADER_KEY)
 
     async def stop(self) -> None:
-        self.wiring.rpc.grace_s = 0.0  # not the leader any more: nothing waits to finish
+        # not the leader any more: only the answers already due (the calls the cut store
+        # failed, issue 29 item 2) are let out before the connections close
+        self.wiring.rpc.grace_s = STEP_DOWN_GRACE_S
         self._supervisor.stop()
         await asyncio.gather(self._running, return_exceptions=True)
         await self._supervisor.close()
@@ -102,16 +109,16 @@ async def start_leader_term(
     return term
 
 
-def holder_locks(config: GcsConfig, clock: Clock) -> LockDir | None:
-    """Same-host death detection (``ha.lock_dir``; ``off``: none)."""
+async def holder_locks(config: GcsConfig, clock: Clock, store: Store) -> LockDir | None:
+    """Same-host death detection (``ha.lock_dir``; ``off``: none).  The default directory
+    is named for the store's cluster id (created there if absent), not its URL: members
+    that reach one store by different URLs share it (issue 29 item 6)."""
     if config.ha.lock_dir == "off":
         return None
-    directory = (
-        pathlib.Path(config.ha.lock_dir)
-        if config.ha.lock_dir
-        else default_lock_dir(config.storage_url(), config.namespace)
-    )
-    return LockDir(directory, clock)
+    if config.ha.lock_dir:
+        return LockDir(pathlib.Path(config.ha.lock_dir), clock)
+    cluster_id, _ = await stored_cluster_id(store)
+    return LockDir(default_lock_dir(cluster_id.hex(), config.namespace), clock)
 
 
 def standby_heap_freezer(config: GcsConfig) -> Callable[[], None]:
@@ -149,7 +156,7 @@ async def member(
         start_term=start_term,
         metrics=metrics,
         on_serving=status.set if status is not None else None,
-        locks=holder_locks(config, clock),
+        locks=await holder_locks(config, clock, store),
         on_mirror_loaded=standby_heap_freezer(config),
     )
     if status is not None:

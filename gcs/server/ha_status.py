@@ -8,6 +8,11 @@ NOT_SERVING on a standby (for monitoring, and for probes that must reach standby
 It also answers ``gcs ha handover`` (:data:`HANDOVER_METHOD`, JSON in and out): the leader
 hands over to a standby (:mod:`gcs.server.ha_handover`); a standby refuses
 FAILED_PRECONDITION.
+
+The service ``liveness`` answers SERVING in both roles for as long as the process runs its
+event loop: a Kubernetes liveness probe on it ends a stalled member (SIGSTOP, a hung loop)
+within its bound, which closes the stalled ex-leader's connections so its clients reconnect
+to the new leader (issue 29 item 5; ``deploy/kuberay/gcs-ha.yaml``).
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from gcs.base.background import Background
 from gcs.server.ha_handover import HandoverResult, NotLeader
 
-__all__ = ["HANDOVER_METHOD", "HaStatusServer"]
+__all__ = ["HANDOVER_METHOD", "LIVENESS_SERVICE", "HaStatusServer"]
 
 HANDOVER_METHOD = "/gcs.ha.Admin/Handover"
 """Request ``{"to": holder or ""}``; reply :meth:`HandoverResult.as_dict` (JSON)."""
+LIVENESS_SERVICE = "liveness"
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -72,6 +78,7 @@ class HaStatusServer:
         await server.start()
         self._server = server
         await self._health.set("", _NOT_SERVING)
+        await self._health.set(LIVENESS_SERVICE, _SERVING)
         self.port = bound
         return bound
 

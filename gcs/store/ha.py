@@ -72,11 +72,15 @@ class HaStore(abc.ABC):
         while another holder's lease is live."""
 
     @abc.abstractmethod
-    async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
+    async def renew_lease(
+        self, holder: str, epoch: int, ttl_ms: int, *, min_left_ms: int = 0
+    ) -> bool:
         """Extend the lease by ``ttl_ms`` from now (store clock); False if ``(holder,
         epoch)`` no longer holds it (lost: expired and taken, or never held).  A lease that
         lapsed with nobody taking it since is still held (no newer epoch exists) and is
-        renewed."""
+        renewed -- unless ``min_left_ms`` > 0: then a renewal arriving with less than that
+        left on the lease is refused (False): it arrived after its leader stopped trusting
+        the lease, and must not extend a member that no longer serves."""
 
     @abc.abstractmethod
     async def release_lease(self, holder: str, epoch: int) -> None:

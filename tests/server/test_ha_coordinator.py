@@ -16,7 +16,7 @@ from gcs.server.ha import HaCoordinator, HaSettings, Role
 from gcs.server.ha_mirror import MIRRORED_TABLES, TableMirror, TakeoverStore
 from gcs.server.metrics import GcsMetrics
 from gcs.store.base import TABLE_KV, TABLE_NODE, WriteBatch
-from gcs.store.errors import StoreFenced
+from gcs.store.errors import StoreFenced, StoreUnavailable
 from gcs.store.memory import MemoryStore
 from gcs.store.metered import MeteredStore
 
@@ -43,12 +43,20 @@ class FakeLocks:
     """Same-host lock files (gcs.server.ha_lock) of every member of one host: a holder's
     lock is held while its event is unset; :meth:`kill` is its process dying."""
 
-    def __init__(self, host: dict[str, asyncio.Event] | None = None) -> None:
+    def __init__(
+        self,
+        host: dict[str, asyncio.Event] | None = None,
+        records: dict[str, tuple[str, int]] | None = None,
+        ended: list[str] | None = None,
+    ) -> None:
         self.host = {} if host is None else host
+        self.records = {} if records is None else records
+        """Each holder's role and epoch as its lock record says."""
+        self.ended = [] if ended is None else ended
         self.mine: str | None = None
 
     def on_same_host(self) -> FakeLocks:
-        return FakeLocks(self.host)
+        return FakeLocks(self.host, self.records, self.ended)
 
     async def hold(self, holder: str) -> None:
         self.host[holder] = asyncio.Event()
@@ -64,6 +72,18 @@ class FakeLocks:
 
     def kill(self, holder: str) -> None:
         self.host[holder].set()
+
+    def mark(self, role: str, epoch: int) -> None:
+        if self.mine is not None:
+            self.records[self.mine] = (role, epoch)
+
+    def end(self, holder: str, epoch: int) -> int | None:
+        """A stalled holder is ended (its lock dropped) if its record says it leads."""
+        if self.records.get(holder) != ("leader", epoch) or self.host[holder].is_set():
+            return None
+        self.ended.append(holder)
+        self.kill(holder)
+        return 4242
 
 
 class Member:
@@ -172,8 +192,10 @@ async def test_one_leader_and_a_warm_standby_that_takes_over_when_the_lease_laps
     assert a.coordinator.step_downs == 1
     # a's store comes back: it is a standby again, and its late writes are refused
     a.store.fail_writes = False
+    with pytest.raises(StoreUnavailable, match="nothing was written"):
+        await a.term.store.write(_node(99))  # the ended term's store is cut
     with pytest.raises(StoreFenced):
-        await a.term.store.write(_node(99))
+        await a.store.write(_node(99))
     assert await shared.get(TABLE_NODE, b"n99") is None
     await clock.advance_until(lambda: a.coordinator.mirror is not None, 0.05)
     await clock.run_for(3 * TTL_MS / 1000, 0.1)

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from gcs.config import load_config
+from gcs.server.ha_status import LIVENESS_SERVICE
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kuberay"
 
@@ -29,7 +30,15 @@ def test_two_ha_replicas_ready_only_as_leader_behind_one_service() -> None:
     port = int(next(a for a in args if a.startswith("--port=")).split("=")[1])
     metrics = int(next(a for a in args if a.startswith("--metrics-port=")).split("=")[1])
     assert container["readinessProbe"]["grpc"]["port"] == port  # the leader's port only
-    assert container["livenessProbe"]["tcpSocket"]["port"] == metrics  # both roles
+    # both roles, on the member's own status port (issue 29 item 5): a stalled member is
+    # ended within ~3 s (two missed 1 s probes, then 1 s of grace)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    status = int(env["GCS_HA_STATUS_PORT"])
+    live = container["livenessProbe"]
+    assert live["grpc"] == {"port": status, "service": LIVENESS_SERVICE}
+    window_s = live["periodSeconds"] * live["failureThreshold"] + live["timeoutSeconds"]
+    assert window_s <= 3 and live["terminationGracePeriodSeconds"] <= 1
+    assert container["startupProbe"]["grpc"] == live["grpc"]
     service = docs[("Service", "gcs")]
     assert service["spec"]["selector"] == gcs["spec"]["selector"]["matchLabels"]
     assert not service["spec"].get("publishNotReadyAddresses", False)
@@ -47,3 +56,25 @@ def test_the_pod_command_line_and_environment_are_a_valid_ha_config() -> None:
     config = load_config(flags=flags, env=env)
     assert config.ha.enabled and config.storage.startswith("redis://")
     assert config.ha.lease_ttl_ms == 2000 and config.ha.renew_interval_ms == 500
+
+
+async def test_the_status_port_answers_liveness_in_both_roles() -> None:
+    """The liveness probe's service is SERVING on a standby too (only a stalled or dead
+    process fails it); the role stays on the default service."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from gcs.server.ha_status import HaStatusServer
+
+    status = HaStatusServer()
+    port = await status.start("127.0.0.1", 0)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            check = health_pb2.HealthCheckRequest
+            live = await stub.Check(check(service=LIVENESS_SERVICE), timeout=10)
+            role = await stub.Check(check(service=""), timeout=10)
+    finally:
+        await status.close()
+    assert live.status == health_pb2.HealthCheckResponse.SERVING
+    assert role.status == health_pb2.HealthCheckResponse.NOT_SERVING

@@ -16,7 +16,10 @@ from collections.abc import Iterator
 import pytest
 
 from gcs.base.clock import SystemClock
-from gcs.server.ha_lock import HolderInUse, LockDir, default_lock_dir
+from gcs.config import load_config
+from gcs.server.ha_lock import HolderInUse, LockDir, default_lock_dir, process_start
+from gcs.server.ha_member import holder_locks
+from gcs.store.memory import MemoryStore
 
 HOLD = """
 import asyncio, sys, time
@@ -128,19 +131,91 @@ async def test_a_member_starting_while_a_standby_probes_its_stale_file_still_tak
     locks.release()
 
 
-def test_the_default_directory_is_per_store_and_namespace() -> None:
-    one = default_lock_dir("redis://h:1/0", "a")
-    assert one == default_lock_dir("redis://h:1/0", "a")
-    assert one != default_lock_dir("redis://h:1/0", "b")
-    assert one != default_lock_dir("redis://h:2/0", "a")
-    assert default_lock_dir("redis://h:1/0", "a", pid=1) == default_lock_dir(
-        "redis://h:1/0", "a", pid=2
+def test_the_default_directory_is_per_store_identity_and_namespace() -> None:
+    one = default_lock_dir("c0ffee", "a")
+    assert one == default_lock_dir("c0ffee", "a")
+    assert one != default_lock_dir("c0ffee", "b")
+    assert one != default_lock_dir("decade", "a")
+
+
+async def test_members_reaching_one_store_by_different_urls_share_the_lock_directory() -> None:
+    """Issue 29 item 6: one store reached by hostname and by IP (or through a proxy) is
+    one cluster: its members must see each other's death, so their directory follows the
+    store's identity (its cluster id), not the URL text."""
+    shared = MemoryStore()
+    dirs = []
+    for url in ("redis://localhost:7001/0", "redis://127.0.0.1:7001/0", "redis://proxy:9/0"):
+        config = load_config(flags={"storage": url, "ha.enabled": True})
+        locks = await holder_locks(config, SystemClock(), shared.handle())
+        assert locks is not None
+        dirs.append(locks.directory)
+    assert dirs[0] == dirs[1] == dirs[2]
+    other = await holder_locks(
+        load_config(flags={"storage": "redis://localhost:7001/0", "ha.enabled": True}),
+        SystemClock(),
+        MemoryStore(),  # another store (its own cluster id) at the same URL text
     )
+    assert other is not None and other.directory != dirs[0]
 
 
-def test_a_memory_store_is_one_process_so_its_directory_names_the_process() -> None:
-    """Two test workers on this host, each with its own ``memory://`` cluster and a holder
-    named "a", refused each other's start (HolderInUse in CI)."""
-    mine = default_lock_dir("memory://", "a")
-    assert mine == default_lock_dir("memory://", "a", pid=os.getpid())
-    assert mine != default_lock_dir("memory://", "a", pid=os.getpid() + 1)
+LEAD = """
+import asyncio, sys, time
+from gcs.base.clock import SystemClock
+from gcs.server.ha_lock import LockDir
+import pathlib
+locks = LockDir(pathlib.Path(sys.argv[1]), SystemClock())
+asyncio.run(locks.hold(sys.argv[2]))
+locks.mark("leader", 7)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def leader(tmp_path: pathlib.Path) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LEAD, str(tmp_path / "locks"), "leader"],
+        stdout=subprocess.PIPE,
+        cwd=os.getcwd(),
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"held\n"
+    yield proc
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+    proc.wait(10)
+
+
+def test_a_paused_leader_is_ended_by_its_pid_and_start_time(
+    tmp_path: pathlib.Path, leader: subprocess.Popen[bytes]
+) -> None:
+    """Issue 29 item 5: the member that took the lease ends a stalled same-host ex-leader
+    (its record: pid, process start time, role leader at the superseded epoch)."""
+    locks = LockDir(tmp_path / "locks", SystemClock())
+    record = locks.path("leader").read_text().split("\n")
+    assert record[:2] == ["leader", str(leader.pid)]
+    assert record[2] == process_start(leader.pid) and record[3:5] == ["leader", "7"]
+    os.kill(leader.pid, signal.SIGSTOP)
+    assert locks.end("leader", 6) is None, "a record of another epoch is not ended"
+    assert locks.end("nobody", 7) is None
+    assert leader.poll() is None
+    assert locks.end("leader", 7) == leader.pid
+    assert leader.wait(10) == -signal.SIGKILL
+
+
+def test_a_reused_pid_or_a_standby_is_never_ended(
+    tmp_path: pathlib.Path, leader: subprocess.Popen[bytes]
+) -> None:
+    locks = LockDir(tmp_path / "locks", SystemClock())
+    path = locks.path("leader")
+    good = path.read_text()
+    fields = good.split("\n")
+    fields[2] = str(int(fields[2]) + 1)  # the pid now names a process started later
+    path.write_text("\n".join(fields))
+    assert locks.end("leader", 7) is None
+    fields = good.split("\n")
+    fields[3] = "standby"  # it stepped down (its record says so)
+    path.write_text("\n".join(fields))
+    assert locks.end("leader", 7) is None
+    assert leader.poll() is None

@@ -239,36 +239,40 @@ async def test_a_second_member_with_the_same_holder_name_on_one_host_is_refused(
     assert group.leaders() == [a]
 
 
-async def test_a_leader_paused_past_its_lease_is_refused_and_steps_down(group: HaGroup) -> None:
+async def test_a_leader_paused_past_its_lease_is_ended_and_its_clients_reach_the_new_one(
+    group: HaGroup,
+) -> None:
+    """Issue 29 item 5: the standby that takes a paused same-host leader's lease ends it
+    (its lock record: pid, start time, still leading that epoch); the kernel closes its
+    connections, and a channel opened before the pause is answered by the new leader
+    within 3 s of the pause.  The call queued in the paused leader's socket never lands."""
     a = group.add("a")
     a.wait_for("ha.leader")
     b = group.add("b")
     b.wait_for("ha.standby")
     # a connection to the leader, open before the pause (its calls queue in a's socket)
-    stale = GrpcKv(group.address)
+    stale = GrpcKv(group.address, timeout_s=1.0)
     await stale.put(b"late", b"warmup", b"1", overwrite=True)
     recorder = _Recorder(group.address, seed=2).start()
     await recorder.ran(30)
 
     a.signal(signal.SIGSTOP)
+    paused = time.monotonic()
     late_put = asyncio.create_task(stale.put(b"late", b"k", b"from-the-paused", overwrite=True))
-    b.wait_for("ha.leader", timeout_s=TTL_S + 30)
-    # new connections reach b although a's socket is still bound (paused, not closed)
-    await _first_answer(group.address, timeout_s=TAKEOVER_BOUND_S + LOAD_MARGIN_S)
-    # b acknowledges a write while a is still paused (a new connection: the stale one is a's)
-    during = GrpcKv(group.address)
-    try:
-        assert await during.put(b"late", b"during", b"b", overwrite=True)
-    finally:
-        await during.close()
-    a.signal(signal.SIGCONT)
-
-    with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await late_put
-    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert "no longer the leader" in (refused.value.details() or "")
-    a.wait_for("ha.step_down", timeout_s=30)
-    a.wait_for("ha.standby", count=2, timeout_s=30)  # a follows the store again
+    with pytest.raises(grpc.aio.AioRpcError):
+        await late_put  # never answered by a: its deadline, or its connection reset
+    while True:  # the channel opened before the pause, retried as a client would
+        try:
+            assert await stale.put(b"late", b"during", b"b", overwrite=True)
+            break
+        except grpc.aio.AioRpcError:
+            assert time.monotonic() - paused < 3.0 + LOAD_MARGIN_S + 10, "never answered"
+            await asyncio.sleep(0.05)
+    answered_s = time.monotonic() - paused
+    print(f"old channel answered {answered_s:.2f} s after the pause")
+    b.wait_for("ha.ended_stalled_leader", timeout_s=10)
+    assert a.proc is not None and a.proc.wait(10) == -signal.SIGKILL
+    assert answered_s <= 3.0 + LOAD_MARGIN_S, f"old channel answered {answered_s:.2f} s after"
     assert b.count("ha.holder_died") == 0, "a paused leader keeps its lock: the TTL decided"
     await recorder.ran(30)  # against b; with the 30 before, over checked()'s 50
     await recorder.finish()

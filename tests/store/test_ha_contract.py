@@ -116,6 +116,21 @@ class TestLease:
         info = await b.read_lease()
         assert info is not None and (info.holder, info.epoch) == ("a", epoch)
 
+    async def test_a_renewal_arriving_with_too_little_left_is_refused(
+        self, ha_backend: HaBackend
+    ) -> None:
+        """Issue 29 item 3: ``min_left_ms`` refuses a renewal that reaches the store after
+        its leader stopped trusting the lease (a lapsed one included); the lease is left as
+        it was, and a live one with enough left is renewed."""
+        a = await ha_backend.open()
+        epoch = await a.try_acquire_lease("a", TTL_MS)
+        assert epoch is not None
+        assert await a.renew_lease("a", epoch, TTL_MS, min_left_ms=TTL_MS // 10) is True
+        assert await a.renew_lease("a", epoch, TTL_MS, min_left_ms=TTL_MS * 2) is False
+        await ha_backend.expire_lease(a)
+        assert await a.renew_lease("a", epoch, TTL_MS, min_left_ms=1) is False
+        assert await a.try_acquire_lease("b", TTL_MS) is not None  # it stayed lapsed
+
     async def test_release_frees_the_lease_only_for_its_holder_and_epoch(
         self, ha_backend: HaBackend
     ) -> None:

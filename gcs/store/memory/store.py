@@ -221,11 +221,15 @@ class MemoryStore(Store, HaStore):
         shared.lease = _Lease(holder, shared.epoch, now + ttl_ms / 1000)
         return shared.epoch
 
-    async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
+    async def renew_lease(
+        self, holder: str, epoch: int, ttl_ms: int, *, min_left_ms: int = 0
+    ) -> bool:
         check_lease_args(holder, ttl_ms)
         now = self._lease_call()
         lease = self._shared.lease
         if lease is None or (lease.holder, lease.epoch) != (holder, epoch):
+            return False
+        if min_left_ms > 0 and (lease.expires_s - now) * 1000 < min_left_ms:
             return False
         lease.expires_s = now + ttl_ms / 1000  # even when lapsed: nobody took it since
         return True

@@ -191,12 +191,15 @@ redis.call('SET', KEYS[2], epoch, 'PX', ARGV[2])
 return epoch
 """
 
-# KEYS as ACQUIRE_LEASE; ARGV[1] = holder, ARGV[2] = epoch, ARGV[3] = TTL (ms).  1 when
-# (holder, epoch) is still the last grant (live, or lapsed with nobody taking it since) and
-# the lease now runs TTL from now; 0 otherwise.
+# KEYS as ACQUIRE_LEASE; ARGV[1] = holder, ARGV[2] = epoch, ARGV[3] = TTL (ms), ARGV[4] =
+# the least time (ms) the lease must have left (0: none).  1 when (holder, epoch) is still
+# the last grant (live, or lapsed with nobody taking it since) with that much left, and the
+# lease now runs TTL from now; 0 otherwise.
 RENEW_LEASE = """
 local cur = redis.call('HMGET', KEYS[1], 'epoch', 'holder')
 if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[1] then return 0 end
+local least = tonumber(ARGV[4] or '0')
+if least > 0 and redis.call('PTTL', KEYS[2]) < least then return 0 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 """

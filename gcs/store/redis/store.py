@@ -479,9 +479,11 @@ class RedisStore(Store, HaStore):
         epoch = await self._lease_script("lease acquire", scripts.ACQUIRE_LEASE, [holder, ttl_ms])
         return epoch or None
 
-    async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
+    async def renew_lease(
+        self, holder: str, epoch: int, ttl_ms: int, *, min_left_ms: int = 0
+    ) -> bool:
         check_lease_args(holder, ttl_ms)
-        args: list[Any] = [holder, epoch, ttl_ms]
+        args: list[Any] = [holder, epoch, ttl_ms, max(0, min_left_ms)]
         return bool(await self._lease_script("lease renewal", scripts.RENEW_LEASE, args))
 
     async def release_lease(self, holder: str, epoch: int) -> None:

@@ -55,13 +55,13 @@ class LeaseStatements:
             .returning(LEASE.c.epoch)
         )
 
-    def renew(self, holder: str, epoch: int, ttl_ms: int) -> Update:
-        """One row updated when ``(holder, epoch)`` is still the last grant."""
-        return (
-            update(LEASE)
-            .where(self._row, LEASE.c.holder == holder, LEASE.c.epoch == epoch)
-            .values(expires_ms=self._now + ttl_ms)
-        )
+    def renew(self, holder: str, epoch: int, ttl_ms: int, min_left_ms: int = 0) -> Update:
+        """One row updated when ``(holder, epoch)`` is still the last grant (with at least
+        ``min_left_ms`` left, when > 0)."""
+        where = [self._row, LEASE.c.holder == holder, LEASE.c.epoch == epoch]
+        if min_left_ms > 0:
+            where.append(LEASE.c.expires_ms - self._now >= min_left_ms)
+        return update(LEASE).where(*where).values(expires_ms=self._now + ttl_ms)
 
     def release(self, holder: str, epoch: int) -> Update:
         return (

@@ -167,11 +167,13 @@ class SqlHaStream:
             row = (await conn.execute(self._lease.acquire(holder, ttl_ms))).first()
         return int(row[0]) if row is not None else None
 
-    async def renew_lease(self, holder: str, epoch: int, ttl_ms: int) -> bool:
+    async def renew_lease(
+        self, holder: str, epoch: int, ttl_ms: int, *, min_left_ms: int = 0
+    ) -> bool:
         self._require_ha()
         check_lease_args(holder, ttl_ms)
         async with self._write() as conn:
-            result = await conn.execute(self._lease.renew(holder, epoch, ttl_ms))
+            result = await conn.execute(self._lease.renew(holder, epoch, ttl_ms, min_left_ms))
         return bool(result.rowcount)
 
     async def release_lease(self, holder: str, epoch: int) -> None:
