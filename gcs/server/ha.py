@@ -541,6 +541,9 @@ class HaCoordinator:
 
         async def stop_renewing() -> None:
             self._valid_until = 0.0  # admit() refuses from now on
+            # before the lease is given: the successor ends a same-host holder whose record
+            # still says it leads (a stalled one), not one handing over
+            self._mark(Role.STANDBY, epoch)
             renew.cancel()
             # a renewal in flight was sent before the release that follows (it lands
             # first); a store call that ignores its cancellation must not hold the handover

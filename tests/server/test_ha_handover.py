@@ -13,7 +13,6 @@ import json
 import pathlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -25,11 +24,9 @@ from gcs.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 
-PAUSE_BOUND_S = 0.1
-"""Issue 29: last answer of the old leader -> first of the new, at p99."""
-LOAD_MARGIN_S = 1.0
-"""A loaded 2-core machine stalls a process for a while at times: one handover's pause is
-asserted against the bound plus this (the bench measures the p99 over many)."""
+# The pause (last answer of the old leader -> first of the new; issue 29: <= 100 ms at p99)
+# is a speed target: bench/ha/handover.py measures it over many handovers.  These tests show
+# what must hold on any machine: no failed call, and the leadership moved by the handover.
 
 
 @pytest.fixture
@@ -60,9 +57,7 @@ async def test_gcs_ha_handover_moves_the_leadership_with_no_failed_call(group: H
     clients = await BusyClients(group.address).start()
     try:
         await clients.until_answered(300)
-        asked = time.monotonic()
         done = await asyncio.to_thread(_handover_cli, a_status, "--to", "b")
-        finished = time.monotonic()
         await clients.until_answered(300)  # the new leader answers them all
     finally:
         await clients.stop()
@@ -71,8 +66,6 @@ async def test_gcs_ha_handover_moves_the_leadership_with_no_failed_call(group: H
     assert result["handed_over"] and result["successor"] == "b", result
     assert b.count("ha.leader") == 1 and group.leaders() == [b]
     assert clients.failures == [], clients.failures[:5]
-    pause = clients.pause_s(asked, finished)
-    assert pause <= PAUSE_BOUND_S + LOAD_MARGIN_S, f"pause {pause * 1000:.0f} ms"
     # the old leader is a standby again, and can take the leadership back the same way
     a.wait_for("ha.standby", count=2)
 
@@ -85,9 +78,7 @@ async def test_sigterm_to_the_leader_hands_over_with_no_failed_call(group: HaGro
     clients = await BusyClients(group.address).start()
     try:
         await clients.until_answered(300)
-        stopped = time.monotonic()
         a.stop()  # SIGTERM, waits for the exit
-        exited = time.monotonic()
         await clients.until_answered(300)
     finally:
         await clients.stop()
@@ -96,8 +87,6 @@ async def test_sigterm_to_the_leader_hands_over_with_no_failed_call(group: HaGro
     assert a.proc is not None and a.proc.returncode == 0
     assert a.events("ha.handed_over")[0]["handed_over"] is True
     assert group.leaders() == [b]
-    pause = clients.pause_s(stopped, exited)
-    assert pause <= PAUSE_BOUND_S + LOAD_MARGIN_S, f"pause {pause * 1000:.0f} ms"
 
 
 async def test_a_standby_refuses_a_handover(group: HaGroup) -> None:
