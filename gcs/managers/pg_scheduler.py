@@ -43,6 +43,7 @@ from gcs.managers.events import Prepared
 from gcs.managers.nodes import NodeManager
 from gcs.managers.placement_groups import PG, PlacementGroupManager, is_placed
 from gcs.managers.resources import ResourceCache
+from gcs.policy.placement.naming import is_group_resource
 from gcs.policy.placement.policy import (
     BundleDemand,
     GroupRequest,
@@ -279,8 +280,11 @@ class PlacementGroupScheduler:
             generation = entry.generation if entry is not None else -1
             cached = self._views.get(node_id)
             if cached is None or cached[0] is not node or cached[1] != generation:
-                total = dict(data.resources_total if data is not None else node.resources_total)
-                available = dict(data.resources_available) if data is not None else dict(total)
+                # a bundle never asks for another group's resources: the names committed
+                # bundles expose (4 per bundle) stay out, or every view built and every class
+                # key sorted would grow with the groups placed on the node
+                total = _own(data.resources_total if data is not None else node.resources_total)
+                available = _own(data.resources_available) if data is not None else dict(total)
                 cached = (node, generation, NodeView(node_id, available, total, dict(node.labels)))
                 self._views[node_id] = cached
             view = cached[2]
@@ -384,3 +388,8 @@ class PlacementGroupScheduler:
     async def _lose_bundles(self, node_id: bytes) -> None:
         if await self._pgs.bundles_lost(node_id):
             self.kick(retry_all=True)
+
+
+def _own(resources: Mapping[str, float]) -> dict[str, float]:
+    """A node's own resources, without the names its committed bundles expose."""
+    return {name: amount for name, amount in resources.items() if not is_group_resource(name)}

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gcs.base.clock import FakeClock
 from gcs.base.errors import FailedPrecondition, NotFound
@@ -553,3 +555,45 @@ class TestPendingIndex:
         await gcs.place()
         assert [pg.placement_group_id for pg in gcs.pgs.pending()] == [pg_id(40)]
         assert gcs.pgs._groups[pg_id(39)].state == PG.CREATED
+
+
+class TestNodeViews:
+    async def test_the_views_hold_a_nodes_own_resources_not_its_bundles(self, gcs: Gcs) -> None:
+        """A committed bundle adds 4 names to its node (Ray's ``R_group_<i>_<hex>``,
+        ``R_group_<hex>``, ``bundle_group_...``); the scheduler's views leave them out, so a
+        pass costs the same with 1,000 groups placed as with none (issue 30: 2.6 -> 10.1 ms
+        of GCS CPU per group created, 100 -> 1,000 groups)."""
+        from gcs.policy.placement.naming import bundle_resources
+
+        own = {"CPU": 4.0, "GPU": 1.0, "my_group_x": 2.0}
+        exposed: dict[str, float] = dict(own)
+        for n in range(50):
+            indexed, wildcard = bundle_resources(pg_id(n), n % 2, {"CPU": 0.01})
+            exposed.update(indexed)
+            exposed.update(wildcard)
+        await gcs.nodes.register(
+            gcs_pb2.GcsNodeInfo(
+                node_id=node_id("a"),
+                node_manager_address="127.0.0.1",
+                node_manager_port=1000,
+                resources_total=exposed,
+                state=gcs_pb2.GcsNodeInfo.ALIVE,
+            )
+        )
+        (view,) = gcs.scheduler._node_views()
+        assert dict(view.total) == own and dict(view.available) == own
+
+
+@given(
+    resource=st.from_regex(r"[A-Za-z][A-Za-z0-9_:.\-]{0,20}", fullmatch=True),
+    group=st.binary(min_size=18, max_size=18),
+    index=st.integers(0, 1000),
+)
+def test_a_bundles_names_are_group_resources_and_a_nodes_own_are_not(
+    resource: str, group: bytes, index: int
+) -> None:
+    from gcs.policy.placement.naming import bundle_resources, is_group_resource
+
+    indexed, wildcard = bundle_resources(group, index, {resource: 1.0})
+    assert all(is_group_resource(name) for name in (*indexed, *wildcard))
+    assert not is_group_resource(resource)

@@ -22,6 +22,19 @@ BUNDLE_RESOURCE_UNITS = 1000.0
 BundleKey = tuple[bytes, int]
 """(placement group id, bundle index)."""
 
+_PG_ID_HEX = 36  # an 18-byte placement group id in hex
+
+
+def is_group_resource(name: str) -> bool:
+    """A name a committed bundle exposes (``R_group_<i>_<hex>`` / ``R_group_<hex>``), not a
+    node's own resource.  Cheap (the scheduler asks it of every name of a changed node):
+    ``_group_`` and a ``_``-separated tail as long as a group id's hex."""
+    return (
+        len(name) > _PG_ID_HEX + len(GROUP_KEYWORD)
+        and name[-_PG_ID_HEX - 1] == "_"
+        and GROUP_KEYWORD in name
+    )
+
 
 def indexed_name(resource: str, pg_id: bytes, index: int) -> str:
     return f"{resource}{GROUP_KEYWORD}{index}_{pg_id.hex()}"
