@@ -64,6 +64,7 @@ async def test_gcs_ha_handover_moves_the_leadership_with_no_failed_call(group: H
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["handed_over"] and result["successor"] == "b", result
+    b.wait_for("ha.leader")  # logged once its term serves
     assert b.count("ha.leader") == 1 and group.leaders() == [b]
     assert clients.failures == [], clients.failures[:5]
     # the old leader is a standby again, and can take the leadership back the same way
@@ -86,6 +87,7 @@ async def test_sigterm_to_the_leader_hands_over_with_no_failed_call(group: HaGro
     assert clients.failures == [], (len(clients.failures), clients.calls, clients.failures[:5])
     assert a.proc is not None and a.proc.returncode == 0
     assert a.events("ha.handed_over")[0]["handed_over"] is True
+    b.wait_for("ha.leader")  # logged once its term serves
     assert group.leaders() == [b]
 
 
