@@ -35,8 +35,6 @@ class _Pending:
 
 
 class FakeCloudProvider:
-    capabilities = Capabilities()
-
     def __init__(
         self,
         clock: Clock,
@@ -58,11 +56,18 @@ class FakeCloudProvider:
         self._seen_terminate: set[str] = set()
         self._errors: list[ProviderError] = []
         self.next_launch_error: str | None = None
+        self.notices: list[str] = []
+        """Lines the provider says in words next round (``Capabilities.notices``)."""
+        self.capabilities = Capabilities(notices=self._take_notices)
         self.next_terminate_error: str | None = None
         self.raise_on_list: Exception | None = None
         self.hang_next_launch = False
         self.capacity: dict[str, int] = {}
         """node type -> most instances that may exist (missing: unlimited)."""
+
+    def _take_notices(self) -> list[str]:
+        lines, self.notices = self.notices, []
+        return lines
 
     def add(self, cloud_id: str, node_type: str, kind: NodeKind = NodeKind.WORKER) -> None:
         self.instances[cloud_id] = CloudInstance(cloud_id, node_type, kind, True)

@@ -530,6 +530,14 @@ class TestRounds:
         report = h.gcs.reports[-1]
         assert [f.reason for f in report.failed_instance_requests] == ["quota exceeded"]
 
+    async def test_what_the_provider_says_in_words_becomes_an_event_once(self) -> None:
+        h = with_running_head()
+        h.provider.notices.append("EC2 throttled 3 calls (RequestLimitExceeded): retried")
+        await h.round()
+        await h.round()
+        said = [e.message for e in h.events.recent() if e.kind == "provider"]
+        assert said == ["EC2 throttled 3 calls (RequestLimitExceeded): retried"]
+
     async def test_hanging_provider_launch_becomes_a_launch_error(self) -> None:
         """The call timeout runs on the injected clock: the launch hangs until the test
         moves time past it."""

@@ -130,6 +130,9 @@ class Capabilities:
     """A step of its own in every round, after the listing."""
     config_source: ConfigSource | None = None
     """The cluster config is re-read from the cloud (KubeRay's RayCluster) every round."""
+    notices: Callable[[], list[str]] | None = None
+    """What the provider has to say in words since the last call, beyond errors (the cloud
+    throttling its calls): each line becomes an autoscaler event, read once per round."""
 
 
 class CloudProvider(Protocol):

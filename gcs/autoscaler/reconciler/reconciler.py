@@ -149,6 +149,8 @@ class Reconciler:
         cloud = await self._list_cloud()
         if caps.upkeep is not None:
             await caps.upkeep.upkeep()
+        for line in caps.notices() if caps.notices is not None else ():
+            self.events.add("provider", line)
         state = await self._gcs.get_cluster_resource_state()
         ray_nodes = self._ray_nodes.read(state)
         if caps.config_source is not None:

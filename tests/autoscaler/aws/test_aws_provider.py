@@ -153,6 +153,10 @@ async def test_throttling_is_retried_with_backoff_on_the_injected_clock(world: E
     assert clock.monotonic_s() - start == 3.0
     assert provider.poll_errors() == [] and len(world.instances(CLUSTER)) == 1
     assert provider.ec2.throttled == 2
+    # said in words once (the reconciler turns each line into an autoscaler event)
+    notices = provider.capabilities.notices
+    assert notices() == ["EC2 throttled 2 calls (RequestLimitExceeded): retried with backoff"]
+    assert notices() == []
 
 
 async def test_throttled_past_the_retries_is_an_error(world: Ec2World) -> None:

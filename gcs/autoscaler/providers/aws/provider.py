@@ -47,7 +47,6 @@ _TERMINATE_BATCH = 1000
 
 
 class AwsProvider:
-    capabilities = Capabilities()
     """The head is the machine this GCS runs on (``ray up`` brought it up): never launched."""
 
     def __init__(
@@ -69,6 +68,20 @@ class AwsProvider:
         restart is caught by the request's tag instead)."""
         self._errors: list[ProviderError] = []
         self._interrupted: set[str] = set()
+        self._throttled_told = 0
+        self.capabilities = Capabilities(notices=self._notices)
+
+    def _notices(self) -> list[str]:
+        """EC2's throttling since the last round, in words (its calls are retried with
+        backoff meanwhile; past the last retry the call fails as an error)."""
+        throttled = self._ec2.throttled - self._throttled_told
+        self._throttled_told = self._ec2.throttled
+        if not throttled:
+            return []
+        return [
+            f"EC2 throttled {throttled} call{'s' if throttled > 1 else ''} "
+            "(RequestLimitExceeded): retried with backoff"
+        ]
 
     @property
     def ec2(self) -> Ec2:
