@@ -26,16 +26,19 @@ import asyncio, sys, time
 from gcs.base.clock import SystemClock
 from gcs.server.ha_lock import LockDir
 import pathlib
-asyncio.run(LockDir(pathlib.Path(sys.argv[1]), SystemClock()).hold(sys.argv[2]))
+locks = LockDir(pathlib.Path(sys.argv[1]), SystemClock())
+asyncio.run(locks.hold(sys.argv[2]))
+if len(sys.argv) > 3:  # a role and epoch for its record
+    locks.mark(sys.argv[3], int(sys.argv[4]))
 print("held", flush=True)
-time.sleep(120)
+time.sleep(120)  # held until the test ends (kills) it
 """
 
 
-@pytest.fixture
-def holder(tmp_path: pathlib.Path) -> Iterator[subprocess.Popen[bytes]]:
+def holding(locks: pathlib.Path, *mark: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A process holding ``leader``'s lock (its record marked ``mark``: role, epoch)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(tmp_path / "locks"), "leader"],
+        [sys.executable, "-c", HOLD, str(locks), "leader", *mark],
         stdout=subprocess.PIPE,
         cwd=os.getcwd(),
     )
@@ -46,6 +49,11 @@ def holder(tmp_path: pathlib.Path) -> Iterator[subprocess.Popen[bytes]]:
         os.kill(proc.pid, signal.SIGCONT)
         proc.kill()
     proc.wait(10)
+
+
+@pytest.fixture
+def holder(tmp_path: pathlib.Path) -> Iterator[subprocess.Popen[bytes]]:
+    yield from holding(tmp_path / "locks")
 
 
 async def test_a_holder_killed_9_is_seen_dead_at_once_and_its_file_removed(
@@ -158,33 +166,9 @@ async def test_members_reaching_one_store_by_different_urls_share_the_lock_direc
     assert other is not None and other.directory != dirs[0]
 
 
-LEAD = """
-import asyncio, sys, time
-from gcs.base.clock import SystemClock
-from gcs.server.ha_lock import LockDir
-import pathlib
-locks = LockDir(pathlib.Path(sys.argv[1]), SystemClock())
-asyncio.run(locks.hold(sys.argv[2]))
-locks.mark("leader", 7)
-print("held", flush=True)
-time.sleep(120)
-"""
-
-
 @pytest.fixture
 def leader(tmp_path: pathlib.Path) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", LEAD, str(tmp_path / "locks"), "leader"],
-        stdout=subprocess.PIPE,
-        cwd=os.getcwd(),
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == b"held\n"
-    yield proc
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.kill()
-    proc.wait(10)
+    yield from holding(tmp_path / "locks", "leader", "7")
 
 
 def test_a_paused_leader_is_ended_by_its_pid_and_start_time(
