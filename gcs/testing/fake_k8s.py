@@ -15,7 +15,8 @@ runs) and the kubelet (each resize
 completes, stays ``PodResizePending`` or fails, as a test scripts it with
 :meth:`FakeKubernetes.script_resize`; completion updates ``status.containerStatuses[].
 resources``).  ``on_pod_created`` / ``on_pod_deleted`` let a test stand real processes in for
-pods.  Runs a ``ThreadingHTTPServer`` in a daemon thread; one lock guards the state.
+pods.  Runs a :class:`~gcs.testing.http_server.QuietHTTPServer` in a daemon thread; one lock
+guards the state.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from gcs.testing.http_server import QuietHTTPServer
 from gcs.testing.k8s_patch import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -90,8 +92,7 @@ class FakeKubernetes:
         self.on_pod_deleted: Callable[[dict[str, Any]], None] | None = None
         self.fail_next: dict[str, ApiError] = {}
         """``"METHOD path-suffix"`` -> error answered once (e.g. a 500 on a pod patch)."""
-        self._server = ThreadingHTTPServer((host, 0), _handler(self))
-        self._server.daemon_threads = True
+        self._server = QuietHTTPServer((host, 0), _handler(self))
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------------

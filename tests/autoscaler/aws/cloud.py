@@ -17,11 +17,13 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+
+from gcs.testing.http_server import QuietHTTPServer
 
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
 boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
@@ -112,8 +114,7 @@ class Ec2World:
         self._moto.start()
         self.reset()  # moto's state is the process's: start from an empty region
         self.proxy = Proxy(self.moto_port)
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self.proxy))
-        self._http.daemon_threads = True
+        self._http = QuietHTTPServer(("127.0.0.1", 0), _handler(self.proxy))
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
         self._thread.start()
         self.endpoint = f"http://127.0.0.1:{self._http.server_address[1]}"
