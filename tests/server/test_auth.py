@@ -537,7 +537,7 @@ def test_h2_poll_headers_carry_the_token_after_the_pseudo_headers() -> None:
     after every pseudo-header), and nothing when auth is off."""
     import hpack
 
-    from gcs.rpc.raylet_io.h2_unary import encode_request_headers
+    from gcs.rpc.raylet_io.h2_grpc import encode_request_headers
 
     headers = hpack.Decoder().decode(encode_request_headers("/p", "h:1", "Bearer t"))
     names = [name for name, _ in headers]

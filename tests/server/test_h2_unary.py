@@ -17,7 +17,8 @@ from gcs.proto import gcs_pb2, node_manager_pb2
 from gcs.proto import gcs_service_pb2 as G
 from gcs.rpc import ServiceStub
 from gcs.rpc.descriptors import NODE_MANAGER
-from gcs.rpc.raylet_io.h2_unary import H2CallError, H2UnaryClient
+from gcs.rpc.raylet_io.h2_grpc import H2CallError
+from gcs.rpc.raylet_io.h2_unary import H2UnaryClient
 from gcs.server.app import GcsServer
 from gcs.store.memory import MemoryStore
 from tests.conftest import Stubs, fast_config, poll_rounds

@@ -27,7 +27,8 @@ from gcs.proto import common_pb2, core_worker_pb2, node_manager_pb2
 from gcs.rpc.descriptors import CORE_WORKER
 from gcs.rpc.method_paths import method_path
 from gcs.rpc.raylet_io.grpc_gateway import GrpcRayletGateway
-from gcs.rpc.raylet_io.h2_unary import H2CallError, H2UnaryClient
+from gcs.rpc.raylet_io.h2_grpc import H2CallError
+from gcs.rpc.raylet_io.h2_unary import H2UnaryClient
 from gcs.rpc.raylet_io.pool import CHANNEL_OPTIONS, RayletClientPool, direct_call
 from gcs.rpc.security import NO_SECURITY, Security
 

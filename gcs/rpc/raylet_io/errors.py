@@ -15,7 +15,7 @@ import grpc
 
 from gcs.base.errors import GcsError, RayletUnreachable, RayStatusCode, RayStatusError
 from gcs.rpc.errors import ray_message
-from gcs.rpc.raylet_io.h2_unary import H2CallError
+from gcs.rpc.raylet_io.h2_grpc import H2CallError
 
 _REFUSALS = {
     grpc.StatusCode.INVALID_ARGUMENT: RayStatusCode.InvalidArgument,

@@ -31,7 +31,7 @@ from gcs.base.clock import SYSTEM_CLOCK, Clock
 from gcs.proto import common_pb2, gcs_pb2, node_manager_pb2
 from gcs.rpc.raylet_io.budget import RayletIoBudget
 from gcs.rpc.raylet_io.errors import raylet_error
-from gcs.rpc.raylet_io.h2_unary import H2CallError
+from gcs.rpc.raylet_io.h2_grpc import H2CallError
 from gcs.rpc.raylet_io.pool import (
     HEALTH_CHECK,
     METHODS,

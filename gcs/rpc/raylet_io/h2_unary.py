@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -59,51 +58,21 @@ from gcs.rpc.h2_frames import (
 )
 from gcs.rpc.h2_frames import frame as _frame
 from gcs.rpc.h2_frames import frame_header as _frame_header
-from gcs.rpc.h2_frames import literal as _literal
 from gcs.rpc.h2_frames import literal_new as _literal_new
+from gcs.rpc.raylet_io.h2_grpc import (
+    H2CallError,
+    encode_request_headers,
+    grpc_timeout_value,
+    http_status_error,
+    trailers_result,
+)
 
 _CONN_TOPUP_AT = 2**30
-_STATUS_BY_CODE = {s.value[0]: s for s in grpc.StatusCode}
 _DECODE_CACHE_MAX = 64
 _PING_ACK_DELAY_S = 2.0
 """grpc servers send a BDP ping after ~30% of replies; acking it with the next request instead
 of its own write saves a send syscall (~40 µs).  2 s is far inside keepalive timeouts (Ray
 raylets: 20 s) and only slows the server's BDP estimate, which unary polls do not need."""
-
-
-class H2CallError(Exception):
-    """A failed call; ``code`` is the gRPC status (``UNAVAILABLE`` for transport failures)."""
-
-    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
-        super().__init__(f"{code.name}: {details}")
-        self._code = code
-        self.details = details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-
-def encode_request_headers(path: str, authority: str, authorization: str = "") -> bytes:
-    """The constant part of the request header block (grpc-timeout appended per call);
-    ``authorization`` (Ray's ``Bearer <token>``) is sent when given."""
-    auth = _literal(23, authorization) if authorization else b""  # authorization (static 23)
-    return (
-        b"\x83"  # :method POST (static 3)
-        + b"\x86"  # :scheme http (static 6)
-        + _literal(4, path)  # :path
-        + _literal(1, authority)  # :authority (pseudo-headers first: RFC 9113 8.3)
-        + _literal(31, "application/grpc")  # content-type
-        + _literal_new("te", "trailers")
-        + auth
-    )
-
-
-def grpc_timeout_value(timeout_s: float) -> str:
-    """``grpc-timeout`` in milliseconds (at most 8 digits, as the spec requires)."""
-    ms = max(1, int(timeout_s * 1000 + 0.999))
-    if ms < 100_000_000:
-        return f"{ms}m"
-    return f"{min(ms // 1000, 99_999_999)}S"
 
 
 @dataclass(slots=True)
@@ -347,10 +316,10 @@ class H2Connection(asyncio.Protocol):
             stream.headers_seen = True
             status = next((v for k, v in headers if k == ":status"), "")
             if status != "200":
-                self._reset(stream_id, _http_status_error(status))
+                self._reset(stream_id, http_status_error(status))
             return
         # trailers, or a trailers-only response
-        self._finish(stream_id, _trailers_result(headers, stream.body))
+        self._finish(stream_id, trailers_result(headers, stream.body))
 
     # ---------------------------------------------------------------- calls
 
@@ -468,52 +437,6 @@ class H2Connection(asyncio.Protocol):
 
 class _ProtocolError(Exception):
     pass
-
-
-def _http_status_error(status: str) -> H2CallError:
-    # gRPC's HTTP-to-status mapping (doc/http-grpc-status-mapping.md)
-    code = {
-        "400": grpc.StatusCode.INTERNAL,
-        "401": grpc.StatusCode.UNAUTHENTICATED,
-        "403": grpc.StatusCode.PERMISSION_DENIED,
-        "404": grpc.StatusCode.UNIMPLEMENTED,
-        "429": grpc.StatusCode.UNAVAILABLE,
-        "502": grpc.StatusCode.UNAVAILABLE,
-        "503": grpc.StatusCode.UNAVAILABLE,
-        "504": grpc.StatusCode.UNAVAILABLE,
-    }.get(status, grpc.StatusCode.UNKNOWN)
-    return H2CallError(code, f"HTTP status {status or 'missing'}")
-
-
-def _trailers_result(headers: list[tuple[str, str]], body: bytearray) -> bytes | H2CallError:
-    status_text = None
-    message = ""
-    http_status = None
-    for name, value in headers:
-        if name == "grpc-status":
-            status_text = value
-        elif name == "grpc-message":
-            message = urllib.parse.unquote(value)
-        elif name == ":status":
-            http_status = value
-    if status_text is None:
-        if http_status is not None and http_status != "200":
-            return _http_status_error(http_status)
-        return H2CallError(grpc.StatusCode.INTERNAL, "response without grpc-status")
-    try:
-        code = _STATUS_BY_CODE.get(int(status_text), grpc.StatusCode.UNKNOWN)
-    except ValueError:
-        code = grpc.StatusCode.UNKNOWN
-    if code is not grpc.StatusCode.OK:
-        return H2CallError(code, message)
-    if len(body) < 5:
-        return H2CallError(grpc.StatusCode.INTERNAL, "OK status without a message")
-    if body[0] != 0:
-        return H2CallError(grpc.StatusCode.INTERNAL, "compressed reply not requested")
-    length = int.from_bytes(body[1:5])
-    if len(body) != 5 + length:
-        return H2CallError(grpc.StatusCode.INTERNAL, "reply is not exactly one message")
-    return bytes(body[5:])
 
 
 class H2UnaryClient:
