@@ -3,18 +3,33 @@ failed calls, over N handovers.
 
 A private Redis, members A and B on one port (each with its HA status port), five busy
 clients of our own (``gcs.testing.ha_load``: their own connections, no retry but gRPC's
-transparent one).  N times, the leader is asked to hand over (``gcs ha handover``'s admin
-call on its status port), alternately A -> B and B -> A; per handover the *pause* is the
-longest time between two consecutive answers (any client) while it ran: the old leader's
-last answer to the new one's first.  ``--sigterm`` instead stops the leader with SIGTERM
-each time and starts it again as a standby (the other way out).  ``--baseline`` also runs
-the SIGTERM rounds with both members of the previous version (``GCS_UPGRADE_FROM``, default
-the commit before the planned handover, exported from git history), in the same run: the
-old stop, for comparison.
+transparent one), each in a process of its own as Ray's raylets and workers are
+(``--one-process``: all in this one, sharing its gRPC runtime; ``--both``: both ways, one
+after the other in the same run).  N times, the leader is asked to hand over (``gcs ha
+handover``'s admin call on its status port), alternately A -> B and B -> A; per handover
+the *pause* is the longest time between two consecutive answers (any client) while it
+ran: the old leader's last answer to the new one's first; a client's *stall* is that gap
+in its own answers.  The mechanism is counted too: reconnects that failed (a channel in
+TRANSIENT_FAILURE: refused, reset, or gRPC's backoff), and with ``--trace`` per handover
+each client's stall and connectivity transitions and how late its event loop woke.
+``--sigterm`` instead stops the leader with SIGTERM each time and starts it again as a
+standby (the other way out).  ``--baseline`` also runs the SIGTERM rounds with both
+members of the previous version (``GCS_UPGRADE_FROM``, default the commit before the
+planned handover, exported from git history), in the same run: the old stop, for
+comparison.
 
     python -m bench.ha.handover [--handovers 20] [--clients 5] [--sigterm] [--baseline]
+        [--one-process | --both] [--trace]
 
 Targets: 0 failed calls; pause p99 <= 100 ms.  Logs are kept (and named) on a failure.
+
+What a longer pause was, measured (2026-11-29): never a failed reconnect nor a connection
+accepted by the old leader after its GOAWAY (it closed its listener before; the successor
+accepts every reconnect at its first attempt).  The client saw the GOAWAY late: its bytes
+were read at once, but a process holding several connections had its gRPC (grpcio 1.85's
+EventEngine thread pool, which adds one thread a second under a backlog, and malloc arena
+contention on a CPU-starved host) handle them 0.5-3 s later, most often at the first
+handover of that process.  One connection per process (as Ray's) did not show it.
 """
 
 from __future__ import annotations
@@ -34,7 +49,7 @@ import grpc
 
 from gcs.server.ha_status import HANDOVER_METHOD
 from gcs.testing.ha_group import HaGroup, HaMember
-from gcs.testing.ha_load import BusyClients
+from gcs.testing.ha_load import BusyClientProcesses, BusyClients
 from gcs.testing.ports import free_port
 from gcs.testing.previous_version import PREVIOUS_VERSION, export_previous, missing_reason
 from gcs.testing.redis_server import RedisServer
@@ -47,13 +62,30 @@ async def hand_over(status_port: int) -> dict[str, object]:
     return result
 
 
+def explain(clients: BusyClients | BusyClientProcesses, since: float, until: float) -> None:
+    """``--trace``: per client, its stall and its channel's transitions (ms from the ask)."""
+    print(f"handover: pause {clients.pause_s(since, until) * 1000:.0f} ms")
+    for n, stall in enumerate(clients.stalls_s(since, until)):
+        states = [
+            f"{state}@{(t - since) * 1000:.0f}"
+            for t, c, state in clients.states
+            if c == n and since <= t <= since + max(1.0, stall + 0.2)
+        ]
+        print(f"  client {n}: stall {stall * 1000:.0f} ms {' '.join(states)}")
+    late = [f"{(t - since) * 1000:.0f}:{s * 1000:.0f}" for t, s in clients.late if since <= t]
+    if late:
+        print(f"  clients' event loops late (at ms: ms): {' '.join(late[:20])}")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def run(args: argparse.Namespace) -> int:
-    code = await rounds(args, sigterm=args.sigterm, source=None)
+    code = 0
+    for one_process in (False, True) if args.both else (args.one_process,):
+        code |= await rounds(args, sigterm=args.sigterm, source=None, one_process=one_process)
     if args.baseline:
         reason = missing_reason()
         if reason is not None:
@@ -62,11 +94,13 @@ async def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="ha-previous-") as previous:
             tree = export_previous(pathlib.Path(previous))
             print(f"baseline: the previous version ({PREVIOUS_VERSION[:12]}), SIGTERM rounds")
-            await rounds(args, sigterm=True, source=tree)
+            await rounds(args, sigterm=True, source=tree, one_process=args.one_process)
     return code
 
 
-async def rounds(args: argparse.Namespace, *, sigterm: bool, source: pathlib.Path | None) -> int:
+async def rounds(
+    args: argparse.Namespace, *, sigterm: bool, source: pathlib.Path | None, one_process: bool
+) -> int:
     """The handovers with members of this tree, or of ``source`` (then SIGTERM only)."""
     directory = pathlib.Path(tempfile.mkdtemp(prefix="ha-handover-"))
     redis = RedisServer(appendfsync="everysec").start()
@@ -87,8 +121,11 @@ async def rounds(args: argparse.Namespace, *, sigterm: bool, source: pathlib.Pat
         members["a"].wait_for("ha.leader")
         members["b"] = start("b")
         members["b"].wait_for("ha.standby")
-        clients = await BusyClients(group.address, clients=args.clients).start()
+        kind = BusyClients if one_process else BusyClientProcesses
+        clients = await kind(group.address, clients=args.clients, trace=args.trace).start()
         pauses: list[float] = []
+        stalls: list[float] = []
+        failed_reconnects = 0
         took: list[float] = []
         leader, standby = "a", "b"
         try:
@@ -105,6 +142,10 @@ async def rounds(args: argparse.Namespace, *, sigterm: bool, source: pathlib.Pat
                 until = time.monotonic()
                 await clients.until_answered(100)
                 pauses.append(clients.pause_s(since, until))
+                stalls += clients.stalls_s(since, until)
+                failed_reconnects += clients.failed_reconnects(since, time.monotonic())
+                if args.trace:
+                    explain(clients, since, until)
                 took.append(float(str(event["took_ms"])))
                 if not event["handed_over"]:
                     print(f"{leader}: no successor: {event}")
@@ -124,15 +165,18 @@ async def rounds(args: argparse.Namespace, *, sigterm: bool, source: pathlib.Pat
         finally:
             await clients.stop()
         ms = [p * 1000 for p in pauses]
+        stall_ms = [s * 1000 for s in stalls]
         load = os.getloadavg()
+        where = "in this process" if one_process else "a process each"
         print(
             f"{len(pauses)} handovers ({'SIGTERM' if sigterm else 'gcs ha handover'}), "
-            f"{args.clients} clients, {clients.calls} calls, "
-            f"failed {len(clients.failures)} | pause p50 {percentile(ms, 0.5):.1f} ms, "
-            f"p99 {percentile(ms, 0.99):.1f} ms, max {max(ms):.1f} ms, "
-            f"mean {statistics.mean(ms):.1f} ms | leader's handover (hold -> successor serves) "
-            f"p50 {percentile(took, 0.5):.1f} ms, p99 {percentile(took, 0.99):.1f} ms | "
-            f"load avg {load[0]:.2f}"
+            f"{args.clients} clients ({where}), {clients.calls} calls, "
+            f"failed {len(clients.failures)}, failed reconnects {failed_reconnects} | "
+            f"pause p50 {percentile(ms, 0.5):.1f} ms, p99 {percentile(ms, 0.99):.1f} ms, "
+            f"max {max(ms):.1f} ms, mean {statistics.mean(ms):.1f} ms | a client's stall "
+            f"p50 {percentile(stall_ms, 0.5):.1f} ms, p99 {percentile(stall_ms, 0.99):.1f} ms | "
+            f"leader's handover (hold -> successor serves) p50 {percentile(took, 0.5):.1f} ms, "
+            f"p99 {percentile(took, 0.99):.1f} ms | load avg {load[0]:.2f}"
         )
         print("  pauses (ms):", " ".join(f"{p:.0f}" for p in ms))
         print("  handovers (ms):", " ".join(f"{t:.0f}" for t in took))
@@ -154,6 +198,10 @@ def main() -> None:
     parser.add_argument("--handovers", type=int, default=20)
     parser.add_argument("--clients", type=int, default=5)
     parser.add_argument("--sigterm", action="store_true", help="SIGTERM the leader instead")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--one-process", action="store_true", help="every client in this process")
+    mode.add_argument("--both", action="store_true", help="a process each, then one process")
+    parser.add_argument("--trace", action="store_true", help="per handover, per client")
     parser.add_argument(
         "--baseline", action="store_true", help="also the previous version's SIGTERM rounds"
     )

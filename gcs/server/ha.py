@@ -15,10 +15,11 @@ Every member runs an :class:`HaCoordinator` on the same Redis / PostgreSQL store
   wired afresh and load from the mirror (:class:`TakeoverStore`), then run and bind the
   shared port (SO_REUSEPORT).  Raylets see what they see at a restart: same address, node
   table loaded (no node is dead for the gap; the restart grace applies), NotifyGCSRestart.
-* **Leader.** Renews the lease every ``renew_interval_ms``.  It answers a call only while
-  its lease is certainly still its own (:meth:`HaCoordinator.admit`, asked per call: the
-  local monotonic time of the last renewal's *start* plus 90% of the TTL), so a paused
-  leader resumed past its lease refuses at once, before its renewal loop even runs.
+* **Leader.** Renews the lease every ``renew_interval_ms`` (:mod:`.ha_renew`).  It
+  answers a call only while its lease is certainly still its own
+  (:meth:`HaCoordinator.admit`, asked per call: the local monotonic time of the last
+  renewal's *start* plus 90% of the TTL), so a paused leader resumed past its lease
+  refuses at once, before its renewal loop even runs.
   Losing the lease (a renewal refused, or not confirmed before that deadline) or any write
   refused as fenced -> step down at once: the term's components close with no grace
   (listeners and connections closed, held polls answered), and the member is a standby
@@ -53,14 +54,16 @@ from gcs.config import HaConfig
 from gcs.server.ha_cut import TermStore
 from gcs.server.ha_gate import LinkGate
 from gcs.server.ha_handover import (
+    HandoverAsk,
+    HandoverDesk,
     HandoverResult,
     HandoverTerm,
-    NotLeader,
     lead_handover,
     standby_wait_s,
 )
 from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
+from gcs.server.ha_renew import LeaseTrust, renew_until_lost
 from gcs.server.ha_upgrade import check_mirror, expand_format
 from gcs.server.metrics import GcsMetrics, counter, gauge
 from gcs.store import Store
@@ -71,15 +74,8 @@ __all__ = ["HaCoordinator", "HaSettings", "Role", "Term", "default_holder"]
 
 log = structlog.get_logger("gcs.ha")
 
-LEASE_SAFETY = 0.9
-"""Fraction of the TTL a leader trusts its lease for after a renewal started (the store
-counts the TTL from when it processed the renewal, a little later: this is conservative,
-and leaves room for clock-rate drift between hosts)."""
 RETRY_S = 0.2
 """Pause after a failed store call of a standby (before following / trying again)."""
-LATE_RENEWAL = 0.1
-"""Fraction of the TTL a renewal *sent* after the trusted lease ended (the loop was busy,
-e.g. loading a term; none was pending) may take to confirm before the leader steps down."""
 
 
 class Role(enum.StrEnum):
@@ -159,7 +155,7 @@ class HaCoordinator:
         self.step_downs = 0
         self.last_takeover_s = 0.0
         self.mirror: TableMirror | None = None
-        self._valid_until = 0.0
+        self._trust = LeaseTrust(settings.lease_ttl_ms)  # until when the lease is ours
         self._gate = LinkGate(settings.lease_ttl_ms / 1000)
         self._seen: LeaseInfo | None = None  # the last live lease read
         self._previous: LeaseInfo | None = None  # the lease this member took over
@@ -170,9 +166,7 @@ class HaCoordinator:
         self._leading = asyncio.Event()
         self._standing_by = asyncio.Event()
         self._term: Term | None = None
-        self._handover: tuple[str, bool, asyncio.Future[HandoverResult]] | None = None
-        """A planned handover asked of this leader: (to whom, then stop?, its result)."""
-        self._handover_asked = asyncio.Event()
+        self._handovers = HandoverDesk()  # a planned handover asked of this leader
         self._stopped = False
         self._histogram: Histogram | None = None
         if metrics is not None:
@@ -187,7 +181,7 @@ class HaCoordinator:
     # -- what the server, tests and metrics read ---------------------------------------------
     def admit(self) -> bool:
         """Whether a call may be answered now: leader, and the lease certainly still ours."""
-        return self.role is Role.LEADER and self._clock.monotonic_s() < self._valid_until
+        return self.role is Role.LEADER and self._clock.monotonic_s() < self._trust.until
 
     @property
     def serving(self) -> bool:
@@ -211,13 +205,10 @@ class HaCoordinator:
         """A planned handover (:mod:`gcs.server.ha_handover`) to ``to`` (empty: any standby);
         returns once a successor serves, or the lease TTL passed without one.  The member is
         a standby afterwards, or (``then_stop``) :meth:`run` returns.  Raises
-        :class:`NotLeader` unless this member serves."""
-        if not self.serving or self._handover is not None:
-            raise NotLeader(f"{self.settings.holder} is not serving as the leader")
-        done: asyncio.Future[HandoverResult] = asyncio.get_running_loop().create_future()
-        self._handover = (to, then_stop, done)
-        self._handover_asked.set()
-        return await asyncio.shield(done)
+        :class:`~gcs.server.ha_handover.NotLeader` unless this member serves."""
+        return await self._handovers.request(
+            to, then_stop=then_stop, serving=self.serving, holder=self.settings.holder
+        )
 
     def describe(self) -> dict[str, object]:
         return {
@@ -309,8 +300,8 @@ class HaCoordinator:
         if epoch is None:
             return None
         await self._unwatch()
-        self._valid_until = sent + self._trust_s()
-        late_s = clock.monotonic_s() - self._valid_until
+        self._trust.until = sent + self._trust.span_s
+        late_s = clock.monotonic_s() - self._trust.until
         if late_s >= 0:
             log.warning("ha.acquired_too_late", epoch=epoch, late_s=round(late_s, 3))
             await self._give_back(epoch)
@@ -427,9 +418,6 @@ class HaCoordinator:
             await asyncio.sleep(0)
         return died is not None and died.done() and _died(died)
 
-    def _trust_s(self) -> float:
-        return self.settings.lease_ttl_ms / 1000 * LEASE_SAFETY
-
     async def _lead(self, epoch: int) -> None:
         """One term: fence, drain, load, serve; returns once the lease is lost (or fenced)."""
         clock, settings = self._clock, self.settings
@@ -446,7 +434,15 @@ class HaCoordinator:
         store = TermStore(self._store, mirror, on_fenced=self._fenced.set)
         self.role = Role.LEADER  # admit() may answer True once the term serves
         # renewals start now: loading a big state must not outlast the lease
-        renew = self._tasks.start(self._renew_until_lost(epoch), "renew")
+        renewing = renew_until_lost(
+            self._ha,
+            clock,
+            self._trust,
+            holder=settings.holder,
+            epoch=epoch,
+            interval_ms=settings.renew_interval_ms,
+        )
+        renew = self._tasks.start(renewing, "renew")
         try:
             term = self._term = await self._start_term(store, self.admit)
         except BaseException as err:
@@ -480,7 +476,10 @@ class HaCoordinator:
         self._end_stalled()
         try:
             _, _, failed, asked = await race(
-                asyncio.shield(renew), self._fenced.wait(), term.wait(), self._handover_asked.wait()
+                asyncio.shield(renew),
+                self._fenced.wait(),
+                term.wait(),
+                self._handovers.asked.wait(),
             )
             if asked.done() and not asked.cancelled():
                 await self._lead_handover(epoch, term, renew)
@@ -534,13 +533,10 @@ class HaCoordinator:
             )
 
     async def _lead_handover(self, epoch: int, term: Term, renew: asyncio.Task[None]) -> None:
-        """The handover asked by :meth:`hand_over`, its result (or failure) handed back."""
-        assert self._handover is not None
-        to, then_stop, done = self._handover
-        self._stopped = then_stop
+        """The handover asked by :meth:`hand_over` (:mod:`gcs.server.ha_handover`)."""
 
         async def stop_renewing() -> None:
-            self._valid_until = 0.0  # admit() refuses from now on
+            self._trust.until = 0.0  # admit() refuses from now on
             # before the lease is given: the successor ends a same-host holder whose record
             # still says it leads (a stalled one), not one handing over
             self._mark(Role.STANDBY, epoch)
@@ -550,107 +546,27 @@ class HaCoordinator:
             with contextlib.suppress(TimeoutError):
                 await within(self._clock, RETRY_S, asyncio.gather(renew, return_exceptions=True))
 
-        try:
+        async def lead(ask: HandoverAsk) -> HandoverResult:
+            self._stopped = ask.then_stop
             assert isinstance(term, HandoverTerm)
-            result = await lead_handover(
+            settings = self.settings
+            return await lead_handover(
                 store=self._store,
                 ha=self._ha,
                 clock=self._clock,
-                holder=self.settings.holder,
-                epoch=self.epoch,
-                to=to,
-                ttl_s=self.settings.lease_ttl_ms / 1000,
-                take_s=2 * self.settings.renew_interval_ms / 1000,
+                holder=settings.holder,
+                epoch=epoch,
+                to=ask.to,
+                ttl_s=settings.lease_ttl_ms / 1000,
+                take_s=2 * settings.renew_interval_ms / 1000,
                 term=term,
                 stop_renewing=stop_renewing,
             )
-        except StoreError as err:  # the notice was refused (fenced) or not written
+
+        failed = await self._handovers.answer(lead, stop_term=self._stop_term)
+        if failed is not None:  # the notice was refused (fenced) or not written
             self.step_downs += 1
-            log.warning("ha.step_down", epoch=epoch, reason="handover failed", error=str(err))
-            if not done.done():
-                done.set_exception(NotLeader(f"the handover failed: {err}"))
-            return
-        except BaseException:
-            if not done.done():
-                done.set_exception(NotLeader("the member stopped during the handover"))
-            raise
-        finally:
-            self._handover = None
-            self._handover_asked.clear()
-            await self._stop_term()
-        if not done.done():
-            done.set_result(result)
-
-    async def _renew_until_lost(self, epoch: int) -> None:
-        """Renew every interval; returns (trust withdrawn: ``admit()`` is False) when the
-        lease is lost, or when the trusted lease ended with no renewal confirmed.
-
-        A renewal must be confirmed before the trusted lease ends: a leader already
-        refusing calls is not extended by a late reply (item 3), it steps down then -- by
-        the time its lease could have ended in the store, so its admitted calls are
-        answered (item 2) and its clients go elsewhere.  A renewal *sent* late (the loop was
-        busy, e.g. loading a term, with none pending) gets ``LATE_RENEWAL`` of the TTL."""
-        clock, settings = self._clock, self.settings
-        interval_s = settings.renew_interval_ms / 1000
-        last_s = clock.monotonic_s()
-        failed = False
-        # the store refuses a renewal arriving once this leader's trust surely ended
-        least_ms = int(settings.lease_ttl_ms * (1 - LEASE_SAFETY))
-        while True:
-            until_end_s = self._valid_until - clock.monotonic_s()
-            next_s = interval_s - (clock.monotonic_s() - last_s)
-            await clock.sleep(max(0.0, min(next_s, until_end_s)))
-            started = last_s = clock.monotonic_s()
-            left_s = self._valid_until - started
-            if left_s <= 0:
-                if failed or not await self._renew_late(epoch, started):
-                    log.warning("ha.lease_lapsed", epoch=epoch, late_s=round(-left_s, 3))
-                    self._valid_until = 0.0
-                    return
-                continue
-            try:
-                renewed = await within(
-                    clock,
-                    left_s,
-                    self._ha.renew_lease(
-                        settings.holder, epoch, settings.lease_ttl_ms, min_left_ms=least_ms
-                    ),
-                )
-            except TimeoutError:
-                log.warning("ha.lease_lapsed", epoch=epoch, reason="renewal not confirmed")
-                self._valid_until = 0.0
-                return
-            except StoreError as err:
-                log.warning("ha.renew_failed", epoch=epoch, error=str(err))
-                failed = True
-                continue  # tried again at the next interval, or the trust's end
-            if not renewed:
-                log.warning("ha.lease_lost", epoch=epoch)
-                self._valid_until = 0.0
-                return
-            if clock.monotonic_s() >= self._valid_until:
-                log.warning("ha.lease_lapsed", epoch=epoch, reason="renewal confirmed late")
-                self._valid_until = 0.0
-                return
-            self._valid_until = started + self._trust_s()
-            failed = False
-
-    async def _renew_late(self, epoch: int, started: float) -> bool:
-        """A renewal sent after the trust ended: confirmed within ``LATE_RENEWAL``?"""
-        clock, settings = self._clock, self.settings
-        limit_s = settings.lease_ttl_ms / 1000 * LATE_RENEWAL
-        try:
-            renewed = await within(
-                clock, limit_s, self._ha.renew_lease(settings.holder, epoch, settings.lease_ttl_ms)
-            )
-        except (TimeoutError, StoreError) as err:
-            log.warning("ha.lease_lapsed", epoch=epoch, reason="late renewal", error=str(err))
-            return False
-        if not renewed or clock.monotonic_s() - started >= limit_s:
-            log.warning("ha.lease_lapsed", epoch=epoch, reason="late renewal refused or late")
-            return False
-        self._valid_until = started + self._trust_s()
-        return True
+            log.warning("ha.step_down", epoch=epoch, reason="handover failed", error=str(failed))
 
     async def _stop_term(self) -> None:
         term, self._term = self._term, None

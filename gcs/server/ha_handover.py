@@ -49,6 +49,7 @@ __all__ = [
     "NOTICE_KEY",
     "POLL_S",
     "TABLE_HA",
+    "HandoverDesk",
     "HandoverNotice",
     "HandoverResult",
     "HandoverTerm",
@@ -209,6 +210,69 @@ def _recorded_epoch(raw: bytes | None) -> int:
         return int(json.loads(raw or b"{}").get("epoch", 0))
     except (ValueError, TypeError, AttributeError):
         return 0
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverAsk:
+    to: str
+    """The standby meant to take over; empty: any."""
+    then_stop: bool
+    """The member stops once it handed over (SIGTERM), instead of standing by."""
+    done: asyncio.Future[HandoverResult]
+
+
+class HandoverDesk:
+    """Where a leader's coordinator takes a handover asked of it (``gcs ha handover``,
+    SIGTERM) and hands back its result: one at a time, led by the running term."""
+
+    def __init__(self) -> None:
+        self.ask: HandoverAsk | None = None
+        self.asked = asyncio.Event()
+        """Set while a handover waits for the term to lead it."""
+
+    async def request(
+        self, to: str, *, then_stop: bool, serving: bool, holder: str
+    ) -> HandoverResult:
+        """Ask (``serving``: this member's term serves) and wait for the result; raises
+        :class:`NotLeader` unless it serves and no other handover runs."""
+        if not serving or self.ask is not None:
+            raise NotLeader(f"{holder} is not serving as the leader")
+        done: asyncio.Future[HandoverResult] = asyncio.get_running_loop().create_future()
+        self.ask = HandoverAsk(to, then_stop, done)
+        self.asked.set()
+        return await asyncio.shield(done)
+
+    async def answer(
+        self,
+        lead: Callable[[HandoverAsk], Awaitable[HandoverResult]],
+        *,
+        stop_term: Callable[[], Awaitable[None]],
+    ) -> StoreError | None:
+        """Run ``lead`` for the waiting ask, stop the term, hand the result back; the
+        error when the notice could not be written (the lease is not ours to hand over:
+        the caller steps down as after a lost lease)."""
+        ask = self.ask
+        assert ask is not None, "answer() without an ask"
+        try:
+            result = await lead(ask)
+        except StoreError as err:
+            _fail(ask, f"the handover failed: {err}")
+            return err
+        except BaseException:
+            _fail(ask, "the member stopped during the handover")
+            raise
+        finally:
+            self.ask = None
+            self.asked.clear()
+            await stop_term()
+        if not ask.done.done():
+            ask.done.set_result(result)
+        return None
+
+
+def _fail(ask: HandoverAsk, message: str) -> None:
+    if not ask.done.done():
+        ask.done.set_exception(NotLeader(message))
 
 
 class Leader(Protocol):

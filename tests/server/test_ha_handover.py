@@ -13,6 +13,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -54,14 +55,21 @@ async def test_gcs_ha_handover_moves_the_leadership_with_no_failed_call(group: H
     a.wait_for("ha.leader")
     b, _ = _member(group, "b")
     b.wait_for("ha.standby")
-    clients = await BusyClients(group.address).start()
+    clients = await BusyClients(group.address, trace=True).start()
     try:
         await clients.until_answered(300)
+        asked = time.monotonic()
         done = await asyncio.to_thread(_handover_cli, a_status, "--to", "b")
         await clients.until_answered(300)  # the new leader answers them all
     finally:
         await clients.stop()
     assert done.returncode == 0, done.stderr
+    # every client reconnected, each at its first attempt: a connect refused or reset (by
+    # an old leader's closing listener, or a successor not yet accepting) would show as
+    # TRANSIENT_FAILURE and cost gRPC's reconnect backoff (1 s, then x1.6)
+    reconnected = {n for t, n, state in clients.states if t > asked and state == "READY"}
+    assert reconnected == set(range(clients.clients)), clients.states
+    assert clients.failed_reconnects(asked, time.monotonic()) == 0, clients.states
     result = json.loads(done.stdout)
     assert result["handed_over"] and result["successor"] == "b", result
     b.wait_for("ha.leader")  # logged once its term serves
