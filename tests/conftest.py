@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from xdist.remote import Producer
     from xdist.scheduler.protocol import Scheduling
 
+    from tests.forked_cli import ForkedCli
+
 pytest_plugins = ("pytester", "tests.interop.fixtures")
 """pytester (tests of the suite's own hooks), and the cached Ray / ant-ray virtualenvs
 (``ray_venv``, ...) for every test directory, with the hook that builds them before any
@@ -125,6 +127,19 @@ def redis_server() -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
     server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def gcs_cli() -> Iterator[ForkedCli]:
+    """``python -m gcs ...`` as real processes forked from one that has imported the CLI
+    (:mod:`tests.forked_cli`): for tests of what a command prints and exits with."""
+    from tests.forked_cli import ForkedCli
+
+    cli = ForkedCli()
+    try:
+        yield cli
+    finally:
+        cli.close()
 
 
 @pytest.fixture
