@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import structlog
+from hypothesis import settings
 
 from gcs.base.clock import FakeClock
 from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
@@ -36,6 +37,11 @@ pytest_plugins = ("pytester", "tests.interop.fixtures")
 """pytester (tests of the suite's own hooks), and the cached Ray / ant-ray virtualenvs
 (``ray_venv``, ...) for every test directory, with the hook that builds them before any
 test runs."""
+
+settings.register_profile("thorough", max_examples=1000)
+"""Hypothesis: the suite's tests that leave ``max_examples`` unset run Hypothesis's default
+100 examples; ``pytest --hypothesis-profile=thorough`` runs 1,000 (before a release, or on
+changing what they check).  Failures found are replayed first from ``.hypothesis/``."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
