@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import structlog
+from hypothesis import settings
 
 from gcs.base.clock import FakeClock
 from gcs.config import GcsConfig, HealthCheckConfig, LoadPollConfig
@@ -30,10 +31,17 @@ if TYPE_CHECKING:
     from xdist.remote import Producer
     from xdist.scheduler.protocol import Scheduling
 
+    from tests.forked_cli import ForkedCli
+
 pytest_plugins = ("pytester", "tests.interop.fixtures")
 """pytester (tests of the suite's own hooks), and the cached Ray / ant-ray virtualenvs
 (``ray_venv``, ...) for every test directory, with the hook that builds them before any
 test runs."""
+
+settings.register_profile("thorough", max_examples=1000)
+"""Hypothesis: the suite's tests that leave ``max_examples`` unset run Hypothesis's default
+100 examples; ``pytest --hypothesis-profile=thorough`` runs 1,000 (before a release, or on
+changing what they check).  Failures found are replayed first from ``.hypothesis/``."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -125,6 +133,19 @@ def redis_server() -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
     server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def gcs_cli() -> Iterator[ForkedCli]:
+    """``python -m gcs ...`` as real processes forked from one that has imported the CLI
+    (:mod:`tests.forked_cli`): for tests of what a command prints and exits with."""
+    from tests.forked_cli import ForkedCli
+
+    cli = ForkedCli()
+    try:
+        yield cli
+    finally:
+        cli.close()
 
 
 @pytest.fixture

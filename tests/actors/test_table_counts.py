@@ -40,7 +40,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(steps)
 def test_the_count_is_the_scan_after_any_puts_and_evictions(
     ops: list[tuple[str, int, int, bytes]],

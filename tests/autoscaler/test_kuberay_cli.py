@@ -22,8 +22,9 @@ from gcs.store.memory import MemoryStore
 from gcs.testing.fake_k8s import FakeKubernetes
 from tests.autoscaler.kuberay_harness import raycluster, worker_group
 from tests.autoscaler.test_kuberay_end_to_end import PodRaylets
-from tests.cli.test_error_paths import _env, assert_one_line_error, run
+from tests.cli.test_error_paths import _env, assert_one_line_error
 from tests.conftest import fast_config
+from tests.forked_cli import ForkedCli
 
 NAME = "raycluster-ippr"
 
@@ -35,22 +36,24 @@ def fake(tmp_path: Path):  # type: ignore[no-untyped-def]
     k8s.stop()
 
 
-def test_needs_a_cluster_name() -> None:
-    result = run("autoscaler", "run", "--address", "127.0.0.1:1", "--provider", "kuberay")
+def test_needs_a_cluster_name(gcs_cli: ForkedCli) -> None:
+    argv = ["autoscaler", "run", "--address", "127.0.0.1:1", "--provider", "kuberay"]
+    result = gcs_cli.run(argv, env=_env())
     assert "--cluster-name" in assert_one_line_error(result, 2)
 
 
-def test_without_credentials_says_so(tmp_path: Path) -> None:
+def test_without_credentials_says_so(gcs_cli: ForkedCli, tmp_path: Path) -> None:
     env = _env(KUBECONFIG=str(tmp_path / "missing"), HOME=str(tmp_path))
-    result = run("autoscaler", "run", "--address", "127.0.0.1:1", "--provider", "kuberay",
-                 "--cluster-name", NAME, env=env)  # fmt: skip
+    result = gcs_cli.run(["autoscaler", "run", "--address", "127.0.0.1:1", "--provider",
+                          "kuberay", "--cluster-name", NAME], env=env)  # fmt: skip
     assert "cannot load Kubernetes credentials" in assert_one_line_error(result, 1)
 
 
-def test_missing_raycluster_is_named(fake) -> None:  # type: ignore[no-untyped-def]
+def test_missing_raycluster_is_named(gcs_cli: ForkedCli, fake) -> None:  # type: ignore[no-untyped-def]
     _, kubeconfig = fake
-    result = run("autoscaler", "run", "--address", "127.0.0.1:1", "--provider", "kuberay",
-                 "--cluster-name", "nope", env=_env(KUBECONFIG=kubeconfig))  # fmt: skip
+    result = gcs_cli.run(["autoscaler", "run", "--address", "127.0.0.1:1", "--provider",
+                          "kuberay", "--cluster-name", "nope"],
+                         env=_env(KUBECONFIG=kubeconfig))  # fmt: skip
     line = assert_one_line_error(result, 1)
     assert "RayCluster default/nope" in line and "not found" in line
 

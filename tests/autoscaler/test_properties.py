@@ -102,7 +102,7 @@ def _after(inp: SchedulingInput) -> dict[str, int]:
     return count
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 class TestSchedulerProperties:

@@ -12,12 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from gcs.testing.ports import free_port
+from tests.forked_cli import ForkedCli
 
 NOTHING = "127.0.0.1:1"
 GCS = [sys.executable, "-m", "gcs"]
@@ -34,18 +35,20 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*GCS, *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env or _env(),
-        stdin=subprocess.DEVNULL,
-    )
+@pytest.fixture
+def run(gcs_cli: ForkedCli) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``python -m gcs *args`` (stdin /dev/null, output captured), a process forked from
+    one that has imported the CLI (:mod:`tests.forked_cli`)."""
+
+    def run(
+        *args: str, env: dict[str, str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        return gcs_cli.run(args, env=env or _env(), timeout=timeout)
+
+    return run
+
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
@@ -92,18 +95,18 @@ UNREACHABLE = [
 
 class TestUnreachable:
     @pytest.mark.parametrize("args", UNREACHABLE, ids=lambda a: " ".join(a[:2]))
-    def test_one_line_exit_1(self, args: tuple[str, ...]) -> None:
+    def test_one_line_exit_1(self, run: Run, args: tuple[str, ...]) -> None:
         """An address where nothing listens: one line naming the failure, exit 1."""
         line = assert_one_line_error(run(*args), 1)
         assert "127.0.0.1:1" in line or "unreachable" in line or "cannot reach" in line
 
-    def test_autoscaler_plan_honours_gcs_address(self, cluster_yaml: str) -> None:
+    def test_autoscaler_plan_honours_gcs_address(self, run: Run, cluster_yaml: str) -> None:
         """No --address: GCS_ADDRESS is used (and, as nothing listens there, one line)."""
         result = run("autoscaler", "plan", "--config", cluster_yaml, env=_env(GCS_ADDRESS=NOTHING))
         line = assert_one_line_error(result, 1)
         assert NOTHING in line
 
-    def test_no_address_anywhere_is_a_usage_error(self) -> None:
+    def test_no_address_anywhere_is_a_usage_error(self, run: Run) -> None:
         line = assert_one_line_error(run("status"), 2)
         assert "GCS_ADDRESS" in line
 
@@ -141,18 +144,20 @@ BAD_INPUT = [
 
 class TestBadInput:
     @pytest.mark.parametrize(("args", "field"), BAD_INPUT, ids=lambda a: " ".join(a[-2:]))
-    def test_rejected_with_the_field_named(self, args: tuple[str, ...], field: str) -> None:
+    def test_rejected_with_the_field_named(
+        self, run: Run, args: tuple[str, ...], field: str
+    ) -> None:
         """Bad numbers and JSON never reach a request: exit 2, the field named."""
         line = assert_one_line_error(run(*args), 2)
         assert field in line
 
-    def test_a_poll_period_that_is_no_number_is_rejected(self) -> None:
+    def test_a_poll_period_that_is_no_number_is_rejected(self, run: Run) -> None:
         """(0 is Ray's "no load pull", tests/dropin/test_ray_config_meaning.py.)"""
         env = _env(RAY_gcs_pull_resource_loads_period_milliseconds="1s")
         line = assert_one_line_error(run("serve", "--storage", "memory://", env=env), 2)
         assert "RAY_gcs_pull_resource_loads_period_milliseconds" in line
 
-    def test_bad_config_file_key(self, tmp_path: Path) -> None:
+    def test_bad_config_file_key(self, run: Run, tmp_path: Path) -> None:
         path = tmp_path / "gcs.yaml"
         path.write_text("bogus_knob: 1\n")
         line = assert_one_line_error(run("serve", "--config", str(path)), 2)
@@ -160,12 +165,12 @@ class TestBadInput:
 
 
 class TestBusyPorts:
-    def test_serve_grpc_port_in_use(self, busy_port: int) -> None:
+    def test_serve_grpc_port_in_use(self, run: Run, busy_port: int) -> None:
         result = run("serve", "--storage", "memory://", "--port", str(busy_port))
         line = assert_one_line_error(result, 1)
         assert str(busy_port) in line and "--port" in line
 
-    def test_serve_metrics_port_in_use(self, busy_port: int) -> None:
+    def test_serve_metrics_port_in_use(self, run: Run, busy_port: int) -> None:
         result = run(
             "serve", "--storage", "memory://", "--port", "0", "--metrics-port", str(busy_port)
         )
@@ -175,14 +180,14 @@ class TestBusyPorts:
 
 class TestDebugAndHelp:
     @pytest.mark.parametrize("args", [(), ("vcluster",), ("autoscaler",)])
-    def test_group_without_a_command_shows_its_help(self, args: tuple[str, ...]) -> None:
+    def test_group_without_a_command_shows_its_help(self, run: Run, args: tuple[str, ...]) -> None:
         """Not an error squeezed into one line: the group's help, as click prints it."""
         result = run(*args)
         text = result.stdout + result.stderr
         assert "Commands:" in text and len(text.splitlines()) > 3, text
         assert "Traceback" not in text
 
-    def test_debug_shows_the_traceback(self) -> None:
+    def test_debug_shows_the_traceback(self, run: Run) -> None:
         result = run("--debug", "status", "--address", NOTHING)
         assert result.returncode != 0 and "Traceback" in result.stderr
 
@@ -202,7 +207,7 @@ class TestDebugAndHelp:
             ("db", "upgrade"),
         ],
     )
-    def test_dash_h_everywhere(self, args: tuple[str, ...]) -> None:
+    def test_dash_h_everywhere(self, run: Run, args: tuple[str, ...]) -> None:
         result = run(*args, "-h")
         assert result.returncode == 0 and "Usage:" in result.stdout, result.stderr
 
@@ -369,7 +374,7 @@ class TestServeStoreDown:
 
 
 class TestRayAddressAuto:
-    def test_auto_is_the_cluster_ray_start_recorded(self, tmp_path: Path) -> None:
+    def test_auto_is_the_cluster_ray_start_recorded(self, run: Run, tmp_path: Path) -> None:
         """RAY_ADDRESS=auto reads <RAY_TMPDIR>/ray/ray_current_cluster, as Ray does: the
         command then talks to the GCS recorded there (here nothing listens: exit 1 naming
         that address).  It used to say "set GCS_ADDRESS / RAY_ADDRESS" though it was set."""
@@ -379,7 +384,7 @@ class TestRayAddressAuto:
         line = assert_one_line_error(result, 1)
         assert line.startswith(f"Error: cannot reach the GCS at {NOTHING} ("), line
 
-    def test_address_auto_flag_too(self, tmp_path: Path) -> None:
+    def test_address_auto_flag_too(self, run: Run, tmp_path: Path) -> None:
         (tmp_path / "ray").mkdir()
         (tmp_path / "ray" / "ray_current_cluster").write_text(NOTHING)
         result = run("status", "--address", "auto", env=_env(RAY_TMPDIR=str(tmp_path)))

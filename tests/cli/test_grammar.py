@@ -21,8 +21,8 @@ import pytest
 
 from gcs.cli.main import main
 from gcs.cli.support import DEFAULT_FORMAT
+from tests.forked_cli import ForkedCli
 
-GCS = [sys.executable, "-m", "gcs"]
 NOTHING = "127.0.0.1:1"
 UNREACHABLE = re.escape(f"cannot reach the GCS at {NOTHING} (")
 
@@ -273,20 +273,16 @@ class TestMistakesTable:
 
     @pytest.mark.parametrize("case", MISTAKES, ids=[_id(c) for c in MISTAKES])
     def test_one_line_and_the_exit_code(
-        self, case: tuple[tuple[str, ...], dict[str, str], int, str], files: dict[str, str]
+        self,
+        case: tuple[tuple[str, ...], dict[str, str], int, str],
+        files: dict[str, str],
+        gcs_cli: ForkedCli,
     ) -> None:
-        """Exit 1 (failed) or 2 (bad input), one `Error:` line matching, nothing else."""
+        """Exit 1 (failed) or 2 (bad input), one `Error:` line matching, nothing else (the
+        command a process forked from one that has imported the CLI: tests/forked_cli.py)."""
         argv, env_extra, code, pattern = case
         args = [files[a[1:-1]] if re.fullmatch(r"\{\w+\}", a) else a for a in argv]
-        result = subprocess.run(
-            [*GCS, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=_env(**env_extra),
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        result = gcs_cli.run(args, env=_env(**env_extra), timeout=120)
         where = f"argv={args} rc={result.returncode} stderr={result.stderr!r}"
         assert "Traceback" not in result.stderr + result.stdout, where
         lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+import pytest_asyncio
 
 from gcs.managers.sync_hub import GCS_SYNCER_NODE_ID
 from gcs.proto import ray_syncer_pb2
@@ -38,6 +39,21 @@ async def server(tmp_path, monkeypatch) -> AsyncIterator[GcsServer]:
         await gcs.stop()
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[GcsServer]:
+    """:func:`server`, started once for the every-method comparison (~60 tests: a server
+    started and stopped per method cost ~0.25 CPU s each).  Each test compares the two
+    transports' answers from the same state, one call after the other, as before."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        gcs = await token_server(tmp_path_factory.mktemp("gcs"), monkeypatch, front=True)
+        try:
+            yield gcs
+        finally:
+            await gcs.stop()
+
+
 def _addresses(server: GcsServer) -> tuple[str, str]:
     assert server.wiring is not None
     internal = server.wiring.rpc.internal_address
@@ -65,11 +81,12 @@ async def _unary(address: str, path: str, body: bytes, timeout: float) -> Answer
 
 
 class TestEveryNativeMethodThroughBothTransports:
+    @pytest.mark.asyncio(loop_scope="module")
     @pytest.mark.parametrize("path", _native_unary_methods())
-    async def test_the_same_reply_or_error(self, server: GcsServer, path: str) -> None:
+    async def test_the_same_reply_or_error(self, shared_server: GcsServer, path: str) -> None:
         """Undecodable bytes and a default request: the same status, details and reply
         bytes from the front server and from grpc.aio (the same server's state)."""
-        front, aio = _addresses(server)
+        front, aio = _addresses(shared_server)
         # a default poll is held until its deadline on both: a short one keeps this short
         timeout = 1.0 if path.endswith("/GcsSubscriberPoll") else 10.0
         for body in (b"\x0a\x64", b""):

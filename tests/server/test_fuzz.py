@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import pathlib
 import random
 from collections.abc import Iterator
@@ -182,22 +183,20 @@ class HostileValues:
         value_field = field.message_type.fields_by_name["value"]
         target = getattr(msg, field.name)
         n = self._count(bulky=value_field.type == FieldDescriptor.TYPE_MESSAGE)
-        for i in range(n):
-            key = self.scalar(key_field) if n <= 40 else self._numbered(key_field, i)
+        if n > 40:  # a long run of small scalar values (a map of messages is bulky: <= 40)
+            value = self._small_scalar(value_field)
+            target.update(dict.fromkeys(self._numbered(key_field, n), value))
+            return
+        for _ in range(n):
+            key = self.scalar(key_field)
             if value_field.type == FieldDescriptor.TYPE_MESSAGE:
                 if depth < 4:
                     self._fill(target[key], depth + 1)
             else:
-                target[key] = (
-                    self.scalar(value_field) if n <= 40 else self._small_scalar(value_field)
-                )
+                target[key] = self.scalar(value_field)
 
-    def _numbered(self, field: FieldDescriptor, i: int) -> Any:
-        if field.type == FieldDescriptor.TYPE_STRING:
-            return f"k{i}"
-        if field.type == FieldDescriptor.TYPE_BYTES:
-            return b"k%d" % i
-        return i
+    def _numbered(self, field: FieldDescriptor, n: int) -> tuple[Any, ...]:
+        return _numbered_keys(field.type, n)
 
     def _small_scalar(self, field: FieldDescriptor) -> Any:
         if field.type == FieldDescriptor.TYPE_STRING:
@@ -244,6 +243,17 @@ class HostileValues:
             numbers = [v.number for v in field.enum_type.values]
             return rng.choice((*numbers, -1, 99, 2**31 - 1))
         return rng.choice(INTS[_INT_KIND[t]])
+
+
+@functools.cache
+def _numbered_keys(field_type: int, n: int) -> tuple[Any, ...]:
+    """Map keys 0..n-1 in a field's type (a long map has 1,000 or 20,000 of them: built
+    once, not for each of the ~800 long maps of a run)."""
+    if field_type == FieldDescriptor.TYPE_STRING:
+        return tuple(f"k{i}" for i in range(n))
+    if field_type == FieldDescriptor.TYPE_BYTES:
+        return tuple(b"k%d" % i for i in range(n))
+    return tuple(range(n))
 
 
 def malformed(rng: random.Random, valid: bytes) -> bytes:

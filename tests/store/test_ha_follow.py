@@ -127,7 +127,7 @@ async def _converges(
 
 
 class TestFollowProtocol:
-    @settings(max_examples=150, deadline=None)
+    @settings(deadline=None)
     @given(scripts())
     def test_a_follower_converges_on_the_memory_store(
         self, script: tuple[list[tuple], list[int], list[int]]

@@ -302,7 +302,7 @@ def model_histories(draw: st.DrawFn) -> list[Operation]:
 
 
 class TestGeneratedHistories:
-    @settings(max_examples=300, deadline=None)
+    @settings(deadline=None)
     @given(model_histories())
     def test_every_history_a_sequential_kv_produces_is_linearizable(
         self, ops: list[Operation]

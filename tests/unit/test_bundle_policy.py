@@ -177,7 +177,7 @@ def _random_case(data: st.DataObject) -> tuple[list[GroupRequest], list[NodeView
 
 
 class TestInvariants:
-    @settings(max_examples=150, deadline=None)
+    @settings(deadline=None)
     @given(st.data())
     def test_every_placement_obeys_resources_labels_strategy_and_cluster(
         self, data: st.DataObject
