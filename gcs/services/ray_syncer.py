@@ -138,6 +138,12 @@ class StartSync:
             raise
 
     @staticmethod
+    def outgoing_entries(session: SyncSession) -> list[bytes]:
+        """What the raylet is to get now, as the entries of one ``RaySyncMessageBatch``
+        (joined, they are its serialization); empty: nothing queued."""
+        return session.peer.drain(MAX_BATCH_MESSAGES)
+
+    @staticmethod
     def outgoing(session: SyncSession) -> bytes | None:
         """What the raylet is to get now, as one serialized ``RaySyncMessageBatch`` (None:
         nothing queued)."""
