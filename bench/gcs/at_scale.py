@@ -100,6 +100,10 @@ class Step:
     cpu_s: float
     latencies_s: list[float]
     rss_mib: float
+    views_sent: int = 0
+    """RESOURCE_VIEW messages the raylets sent in the step."""
+    views_relayed: int = 0
+    """Views the raylets received from the GCS (other nodes' views) in the step."""
 
     @property
     def cpu_ms_per_op(self) -> float:
@@ -157,6 +161,7 @@ class World:
         self.concurrency = concurrency
         self.worker = FakeCoreWorker()
         self.steps: list[Step] = []
+        self.fleet: RayletFleet | None = None
 
     async def run(self, actors: int, groups: int) -> list[Step]:
         worker_port = free_port()
@@ -175,6 +180,7 @@ class World:
             )
         )
         channel = grpc.aio.insecure_channel(self.address)
+        self.fleet = fleet
         try:
             await fleet.start()
             await self._stubs(channel)
@@ -227,18 +233,31 @@ class World:
                 latencies.append(time.perf_counter() - start)
 
         before = cpu_s(self.gcs_pid)
+        sent, relayed = self._views()
         await asyncio.gather(*(lane() for _ in range(self.concurrency)))
         await asyncio.sleep(0.5)  # what the replies left to do (publishes) is in the step
         used = cpu_s(self.gcs_pid) - before
         rss = memory_kib(self.gcs_pid)[0] / 1024
-        step = Step(phase, done, len(items), used, latencies, rss)
+        sent_after, relayed_after = self._views()
+        step = Step(
+            phase, done, len(items), used, latencies, rss,
+            sent_after - sent, relayed_after - relayed,
+        )  # fmt: skip
         self.steps.append(step)
+        ops = max(len(items), 1)
         print(
             f"  {phase:14} {done:6d}  {step.cpu_ms_per_op:7.3f} ms/op  "
             f"p50 {step.latency_ms(0.5):7.1f} ms  p99 {step.latency_ms(0.99):7.1f} ms  "
-            f"rss {rss:6.1f} MiB  ({load_average()})",
+            f"rss {rss:6.1f} MiB  views sent {step.views_sent / ops:5.2f}/op "
+            f"relayed {step.views_relayed / ops:6.1f}/op  ({load_average()})",
             flush=True,
         )
+
+    def _views(self) -> tuple[int, int]:
+        """(views the fleet's raylets sent, views they received), so far."""
+        links = [a.syncer for a in self.fleet.agents] if self.fleet is not None else []
+        stats = [link.stats for link in links if link is not None]
+        return sum(s.sent for s in stats), sum(s.received for s in stats)
 
     async def _actors(self, total: int, owner: common_pb2.Address) -> None:
         ids = [os.urandom(12) + JOB for _ in range(total)]
@@ -430,7 +449,8 @@ def _compare(mine: list[Step], theirs: list[Step], other: str) -> None:
     print(f"\nours / {other} per step (GCS CPU per operation; p50 latency); {load_average()}")
     print(
         f"{'phase':14} {'count':>6} {'ours ms/op':>10} {other + ' ms/op':>10} {'cpu':>6} "
-        f"{'p50 ours':>9} {'p50 ' + other:>8} {'rss ours':>9} {'rss ' + other:>8}"
+        f"{'p50 ours':>9} {'p50 ' + other:>8} {'rss ours':>9} {'rss ' + other:>8} "
+        f"{'relayed/op ours':>15} {other:>6}"
     )
     for ours, them in zip(mine, theirs, strict=False):
         print(
@@ -438,7 +458,9 @@ def _compare(mine: list[Step], theirs: list[Step], other: str) -> None:
             f"{them.cpu_ms_per_op:10.3f} "
             f"{_ratio(ours.cpu_ms_per_op, them.cpu_ms_per_op):>6} "
             f"{ours.latency_ms(0.5):9.1f} {them.latency_ms(0.5):8.1f} "
-            f"{ours.rss_mib:9.1f} {them.rss_mib:8.1f}"
+            f"{ours.rss_mib:9.1f} {them.rss_mib:8.1f} "
+            f"{ours.views_relayed / max(ours.ops, 1):15.1f} "
+            f"{them.views_relayed / max(them.ops, 1):6.1f}"
         )
     for phase in dict.fromkeys(s.phase for s in mine):
         o = [s.cpu_ms_per_op for s in mine if s.phase == phase]
