@@ -142,6 +142,21 @@ class NodeResources:
         pending = self._pending
         return pending[3][1] if pending is not None else self._data.is_draining
 
+    @property
+    def holds_view(self) -> bool:
+        """The resources held came from a syncer view (not a load poll)."""
+        return self._fingerprint is not None
+
+    def take_load(self, polled: gcs_pb2.ResourcesData) -> None:
+        """A poll's load (``resource_load``, ``resource_load_by_shape``) into the report;
+        its resources stay as the views gave them (a held view stays held)."""
+        data = gcs_pb2.ResourcesData()
+        data.CopyFrom(self._data)
+        data.resource_load.clear()
+        data.resource_load.update(polled.resource_load)
+        data.resource_load_by_shape.CopyFrom(polled.resource_load_by_shape)
+        self._data = data
+
     def take_view(self, view: ray_syncer_pb2.ResourceViewSyncMessage) -> bool:
         """Hold a view until ``data`` is read; whether its resources or labels differ from
         the held ones.  A view without totals (or labels) keeps the last ones: the newest
@@ -354,11 +369,41 @@ class ResourceCache:
             if entry.demand:
                 self.demand_version += 1
 
-    def apply(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> bool:
-        """Replace a node's view with a fresh report; False for unknown (dead) nodes."""
+    def apply(
+        self, node_id: bytes, data: gcs_pb2.ResourcesData, *, load_only: bool = False
+    ) -> bool:
+        """Replace a node's view with a fresh report; False for unknown (dead) nodes.
+
+        ``load_only``: the node's syncer stream is up, so its resources, idle and draining
+        come from its views (as in Ray, whose load poll updates only the load): the report
+        gives its pending demand and ``resource_load`` and nothing else."""
         entry = self.nodes.get(node_id)
         if entry is None:
             return False
+        if load_only and entry.holds_view:
+            self._apply_load(entry, data)
+            entry.take_load(data)
+            entry.updated_mono_s = self._clock.monotonic_s()
+            self.updates += 1
+            return True
+        self._apply_load(entry, data)
+        if not data.labels and entry.data.labels:
+            data.labels.update(entry.data.labels)
+        data.node_id = node_id
+        old = entry.data
+        if (
+            dict(data.resources_available) != dict(old.resources_available)
+            or dict(data.resources_total) != dict(old.resources_total)
+            or data.labels != old.labels
+        ):
+            entry.generation += 1  # only what the cached per-node snapshot bytes depend on
+        entry.data = data
+        entry.updated_mono_s = self._clock.monotonic_s()
+        self.updates += 1
+        return True
+
+    def _apply_load(self, entry: NodeResources, data: gcs_pb2.ResourcesData) -> None:
+        """The report's pending demand replaces the node's contribution to the aggregate."""
         load_bytes = data.resource_load_by_shape.SerializeToString(deterministic=True)
         if load_bytes != entry.load_bytes:
             contribution: dict[DemandKey, Counts] = {}
@@ -383,20 +428,6 @@ class ResourceCache:
             entry.job_demand = by_job
             entry.load_bytes = load_bytes
             self.demand_version += 1
-        if not data.labels and entry.data.labels:
-            data.labels.update(entry.data.labels)
-        data.node_id = node_id
-        old = entry.data
-        if (
-            dict(data.resources_available) != dict(old.resources_available)
-            or dict(data.resources_total) != dict(old.resources_total)
-            or data.labels != old.labels
-        ):
-            entry.generation += 1  # only what the cached per-node snapshot bytes depend on
-        entry.data = data
-        entry.updated_mono_s = self._clock.monotonic_s()
-        self.updates += 1
-        return True
 
     def apply_view(self, node_id: bytes, view: ray_syncer_pb2.ResourceViewSyncMessage) -> bool:
         """A syncer RESOURCE_VIEW: resources, idle and draining replace the held ones; the
@@ -459,15 +490,20 @@ class SlicedApplier:
         self._cache = cache
         self._slice = slice_size
         self._on_report = on_report
-        self._pending: collections.deque[tuple[bytes, gcs_pb2.ResourcesData]] = collections.deque()
+        self._pending: collections.deque[tuple[bytes, gcs_pb2.ResourcesData, bool]] = (
+            collections.deque()
+        )
         self._drain: asyncio.Task[None] | None = None
         self._tasks = Background("load_applier")
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def submit(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> None:
-        self._pending.append((node_id, data))
+    def submit(
+        self, node_id: bytes, data: gcs_pb2.ResourcesData, *, load_only: bool = False
+    ) -> None:
+        """``load_only``: see :meth:`ResourceCache.apply`."""
+        self._pending.append((node_id, data, load_only))
         if self._drain is None:
             self._drain = self._tasks.start(self._run(), "drain")
 
@@ -484,8 +520,8 @@ class SlicedApplier:
         try:
             while pending:
                 for _ in range(min(self._slice, len(pending))):
-                    node_id, data = pending.popleft()
-                    if apply(node_id, data) and on_report is not None:
+                    node_id, data, load_only = pending.popleft()
+                    if apply(node_id, data, load_only=load_only) and on_report is not None:
                         on_report(node_id)
                 if pending:
                     await asyncio.sleep(0)
@@ -677,7 +713,10 @@ class LoadPoller:
         if view_version is not None:
             self._polled_view[node_id] = (view_version, self._clock.monotonic_s())
         self.stats.polls_ok += 1
-        self._applier.submit(node_id, data)
+        # with the node's syncer stream up its views carry its resources (Ray's poll
+        # updates only the load): copying and comparing its whole resource map again on
+        # every poll cost as much as the views themselves
+        self._applier.submit(node_id, data, load_only=view_version is not None)
 
     async def run(self) -> None:
         """Start a round every period (of the injected clock) without waiting for stragglers
