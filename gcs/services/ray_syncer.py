@@ -143,13 +143,6 @@ class StartSync:
         (joined, they are its serialization); empty: nothing queued."""
         return session.peer.drain(MAX_BATCH_MESSAGES)
 
-    @staticmethod
-    def outgoing(session: SyncSession) -> bytes | None:
-        """What the raylet is to get now, as one serialized ``RaySyncMessageBatch`` (None:
-        nothing queued)."""
-        entries = session.peer.drain(MAX_BATCH_MESSAGES)
-        return b"".join(entries) if entries else None
-
     def finish(self, session: SyncSession, code: grpc.StatusCode) -> bool:
         """The stream ended with ``code``: disconnect the peer, record the call; True the
         first time (the transport then sends the status), False after."""
