@@ -2,7 +2,7 @@
 ``gcs_server``, served by the same fake raylets and fake core workers, same run.
 
     .venv/bin/python -m bench.gcs.at_scale [--actors 10000] [--groups 1000] [--nodes 50]
-        [--concurrency 50] [--servers ours,ray]
+        [--concurrency 50] [--servers ours,ray] [--servers base,ours --base-tree CHECKOUT]
 
 Ray's release "many actors" / "many placement groups" shapes, scaled to one machine.  For
 each GCS in turn (``gcs serve``, memory store; Ray's ``gcs_server`` from the cached 2.60
@@ -100,6 +100,10 @@ class Step:
     cpu_s: float
     latencies_s: list[float]
     rss_mib: float
+    views_sent: int = 0
+    """RESOURCE_VIEW messages the raylets sent in the step."""
+    views_relayed: int = 0
+    """Views the raylets received from the GCS (other nodes' views) in the step."""
 
     @property
     def cpu_ms_per_op(self) -> float:
@@ -157,6 +161,7 @@ class World:
         self.concurrency = concurrency
         self.worker = FakeCoreWorker()
         self.steps: list[Step] = []
+        self.fleet: RayletFleet | None = None
 
     async def run(self, actors: int, groups: int) -> list[Step]:
         worker_port = free_port()
@@ -175,6 +180,7 @@ class World:
             )
         )
         channel = grpc.aio.insecure_channel(self.address)
+        self.fleet = fleet
         try:
             await fleet.start()
             await self._stubs(channel)
@@ -227,18 +233,31 @@ class World:
                 latencies.append(time.perf_counter() - start)
 
         before = cpu_s(self.gcs_pid)
+        sent, relayed = self._views()
         await asyncio.gather(*(lane() for _ in range(self.concurrency)))
         await asyncio.sleep(0.5)  # what the replies left to do (publishes) is in the step
         used = cpu_s(self.gcs_pid) - before
         rss = memory_kib(self.gcs_pid)[0] / 1024
-        step = Step(phase, done, len(items), used, latencies, rss)
+        sent_after, relayed_after = self._views()
+        step = Step(
+            phase, done, len(items), used, latencies, rss,
+            sent_after - sent, relayed_after - relayed,
+        )  # fmt: skip
         self.steps.append(step)
+        ops = max(len(items), 1)
         print(
             f"  {phase:14} {done:6d}  {step.cpu_ms_per_op:7.3f} ms/op  "
             f"p50 {step.latency_ms(0.5):7.1f} ms  p99 {step.latency_ms(0.99):7.1f} ms  "
-            f"rss {rss:6.1f} MiB  ({load_average()})",
+            f"rss {rss:6.1f} MiB  views sent {step.views_sent / ops:5.2f}/op "
+            f"relayed {step.views_relayed / ops:6.1f}/op  ({load_average()})",
             flush=True,
         )
+
+    def _views(self) -> tuple[int, int]:
+        """(views the fleet's raylets sent, views they received), so far."""
+        links = [a.syncer for a in self.fleet.agents] if self.fleet is not None else []
+        stats = [link.stats for link in links if link is not None]
+        return sum(s.sent for s in stats), sum(s.received for s in stats)
 
     async def _actors(self, total: int, owner: common_pb2.Address) -> None:
         ids = [os.urandom(12) + JOB for _ in range(total)]
@@ -297,14 +316,16 @@ def _check(reply: Any, what: str) -> None:
 
 
 @contextlib.contextmanager
-def _ours(port: int, log: pathlib.Path) -> Any:
+def _ours(port: int, log: pathlib.Path, tree: pathlib.Path | None = None) -> Any:
+    """Our GCS from this checkout, or (``tree``) from another one: a baseline commit."""
+    env = dict(os.environ, PYTHONPATH=str(tree)) if tree is not None else None
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
                 sys.executable, "-m", "gcs", "serve", "--host", "127.0.0.1", "--port", str(port),
                 "--storage", "memory://", "--metrics-port", "-1", "--log-level", "warning",
             ],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=tree, env=env,
         )  # fmt: skip
     try:
         yield proc.pid
@@ -351,9 +372,15 @@ async def _serving(address: str, timeout_s: float = 60) -> None:
 
 def run_side(name: str, args: argparse.Namespace, logs: pathlib.Path) -> list[Step]:
     port = free_port()
-    start = _ours if name == "ours" else _ray
+    log = logs / f"{name}-gcs.log"
+    if name == "base":
+        if args.base_tree is None:
+            raise SystemExit("--servers base needs --base-tree (a checkout of the baseline)")
+        server = _ours(port, log, args.base_tree)
+    else:
+        server = _ours(port, log) if name == "ours" else _ray(port, log)
     print(f"{name}: {args.nodes} fake raylets; {load_average()}", flush=True)
-    with start(port, logs / f"{name}-gcs.log") as pid:
+    with server as pid:
         world = World(f"127.0.0.1:{port}", pid, args.nodes, args.concurrency)
 
         async def go() -> list[Step]:
@@ -383,7 +410,15 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=1_000)
     parser.add_argument("--nodes", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=50)
-    parser.add_argument("--servers", default="ours,ray")
+    parser.add_argument(
+        "--servers", default="ours,ray", help="in turn, of ours, ray, base (see --base-tree)"
+    )
+    parser.add_argument(
+        "--base-tree",
+        type=pathlib.Path,
+        default=None,
+        help="a checkout (protos generated) whose GCS runs as 'base': a same-run baseline",
+    )
     parser.add_argument(
         "--py-spy", type=pathlib.Path, default=None, help="profile our GCS with py-spy into FILE"
     )
@@ -405,28 +440,38 @@ def main() -> None:
             for path in logs.iterdir():
                 path.unlink()
             logs.rmdir()
-    if "ours" in results and "ray" in results:
-        print(f"\nours / ray per step (GCS CPU per operation; p50 latency); {load_average()}")
+    for other in [n for n in results if n != "ours"]:
+        if "ours" in results:
+            _compare(results["ours"], results[other], other)
+
+
+def _compare(mine: list[Step], theirs: list[Step], other: str) -> None:
+    print(f"\nours / {other} per step (GCS CPU per operation; p50 latency); {load_average()}")
+    print(
+        f"{'phase':14} {'count':>6} {'ours ms/op':>10} {other + ' ms/op':>10} {'cpu':>6} "
+        f"{'p50 ours':>9} {'p50 ' + other:>8} {'rss ours':>9} {'rss ' + other:>8} "
+        f"{'relayed/op ours':>15} {other:>6}"
+    )
+    for ours, them in zip(mine, theirs, strict=False):
         print(
-            f"{'phase':14} {'count':>6} {'ours ms/op':>10} {'ray ms/op':>10} {'cpu':>6} "
-            f"{'p50 ours':>9} {'p50 ray':>8} {'rss ours':>9} {'rss ray':>8}"
+            f"{ours.phase:14} {ours.count:6d} {ours.cpu_ms_per_op:10.3f} "
+            f"{them.cpu_ms_per_op:10.3f} "
+            f"{_ratio(ours.cpu_ms_per_op, them.cpu_ms_per_op):>6} "
+            f"{ours.latency_ms(0.5):9.1f} {them.latency_ms(0.5):8.1f} "
+            f"{ours.rss_mib:9.1f} {them.rss_mib:8.1f} "
+            f"{ours.views_relayed / max(ours.ops, 1):15.1f} "
+            f"{them.views_relayed / max(them.ops, 1):6.1f}"
         )
-        for ours, ray in zip(results["ours"], results["ray"], strict=False):
-            print(
-                f"{ours.phase:14} {ours.count:6d} {ours.cpu_ms_per_op:10.3f} "
-                f"{ray.cpu_ms_per_op:10.3f} "
-                f"{_ratio(ours.cpu_ms_per_op, ray.cpu_ms_per_op):>6} "
-                f"{ours.latency_ms(0.5):9.1f} {ray.latency_ms(0.5):8.1f} "
-                f"{ours.rss_mib:9.1f} {ray.rss_mib:8.1f}"
-            )
-        for phase in dict.fromkeys(s.phase for s in results["ours"]):
-            o = [s.cpu_ms_per_op for s in results["ours"] if s.phase == phase]
-            r = [s.cpu_ms_per_op for s in results["ray"] if s.phase == phase]
-            print(
-                f"{phase}: last step / first step CPU per op: ours {o[-1] / max(o[0], 1e-9):.2f}, "
-                f"ray {r[-1] / max(r[0], 1e-9):.2f}; mean ours {statistics.mean(o):.3f} ms, "
-                f"ray {statistics.mean(r):.3f} ms"
-            )
+    for phase in dict.fromkeys(s.phase for s in mine):
+        o = [s.cpu_ms_per_op for s in mine if s.phase == phase]
+        r = [s.cpu_ms_per_op for s in theirs if s.phase == phase]
+        if not o or not r:
+            continue
+        print(
+            f"{phase}: last step / first step CPU per op: ours {o[-1] / max(o[0], 1e-9):.2f}, "
+            f"{other} {r[-1] / max(r[0], 1e-9):.2f}; mean ours {statistics.mean(o):.3f} ms, "
+            f"{other} {statistics.mean(r):.3f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,11 @@ class GrpcWireError(Exception):
         self.message = message
 
 
+def message_prefix(size: int) -> bytes:
+    """The 5-byte length prefix of an uncompressed message of ``size`` bytes."""
+    return b"\x00" + size.to_bytes(4)
+
+
 def message_frame(message: bytes) -> bytes:
     """The 5-byte length prefix (uncompressed) + the message."""
     return b"\x00" + len(message).to_bytes(4) + message

@@ -125,6 +125,35 @@ class FrameOutput(ConnectionState):
             self._blocked[stream.id] = stream
             self._check_output_bound()
 
+    def send_message_parts(self, stream: Stream, parts: list[bytes], size: int) -> None:
+        """One gRPC message whose bytes are ``parts`` (``size`` in all, the 5-byte prefix
+        included) as DATA.  While corked, and when the message fits the windows and one
+        frame, the parts join the cork as they are: :meth:`uncork` hands them to the
+        transport in one ``writelines``, so a fan-out copies no message in Python (a
+        relayed syncer view grows with the bundles on its node).  Else as :meth:`send_data`.
+        """
+        cork = self._cork
+        if (
+            cork is not None
+            and not self._acks
+            and not stream.out_len
+            and not self._paused
+            and 0 < size <= self._send_window
+            and size <= stream.send_window
+            and size <= self._peer_max_frame
+            and size <= _WRITE_BATCH
+            and self.transport is not None
+            and not self.closed
+            and self.streams.get(stream.id) is stream
+        ):
+            self._sent_since_ping = True
+            self._send_window -= size
+            stream.send_window -= size
+            cork.append(frame_header(size, DATA, 0, stream.id))
+            cork.extend(parts)
+            return
+        self.send_data(stream, b"".join(parts))
+
     def _write_data(self, stream: Stream, view: memoryview) -> int:
         """DATA frames of ``view`` as far as the windows allow, in socket-sized writes while
         the socket drains; returns how much was written."""
@@ -280,9 +309,18 @@ class FrameOutput(ConnectionState):
             self._cork = []
 
     def uncork(self) -> None:
+        """What was corked, in one ``writelines`` (the transport gathers the pieces)."""
         cork, self._cork = self._cork, None
-        if cork:
-            self._write(b"".join(cork))
+        if not cork:
+            return
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        if self._acks:
+            cork[:0], self._acks = self._acks, []
+        transport.writelines(cork)
+        if self._paused:
+            self._check_output_bound()
 
     def _write(self, data: bytes) -> None:
         transport = self.transport

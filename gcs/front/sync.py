@@ -25,7 +25,7 @@ from gcs.front.grpc_framing import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
     GrpcWireError,
-    message_frame,
+    message_prefix,
     metadata_block,
     request_metadata,
     split_messages,
@@ -169,9 +169,10 @@ class SyncDispatcher:
             if len(self._blocked) == 1:
                 self._background.spawn(self._retry_blocked(), "blocked-retry")
             return
-        batch = self._sync.outgoing(session)
-        if batch is not None:
-            conn.send_data(stream, message_frame(batch))
+        entries = self._sync.outgoing_entries(session)
+        if entries:
+            size = sum(map(len, entries))
+            conn.send_message_parts(stream, [message_prefix(size), *entries], size + 5)
         if len(session.peer):
             self._schedule(call)
 

@@ -114,6 +114,8 @@ class PlacementGroupScheduler:
         self._background = Background("pg_scheduler")
         self._views: dict[bytes, tuple[gcs_pb2.GcsNodeInfo, int, NodeView]] = {}
         """Node -> (the node info and report generation the view was built from, view)."""
+        self.views_built = 0
+        """Node views (re)built for the policy (tests count the work done)."""
         self.passes = 0
         """Passes the loop (:meth:`run`) has made."""
         self.changes = Changes()
@@ -274,8 +276,7 @@ class PlacementGroupScheduler:
         views = []
         for node_id, node in self._nodes.alive.items():
             entry = self._cache.nodes.get(node_id)
-            data = entry.data if entry is not None else None
-            if data is not None and data.is_draining:
+            if entry is not None and entry.is_draining:
                 continue
             generation = entry.generation if entry is not None else -1
             cached = self._views.get(node_id)
@@ -283,8 +284,14 @@ class PlacementGroupScheduler:
                 # a bundle never asks for another group's resources: the names committed
                 # bundles expose (4 per bundle) stay out, or every view built and every class
                 # key sorted would grow with the groups placed on the node
-                total = _own(data.resources_total if data is not None else node.resources_total)
-                available = _own(data.resources_available) if data is not None else dict(total)
+                if entry is not None:
+                    available_map, total_map = entry.resource_maps()
+                    total = _own(total_map)
+                    available = {n: available_map[n] for n in total if n in available_map}
+                else:
+                    total = _own(node.resources_total)
+                    available = dict(total)
+                self.views_built += 1
                 cached = (node, generation, NodeView(node_id, available, total, dict(node.labels)))
                 self._views[node_id] = cached
             view = cached[2]
@@ -392,4 +399,4 @@ class PlacementGroupScheduler:
 
 def _own(resources: Mapping[str, float]) -> dict[str, float]:
     """A node's own resources, without the names its committed bundles expose."""
-    return {name: amount for name, amount in resources.items() if not is_group_resource(name)}
+    return {name: resources[name] for name in resources if not is_group_resource(name)}

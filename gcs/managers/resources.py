@@ -22,7 +22,7 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
@@ -68,15 +68,173 @@ def _add_jobs(
             del total[job_id]
 
 
-@dataclass(slots=True)
 class NodeResources:
-    data: gcs_pb2.ResourcesData
-    updated_mono_s: float
-    generation: int = 0
-    load_bytes: bytes = b""
-    demand: dict[DemandKey, Counts] = field(default_factory=dict)
-    #: The part of ``demand`` whose rows name their job (our raylets' ``job_id``), by job.
-    job_demand: dict[bytes, dict[DemandKey, int]] = field(default_factory=dict)
+    """One node's held report.  ``data`` is the ``ResourcesData`` readers see; a syncer view
+    is held as received and merged into ``data`` only when someone reads it (a view's maps
+    carry every committed bundle's names, so copying them on every view would cost each
+    view the node's whole map: a placement-group burst sends one per bundle change)."""
+
+    __slots__ = (
+        "_data", "_fingerprint", "_pending", "demand", "generation", "job_demand",
+        "load_bytes", "merges", "updated_mono_s",
+    )  # fmt: skip
+
+    def __init__(
+        self, data: gcs_pb2.ResourcesData, updated_mono_s: float, generation: int = 0
+    ) -> None:
+        self._data = data
+        self._pending: _Pending | None = None
+        self._fingerprint: bytes | None = None
+        """The resource maps and labels of the last view (:func:`view_fingerprint`), None
+        once a report of another kind replaced it."""
+        self.updated_mono_s = updated_mono_s
+        self.generation = generation
+        """Bumped when available / total / labels change (caches of them key on it)."""
+        self.load_bytes = b""
+        self.demand: dict[DemandKey, Counts] = {}
+        #: The part of ``demand`` whose rows name their job (our raylets' ``job_id``), by job.
+        self.job_demand: dict[bytes, dict[DemandKey, int]] = {}
+        self.merges = 0
+        """Held views merged into ``data`` (tests count the work done)."""
+
+    def _values(self) -> tuple[object, ...]:
+        return (
+            self.data, self.updated_mono_s, self.generation, self.load_bytes, self.demand,
+            self.job_demand,
+        )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NodeResources):
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        return f"NodeResources(generation={self.generation}, data={self.data!r})"
+
+    @property
+    def data(self) -> gcs_pb2.ResourcesData:
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self._data = _merged(self._data, pending)
+            self.merges += 1
+        return self._data
+
+    @data.setter
+    def data(self, data: gcs_pb2.ResourcesData) -> None:
+        self._data = data
+        self._pending = None
+        self._fingerprint = None
+
+    def resource_maps(self) -> tuple[Mapping[str, float], Mapping[str, float]]:
+        """(available, total) as last reported, without building ``data``."""
+        pending = self._pending
+        if pending is None:
+            return self._data.resources_available, self._data.resources_total
+        view, with_total = pending[0], pending[1]
+        total = with_total.resources_total if with_total is not None else None
+        return view.resources_available, total or self._data.resources_total
+
+    @property
+    def is_draining(self) -> bool:
+        pending = self._pending
+        return pending[3][1] if pending is not None else self._data.is_draining
+
+    @property
+    def holds_view(self) -> bool:
+        """The resources held came from a syncer view (not a load poll)."""
+        return self._fingerprint is not None
+
+    def take_load(self, polled: gcs_pb2.ResourcesData) -> None:
+        """A poll's load (``resource_load``, ``resource_load_by_shape``) into the report;
+        its resources stay as the views gave them (a held view stays held)."""
+        data = gcs_pb2.ResourcesData()
+        data.CopyFrom(self._data)
+        data.resource_load.clear()
+        data.resource_load.update(polled.resource_load)
+        data.resource_load_by_shape.CopyFrom(polled.resource_load_by_shape)
+        self._data = data
+
+    def take_view(self, view: ray_syncer_pb2.ResourceViewSyncMessage) -> bool:
+        """Hold a view until ``data`` is read; whether its resources or labels differ from
+        the held ones.  A view without totals (or labels) keeps the last ones: the newest
+        view that had them is held along.  Takes ``view`` over (see
+        :func:`view_fingerprint`)."""
+        held = self._fingerprint
+        if held is None:  # the last report was a poll (or none): compare values, once
+            data = self.data
+            changed = (
+                dict(view.resources_available) != dict(data.resources_available)
+                or (bool(view.resources_total)
+                    and dict(view.resources_total) != dict(data.resources_total))
+                or (bool(view.labels) and dict(view.labels) != dict(data.labels))
+            )  # fmt: skip
+        fingerprint, scalars = view_fingerprint(view)
+        if held is not None:
+            changed = fingerprint != held
+        pending = self._pending
+        with_total = view if view.resources_total else (pending[1] if pending else None)
+        with_labels = view if view.labels else (pending[2] if pending else None)
+        self._pending = (view, with_total, with_labels, scalars)
+        self._fingerprint = fingerprint
+        return changed
+
+
+_Scalars = tuple[int, bool, int, bool]
+"""A view's (idle_duration_ms, is_draining, draining_deadline_timestamp_ms,
+object_pulls_queued)."""
+_View = ray_syncer_pb2.ResourceViewSyncMessage
+_Pending = tuple[_View, _View | None, _View | None, _Scalars]
+"""(the newest view, the newest with totals, the newest with labels, the newest's scalars)."""
+
+
+def view_fingerprint(view: ray_syncer_pb2.ResourceViewSyncMessage) -> tuple[bytes, _Scalars]:
+    """(the view's resource maps and labels as bytes, its scalars).  Clears every other
+    field of ``view`` (the caller hands it over): what is left is what ``generation``
+    stands for, serialized in C (no per-name Python work)."""
+    scalars = (
+        view.idle_duration_ms,
+        view.is_draining,
+        view.draining_deadline_timestamp_ms,
+        view.object_pulls_queued,
+    )
+    for name in _SCALAR_FIELDS:
+        view.ClearField(name)
+    return view.SerializeToString(), scalars
+
+
+_SCALAR_FIELDS = (
+    "idle_duration_ms",
+    "is_draining",
+    "draining_deadline_timestamp_ms",
+    "object_pulls_queued",
+    "node_activity",
+)
+
+
+def _merged(old: gcs_pb2.ResourcesData, pending: _Pending) -> gcs_pb2.ResourcesData:
+    """``old`` with the held views' resources, labels, idle and draining (the load stays
+    as polled)."""
+    view, with_total, with_labels, scalars = pending
+    data = gcs_pb2.ResourcesData()
+    data.CopyFrom(old)
+    data.ClearField("resources_available")
+    data.resources_available.update(view.resources_available)
+    if with_total is not None:
+        data.ClearField("resources_total")
+        data.resources_total.update(with_total.resources_total)
+    if with_labels is not None:
+        data.ClearField("labels")
+        data.labels.update(with_labels.labels)
+    (
+        data.idle_duration_ms,
+        data.is_draining,
+        data.draining_deadline_timestamp_ms,
+        data.object_pulls_queued,
+    ) = scalars
+    return data
 
 
 def node_entry(node: gcs_pb2.GcsNodeInfo) -> NodeResources:
@@ -211,11 +369,41 @@ class ResourceCache:
             if entry.demand:
                 self.demand_version += 1
 
-    def apply(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> bool:
-        """Replace a node's view with a fresh report; False for unknown (dead) nodes."""
+    def apply(
+        self, node_id: bytes, data: gcs_pb2.ResourcesData, *, load_only: bool = False
+    ) -> bool:
+        """Replace a node's view with a fresh report; False for unknown (dead) nodes.
+
+        ``load_only``: the node's syncer stream is up, so its resources, idle and draining
+        come from its views (as in Ray, whose load poll updates only the load): the report
+        gives its pending demand and ``resource_load`` and nothing else."""
         entry = self.nodes.get(node_id)
         if entry is None:
             return False
+        if load_only and entry.holds_view:
+            self._apply_load(entry, data)
+            entry.take_load(data)
+            entry.updated_mono_s = self._clock.monotonic_s()
+            self.updates += 1
+            return True
+        self._apply_load(entry, data)
+        if not data.labels and entry.data.labels:
+            data.labels.update(entry.data.labels)
+        data.node_id = node_id
+        old = entry.data
+        if (
+            dict(data.resources_available) != dict(old.resources_available)
+            or dict(data.resources_total) != dict(old.resources_total)
+            or data.labels != old.labels
+        ):
+            entry.generation += 1  # only what the cached per-node snapshot bytes depend on
+        entry.data = data
+        entry.updated_mono_s = self._clock.monotonic_s()
+        self.updates += 1
+        return True
+
+    def _apply_load(self, entry: NodeResources, data: gcs_pb2.ResourcesData) -> None:
+        """The report's pending demand replaces the node's contribution to the aggregate."""
         load_bytes = data.resource_load_by_shape.SerializeToString(deterministic=True)
         if load_bytes != entry.load_bytes:
             contribution: dict[DemandKey, Counts] = {}
@@ -240,49 +428,19 @@ class ResourceCache:
             entry.job_demand = by_job
             entry.load_bytes = load_bytes
             self.demand_version += 1
-        if not data.labels and entry.data.labels:
-            data.labels.update(entry.data.labels)
-        data.node_id = node_id
-        old = entry.data
-        if (
-            dict(data.resources_available) != dict(old.resources_available)
-            or dict(data.resources_total) != dict(old.resources_total)
-            or data.labels != old.labels
-        ):
-            entry.generation += 1  # only what the cached per-node snapshot bytes depend on
-        entry.data = data
-        entry.updated_mono_s = self._clock.monotonic_s()
-        self.updates += 1
-        return True
 
     def apply_view(self, node_id: bytes, view: ray_syncer_pb2.ResourceViewSyncMessage) -> bool:
         """A syncer RESOURCE_VIEW: resources, idle and draining replace the held ones; the
-        load (pending demand) stays as last polled.  False for unknown (dead) nodes."""
+        load (pending demand) stays as last polled.  False for unknown (dead) nodes.
+
+        Takes ``view`` over (its fields other than resources and labels are cleared).  Per
+        view, no Python work grows with the node's resource names: whether resources moved
+        is a comparison of serialized bytes, and ``data`` is merged when read."""
         entry = self.nodes.get(node_id)
         if entry is None:
             return False
-        old = entry.data
-        data = gcs_pb2.ResourcesData()
-        data.CopyFrom(old)
-        data.resources_available.clear()
-        data.resources_available.update(view.resources_available)
-        if view.resources_total:
-            data.resources_total.clear()
-            data.resources_total.update(view.resources_total)
-        data.idle_duration_ms = view.idle_duration_ms
-        data.is_draining = view.is_draining
-        data.draining_deadline_timestamp_ms = view.draining_deadline_timestamp_ms
-        data.object_pulls_queued = view.object_pulls_queued
-        if view.labels:
-            data.labels.clear()
-            data.labels.update(view.labels)
-        if (
-            dict(data.resources_available) != dict(old.resources_available)
-            or dict(data.resources_total) != dict(old.resources_total)
-            or data.labels != old.labels
-        ):
+        if entry.take_view(view):
             entry.generation += 1
-        entry.data = data
         entry.updated_mono_s = self._clock.monotonic_s()
         self.updates += 1
         return True
@@ -332,15 +490,20 @@ class SlicedApplier:
         self._cache = cache
         self._slice = slice_size
         self._on_report = on_report
-        self._pending: collections.deque[tuple[bytes, gcs_pb2.ResourcesData]] = collections.deque()
+        self._pending: collections.deque[tuple[bytes, gcs_pb2.ResourcesData, bool]] = (
+            collections.deque()
+        )
         self._drain: asyncio.Task[None] | None = None
         self._tasks = Background("load_applier")
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def submit(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> None:
-        self._pending.append((node_id, data))
+    def submit(
+        self, node_id: bytes, data: gcs_pb2.ResourcesData, *, load_only: bool = False
+    ) -> None:
+        """``load_only``: see :meth:`ResourceCache.apply`."""
+        self._pending.append((node_id, data, load_only))
         if self._drain is None:
             self._drain = self._tasks.start(self._run(), "drain")
 
@@ -357,8 +520,8 @@ class SlicedApplier:
         try:
             while pending:
                 for _ in range(min(self._slice, len(pending))):
-                    node_id, data = pending.popleft()
-                    if apply(node_id, data) and on_report is not None:
+                    node_id, data, load_only = pending.popleft()
+                    if apply(node_id, data, load_only=load_only) and on_report is not None:
                         on_report(node_id)
                 if pending:
                     await asyncio.sleep(0)
@@ -550,7 +713,10 @@ class LoadPoller:
         if view_version is not None:
             self._polled_view[node_id] = (view_version, self._clock.monotonic_s())
         self.stats.polls_ok += 1
-        self._applier.submit(node_id, data)
+        # with the node's syncer stream up its views carry its resources (Ray's poll
+        # updates only the load): copying and comparing its whole resource map again on
+        # every poll cost as much as the views themselves
+        self._applier.submit(node_id, data, load_only=view_version is not None)
 
     async def run(self) -> None:
         """Start a round every period (of the injected clock) without waiting for stragglers

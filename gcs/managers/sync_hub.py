@@ -211,8 +211,8 @@ class SyncHub(NodeDeathListener):
                 stats.undecodable += 1
                 log.warning("syncer.undecodable_view", node_id=node_id.hex())
                 return False
-            self._resources.apply_view(node_id, view)
             self._nodes.apply_snapshot(node_id, _snapshot(view))
+            self._resources.apply_view(node_id, view)  # takes the view over
         self._on_heartbeat(node_id)
         self._views[key] = message
         entry = self._entries[key] = len_field(1, message.SerializeToString())

@@ -138,11 +138,10 @@ class StartSync:
             raise
 
     @staticmethod
-    def outgoing(session: SyncSession) -> bytes | None:
-        """What the raylet is to get now, as one serialized ``RaySyncMessageBatch`` (None:
-        nothing queued)."""
-        entries = session.peer.drain(MAX_BATCH_MESSAGES)
-        return b"".join(entries) if entries else None
+    def outgoing_entries(session: SyncSession) -> list[bytes]:
+        """What the raylet is to get now, as the entries of one ``RaySyncMessageBatch``
+        (joined, they are its serialization); empty: nothing queued."""
+        return session.peer.drain(MAX_BATCH_MESSAGES)
 
     def finish(self, session: SyncSession, code: grpc.StatusCode) -> bool:
         """The stream ended with ``code``: disconnect the peer, record the call; True the

@@ -583,6 +583,31 @@ class TestNodeViews:
         (view,) = gcs.scheduler._node_views()
         assert dict(view.total) == own and dict(view.available) == own
 
+    async def test_a_pass_reads_the_syncers_views_without_merging_them(self, gcs: Gcs) -> None:
+        """Each view a raylet sends carries every committed bundle's names; the pass reads
+        the held view (its own names only) and never merges it into the node's report:
+        no per-view copy of the node's whole map (issue 30)."""
+        from gcs.policy.placement.naming import bundle_resources
+        from gcs.proto import ray_syncer_pb2
+
+        nid = await gcs.add_node("a", cpus=8)
+        cache = gcs.scheduler._cache
+        for groups in range(1, 31):
+            exposed = {"CPU": 8.0 - groups / 10}
+            for n in range(groups):
+                indexed, wildcard = bundle_resources(pg_id(n), 0, {"CPU": 0.1})
+                exposed.update(indexed)
+                exposed.update(wildcard)
+            view = ray_syncer_pb2.ResourceViewSyncMessage(
+                resources_available=exposed, resources_total={**exposed, "CPU": 8.0}
+            )
+            cache.apply_view(nid, view)
+            (node,) = gcs.scheduler._node_views()
+            assert dict(node.available) == {"CPU": 8.0 - groups / 10}
+            assert dict(node.total) == {"CPU": 8.0}
+        assert cache.nodes[nid].merges == 0
+        assert gcs.scheduler.views_built == 30  # once per view that changed resources
+
 
 @given(
     resource=st.from_regex(r"[A-Za-z][A-Za-z0-9_:.\-]{0,20}", fullmatch=True),

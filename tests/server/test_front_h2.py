@@ -46,9 +46,15 @@ class FakeTransport(asyncio.Transport):
         self.closing = False
         self.aborted = False
         self.buffer_size = 0
+        self.pieces: list[Any] = []
 
     def write(self, data: Any) -> None:
         self.out += data
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.pieces = list(list_of_data)
+        for data in self.pieces:
+            self.out += data
 
     def close(self) -> None:
         self.closing = True
@@ -218,6 +224,39 @@ async def test_window_exhaustion_then_resume() -> None:
     assert [len(p) for t, _, _, p in last if t == DATA] == [5]
     assert last[-1][0] == HEADERS and last[-1][1] & END_STREAM and last[-1][3] == b"trailers"
     assert 1 not in peer.conn.streams
+
+
+async def test_corked_message_parts_reach_the_transport_uncopied() -> None:
+    """A fan-out's message parts go to the transport's ``writelines`` as given (no join per
+    stream, none for the whole cork), framed as one DATA frame per stream."""
+    peer = Peer()
+    peer.start()
+    for sid in (1, 3):
+        peer.feed(frame(HEADERS, END_HEADERS | END_STREAM, sid, peer.header_block()))
+    peer.sent()
+    conn = peer.conn
+    body = b"v" * 5000
+    conn.cork()
+    for sid in (1, 3):
+        conn.send_message_parts(conn.streams[sid], [b"\x00\x00\x00\x13\x88", body], 5005)
+    conn.uncork()
+    assert [piece is body for piece in peer.transport.pieces].count(True) == 2
+    data = [(sid, p) for t, _, sid, p in peer.sent() if t == DATA]
+    assert data == [(1, b"\x00\x00\x00\x13\x88" + body), (3, b"\x00\x00\x00\x13\x88" + body)]
+
+
+async def test_message_parts_beyond_the_window_wait_like_any_data() -> None:
+    peer = Peer()
+    peer.start(struct.pack(">HI", S_INITIAL_WINDOW_SIZE, 10))
+    peer.feed(frame(HEADERS, END_HEADERS | END_STREAM, 1, peer.header_block()))
+    peer.sent()
+    stream = peer.conn.streams[1]
+    peer.conn.cork()
+    peer.conn.send_message_parts(stream, [b"ab", b"c" * 23], 25)
+    peer.conn.uncork()
+    assert [p for t, _, _, p in peer.sent() if t == DATA] == [b"ab" + b"c" * 8]
+    peer.feed(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 100)))
+    assert [p for t, _, _, p in peer.sent() if t == DATA] == [b"c" * 15]
 
 
 async def test_connection_window_shared_by_streams() -> None:

@@ -52,6 +52,21 @@ class TestSpread:
         [r] = place_groups([group(SPREAD, 1, 1)], [node("a"), node("b")])
         assert sorted(nodes_of(r)) == [b"a", b"b"]
 
+    def test_groups_go_to_the_least_loaded_nodes_as_rays_scorer_does(self) -> None:
+        """Ray's ``LeastResourceScorer``: each bundle on the node left with the largest share
+        of the demanded resources free, so successive spread groups cover the cluster rather
+        than pile onto its first nodes (issue 30: every bundle adds 4 names to its node's
+        resource view, which the syncer relays to every raylet)."""
+        from collections import Counter
+
+        for strategy in (SPREAD, STRICT_SPREAD):
+            nodes = [node(n, 8) for n in "abcd"]
+            results = place_groups([group(strategy, 1, 1) for _ in range(10)], nodes)
+            used = Counter(n for r in results for n in nodes_of(r))
+            assert used == {b"a": 5, b"b": 5, b"c": 5, b"d": 5}
+            [r] = place_groups([group(strategy, 1)], [node("a", 2, 8), node("b", 6, 8)])
+            assert nodes_of(r) == [b"b"]
+
     def test_reuses_nodes_evenly_when_too_few(self) -> None:
         """SPREAD is soft: 4 bundles on 2 nodes still place, two on each."""
         [r] = place_groups([group(SPREAD, 1, 1, 1, 1)], [node("a"), node("b")])

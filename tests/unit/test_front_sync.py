@@ -27,6 +27,7 @@ class FakeConn:
         self.data: list[tuple[int, bytes]] = []
         self.trailers: list[tuple[int, bytes]] = []
         self.corks = 0
+        self.parts: list[tuple[int, list[bytes]]] = []
         self.changes = Changes()
 
     def stream(self, sid: int, node_id: bytes | None) -> Stream:
@@ -42,6 +43,11 @@ class FakeConn:
     def send_data(self, stream: Stream, data: bytes) -> None:
         self.data.append((stream.id, data))
         self.changes.notify()
+
+    def send_message_parts(self, stream: Stream, parts: list[bytes], size: int) -> None:
+        assert sum(map(len, parts)) == size
+        self.parts.append((stream.id, parts))
+        self.send_data(stream, b"".join(parts))
 
     def send_trailers(self, stream: Stream, block: bytes) -> None:
         self.trailers.append((stream.id, block))
@@ -97,6 +103,17 @@ async def test_views_cross_in_one_write_per_loop_turn() -> None:
     assert conn.corks == 1  # both peers' frames in one write of their shared connection
     assert conn.received(1) == []  # nothing back to the stream it came from
     assert h.hub.live_version(A) == 2
+
+
+async def test_a_relayed_view_is_handed_on_as_the_hubs_own_bytes() -> None:
+    """The fan-out never copies a view per peer: the connection gets the hub's encoded
+    entry object itself (a view carries every bundle's names on its node)."""
+    h, dispatcher, conn, a, _ = await _setup()
+    dispatcher.on_data(conn, a.stream, a, _batch(_view(A, 1)))  # type: ignore[arg-type]
+    await _turn()
+    [(sid, parts)] = conn.parts
+    entry = h.hub._entries[(A, ray_syncer_pb2.RESOURCE_VIEW)]
+    assert sid == 3 and parts[1] is entry and len(parts) == 2
 
 
 async def test_a_raylet_that_does_not_read_gets_only_the_newest_views() -> None:

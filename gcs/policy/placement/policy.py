@@ -9,13 +9,16 @@ Strategies, with Ray 2.60's soft / strict meaning:
 * ``PACK`` (soft): as few nodes as possible - each round the node that takes the most of
   the remaining bundles wins (best fit breaks ties); spills over to more nodes if needed.
 * ``SPREAD`` (soft): each bundle on a node no other bundle of the group uses, when one
-  fits; otherwise on the node that fits and holds the fewest of the group's bundles.
+  fits; otherwise on the node that fits and holds the fewest of the group's bundles;
+  among those, Ray's choice: the node left with the largest share of the demanded
+  resources free (``LeastResourceScorer``).
 * ``STRICT_PACK``: all bundles on one node (the sum must fit): Ray's choice, the node left
   with the largest share of the demanded resources free (``LeastResourceScorer``);
   ``soft_target_node_id`` is preferred when it fits; bundles being rescheduled must join
   the node of the placed ones.
 * ``STRICT_SPREAD``: every bundle on its own node, never a node holding another bundle of
-  the group (placed bundles included, so a rescheduled bundle avoids the survivors).
+  the group (placed bundles included, so a rescheduled bundle avoids the survivors); the
+  least loaded such node, as for ``SPREAD``.
 
 A bundle with a label selector only goes to nodes whose labels match it (hard, all
 strategies).  A group restricted to a virtual cluster (``allowed``) only sees its nodes.
@@ -309,11 +312,14 @@ def _spread(
                 f"{name}: bundle {bundle.index} {_fmt(bundle.resources)} fits no node "
                 f"not already used by the group ({len(used)} used)"
             )
+        # Ray's choice (``LeastResourceScorer``): the node left with the largest share of
+        # the demanded resources free, so groups spread over the cluster rather than pile
+        # onto the same nodes (each bundle adds names to its node's resource view)
         pos = min(
             choice,
             key=lambda p: (
                 count.get(p, 0),
-                _leftover(nodes[p], work.free(p), bundle.resources),
+                -_least_loaded(work.free(p), bundle.resources),
                 p,
             ),
         )
