@@ -45,9 +45,6 @@ ALONE = (
     # each test starts its own cluster (restartable_cluster); the module shares none
     "tests/interop/test_gcs_restart_real_ray.py::",
     "tests/interop/test_gcs_restart_deaths_real_ray.py::",
-    # its own cluster on SQLite, not the module's `cluster`
-    "tests/interop/test_placement_groups_real_ray.py::"
-    "test_a_placed_group_survives_a_gcs_restart_and_keeps_its_bundles",
 )
 """Interop node ids (prefixes) that are scopes of their own: the test uses no module-scoped
 cluster, so it may run on any worker beside the rest of its module."""
@@ -58,7 +55,6 @@ COST_S = {
     "tests/interop/test_state_api_parity.py": 280,
     "tests/interop/test_placement_groups_real_ray.py": 245,
     "tests/interop/test_gcs_restart_real_ray.py::": 105,
-    "tests/interop/test_placement_groups_real_ray.py::test_a_placed": 100,
     "tests/interop/test_gcs_restart_deaths_real_ray.py::": 70,
     "tests/interop/test_real_cluster.py": 73,
     "tests/interop/test_ha_upgrade_real_ray.py": 80,  # measured 58-108 under load
