@@ -23,7 +23,7 @@ from typing import Any
 
 from gcs.testing.ports import free_port
 from tests.interop import venvs
-from tests.interop.real_cluster import GCS_HOST, RealCluster, Worker, stop_groups
+from tests.interop.real_cluster import GCS_HOST, RealCluster, Worker, poll_pauses, stop_groups
 
 __all__ = ["BUSY_DRIVER", "HaMemberProc", "HaRayCluster", "ha_ray_cluster"]
 
@@ -103,7 +103,9 @@ class HaMemberProc:
 
     def wait_for(self, event: str, *, count: int = 1, timeout_s: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        for pause in poll_pauses():
+            if time.monotonic() >= deadline:
+                break
             found = self.events(event)
             if len(found) >= count:
                 return found[count - 1]
@@ -112,7 +114,7 @@ class HaMemberProc:
                     f"{self.name} exited with {self.proc.returncode}\n"
                     + self.log_path.read_text(errors="replace")[-3000:]
                 )
-            time.sleep(0.05)
+            time.sleep(pause)
         raise AssertionError(f"{self.name} did not log {event} x{count} within {timeout_s} s")
 
 

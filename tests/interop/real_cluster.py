@@ -60,6 +60,23 @@ FAST_HEALTH_CHECKS = {
 """Our GCS's health checks (Ray's knob names, which ``gcs serve`` reads)."""
 
 
+POLL_FIRST_S = 0.05
+POLL_LONGEST_S = 1.0
+"""The pauses of a wait on real processes grow from the first to the longest by half each
+time: what holds at once is seen at once, and a long wait (a cluster starting, a job
+running, a node found dead) checks about once a second, not five times.  Each check is a
+process's work too: a gRPC call our GCS answers, a request Ray's dashboard turns into GCS
+calls, a log file read again; at 0.2 s they were a good part of a module's CPU."""
+
+
+def poll_pauses() -> Iterator[float]:
+    """:data:`POLL_FIRST_S`, then half as long again each time, up to :data:`POLL_LONGEST_S`."""
+    pause = POLL_FIRST_S
+    while True:
+        yield pause
+        pause = min(pause * 1.5, POLL_LONGEST_S)
+
+
 @dataclass(frozen=True)
 class Worker:
     """One ``ray start --address`` node."""
@@ -279,10 +296,12 @@ class RealCluster:
         it, and what they do shows only in their logs and our GCS's tables (an exit is
         awaited with :meth:`wait_exit`).  ``timeout_s`` only bounds a hang."""
         deadline = time.monotonic() + timeout_s
-        while not predicate():
+        for pause in poll_pauses():
+            if predicate():
+                return
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what} not within {timeout_s} s\n{self.logs()}")
-            time.sleep(0.2)
+            time.sleep(pause)
 
     def wait_exit(self, proc: subprocess.Popen[Any], timeout_s: float, what: str) -> int:
         """Until ``proc`` exits (its exit, not a poll); returns its exit code."""

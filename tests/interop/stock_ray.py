@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from gcs.testing.ports import free_ports
 from tests.interop import venvs
+from tests.interop.ray_processes import NO_LOG_MONITOR
 from tests.interop.real_cluster import START_TIMEOUT_S, RealCluster, Worker, kill_group
 
 STOCK_HEAD_HOST = "127.0.0.4"
@@ -84,7 +85,8 @@ def _start_head(
             f"--node-ip-address={host}", f"--port={gcs_port}",
             "--include-dashboard=true", f"--dashboard-host={host}",
             f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={client_port}",
-            f"--temp-dir={temp_dir}", "--disable-usage-stats", *node_ports(taken), *head_args,
+            f"--temp-dir={temp_dir}", "--disable-usage-stats", NO_LOG_MONITOR,
+            *node_ports(taken), *head_args,
         ],
         name="stock-head",
     )  # fmt: skip

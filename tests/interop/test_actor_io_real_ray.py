@@ -15,7 +15,11 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -31,8 +35,8 @@ from gcs.rpc.raylet_io.actors import GrpcActorGateway
 from gcs.rpc.raylet_io.budget import RayletIoBudget
 from gcs.rpc.raylet_io.grpc_gateway import GrpcRayletGateway
 from gcs.testing.ports import free_port
-from tests.conftest import eventually
-from tests.interop.ray_processes import NO_LOG_MONITOR, process_exit, ray_env, stop_group
+from tests.interop.ray_processes import NO_LOG_MONITOR, process_exit, ray_env
+from tests.interop.real_cluster import kill_group, poll_pauses
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -63,63 +67,83 @@ def _alive(pid: int) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class RayHead:
+    """``ray start --head`` (Ray's own GCS) with the driver's detached ``probe`` actor."""
+
+    address: str
+    log: Path
+
+
+def _cluster_id(address: str) -> bytes | None:
+    """Ray's GCS's cluster id once it answers (a blocking probe between polls)."""
+    with grpc.insecure_channel(address) as channel:
+        stub = ServiceStub(channel, svc.NODE_INFO, timeout_s=2)  # type: ignore[arg-type]
+        try:
+            return bytes(stub.GetClusterId(G.GetClusterIdRequest()).cluster_id)
+        except grpc.RpcError:
+            return None
+
+
+@pytest.fixture(scope="module")
+def ray_head(ray_venv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+    """One head for both transports (each test leases, pushes and kills an incarnation of
+    its own: the probe actor itself lives on); a head and its driver per test cost ~12 CPU s
+    more."""
+    ray_bin = Path(ray_venv.python).parent / "ray"
+    address = f"{HOST}:{free_port()}"
+    port = address.rsplit(":", 1)[1]
+    # Ray's AF_UNIX socket paths must stay under 107 bytes: a short temp dir of its own.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    env = ray_env(ray_tmp / "env")  # own HOME and TMPDIR, RAY_AUTH_MODE explicit
+    log = tmp_path_factory.mktemp("head") / "head.log"
+    with log.open("wb") as out:
+        head = subprocess.Popen(
+            [
+                str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
+                f"--port={port}", "--num-cpus=3", "--include-dashboard=false",
+                f"--temp-dir={ray_tmp}", NO_LOG_MONITOR,
+            ],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    try:
+        # wall clock: Ray's own GCS answering is the only readiness signal `ray start` gives
+        deadline = time.monotonic() + 120
+        for pause in poll_pauses():
+            if head.poll() is not None or _cluster_id(address) is not None:
+                break
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(pause)
+        assert head.poll() is None, log.read_text()[-3000:]
+        driver = subprocess.run(
+            [str(ray_venv.python), "-c", DRIVER, address],
+            capture_output=True, env=env, timeout=600, check=False,
+        )  # fmt: skip
+        assert driver.returncode == 0 and b"ok" in driver.stdout, driver.stderr[-3000:]
+        yield RayHead(address, log)
+    finally:
+        kill_group(head)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 @pytest.mark.parametrize("transport", ["h2", "grpc"])
 async def test_lease_push_and_kill_on_real_raylet_and_worker(
-    ray_venv, tmp_path: Path, transport: str
+    ray_head: RayHead, transport: str
 ) -> None:
     """Over the raylet gateway's transport: the lean HTTP/2 client (the lease without a
     deadline, as the scheduler asks it) or grpc.aio."""
-    ray_bin = Path(ray_venv.python).parent / "ray"
-    port = free_port()
-    address = f"{HOST}:{port}"
-    ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
-    env = ray_env(ray_tmp / "env")  # own HOME and TMPDIR, RAY_AUTH_MODE explicit
-    head_log = (tmp_path / "head.log").open("wb")
-    head = await asyncio.create_subprocess_exec(
-        str(ray_bin), "start", "--head", "--block", f"--node-ip-address={HOST}",
-        f"--port={port}", "--num-cpus=3", "--include-dashboard=false", f"--temp-dir={ray_tmp}",
-        NO_LOG_MONITOR,
-        stdout=head_log, stderr=asyncio.subprocess.STDOUT, env=env,
-        start_new_session=True,
-    )  # fmt: skip
+    address = ray_head.address
     raylets = GrpcRayletGateway(RayletIoBudget(4, 4, 0), poll_transport=transport)
     pool = raylets.pool
     gateway = GrpcActorGateway(pool, gateway=raylets)
     channel = grpc.aio.insecure_channel(address)
     pid = 0
     try:
-        stubs = None
-
-        async def gcs_up() -> bool:
-            nonlocal stubs
-            if head.returncode is not None:
-                return True
-            try:
-                reply = await ServiceStub(channel, svc.NODE_INFO, timeout_s=2).GetClusterId(
-                    G.GetClusterIdRequest()
-                )
-            except grpc.aio.AioRpcError:
-                return False
-            md = [("ray_cluster_id", reply.cluster_id.hex())]
-            stubs = (
-                ServiceStub(channel, svc.ACTOR_INFO, metadata=md, timeout_s=10),
-                ServiceStub(channel, svc.NODE_INFO, metadata=md, timeout_s=10),
-            )
-            return True
-
-        # wall clock: Ray's own GCS answering is the only readiness signal `ray start` gives
-        await eventually(gcs_up, timeout_s=120, interval_s=0.5)
-        assert head.returncode is None and stubs is not None, (tmp_path / "head.log").read_text()[
-            -3000:
-        ]
-        actors, nodes = stubs
-        driver = await asyncio.create_subprocess_exec(
-            str(ray_venv.python), "-c", DRIVER, address,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(driver.communicate(), timeout=600)
-        assert driver.returncode == 0 and b"ok" in out, err.decode()[-3000:]
-
+        cluster_id = _cluster_id(address)
+        assert cluster_id is not None, ray_head.log.read_text()[-3000:]
+        md = [("ray_cluster_id", cluster_id.hex())]
+        actors = ServiceStub(channel, svc.ACTOR_INFO, metadata=md, timeout_s=10)
+        nodes = ServiceStub(channel, svc.NODE_INFO, metadata=md, timeout_s=10)
         named = await actors.GetNamedActorInfo(
             G.GetNamedActorInfoRequest(name="probe", ray_namespace="io")
         )
@@ -170,9 +194,6 @@ async def test_lease_push_and_kill_on_real_raylet_and_worker(
         await channel.close()
         await gateway.close()
         await raylets.close()
-        await stop_group(head)
         if pid and _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        head_log.close()
-        shutil.rmtree(ray_tmp, ignore_errors=True)

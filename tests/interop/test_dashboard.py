@@ -27,6 +27,7 @@ from gcs.testing.ports import free_port
 from tests.interop import dashboard_browser, venvs
 from tests.interop import dashboard_facts as facts
 from tests.interop.dashboard_browser import Browser, Page, headless_chromium
+from tests.interop.ray_processes import NO_LOG_MONITOR
 from tests.interop.real_cluster import GCS_HOST, RealCluster, Worker, kill_group, real_cluster
 from tests.interop.state_api import list_state
 from tests.interop.stock_ray import Starting, starting, stock_cluster
@@ -125,7 +126,7 @@ def cluster(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
     args = (
         "--dashboard", "--dashboard-port", str(port), "--ray-python", str(ray_default_venv.python),
         "--head-raylet", "--head-raylet-args",
-        f"--num-cpus=1 --dashboard-agent-listen-port={free_port()}",
+        f"--num-cpus=1 --dashboard-agent-listen-port={free_port()} {NO_LOG_MONITOR}",
     )  # fmt: skip
     with real_cluster(ray_default_venv, gcs_args=args, storage="sqlite:///{tmp}/gcs.db") as c:
         c.add_worker(Worker("127.0.0.3"))  # while our GCS starts its head raylet

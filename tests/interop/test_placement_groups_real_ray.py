@@ -14,8 +14,8 @@ tests do not depend on their order (randomised runs): each uses its own resource
 * a bundle on a worker that is killed is placed again on a live node;
 * removing a group gives its resources back (a task needing them then runs), and so does
   the end of the job that created it;
-* a group placed before a kill -9 and restart of our GCS (SQLite) is still CREATED after it,
-  its bundles still held by the raylets (a second cluster, in its own fixture);
+* a group placed before a kill -9 and restart of our GCS (the module's cluster is on SQLite
+  for it) is still CREATED after it, its bundles still held by the raylets;
 * a job in a virtual cluster (``JobConfig(metadata={"virtual_cluster_id": ...})``) places its
   actors and groups only on the cluster's node; a job without one uses both.
 """
@@ -205,7 +205,9 @@ print(json.dumps({"states": states, "placed": placed, "node": node}))
 
 @pytest.fixture(scope="module")
 def cluster(ray_venv: venvs.Venv) -> Iterator[RealCluster]:
-    with real_cluster(ray_venv, workers=[ALPHA, BETA]) as c:
+    """On SQLite: the GCS restart test kills and restarts this cluster's GCS (a cluster of
+    its own cost ~20 CPU s more: two more nodes, their drivers' workers)."""
+    with real_cluster(ray_venv, workers=[ALPHA, BETA], storage="sqlite:///{tmp}/gcs.db") as c:
         yield c
 
 
@@ -341,19 +343,18 @@ def test_virtual_cluster_job_places_actors_and_groups_on_its_nodes_only(
 
 
 def test_a_placed_group_survives_a_gcs_restart_and_keeps_its_bundles(
-    ray_venv: venvs.Venv,
+    cluster: RealCluster,
 ) -> None:
     """kill -9 of our GCS (SQLite store) and a restart: the raylets keep the committed
     bundles (``ReleaseUnusedBundles`` names them in use), the group is still CREATED and
-    its bundles run tasks on the same nodes; removing it then returns the resources."""
-    workers = [Worker("127.0.0.2"), Worker("127.0.0.3")]
-    with real_cluster(ray_venv, workers=workers, storage="sqlite:///{tmp}/gcs.db") as c:
-        before = driver(c, KEPT_CREATE)
-        assert len(set(before["nodes"])) == 2, before
-        c.kill_gcs()
-        c.start_gcs()
-        c.wait_workers()
-        after = driver(c, KEPT_AFTER_RESTART)
-        assert after["state"] == "CREATED" and after["nodes"] == before["nodes"], after
-        assert any(n.startswith("CPU_group_0_") for n in after["held"]), after
-        assert after["after"] == [], after
+    its bundles run tasks on the same nodes; removing it then returns the resources.  (The
+    other tests pass whether they run before or after it: a restart is invisible to them.)"""
+    before = driver(cluster, KEPT_CREATE)
+    assert len(set(before["nodes"])) == 2, before
+    cluster.kill_gcs()
+    cluster.start_gcs()
+    cluster.wait_workers()
+    after = driver(cluster, KEPT_AFTER_RESTART)
+    assert after["state"] == "CREATED" and after["nodes"] == before["nodes"], after
+    assert any(n.startswith("CPU_group_0_") for n in after["held"]), after
+    assert after["after"] == [], after

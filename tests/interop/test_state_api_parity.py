@@ -23,6 +23,7 @@ import pytest
 
 from gcs.testing.ports import free_port
 from tests.interop import venvs
+from tests.interop.ray_processes import NO_LOG_MONITOR
 from tests.interop.real_cluster import RealCluster, real_cluster
 from tests.interop.state_api import list_state
 from tests.interop.stock_ray import starting, stock_cluster
@@ -112,7 +113,7 @@ def our_side(ray_default_venv: venvs.Venv) -> Iterator[RealCluster]:
     args = (
         "--dashboard", "--dashboard-port", str(port), "--ray-python", str(ray_default_venv.python),
         "--head-raylet", "--head-raylet-args",
-        f"--num-cpus=1 --dashboard-agent-listen-port={free_port()}",
+        f"--num-cpus=1 --dashboard-agent-listen-port={free_port()} {NO_LOG_MONITOR}",
     )  # fmt: skip
     with real_cluster(ray_default_venv, gcs_args=args) as c:
         c.wait(lambda: c.synced_raylets() >= 1, 240, "the head raylet synced")

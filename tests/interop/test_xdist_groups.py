@@ -44,12 +44,11 @@ def test_a_test_with_a_cluster_of_its_own_is_its_own_scope() -> None:
     module; every other interop test stays with its module."""
     split = InteropModuleScheduling._split_scope
     scheduler = object.__new__(InteropModuleScheduling)  # _split_scope reads no state
-    placed = "tests/interop/test_placement_groups_real_ray.py::test_a_placed_group_survives_a_gcs_restart_and_keeps_its_bundles"  # noqa: E501
-    assert split(scheduler, placed) == placed
     restart = "tests/interop/test_gcs_restart_real_ray.py::test_gcs_killed[redis]"
     assert split(scheduler, restart) == restart
-    shared = "tests/interop/test_placement_groups_real_ray.py::test_removed_group"
-    assert split(scheduler, shared) == "tests/interop/test_placement_groups_real_ray.py"
+    pgs = "tests/interop/test_placement_groups_real_ray.py"
+    for shared in ("test_removed_group", "test_a_placed_group_survives_a_gcs_restart"):
+        assert split(scheduler, f"{pgs}::{shared}") == pgs
     other = "tests/unit/test_x.py::TestY::test_z"
     assert split(scheduler, other) == other
     # a module elsewhere whose module-scoped fixture starts a demo cluster: one scope

@@ -45,43 +45,42 @@ ALONE = (
     # each test starts its own cluster (restartable_cluster); the module shares none
     "tests/interop/test_gcs_restart_real_ray.py::",
     "tests/interop/test_gcs_restart_deaths_real_ray.py::",
-    # its own cluster on SQLite, not the module's `cluster`
-    "tests/interop/test_placement_groups_real_ray.py::"
-    "test_a_placed_group_survives_a_gcs_restart_and_keeps_its_bundles",
 )
 """Interop node ids (prefixes) that are scopes of their own: the test uses no module-scoped
 cluster, so it may run on any worker beside the rest of its module."""
 
 COST_S = {
     # seconds per scope in a measured run (scripts/test.sh says how); relative is enough
-    "tests/interop/test_dashboard.py": 450,
-    "tests/interop/test_state_api_parity.py": 280,
-    "tests/interop/test_placement_groups_real_ray.py": 245,
-    "tests/interop/test_gcs_restart_real_ray.py::": 105,
-    "tests/interop/test_placement_groups_real_ray.py::test_a_placed": 100,
-    "tests/interop/test_gcs_restart_deaths_real_ray.py::": 70,
-    "tests/interop/test_real_cluster.py": 73,
-    "tests/interop/test_ha_upgrade_real_ray.py": 80,  # measured 58-108 under load
-    "tests/interop/test_ha_handover_real_ray.py": 70,  # measured 55-90 under load
-    "tests/interop/test_ray_auth.py": 37,
-    "tests/interop/test_request_resources_wire.py": 26,
+    "tests/interop/test_dashboard.py": 295,
+    "tests/interop/test_state_api_parity.py": 185,
+    "tests/interop/test_placement_groups_real_ray.py": 160,
+    "tests/interop/test_gcs_restart_real_ray.py::": 70,
+    "tests/interop/test_gcs_restart_deaths_real_ray.py::": 45,
+    "tests/interop/test_real_cluster.py": 50,
+    "tests/interop/test_ha_upgrade_real_ray.py": 90,
+    "tests/interop/test_ha_handover_real_ray.py": 57,
+    "tests/interop/test_ray_auth.py": 19,
+    "tests/interop/test_request_resources_wire.py": 10,
     # single tests elsewhere that are long enough to end a run if started last
     "tests/autoscaler/test_simulator.py::test_skipping_is_exact_on_the_500_node": 220,
-    "tests/interop/test_autoscaler_real_ray.py": 151,
-    "tests/dropin/test_ray_suite_smoke.py::test_rays_own_tests_pass_on_gcs_server[test_get_or": 98,
-    "tests/interop/test_ant_ray_vcluster.py": 63,
-    "tests/dropin/test_ray_suite_smoke.py::test_rays_own_tests_pass_on_gcs_server[test_list": 40,
+    "tests/interop/test_autoscaler_real_ray.py": 46,
+    "tests/dropin/test_ray_suite_smoke.py::test_rays_own_tests_pass_on_gcs_server[test_get_or": 155,
+    "tests/interop/test_ant_ray_vcluster.py": 33,
+    "tests/dropin/test_ray_suite_smoke.py::test_rays_own_tests_pass_on_gcs_server[test_list": 81,
     "tests/cli/test_readme.py": 90,  # its TestQuickstart alone: 55
     "tests/server/test_fuzz.py::test_fuzz_every_unary_method": 48,
     "tests/autoscaler/test_reconciler_state_machine.py": 46,
-    "tests/interop/test_actors_real_ray.py": 43,
+    "tests/interop/test_actors_real_ray.py": 60,
     "tests/autoscaler/test_simulator.py": 30,
     "tests/autoscaler/aws/test_aws_end_to_end.py": 40,
+    "tests/interop/test_actor_io_real_ray.py": 21,
 }
 """Longest first: a scope's cost is the first entry its name starts with (an interop module's
 path, or a test's node id); scopes named here go before the rest, which keep xdist's order
 (most tests first).  A long scope missing here only starts later than it could.  Seconds of
-the run measured on 2026-11-29 (at load ~20: only their order matters)."""
+the run measured on 2026-11-29 (at load ~20: only their order matters); the interop and
+drop-in ones again that evening (``-n 2`` over tests/interop and tests/dropin alone, load
+~15)."""
 
 
 def cost(scope: str) -> float:
