@@ -62,7 +62,7 @@ COST_S = {
     "tests/interop/test_ray_auth.py": 19,
     "tests/interop/test_request_resources_wire.py": 10,
     # single tests elsewhere that are long enough to end a run if started last
-    "tests/autoscaler/test_simulator.py::test_skipping_is_exact_on_the_500_node": 220,
+    "tests/autoscaler/test_simulator.py::test_skipping_is_exact_on_the_500_node": 110,
     "tests/interop/test_autoscaler_real_ray.py": 46,
     "tests/dropin/test_ray_suite_smoke.py::test_rays_own_tests_pass_on_gcs_server[test_get_or": 155,
     "tests/interop/test_ant_ray_vcluster.py": 33,
