@@ -39,6 +39,7 @@ import structlog
 
 from gcs.base.background import race
 from gcs.base.clock import Clock
+from gcs.server.ha_steps import Steps
 from gcs.store import Store
 from gcs.store.base import WriteBatch
 from gcs.store.errors import StoreError
@@ -153,20 +154,27 @@ async def lead_handover(
     ``StoreError`` (``StoreFenced``) if the notice cannot be written: the lease is then
     not ours to hand over, and the caller steps down as after a lost lease."""
     started = clock.monotonic_s()
+    steps = Steps(clock)
     term.hold()
+    steps.mark("held")
     still_open = await term.quiesce(DRAIN_S)
+    steps.mark("quiesced")
     notice = HandoverNotice(holder, epoch, to)
     await store.write(WriteBatch().put(TABLE_HA, NOTICE_KEY, notice.encode()))
+    steps.mark("notice_written")
     await stop_renewing()
     try:
         await ha.release_lease(holder, epoch)
     except StoreError as err:  # the successor waits for the TTL instead
         log.warning("ha.handover_release_failed", error=str(err))
     released = clock.monotonic_s()
+    steps.mark("released")
     successor = await _successor(
         ha, clock, holder, epoch, term, take_by=released + take_s, deadline=started + ttl_s
     )
+    steps.mark("successor_seen")
     refused = term.hand_off()
+    steps.mark("handed_off")
     result = HandoverResult(
         handed_over=successor is not None,
         successor=successor.holder if successor is not None else "",
@@ -175,7 +183,9 @@ async def lead_handover(
         still_open=still_open,
         took_ms=round((clock.monotonic_s() - started) * 1000, 3),
     )
-    log.info("ha.handed_over", holder=holder, from_epoch=epoch, **result.as_dict())
+    log.info(
+        "ha.handed_over", holder=holder, from_epoch=epoch, steps=steps.fields(), **result.as_dict()
+    )
     return result
 
 

@@ -43,6 +43,8 @@ class LeaderTerm:
         self._supervisor = supervisor
         self._running = running
         self._on_stopped = on_stopped
+        self.steps: dict[str, float] = {}
+        """When its start's steps happened (``gcs.server.ha_steps``)."""
 
     async def wait(self) -> None:
         try:
@@ -85,10 +87,13 @@ async def start_leader_term(
     """Load ``wiring`` (from the standby's mirror), run it; returns once the shared port
     serves and ``leader`` is recorded in InternalKV for ``gcs status``."""
     supervisor = Supervisor(wiring.components)
+    steps = wiring.rpc.steps
+    steps.mark("built")
     try:
         await supervisor.load()
     except ComponentFailed as failed:
         raise failed.cause from None
+    steps.mark("loaded")
     store.release_mirror()
     running = await start_until_ready(supervisor.run(), wiring.rpc.serving(), name="gcs-term")
     term = LeaderTerm(wiring, supervisor, running, on_stopped=on_stopped)
@@ -106,6 +111,8 @@ async def start_leader_term(
     except BaseException:
         await term.stop()
         raise
+    steps.mark("recorded")
+    term.steps = steps.at
     return term
 
 
@@ -121,14 +128,19 @@ async def holder_locks(config: GcsConfig, clock: Clock, store: Store) -> LockDir
     return LockDir(default_lock_dir(cluster_id.hex(), config.namespace), clock)
 
 
-def standby_heap_freezer(config: GcsConfig) -> Callable[[], None]:
-    """The standby's start-up heap (modules, the warm copy) frozen once, as the ``gc``
-    component does at a plain start (``gcs.server.gc_policy``), so that the takeover's
-    term does not pay for that full collection."""
+def standby_heap_freezer(
+    config: GcsConfig, prepare: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """What the standby does off the takeover's path once its mirror loaded: ``prepare``
+    the terms' parts (``GcsServer.prepared``), then freeze its start-up heap once (modules,
+    the warm copy, those parts) as the ``gc`` component does at a plain start
+    (``gcs.server.gc_policy``), so that the takeover's term pays for neither."""
     frozen = False
 
     def freeze() -> None:
         nonlocal frozen
+        if prepare is not None:
+            prepare()
         if config.gc_gen0_threshold > 0 and not frozen:
             frozen = True
             freeze_start_heap()
@@ -142,9 +154,11 @@ async def member(
     clock: Clock,
     metrics: GcsMetrics,
     start_term: StartTerm,
+    *,
+    prepare: Callable[[], None] | None = None,
 ) -> tuple[HaCoordinator, HaStatusServer | None]:
     """The member's lease loop, not yet running, and its status port (with
-    ``ha.status_port``), started."""
+    ``ha.status_port``), started; ``prepare()`` once a mirror loaded (off the takeover)."""
     status: HaStatusServer | None = None
     if config.ha.status_port >= 0:
         status = HaStatusServer()
@@ -157,7 +171,7 @@ async def member(
         metrics=metrics,
         on_serving=status.set if status is not None else None,
         locks=await holder_locks(config, clock, store),
-        on_mirror_loaded=standby_heap_freezer(config),
+        on_mirror_loaded=standby_heap_freezer(config, prepare),
     )
     if status is not None:
         status.handover = ha.hand_over
