@@ -13,6 +13,7 @@ from gcs.base.clock import Clock
 from gcs.base.lifecycle import ComponentFailed, Supervisor, start_until_ready
 from gcs.config import GcsConfig
 from gcs.managers.cluster_meta import stored_cluster_id
+from gcs.managers.kv import encode_key
 from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.gc_policy import freeze_start_heap
 from gcs.server.ha import HaCoordinator, HaSettings, StartTerm
@@ -22,7 +23,11 @@ from gcs.server.ha_status import HaStatusServer
 from gcs.server.metrics import GcsMetrics
 from gcs.server.wiring import Wiring
 from gcs.store import Store
+from gcs.store.base import TABLE_KV
+from gcs.store.ha import Change
 
+LEADER_RECORD_KEY = encode_key(HA_NAMESPACE, HA_LEADER_KEY)
+"""Where InternalKV stores the leader record (``start_leader_term``)."""
 STEP_DOWN_GRACE_S = 0.1
 """How long a stepping-down term lets its open calls finish (they fail fast: the term's
 store is cut) before it closes every connection."""
@@ -65,6 +70,12 @@ class LeaderTerm:
     async def leader_record(self) -> bytes | None:
         """What the group's leader recorded in InternalKV (``start_leader_term``), as stored."""
         return await self.wiring.managers.kv.get(HA_NAMESPACE, HA_LEADER_KEY)
+
+    def recorded_in(self, change: Change) -> bytes | None:
+        """The leader record's new value if ``change`` (from the change stream) writes it."""
+        if change.table == TABLE_KV and change.key == LEADER_RECORD_KEY:
+            return change.value
+        return None
 
     async def stop(self) -> None:
         # not the leader any more: only the answers already due (the calls the cut store

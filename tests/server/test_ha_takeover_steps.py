@@ -6,6 +6,7 @@ of a planned handover.  In-process ``GcsServer``s on one MemoryStore, the fake c
 from __future__ import annotations
 
 import asyncio
+import json
 
 import grpc
 import pytest
@@ -14,11 +15,17 @@ from structlog.testing import capture_logs
 
 from gcs.base.clock import FakeClock
 from gcs.config import GcsConfig, HaConfig
+from gcs.managers.kv import encode_key
+from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server import GcsServer, rpc_server
+from gcs.server.ha_handover import lead_handover
+from gcs.store.base import TABLE_KV, WriteBatch
+from gcs.store.ha import Change
 from gcs.store.memory import MemoryStore
 from gcs.testing.ports import free_port
 
 TAKEOVER_STEPS = ("acquired", "drained", "built", "loaded", "registered", "bound", "recorded")
+RECORD_KEY = encode_key(HA_NAMESPACE, HA_LEADER_KEY)
 HANDOVER_STEPS = ("held", "quiesced", "notice_written", "released", "successor_seen", "handed_off")
 
 
@@ -114,3 +121,68 @@ async def test_both_sides_of_a_planned_handover_log_their_steps_in_order() -> No
     finally:
         await b.stop()
         await a.stop()
+
+
+class _Term:
+    """A leader's term as a handover sees it; its leader record read from the store."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self.looks = 0
+        """How often the leader record was read from the store."""
+
+    def hold(self) -> None:
+        return None
+
+    async def quiesce(self, bound_s: float) -> int:
+        return 0
+
+    def hand_off(self) -> int:
+        return 0
+
+    async def leader_record(self) -> bytes | None:
+        self.looks += 1
+        return await self._store.get(TABLE_KV, RECORD_KEY)
+
+    def recorded_in(self, change: Change) -> bytes | None:
+        return change.value if (change.table, change.key) == (TABLE_KV, RECORD_KEY) else None
+
+
+async def test_a_leader_handing_over_sees_its_successor_in_the_change_stream_not_by_polling() -> (
+    None
+):
+    clock = FakeClock()
+    shared = MemoryStore(clock=clock)
+    old, new = shared.handle(), shared.handle()
+    epoch = await old.try_acquire_lease("a", 2000)
+    assert epoch is not None
+    old.fence(epoch)
+    term = _Term(old)
+
+    async def stop_renewing() -> None:
+        return None
+
+    async def successor() -> None:
+        await clock.sleep(0.005)  # the handover released the lease by then
+        taken = await new.try_acquire_lease("b", 2000)
+        assert taken is not None
+        new.fence(taken)
+        for n in range(5):  # its takeover's other writes come first, over some time
+            await clock.sleep(0.002)
+            await new.write(WriteBatch().put(TABLE_KV, b"other-%d" % n, b"x"))
+        record = json.dumps({"holder": "b", "epoch": taken}).encode()
+        await new.write(WriteBatch().put(TABLE_KV, RECORD_KEY, record))
+
+    taking = asyncio.create_task(successor())
+    handing = asyncio.create_task(
+        lead_handover(
+            store=old, ha=old, clock=clock, holder="a", epoch=epoch, to="", ttl_s=2.0,
+            take_s=1.0, term=term, stop_renewing=stop_renewing,
+        )
+    )  # fmt: skip
+    await clock.advance_until(handing.done, 0.001)
+    await taking
+    result = await handing
+    assert result.handed_over and result.successor == "b" and result.epoch == epoch + 1
+    # one look at the record as the wait began; then the stream brought it (no poll)
+    assert term.looks == 1
