@@ -470,13 +470,9 @@ class HaCoordinator:
         self._leading.set()
         if self._on_serving is not None:
             self._on_serving(True)
+        took = {"takeover_s": round(took_s, 3), "drained_changes": drained}
         log.info(
-            "ha.leader",
-            holder=settings.holder,
-            epoch=epoch,
-            takeover_s=round(took_s, 3),
-            drained_changes=drained,
-            steps=self._steps.fields(),
+            "ha.leader", holder=settings.holder, epoch=epoch, steps=self._steps.fields(), **took
         )
         self._end_stalled()
         try:
