@@ -19,7 +19,14 @@ planned handover, exported from git history), in the same run: the old stop, for
 comparison.
 
     python -m bench.ha.handover [--handovers 20] [--clients 5] [--sigterm] [--baseline]
-        [--one-process | --both] [--trace]
+        [--one-process | --both] [--trace] [--base COMMIT]
+
+Each run also prints where the pause went: both members log their steps' monotonic times
+(:mod:`gcs.server.ha_steps`; the old leader with ``ha.handed_over``, the successor with
+``ha.leader``), lined up per handover with the clients' last answer before and first
+after, as the median and worst time from the step before.  ``--base COMMIT`` first runs
+the same rounds with members of that commit (``git archive``, e.g. ``main``), in the same
+run, for a before / after pair.
 
 Targets: 0 failed calls; pause p99 <= 100 ms.  Logs are kept (and named) on a failure.
 
@@ -37,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import pathlib
@@ -82,8 +90,61 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+STEPS = (
+    "last_answer",
+    "held",
+    "quiesced",
+    "notice_written",
+    "noticed",
+    "released",
+    "acquired",
+    "drained",
+    "built",
+    "loaded",
+    "rpc_run",
+    "registered",
+    "inner_started",
+    "bound",
+    "recorded",
+    "serving",
+    "successor_seen",
+    "handed_off",
+    "first_answer",
+)
+"""A handover's steps in the order they happen (``noticed`` and ``released`` may swap)."""
+
+
+def pause_span(answered: list[float], since: float, until: float) -> tuple[float, float]:
+    """The longest gap between two answers overlapping ``[since, until]``: its ends."""
+    times = sorted(answered)
+    best = (since, since)
+    for before, after in itertools.pairwise(times):
+        if after >= since and before <= until and after - before > best[1] - best[0]:
+            best = (before, after)
+    return best
+
+
+def print_steps(timelines: list[dict[str, float]]) -> None:
+    """Per step: median and worst time from the step before it (ms), over the handovers."""
+    print("  step (from the one before): p50 / max ms")
+    for previous, step in itertools.pairwise(STEPS):
+        gaps = [(t[step] - t[previous]) * 1000 for t in timelines if step in t and previous in t]
+        if gaps:
+            print(f"    {step:>15}: {statistics.median(gaps):7.1f} / {max(gaps):7.1f}")
+
+
 async def run(args: argparse.Namespace) -> int:
     code = 0
+    if args.base:
+        reason = missing_reason(args.base)
+        if reason is not None:
+            print(f"base not run: {reason}")
+        else:
+            with tempfile.TemporaryDirectory(prefix="ha-base-") as base:
+                tree = export_previous(pathlib.Path(base), args.base)
+                print(f"base: {args.base} (members of that commit)")
+                await rounds(args, sigterm=args.sigterm, source=tree, one_process=args.one_process)
+            print("this tree:")
     for one_process in (False, True) if args.both else (args.one_process,):
         code |= await rounds(args, sigterm=args.sigterm, source=None, one_process=one_process)
     if args.baseline:
@@ -114,6 +175,9 @@ async def rounds(
             env = {"GCS_HA_STATUS_PORT": str(status[name]), "GCS_HA_HOLDER": name}
             if source is None:
                 return group.add(name, env=env)
+            if args.base:  # a base run: the same rounds (the handover admin call too)
+                with contextlib.chdir(source):
+                    return group.add(name, env={**env, "PYTHONPATH": str(source)})
             with contextlib.chdir(source):  # python -m gcs: the working directory first
                 return group.add(name, env={**env, "PYTHONPATH": str(source)})
 
@@ -127,6 +191,7 @@ async def rounds(
         stalls: list[float] = []
         failed_reconnects = 0
         took: list[float] = []
+        timelines: list[dict[str, float]] = []
         leader, standby = "a", "b"
         try:
             await clients.until_answered(200)
@@ -141,6 +206,16 @@ async def rounds(
                     event = await hand_over(status[leader])
                 until = time.monotonic()
                 await clients.until_answered(100)
+                successor = members[standby].wait_for(
+                    "ha.leader", count=members[standby].count("ha.leader")
+                )
+                handed = members[leader].events("ha.handed_over")
+                old_steps = handed[-1].get("steps") if handed else None
+                timeline = {**dict(old_steps or {}), **dict(successor.get("steps") or {})}
+                timeline["last_answer"], timeline["first_answer"] = pause_span(
+                    clients.answered, since, until
+                )
+                timelines.append(timeline)
                 pauses.append(clients.pause_s(since, until))
                 stalls += clients.stalls_s(since, until)
                 failed_reconnects += clients.failed_reconnects(since, time.monotonic())
@@ -180,6 +255,7 @@ async def rounds(
         )
         print("  pauses (ms):", " ".join(f"{p:.0f}" for p in ms))
         print("  handovers (ms):", " ".join(f"{t:.0f}" for t in took))
+        print_steps(timelines)
         for failure in clients.failures[:10]:
             print(f"  failed: {failure}")
         failed = bool(clients.failures)
@@ -204,6 +280,9 @@ def main() -> None:
     parser.add_argument("--trace", action="store_true", help="per handover, per client")
     parser.add_argument(
         "--baseline", action="store_true", help="also the previous version's SIGTERM rounds"
+    )
+    parser.add_argument(
+        "--base", default="", help="first the same rounds with members of this commit"
     )
     parser.add_argument("--gap-s", type=float, default=0.5, help="between two handovers")
     raise SystemExit(asyncio.run(run(parser.parse_args())))

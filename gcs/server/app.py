@@ -35,6 +35,7 @@ from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
+from gcs.server.rpc_server import Prepared
 from gcs.server.store_open import build_configured, open_configured
 from gcs.server.wiring import Wiring, build
 from gcs.store import Store
@@ -71,6 +72,8 @@ class GcsServer:
         self._raylets = raylets
         self._actor_gateway = actor_gateway
         self._extras = extras or Extras()
+        self.prepared: Prepared | None = None
+        """``--ha``: the terms' RPC server parts, built by the standby (off the takeover)."""
         self.metrics = GcsMetrics()
         self.advertised_host = config.node_ip_address or advertised_host(config.host)
         self.wiring: Wiring | None = None
@@ -176,7 +179,7 @@ class GcsServer:
         if cfg.metrics_port >= 0:  # across terms; each term's wiring serves none
             self.metrics.serve(cfg.host, cfg.metrics_port)
         self.ha, self.ha_status = await member(
-            cfg, store, self.clock, self.metrics, self._start_term
+            cfg, store, self.clock, self.metrics, self._start_term, prepare=self._prepare
         )
         self._running = await run_until_warm(self.ha)
         port = self.metrics_port or "off"
@@ -207,6 +210,7 @@ class GcsServer:
             extras=self._extras,
             admit=admit,
             start_heap_frozen=admit is not None,  # an HA term: frozen when the mirror loaded
+            prepared=self.prepared,
         )
 
     async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> LeaderTerm:
@@ -221,6 +225,10 @@ class GcsServer:
         return await start_leader_term(
             wiring, store, leader, on_serving=self._term_serving, on_stopped=self._term_stopped
         )
+
+    def _prepare(self) -> None:
+        if self.prepared is None:
+            self.prepared = Prepared.ahead()
 
     def _term_serving(self, wiring: Wiring) -> None:
         self.wiring = wiring

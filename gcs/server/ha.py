@@ -64,6 +64,7 @@ from gcs.server.ha_handover import (
 from gcs.server.ha_lock import HolderLocks
 from gcs.server.ha_mirror import TableMirror, TakeoverStore
 from gcs.server.ha_renew import LeaseTrust, renew_until_lost
+from gcs.server.ha_steps import Steps
 from gcs.server.ha_upgrade import check_mirror, expand_format
 from gcs.server.metrics import GcsMetrics, counter, gauge
 from gcs.store import Store
@@ -167,6 +168,7 @@ class HaCoordinator:
         self._standing_by = asyncio.Event()
         self._term: Term | None = None
         self._handovers = HandoverDesk()  # a planned handover asked of this leader
+        self._steps = Steps(clock)  # the next takeover's (logged with ha.leader)
         self._stopped = False
         self._histogram: Histogram | None = None
         if metrics is not None:
@@ -255,34 +257,33 @@ class HaCoordinator:
 
     async def _stand_by(self) -> int:
         """Load and follow the mirror until the lease is ours: its epoch."""
-        settings = self.settings
+        holder = self.settings.holder
         self.role = Role.STANDBY
         self._leading.clear()
         mirror = self.mirror = TableMirror()
+        self._steps = Steps(self._clock)
         await self._load(mirror)
         check_mirror(mirror)  # a store in a newer format: this member stops, StoreTooNew
         if self._on_mirror_loaded is not None:
             self._on_mirror_loaded()
         self._warm.set()
         self._standing_by.set()
-        log.info(
-            "ha.standby",
-            holder=settings.holder,
-            rows=mirror.rows,
-            cursor=mirror.cursor.decode(),
-        )
+        log.info("ha.standby", holder=holder, rows=mirror.rows, cursor=mirror.cursor.decode())
         while True:
             wait_s, lease = await self._next_attempt()
             if self._gate.may_compete(lease, self._clock.monotonic_s()):
                 epoch = await self._acquire()
                 if epoch is not None:
+                    self._steps.mark("acquired")
                     seen = self._seen  # a lapsed Redis lease reads as none: the last live
                     self._previous = seen if seen and seen.epoch == epoch - 1 else None
                     return epoch
-            wait_s = standby_wait_s(mirror.notice, lease, settings.holder, wait_s)
-            died = self._watch_holder(lease)
+            wait_s = standby_wait_s(mirror.notice, lease, holder, wait_s)
+            died, notices = self._watch_holder(lease), mirror.notices
             if await self._follow_until(wait_s, died) and lease is not None:
                 await self._release_dead(lease)
+            if mirror.notices != notices and mirror.notice and mirror.notice.for_member(holder):
+                self._steps.mark("noticed")  # a handover to this member
             check_mirror(mirror)
 
     async def _acquire(self) -> int | None:
@@ -431,6 +432,7 @@ class HaCoordinator:
         self._mark(Role.LEADER, epoch)
         drained = await mirror.drain(self._ha)
         await expand_format(self._store, mirror)
+        self._steps.mark("drained")
         store = TermStore(self._store, mirror, on_fenced=self._fenced.set)
         self.role = Role.LEADER  # admit() may answer True once the term serves
         # renewals start now: loading a big state must not outlast the lease
@@ -458,6 +460,8 @@ class HaCoordinator:
             return
         store.release_mirror()
         self.mirror = None
+        self._steps.merge(getattr(term, "steps", {}))
+        self._steps.mark("serving")
         took_s = clock.monotonic_s() - started
         self.takeovers += 1
         self.last_takeover_s = took_s
@@ -466,12 +470,9 @@ class HaCoordinator:
         self._leading.set()
         if self._on_serving is not None:
             self._on_serving(True)
+        took = {"takeover_s": round(took_s, 3), "drained_changes": drained}
         log.info(
-            "ha.leader",
-            holder=settings.holder,
-            epoch=epoch,
-            takeover_s=round(took_s, 3),
-            drained_changes=drained,
+            "ha.leader", holder=settings.holder, epoch=epoch, steps=self._steps.fields(), **took
         )
         self._end_stalled()
         try:

@@ -13,7 +13,8 @@ A leader that is told to go (:meth:`gcs.server.ha.HaCoordinator.hand_over`):
    no waiting for the TTL);
 4. stops renewing, withdraws its own trust (``admit()`` is False) and **releases** the lease;
 5. **waits** until a successor serves (it records itself in InternalKV ``gcs_ha/leader``
-   with a newer epoch once its port serves), at most the lease TTL;
+   with a newer epoch once its port serves), at most the lease TTL, woken by each write
+   in the change stream (the record is one) rather than polling;
 6. **hands off**: stops listening, refuses every held request with ``RST_STREAM
    REFUSED_STREAM`` and sends GOAWAY on every connection.  A refused stream was seen by no
    handler, so gRPC clients (C-core: Python, Ray's C++ workers and raylets) retry it
@@ -39,10 +40,11 @@ import structlog
 
 from gcs.base.background import race
 from gcs.base.clock import Clock
+from gcs.server.ha_steps import Steps
 from gcs.store import Store
 from gcs.store.base import WriteBatch
 from gcs.store.errors import StoreError
-from gcs.store.ha import HaStore, LeaseInfo
+from gcs.store.ha import Change, ChangeCursor, HaStore, LeaseInfo
 
 __all__ = [
     "DRAIN_S",
@@ -65,8 +67,10 @@ TABLE_HA = "GCS_HA"
 """The HA group's own records (not mirrored, never loaded by a component)."""
 NOTICE_KEY = b"handover"
 POLL_S = 0.002
-"""How often a standby told of a handover tries the lease, and the leader looks for its
-successor (one store round trip each)."""
+"""How often a standby told of a handover tries the lease (one store round trip), and how
+long a leader waiting for its successor pauses after a failed store call."""
+WATCH_LIMIT = 100
+"""Changes read per wake-up by a leader waiting for its successor (it only looks again)."""
 DRAIN_S = 1.0
 """How long admitted calls may take to finish before the lease is handed over (calls still
 open then are ended with the term, as at a plain stop)."""
@@ -133,6 +137,8 @@ class HandoverTerm(Protocol):
 
     async def leader_record(self) -> bytes | None: ...
 
+    def recorded_in(self, change: Change) -> bytes | None: ...
+
 
 async def lead_handover(
     *,
@@ -153,20 +159,27 @@ async def lead_handover(
     ``StoreError`` (``StoreFenced``) if the notice cannot be written: the lease is then
     not ours to hand over, and the caller steps down as after a lost lease."""
     started = clock.monotonic_s()
+    steps = Steps(clock)
     term.hold()
+    steps.mark("held")
     still_open = await term.quiesce(DRAIN_S)
+    steps.mark("quiesced")
     notice = HandoverNotice(holder, epoch, to)
     await store.write(WriteBatch().put(TABLE_HA, NOTICE_KEY, notice.encode()))
+    steps.mark("notice_written")
     await stop_renewing()
     try:
         await ha.release_lease(holder, epoch)
     except StoreError as err:  # the successor waits for the TTL instead
         log.warning("ha.handover_release_failed", error=str(err))
     released = clock.monotonic_s()
+    steps.mark("released")
     successor = await _successor(
         ha, clock, holder, epoch, term, take_by=released + take_s, deadline=started + ttl_s
     )
+    steps.mark("successor_seen")
     refused = term.hand_off()
+    steps.mark("handed_off")
     result = HandoverResult(
         handed_over=successor is not None,
         successor=successor.holder if successor is not None else "",
@@ -175,7 +188,9 @@ async def lead_handover(
         still_open=still_open,
         took_ms=round((clock.monotonic_s() - started) * 1000, 3),
     )
-    log.info("ha.handed_over", holder=holder, from_epoch=epoch, **result.as_dict())
+    log.info(
+        "ha.handed_over", holder=holder, from_epoch=epoch, steps=steps.fields(), **result.as_dict()
+    )
     return result
 
 
@@ -190,18 +205,37 @@ async def _successor(
     deadline: float,
 ) -> LeaseInfo | None:
     """The lease of the member that took over and serves, or None: the lease still free at
-    ``take_by``, or its taker not serving by ``deadline``."""
+    ``take_by``, or its taker not serving by ``deadline``.  Between two looks it blocks on
+    the change stream, not on a poll interval: the successor's leader record is a write
+    there, seen (with its value) one store round trip after it landed."""
+    cursor: ChangeCursor | None = None
+    recorded = 0
+    lease: LeaseInfo | None = None
     while (now := clock.monotonic_s()) < deadline:
         try:
-            lease = await ha.read_lease()
-            taken = lease is not None and lease.holder != holder and lease.epoch > epoch
-            if not taken and now > take_by:
+            if cursor is None:  # at first, and after a failure: look again from here
+                cursor = await ha.change_cursor()
+                recorded = max(recorded, _recorded_epoch(await term.leader_record()))
+                lease = None
+            if lease is None or recorded >= lease.epoch:
+                found = await ha.read_lease()
+                taken = found is not None and found.holder != holder and found.epoch > epoch
+                lease = found if taken else None
+            if lease is None and now > take_by:
                 return None
-            if taken and _recorded_epoch(await term.leader_record()) >= lease.epoch:  # type: ignore[union-attr]
+            if lease is not None and recorded >= lease.epoch:
                 return lease
+            until = deadline if lease is not None else min(deadline, take_by)
+            block_ms = max(1, int((until - clock.monotonic_s()) * 1000) + 1)
+            cursor, changes = await ha.read_changes(cursor, block_ms=block_ms, limit=WATCH_LIMIT)
+            for change in changes:
+                value = term.recorded_in(change)
+                if value is not None:
+                    recorded = max(recorded, _recorded_epoch(value))
         except StoreError as err:
             log.warning("ha.handover_poll_failed", error=str(err))
-        await clock.sleep(POLL_S)
+            cursor = None
+            await clock.sleep(POLL_S)
     return None
 
 

@@ -13,6 +13,7 @@ from gcs.base.clock import Clock
 from gcs.base.lifecycle import ComponentFailed, Supervisor, start_until_ready
 from gcs.config import GcsConfig
 from gcs.managers.cluster_meta import stored_cluster_id
+from gcs.managers.kv import encode_key
 from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.gc_policy import freeze_start_heap
 from gcs.server.ha import HaCoordinator, HaSettings, StartTerm
@@ -22,7 +23,11 @@ from gcs.server.ha_status import HaStatusServer
 from gcs.server.metrics import GcsMetrics
 from gcs.server.wiring import Wiring
 from gcs.store import Store
+from gcs.store.base import TABLE_KV
+from gcs.store.ha import Change
 
+LEADER_RECORD_KEY = encode_key(HA_NAMESPACE, HA_LEADER_KEY)
+"""Where InternalKV stores the leader record (``start_leader_term``)."""
 STEP_DOWN_GRACE_S = 0.1
 """How long a stepping-down term lets its open calls finish (they fail fast: the term's
 store is cut) before it closes every connection."""
@@ -43,6 +48,8 @@ class LeaderTerm:
         self._supervisor = supervisor
         self._running = running
         self._on_stopped = on_stopped
+        self.steps: dict[str, float] = {}
+        """When its start's steps happened (``gcs.server.ha_steps``)."""
 
     async def wait(self) -> None:
         try:
@@ -63,6 +70,12 @@ class LeaderTerm:
     async def leader_record(self) -> bytes | None:
         """What the group's leader recorded in InternalKV (``start_leader_term``), as stored."""
         return await self.wiring.managers.kv.get(HA_NAMESPACE, HA_LEADER_KEY)
+
+    def recorded_in(self, change: Change) -> bytes | None:
+        """The leader record's new value if ``change`` (from the change stream) writes it."""
+        if change.table == TABLE_KV and change.key == LEADER_RECORD_KEY:
+            return change.value
+        return None
 
     async def stop(self) -> None:
         # not the leader any more: only the answers already due (the calls the cut store
@@ -85,10 +98,13 @@ async def start_leader_term(
     """Load ``wiring`` (from the standby's mirror), run it; returns once the shared port
     serves and ``leader`` is recorded in InternalKV for ``gcs status``."""
     supervisor = Supervisor(wiring.components)
+    steps = wiring.rpc.steps
+    steps.mark("built")
     try:
         await supervisor.load()
     except ComponentFailed as failed:
         raise failed.cause from None
+    steps.mark("loaded")
     store.release_mirror()
     running = await start_until_ready(supervisor.run(), wiring.rpc.serving(), name="gcs-term")
     term = LeaderTerm(wiring, supervisor, running, on_stopped=on_stopped)
@@ -106,6 +122,8 @@ async def start_leader_term(
     except BaseException:
         await term.stop()
         raise
+    steps.mark("recorded")
+    term.steps = steps.at
     return term
 
 
@@ -121,14 +139,19 @@ async def holder_locks(config: GcsConfig, clock: Clock, store: Store) -> LockDir
     return LockDir(default_lock_dir(cluster_id.hex(), config.namespace), clock)
 
 
-def standby_heap_freezer(config: GcsConfig) -> Callable[[], None]:
-    """The standby's start-up heap (modules, the warm copy) frozen once, as the ``gc``
-    component does at a plain start (``gcs.server.gc_policy``), so that the takeover's
-    term does not pay for that full collection."""
+def standby_heap_freezer(
+    config: GcsConfig, prepare: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """What the standby does off the takeover's path once its mirror loaded: ``prepare``
+    the terms' parts (``GcsServer.prepared``), then freeze its start-up heap once (modules,
+    the warm copy, those parts) as the ``gc`` component does at a plain start
+    (``gcs.server.gc_policy``), so that the takeover's term pays for neither."""
     frozen = False
 
     def freeze() -> None:
         nonlocal frozen
+        if prepare is not None:
+            prepare()
         if config.gc_gen0_threshold > 0 and not frozen:
             frozen = True
             freeze_start_heap()
@@ -142,9 +165,11 @@ async def member(
     clock: Clock,
     metrics: GcsMetrics,
     start_term: StartTerm,
+    *,
+    prepare: Callable[[], None] | None = None,
 ) -> tuple[HaCoordinator, HaStatusServer | None]:
     """The member's lease loop, not yet running, and its status port (with
-    ``ha.status_port``), started."""
+    ``ha.status_port``), started; ``prepare()`` once a mirror loaded (off the takeover)."""
     status: HaStatusServer | None = None
     if config.ha.status_port >= 0:
         status = HaStatusServer()
@@ -157,7 +182,7 @@ async def member(
         metrics=metrics,
         on_serving=status.set if status is not None else None,
         locks=await holder_locks(config, clock, store),
-        on_mirror_loaded=standby_heap_freezer(config),
+        on_mirror_loaded=standby_heap_freezer(config, prepare),
     )
     if status is not None:
         status.handover = ha.hand_over

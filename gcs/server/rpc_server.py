@@ -23,6 +23,7 @@ from collections.abc import Callable
 import grpc
 import structlog
 from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
@@ -50,6 +51,7 @@ from gcs.rpc.interceptors import HEALTH_PREFIX, CallGuard, CallGuardInterceptor
 from gcs.rpc.security import Security
 from gcs.rpc.server import LONG_POLL_SERVER_OPTIONS, CallHook, HandlerTable
 from gcs.rpc.warnings import WarningSampler
+from gcs.server.ha_steps import Steps
 from gcs.server.managers import Managers
 from gcs.server.reflection import wire_pool
 from gcs.services.actors import ActorInfoServicer
@@ -63,7 +65,7 @@ from gcs.services.ray_syncer import RaySyncerServicer, StartSync
 from gcs.services.virtual_clusters import VirtualClusterInfoServicer
 from gcs.services.workers_tasks import RuntimeEnvServicer, TaskInfoServicer, WorkerInfoServicer
 
-__all__ = ["RpcServer", "port_in_use"]
+__all__ = ["Prepared", "RpcServer", "port_in_use"]
 
 log = structlog.get_logger("gcs.rpc")
 
@@ -86,6 +88,36 @@ _GRPC_OPTIONS = (
 )
 
 
+REFLECTED = (
+    *svc.SERVED_BY_GCS,
+    reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
+    HEALTH_SERVICE,
+)
+"""What reflection lists: every service served (Ray's ray.rpc.* names, see
+gcs.server.reflection), reflection and health."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Prepared:
+    """What the RPC server builds that depends on neither the lease nor the state: an HA
+    standby builds it while it waits (``GcsServer``), so that each of its terms reuses it
+    instead of building it between taking the lease and serving (a planned handover's
+    pause).  Read-only once built; it answers nothing (a standby serves no call)."""
+
+    reflection_pool: DescriptorPool
+
+    @classmethod
+    def build(cls) -> Prepared:
+        return cls(reflection_pool=wire_pool(REFLECTED))
+
+    @classmethod
+    def ahead(cls) -> Prepared:
+        """Built by a standby: also a throwaway grpc.aio server, never bound nor started
+        (the first one of a process costs ~10 ms of gRPC's own set-up, off the takeover)."""
+        grpc.aio.server()
+        return cls.build()
+
+
 def port_in_use(host: str, port: int) -> OSError:
     return OSError(errno.EADDRINUSE, f"cannot bind the gRPC port {host}:{port} (in use?)")
 
@@ -105,11 +137,13 @@ class RpcServer:
         on_call: CallHook,
         warnings: WarningSampler,
         admit: Callable[[], bool] | None = None,
+        prepared: Prepared | None = None,
     ) -> None:
         """``admit`` (``--ha``): whether this GCS may still answer as the leader, asked per
         call (``gcs.server.ha``); with it the port is bound SO_REUSEPORT, shared with the
-        other members of the group on this host."""
+        other members of the group on this host.  ``prepared``: built ahead (else here)."""
         self._admit = admit
+        self.prepared = prepared
         self._config = config
         self._warnings = warnings
         self._m = managers
@@ -130,6 +164,8 @@ class RpcServer:
         self._start_sync: StartSync | None = None
         self.grace_s = 2.0
         """How long open streams may take to finish at close (``GcsServer.stop``)."""
+        self.steps = Steps(clock)
+        """``run()``'s steps to serving (an HA takeover logs them: :mod:`.ha_steps`)."""
 
     async def serving(self) -> None:
         """Returns once the port accepts calls."""
@@ -152,6 +188,7 @@ class RpcServer:
 
     async def run(self) -> None:
         cfg = self._config
+        self.steps.mark("rpc_run")
         interceptor = CallGuardInterceptor(
             self._identity.meta.cluster_id_hex, self._security.token, admit=self._admit
         )
@@ -168,6 +205,7 @@ class RpcServer:
         self._server = server
         table = HandlerTable(server)
         pubsub_servicers = await self._register(table)
+        self.steps.mark("registered")
         if cfg.front_server:
             await self._serve_behind_front(table, interceptor.guard, pubsub_servicers)
         else:
@@ -178,6 +216,7 @@ class RpcServer:
             if self.port == 0:
                 raise port_in_use(cfg.host, cfg.port)
             await server.start()
+        self.steps.mark("bound")
         self._serving.set()
         await self._stopped.wait()
 
@@ -271,14 +310,11 @@ class RpcServer:
         names = [wire_service_name(d) for d in served]
         for name in ["", *names]:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        # reflection lists what is served: Ray's ray.rpc.* names (see gcs.server.reflection)
-        reflected = [
-            *served,
-            reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
-            health_pb2.DESCRIPTOR.services_by_name["Health"],
-        ]
+        prepared = self.prepared if self.prepared is not None else Prepared.build()
         reflection.enable_server_reflection(
-            [*names, reflection.SERVICE_NAME, health.SERVICE_NAME], table, pool=wire_pool(reflected)
+            [*names, reflection.SERVICE_NAME, health.SERVICE_NAME],
+            table,
+            pool=prepared.reflection_pool,
         )
         return pubsub_servicers
 
@@ -292,11 +328,14 @@ class RpcServer:
         directory is the owner's only); the front server on the GCS port (gcs.front)."""
         cfg = self._config
         server = table.server
-        self._private_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="gcs", dir="/tmp")
+        # one mkdir (~0.2 ms), on the loop: a hop to a worker thread costs milliseconds on
+        # a busy host (the first one of a process ~10 ms), on a takeover's path to serving
+        self._private_dir = tempfile.mkdtemp(prefix="gcs", dir="/tmp")
         internal = f"unix:{self._private_dir}/grpc.sock"
         if server.add_insecure_port(internal) == 0:
             raise OSError(errno.EADDRINUSE, f"cannot bind the internal gRPC socket {internal}")
         await server.start()
+        self.steps.mark("inner_started")
         paths = [
             *(method_path(method) for d in svc.SERVED_BY_GCS for method in d.methods),
             *(HEALTH_PREFIX + method.name for method in HEALTH_SERVICE.methods),

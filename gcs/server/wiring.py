@@ -46,7 +46,7 @@ from gcs.server.gc_policy import GcTuning
 from gcs.server.head_processes import HeadChildren
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
-from gcs.server.rpc_server import RpcServer
+from gcs.server.rpc_server import Prepared, RpcServer
 from gcs.server.wiring_components import (
     Built,
     extra_components,
@@ -91,19 +91,21 @@ def build(
     extras: Extras | None = None,
     admit: Callable[[], bool] | None = None,
     start_heap_frozen: bool = False,
+    prepared: Prepared | None = None,
 ) -> Wiring:
     """``store``: the backend, opened at load (``owns_store``: closed at the end too);
     managers get it metered.  ``raylets`` / ``actor_gateway``: fakes in tests.  ``admit``
     (``--ha``, one leader term of ``gcs.server.ha``): asked per call whether this GCS still
     holds the lease; the port is then shared (SO_REUSEPORT).  ``start_heap_frozen``: the
-    process froze its start-up heap before (``gcs.server.gc_policy.GcTuning``)."""
+    process froze its start-up heap before (``gcs.server.gc_policy.GcTuning``).
+    ``prepared``: the RPC server's parts built ahead (an HA standby's)."""
     extras = extras or Extras()
     ctx = Context(config, metrics.metered(store), clock, security, lane_policy)
     events = Events(NodeEvents(), JobEvents(), PlacementGroupEvents(), WorkerEvents())
     built = build_managers(ctx, events, extras, raylets, actor_gateway)
     managers, identity = built.managers, built.identity
     _subscribe(events, managers, built.task_failures, built.io.raylets)
-    served = serving(ctx, managers, identity, metrics, advertised_host, admit)
+    served = serving(ctx, managers, identity, metrics, advertised_host, admit, prepared)
     children = head_children(ctx, identity, served.rpc, advertised_host)
     gc = GcTuning(
         clock,

@@ -32,7 +32,7 @@ from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics, MetricSource, on_loop
 from gcs.server.metrics_agent import MetricsAgentExporter
 from gcs.server.ray_metrics import snapshot_of
-from gcs.server.rpc_server import RpcServer
+from gcs.server.rpc_server import Prepared, RpcServer
 from gcs.server.store_open import open_configured
 from gcs.server.wiring_managers import Context, RayletIo
 from gcs.store import Store
@@ -75,6 +75,7 @@ def serving(
     metrics: GcsMetrics,
     advertised_host: str,
     admit: Callable[[], bool] | None,
+    prepared: Prepared | None = None,
 ) -> Serving:
     cfg = ctx.cfg
     on_call: CallHook = metrics.on_call
@@ -93,6 +94,7 @@ def serving(
         on_call=on_call,
         warnings=rpc_warnings,
         admit=admit,
+        prepared=prepared,
     )
     return Serving(rpc, handler_stats, rpc_warnings)
 
