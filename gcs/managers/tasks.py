@@ -27,8 +27,8 @@ can interleave), and reads never wait.
 Each attempt is held serialized (:class:`Held`: its bytes plus the few fields the usual
 query and the indexes read), not as a protobuf message: a message kept on its own holds an
 upb arena of about 2.5 KiB for an event of a few hundred bytes, so 10,000 tiny tasks cost
-~25 MB of the GCS's memory that way (Ray keeps up to 100,000).  A merge parses the held
-bytes, merges and serializes again; a reply splices the bytes as they are.
+~25 MB of the GCS's memory that way (Ray keeps up to 100,000).  A merge appends the
+incoming bytes (:meth:`Held.merge`); a reply splices the bytes as they are.
 """
 
 from __future__ import annotations
@@ -60,21 +60,48 @@ _DROPPED_TRACKED_UNLIMITED = 100_000
 class Held:
     """One attempt's events, serialized, with what reads and indexes need without parsing."""
 
-    __slots__ = ("driver", "has_info", "has_state", "job_id", "profiles", "wire", "worker_id")
+    __slots__ = (
+        "has_info", "has_state", "job_id", "kind", "profiles", "terminal", "wire", "worker_id"
+    )  # fmt: skip
 
     def __init__(self, events: gcs_pb2.TaskEvents) -> None:
         self.wire = events.SerializeToString()
         self.job_id = events.job_id
         self.worker_id = events.state_updates.worker_id
         self.has_info = events.HasField("task_info")
-        self.driver = self.has_info and events.task_info.type == common_pb2.DRIVER_TASK
+        self.kind = events.task_info.type
         self.has_state = events.HasField("state_updates")
+        self.terminal = _terminal(events)
         self.profiles = (
             len(events.profile_events.events) if events.HasField("profile_events") else 0
         )
 
     def events(self) -> gcs_pb2.TaskEvents:
         return gcs_pb2.TaskEvents.FromString(self.wire)
+
+    def merge(self, incoming: gcs_pb2.TaskEvents) -> None:
+        """``MergeFrom(incoming)`` at the cost of ``incoming`` alone: protobuf parses two
+        serialized messages one after the other as the first merged with the second (later
+        scalars win when set, map entries by key, repeated fields append), so the bytes are
+        appended; the fields kept beside them are merged the same way."""
+        self.wire += incoming.SerializeToString()
+        if incoming.job_id:
+            self.job_id = incoming.job_id
+        if incoming.HasField("state_updates"):
+            self.has_state = True
+            self.terminal = self.terminal or _terminal(incoming)
+            if incoming.state_updates.worker_id:
+                self.worker_id = incoming.state_updates.worker_id
+        if incoming.HasField("task_info"):
+            self.has_info = True
+            self.kind = incoming.task_info.type or self.kind
+        if incoming.HasField("profile_events"):
+            self.profiles += len(incoming.profile_events.events)
+
+
+def _terminal(events: gcs_pb2.TaskEvents) -> bool:
+    stamps = events.state_updates.state_ts_ns
+    return any(state in stamps for state in _TERMINAL)  # Ray's IsTaskTerminated
 
 
 @dataclass(slots=True)
@@ -152,30 +179,37 @@ class TaskEventStore:
 
     def _merge(self, incoming: gcs_pb2.TaskEvents) -> None:
         key = (incoming.task_id, incoming.attempt_number)
-        old = self._events.get(key)
-        if old is None:
-            events = incoming  # serialized as it is (copied first if it must be trimmed)
-        else:  # state timestamps merge by state, profile events append, info fills in
-            events = old.events()
-            events.MergeFrom(incoming)
-        if events.HasField("profile_events") and self._max_profile is not None:
-            excess = len(events.profile_events.events) - self._max_profile
-            if excess > 0:
-                if events is incoming:
-                    events = gcs_pb2.TaskEvents()
-                    events.CopyFrom(incoming)
-                del events.profile_events.events[:excess]
-                self._drops_of(events.job_id).profile += excess
-        held = self._events[key] = Held(events)
-        self._reindex(key, events)
+        held = self._events.get(key)
+        incoming_profiles = (
+            len(incoming.profile_events.events) if incoming.HasField("profile_events") else 0
+        )
+        limit = self._max_profile
+        if held is not None and (limit is None or held.profiles + incoming_profiles <= limit):
+            held.merge(incoming)  # state timestamps by state, profile events append, info fills
+        else:
+            if held is None:
+                events = incoming
+            else:
+                events = held.events()
+                events.MergeFrom(incoming)
+            if limit is not None and events.HasField("profile_events"):
+                excess = len(events.profile_events.events) - limit
+                if excess > 0:
+                    if events is incoming:  # the caller's message stays as it was
+                        events = gcs_pb2.TaskEvents()
+                        events.CopyFrom(incoming)
+                    del events.profile_events.events[:excess]
+                    self._drops_of(events.job_id).profile += excess
+            held = self._events[key] = Held(events)
+        self._reindex(key, held)
         self._by_job.setdefault(held.job_id, set()).add(key)
         if held.worker_id:
             self._by_worker.setdefault(held.worker_id, set()).add(key)
 
-    def _reindex(self, key: TaskKey, events: gcs_pb2.TaskEvents) -> None:
-        if any(state in events.state_updates.state_ts_ns for state in _TERMINAL):
+    def _reindex(self, key: TaskKey, held: Held) -> None:
+        if held.terminal:
             priority = _PRIORITY_TERMINAL  # Ray's IsTaskTerminated
-        elif events.task_info.type == common_pb2.ACTOR_TASK:
+        elif held.kind == common_pb2.ACTOR_TASK:
             priority = _PRIORITY_ACTOR
         else:
             priority = _PRIORITY_OTHER
@@ -233,8 +267,8 @@ class TaskEventStore:
             # never before the attempt's last state (a worker without an end time, skew)
             stamps[common_pb2.FAILED] = max(failed_ts_ns, *stamps.values(), 0)
             events.state_updates.error_info.CopyFrom(error)
-            self._events[key] = Held(events)  # the worker id is unchanged: indexes hold
-            self._reindex(key, events)
+            held = self._events[key] = Held(events)  # the same worker: indexes hold
+            self._reindex(key, held)
             marked += 1
         return marked
 
@@ -328,7 +362,9 @@ class TaskEventStore:
         try:
             for held in candidates:
                 if plain:
-                    if not held.has_info or (exclude_driver and held.driver):
+                    if not held.has_info or (
+                        exclude_driver and held.kind == common_pb2.DRIVER_TASK
+                    ):
                         filtered += 1
                         continue
                 elif not _matches(held.events(), f, states, exclude_driver):

@@ -65,3 +65,26 @@ def test_trimming_profile_events_leaves_the_callers_message_as_it_was() -> None:
     [held] = store.query(gcs_service_pb2.GetTaskEventsRequest()).events_by_task
     assert [e.event_name for e in held.profile_events.events] == ["e3", "e4"]
     assert store.drops(events.job_id).profile == 3
+
+
+def test_merging_by_appending_bytes_reads_as_protobufs_merge() -> None:
+    # the held bytes grow by each report; read back they equal MergeFrom of the reports
+    job = b"\x01\x00\x00\x00"
+    reports = [gcs_pb2.TaskEvents(task_id=b"t" * 24, job_id=job) for _ in range(4)]
+    reports[0].task_info.type = common_pb2.ACTOR_TASK
+    reports[0].task_info.name = "f"
+    reports[0].state_updates.state_ts_ns[common_pb2.PENDING_ARGS_AVAIL] = 1
+    reports[1].state_updates.worker_id = b"w" * 28
+    reports[1].state_updates.state_ts_ns[common_pb2.RUNNING] = 2
+    reports[1].profile_events.events.add(event_name="a")
+    reports[2].state_updates.state_ts_ns[common_pb2.RUNNING] = 3  # a later stamp wins
+    reports[2].profile_events.events.add(event_name="b")
+    reports[3].state_updates.state_ts_ns[common_pb2.FINISHED] = 4
+    store = TaskEventStore()
+    want = gcs_pb2.TaskEvents()
+    for report in reports:
+        store.add(gcs_pb2.TaskEventData(events_by_task=[report], job_id=job))
+        want.MergeFrom(report)
+        [got] = store.query(gcs_service_pb2.GetTaskEventsRequest()).events_by_task
+        assert got == want
+    assert store.fail_worker_tasks(b"w" * 28, gcs_pb2.WorkerTableData(end_time_ms=9)) == 0
