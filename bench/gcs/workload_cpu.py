@@ -226,7 +226,9 @@ class Cluster:
         raise SystemExit(f"{self.name}: driver died; logs in {self.logs}")
 
     def task_events(self, calls: int) -> None:
-        with grpc.insecure_channel(self.address) as channel:
+        # Ray's state API reads with its 512 MiB limit: 6,000 attempts pass grpc's default 4 MiB
+        options = [("grpc.max_receive_message_length", 512 * 1024 * 1024)]
+        with grpc.insecure_channel(self.address, options=options) as channel:
             stub = ServiceStub(channel, svc.TASK_INFO)
             for _ in range(calls):
                 stub.GetTaskEvents(G.GetTaskEventsRequest(), timeout=60)
