@@ -61,11 +61,15 @@ class Held:
     """One attempt's events, serialized, with what reads and indexes need without parsing."""
 
     __slots__ = (
-        "has_info", "has_state", "job_id", "kind", "profiles", "terminal", "wire", "worker_id"
+        "has_info", "has_state", "job_id", "kind", "msg", "profiles", "terminal", "wire",
+        "worker_id",
     )  # fmt: skip
 
-    def __init__(self, events: gcs_pb2.TaskEvents) -> None:
-        self.wire = events.SerializeToString()
+    def __init__(self, events: gcs_pb2.TaskEvents, *, keep: bool = False) -> None:
+        """``keep``: hold ``events`` itself (an attempt at the profile-event limit, trimmed
+        at each report: re-serializing its 1,000 events each time cost 8x a merge)."""
+        self.msg = events if keep else None
+        self.wire = b"" if keep else events.SerializeToString()
         self.job_id = events.job_id
         self.worker_id = events.state_updates.worker_id
         self.has_info = events.HasField("task_info")
@@ -77,14 +81,20 @@ class Held:
         )
 
     def events(self) -> gcs_pb2.TaskEvents:
-        return gcs_pb2.TaskEvents.FromString(self.wire)
+        return self.msg if self.msg is not None else gcs_pb2.TaskEvents.FromString(self.wire)
+
+    def data(self) -> bytes:
+        return self.wire if self.msg is None else self.msg.SerializeToString()
 
     def merge(self, incoming: gcs_pb2.TaskEvents) -> None:
         """``MergeFrom(incoming)`` at the cost of ``incoming`` alone: protobuf parses two
         serialized messages one after the other as the first merged with the second (later
         scalars win when set, map entries by key, repeated fields append), so the bytes are
         appended; the fields kept beside them are merged the same way."""
-        self.wire += incoming.SerializeToString()
+        if self.msg is not None:
+            self.msg.MergeFrom(incoming)
+        else:
+            self.wire += incoming.SerializeToString()
         if incoming.job_id:
             self.job_id = incoming.job_id
         if incoming.HasField("state_updates"):
@@ -184,8 +194,15 @@ class TaskEventStore:
             len(incoming.profile_events.events) if incoming.HasField("profile_events") else 0
         )
         limit = self._max_profile
-        if held is not None and (limit is None or held.profiles + incoming_profiles <= limit):
+        if held is not None and (
+            held.msg is not None or limit is None or held.profiles + incoming_profiles <= limit
+        ):
             held.merge(incoming)  # state timestamps by state, profile events append, info fills
+            if held.msg is not None and limit is not None and held.profiles > limit:
+                excess = held.profiles - limit
+                del held.msg.profile_events.events[:excess]
+                held.profiles = limit
+                self._drops_of(held.job_id).profile += excess
         else:
             if held is None:
                 events = incoming
@@ -200,7 +217,8 @@ class TaskEventStore:
                         events.CopyFrom(incoming)
                     del events.profile_events.events[:excess]
                     self._drops_of(events.job_id).profile += excess
-            held = self._events[key] = Held(events)
+            # an attempt past the limit keeps its message: it is trimmed at each report
+            held = self._events[key] = Held(events, keep=held is not None or events is not incoming)
         self._reindex(key, held)
         self._by_job.setdefault(held.job_id, set()).add(key)
         if held.worker_id:
@@ -370,10 +388,12 @@ class TaskEventStore:
                 elif not _matches(held.events(), f, states, exclude_driver):
                     filtered += 1
                     continue
-                wire = held.wire
-                if not full and (limit < 0 or kept < limit) and max_bytes is not None:
-                    size += framed_size(len(wire))
-                    full = size > max_bytes
+                wire = b""
+                if not full and (limit < 0 or kept < limit):
+                    wire = held.data()
+                    if max_bytes is not None:
+                        size += framed_size(len(wire))
+                        full = size > max_bytes
                 if full or 0 <= limit <= kept:
                     status_cut += 1 if held.has_state else 0
                     profile_cut += held.profiles

@@ -88,3 +88,17 @@ def test_merging_by_appending_bytes_reads_as_protobufs_merge() -> None:
         [got] = store.query(gcs_service_pb2.GetTaskEventsRequest()).events_by_task
         assert got == want
     assert store.fail_worker_tasks(b"w" * 28, gcs_pb2.WorkerTableData(end_time_ms=9)) == 0
+
+
+def test_reports_past_the_profile_limit_keep_the_newest_and_count_the_rest() -> None:
+    store = TaskEventStore(max_profile_events_per_task=3)
+    job = b"\x01\x00\x00\x00"
+    for report in range(4):  # 2 events each: the limit is passed at the second report
+        events = gcs_pb2.TaskEvents(task_id=b"t" * 24, job_id=job)
+        events.task_info.type = common_pb2.NORMAL_TASK
+        for i in range(2):
+            events.profile_events.events.add(event_name=f"r{report}e{i}")
+        store.add(gcs_pb2.TaskEventData(events_by_task=[events], job_id=job))
+    [held] = store.query(gcs_service_pb2.GetTaskEventsRequest()).events_by_task
+    assert [e.event_name for e in held.profile_events.events] == ["r2e1", "r3e0", "r3e1"]
+    assert store.drops(job).profile == 5
