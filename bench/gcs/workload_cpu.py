@@ -24,9 +24,10 @@ round):
 
 Printed per workload and GCS: GCS CPU ms per operation (utime+stime from /proc) of every
 round, their median, p50 latency, and the ratio to the first server; RSS (VmRSS) after
-start-up and at the end.  ``--profile DIR``: py-spy records ``ours`` during every workload
-(speedscope JSON under DIR; ``--gil``: samples holding the GIL, so a thread runnable but
-waiting for a CPU inside a syscall, common on a loaded machine, is not counted as work).
+start-up, after each workload and at the end.  ``--profile DIR``: py-spy records ``ours``
+during every workload (speedscope JSON under DIR; ``--gil``: samples holding the GIL, so a
+thread runnable but waiting for a CPU inside a syscall, common on a loaded machine, is not
+counted as work).
 Logs stay in the printed directory when a start fails.
 """
 
@@ -225,7 +226,9 @@ class Cluster:
         raise SystemExit(f"{self.name}: driver died; logs in {self.logs}")
 
     def task_events(self, calls: int) -> None:
-        with grpc.insecure_channel(self.address) as channel:
+        # Ray's state API reads with its 512 MiB limit: 6,000 attempts pass grpc's default 4 MiB
+        options = [("grpc.max_receive_message_length", 512 * 1024 * 1024)]
+        with grpc.insecure_channel(self.address, options=options) as channel:
             stub = ServiceStub(channel, svc.TASK_INFO)
             for _ in range(calls):
                 stub.GetTaskEvents(G.GetTaskEventsRequest(), timeout=60)
@@ -324,7 +327,7 @@ def main() -> None:
                     print(
                         f"round {r} {workload:6} {c.name:4}: {1000 * used / n:8.3f} ms CPU/op  "
                         f"p50 {1000 * statistics.median(lat):8.1f} ms  "
-                        f"(load1 {os.getloadavg()[0]:.1f})",
+                        f"RSS {rss_mib(c.gcs_pid):6.1f} MiB  (load1 {os.getloadavg()[0]:.1f})",
                         flush=True,
                     )
         print(f"\nsummary (median of {args.rounds} rounds; ratio to {names[0]}):")

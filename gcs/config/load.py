@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-import yaml
-
 from gcs.base.auth import AuthConfigError, parse_mode
 from gcs.config.checks import validate
 from gcs.config.errors import ConfigError
@@ -111,6 +109,8 @@ def load_config(
     for path, value in (defaults or {}).items():
         _set_path(tree, path, value)
     if config_file:
+        import yaml  # only for a file: a serving GCS does not hold the YAML library otherwise
+
         try:
             loaded = yaml.safe_load(pathlib.Path(config_file).read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:

@@ -23,6 +23,12 @@ no RUNNING ghosts.  ``gcs.managers.task_failures`` calls them after Ray's delays
 
 No store write, so no lane: an ``add`` is one synchronous step on the event loop (nothing
 can interleave), and reads never wait.
+
+Each attempt is held serialized (:class:`Held`: its bytes plus the few fields the usual
+query and the indexes read), not as a protobuf message: a message kept on its own holds an
+upb arena of about 2.5 KiB for an event of a few hundred bytes, so 10,000 tiny tasks cost
+~25 MB of the GCS's memory that way (Ray keeps up to 100,000).  A merge appends the
+incoming bytes (:meth:`Held.merge`); a reply splices the bytes as they are.
 """
 
 from __future__ import annotations
@@ -51,6 +57,63 @@ _DROPPED_TRACKED_UNLIMITED = 100_000
 """Attempts remembered as dropped when the task limit is off (that index stays bounded)."""
 
 
+class Held:
+    """One attempt's events, serialized, with what reads and indexes need without parsing."""
+
+    __slots__ = (
+        "has_info", "has_state", "job_id", "kind", "msg", "profiles", "terminal", "wire",
+        "worker_id",
+    )  # fmt: skip
+
+    def __init__(self, events: gcs_pb2.TaskEvents, *, keep: bool = False) -> None:
+        """``keep``: hold ``events`` itself (an attempt at the profile-event limit, trimmed
+        at each report: re-serializing its 1,000 events each time cost 8x a merge)."""
+        self.msg = events if keep else None
+        self.wire = b"" if keep else events.SerializeToString()
+        self.job_id = events.job_id
+        self.worker_id = events.state_updates.worker_id
+        self.has_info = events.HasField("task_info")
+        self.kind = events.task_info.type
+        self.has_state = events.HasField("state_updates")
+        self.terminal = _terminal(events)
+        self.profiles = (
+            len(events.profile_events.events) if events.HasField("profile_events") else 0
+        )
+
+    def events(self) -> gcs_pb2.TaskEvents:
+        return self.msg if self.msg is not None else gcs_pb2.TaskEvents.FromString(self.wire)
+
+    def data(self) -> bytes:
+        return self.wire if self.msg is None else self.msg.SerializeToString()
+
+    def merge(self, incoming: gcs_pb2.TaskEvents) -> None:
+        """``MergeFrom(incoming)`` at the cost of ``incoming`` alone: protobuf parses two
+        serialized messages one after the other as the first merged with the second (later
+        scalars win when set, map entries by key, repeated fields append), so the bytes are
+        appended; the fields kept beside them are merged the same way."""
+        if self.msg is not None:
+            self.msg.MergeFrom(incoming)
+        else:
+            self.wire += incoming.SerializeToString()
+        if incoming.job_id:
+            self.job_id = incoming.job_id
+        if incoming.HasField("state_updates"):
+            self.has_state = True
+            self.terminal = self.terminal or _terminal(incoming)
+            if incoming.state_updates.worker_id:
+                self.worker_id = incoming.state_updates.worker_id
+        if incoming.HasField("task_info"):
+            self.has_info = True
+            self.kind = incoming.task_info.type or self.kind
+        if incoming.HasField("profile_events"):
+            self.profiles += len(incoming.profile_events.events)
+
+
+def _terminal(events: gcs_pb2.TaskEvents) -> bool:
+    stamps = events.state_updates.state_ts_ns
+    return any(state in stamps for state in _TERMINAL)  # Ray's IsTaskTerminated
+
+
 @dataclass(slots=True)
 class JobDrops:
     status: int = 0
@@ -75,7 +138,7 @@ class TaskEventStore:
             max_profile_events_per_task if max_profile_events_per_task >= 0 else None
         )
         self._max_dropped_tracked = self._max_tasks or _DROPPED_TRACKED_UNLIMITED
-        self._events: dict[TaskKey, gcs_pb2.TaskEvents] = {}
+        self._events: dict[TaskKey, Held] = {}
         # one insertion-ordered index per eviction priority (oldest first)
         self._by_priority: tuple[OrderedDict[TaskKey, None], ...] = (
             OrderedDict(),
@@ -127,27 +190,44 @@ class TaskEventStore:
     def _merge(self, incoming: gcs_pb2.TaskEvents) -> None:
         key = (incoming.task_id, incoming.attempt_number)
         held = self._events.get(key)
-        if held is None:
-            held = gcs_pb2.TaskEvents()
-            held.CopyFrom(incoming)
-            self._events[key] = held
-        else:  # state timestamps merge by state, profile events append, info fills in
-            held.MergeFrom(incoming)
-        if held.HasField("profile_events") and self._max_profile is not None:
-            entries = held.profile_events.events
-            excess = len(entries) - self._max_profile
-            if excess > 0:
-                del entries[:excess]
+        incoming_profiles = (
+            len(incoming.profile_events.events) if incoming.HasField("profile_events") else 0
+        )
+        limit = self._max_profile
+        if held is not None and (
+            held.msg is not None or limit is None or held.profiles + incoming_profiles <= limit
+        ):
+            held.merge(incoming)  # state timestamps by state, profile events append, info fills
+            if held.msg is not None and limit is not None and held.profiles > limit:
+                excess = held.profiles - limit
+                del held.msg.profile_events.events[:excess]
+                held.profiles = limit
                 self._drops_of(held.job_id).profile += excess
+        else:
+            if held is None:
+                events = incoming
+            else:
+                events = held.events()
+                events.MergeFrom(incoming)
+            if limit is not None and events.HasField("profile_events"):
+                excess = len(events.profile_events.events) - limit
+                if excess > 0:
+                    if events is incoming:  # the caller's message stays as it was
+                        events = gcs_pb2.TaskEvents()
+                        events.CopyFrom(incoming)
+                    del events.profile_events.events[:excess]
+                    self._drops_of(events.job_id).profile += excess
+            # an attempt past the limit keeps its message: it is trimmed at each report
+            held = self._events[key] = Held(events, keep=held is not None or events is not incoming)
         self._reindex(key, held)
         self._by_job.setdefault(held.job_id, set()).add(key)
-        if held.state_updates.worker_id:
-            self._by_worker.setdefault(held.state_updates.worker_id, set()).add(key)
+        if held.worker_id:
+            self._by_worker.setdefault(held.worker_id, set()).add(key)
 
-    def _reindex(self, key: TaskKey, events: gcs_pb2.TaskEvents) -> None:
-        if any(state in events.state_updates.state_ts_ns for state in _TERMINAL):
+    def _reindex(self, key: TaskKey, held: Held) -> None:
+        if held.terminal:
             priority = _PRIORITY_TERMINAL  # Ray's IsTaskTerminated
-        elif events.task_info.type == common_pb2.ACTOR_TASK:
+        elif held.kind == common_pb2.ACTOR_TASK:
             priority = _PRIORITY_ACTOR
         else:
             priority = _PRIORITY_OTHER
@@ -159,15 +239,15 @@ class TaskEventStore:
         self._by_priority[priority][key] = None
         self._priority[key] = priority
 
-    def _remove(self, key: TaskKey) -> gcs_pb2.TaskEvents | None:
-        events = self._events.pop(key, None)
+    def _remove(self, key: TaskKey) -> Held | None:
+        held = self._events.pop(key, None)
         priority = self._priority.pop(key, None)
         if priority is not None:
             self._by_priority[priority].pop(key, None)
-        if events is not None:
-            _unindex(self._by_job, events.job_id, key)
-            _unindex(self._by_worker, events.state_updates.worker_id, key)
-        return events
+        if held is not None:
+            _unindex(self._by_job, held.job_id, key)
+            _unindex(self._by_worker, held.worker_id, key)
+        return held
 
     def fail_worker_tasks(self, worker_id: bytes, failure: gcs_pb2.WorkerTableData) -> int:
         """Ray's ``MarkTasksFailedOnWorkerDead``: the unfinished attempts that ran on
@@ -198,14 +278,15 @@ class TaskEventStore:
     def _fail(self, keys: list[TaskKey], failed_ts_ns: int, error: common_pb2.RayErrorInfo) -> int:
         marked = 0
         for key in keys:
-            events = self._events[key]
+            events = self._events[key].events()
             stamps = events.state_updates.state_ts_ns
             if any(state in stamps for state in _TERMINAL):
                 continue  # Ray's IsTaskTerminated: a finished or failed attempt stays so
             # never before the attempt's last state (a worker without an end time, skew)
             stamps[common_pb2.FAILED] = max(failed_ts_ns, *stamps.values(), 0)
             events.state_updates.error_info.CopyFrom(error)
-            self._reindex(key, events)
+            held = self._events[key] = Held(events)  # the same worker: indexes hold
+            self._reindex(key, held)
             marked += 1
         return marked
 
@@ -213,24 +294,27 @@ class TaskEventStore:
         for index in self._by_priority:
             if index:
                 key = next(iter(index))
-                events = self._remove(key)
-                assert events is not None
-                self._drops_of(events.job_id).status += 1
+                held = self._remove(key)
+                assert held is not None
+                self._drops_of(held.job_id).status += 1
                 self.evicted += 1
                 return
 
     # -- reads ---------------------------------------------------------------------------
-    def newest_first(self) -> Iterator[gcs_pb2.TaskEvents]:
+    def newest_first(self) -> Iterator[Held]:
         """Every attempt in Ray's reply order: finished or failed ones, then actor tasks,
         then the rest, each group newest first (the most recently added, or moved into the
         group by a state change); ``limit`` keeps the front of it."""
+        for key in self._newest_first_keys():
+            yield self._events[key]
+
+    def _newest_first_keys(self) -> Iterator[TaskKey]:
         for index in self._by_priority:
-            for key in reversed(index):
-                yield self._events[key]
+            yield from reversed(index)
 
     def _candidates(
         self, f: gcs_service_pb2.GetTaskEventsRequest.Filters
-    ) -> tuple[list[gcs_pb2.TaskEvents], JobDrops]:
+    ) -> tuple[list[Held], JobDrops]:
         """Ray's pre-selection and the loss it reports with it: one task id (EQUAL) -> its
         attempts, no loss; else one job id -> its attempts and that job's loss; several
         EQUAL ids of the kind it looks at -> nothing; otherwise everything and all loss."""
@@ -238,7 +322,9 @@ class TaskEventStore:
             task_ids = {tf.task_id for tf in f.task_filters if tf.predicate == EQUAL}
             if len(task_ids) == 1:
                 (task_id,) = task_ids
-                return [e for e in self.newest_first() if e.task_id == task_id], JobDrops()
+                return [
+                    self._events[key] for key in self._newest_first_keys() if key[0] == task_id
+                ], JobDrops()
             if task_ids:
                 return [], JobDrops()
         elif f.job_filters:
@@ -246,8 +332,8 @@ class TaskEventStore:
             if len(job_ids) == 1:
                 (job_id,) = job_ids
                 keys = self._by_job.get(job_id, ())
-                events = [e for e in self.newest_first() if (e.task_id, e.attempt_number) in keys]
-                return events, self.drops(job_id)
+                held = [self._events[key] for key in self._newest_first_keys() if key in keys]
+                return held, self.drops(job_id)
             if job_ids:
                 return [], JobDrops()
         total = JobDrops(
@@ -275,8 +361,8 @@ class TaskEventStore:
         counted the same way, never built).  An unknown filter predicate answers Ray's
         in-reply InvalidArgument.
 
-        Each kept attempt is serialized once, straight into the reply's bytes: no copy into
-        a reply message and no second serialization of the whole reply."""
+        Each kept attempt's held bytes go straight into the reply's bytes: no copy into a
+        reply message and no serialization of the whole reply."""
         f = request.filters
         limit = request.limit if request.HasField("limit") else -1
         candidates, drops = self._candidates(f)
@@ -292,26 +378,25 @@ class TaskEventStore:
             states or f.task_filters or f.job_filters or f.actor_filters or f.task_name_filters
         )
         try:
-            for events in candidates:
+            for held in candidates:
                 if plain:
-                    if not events.HasField("task_info") or (
-                        exclude_driver and events.task_info.type == common_pb2.DRIVER_TASK
+                    if not held.has_info or (
+                        exclude_driver and held.kind == common_pb2.DRIVER_TASK
                     ):
                         filtered += 1
                         continue
-                elif not _matches(events, f, states, exclude_driver):
+                elif not _matches(held.events(), f, states, exclude_driver):
                     filtered += 1
                     continue
                 wire = b""
                 if not full and (limit < 0 or kept < limit):
-                    wire = events.SerializeToString()
+                    wire = held.data()
                     if max_bytes is not None:
                         size += framed_size(len(wire))
                         full = size > max_bytes
                 if full or 0 <= limit <= kept:
-                    status_cut += 1 if events.HasField("state_updates") else 0
-                    if events.HasField("profile_events"):
-                        profile_cut += len(events.profile_events.events)
+                    status_cut += 1 if held.has_state else 0
+                    profile_cut += held.profiles
                     truncated += 1
                     continue
                 n = len(wire)

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from gcs.base.ha_keys import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.base.labels import label_selector_error, selector_proto
 from gcs.policy.autoscaling.scheduler.waiting import WaitingDemand
 from gcs.policy.autoscaling.scheduler.waiting import from_json as waiting_from_json
@@ -212,12 +213,6 @@ async def get_autoscaler_waiting_async(
                 return None
             raise
     return _waiting_from(reply)
-
-
-HA_NAMESPACE = b"gcs_ha"
-HA_LEADER_KEY = b"leader"
-"""Where the leader of a ``gcs serve --ha`` group records itself at each takeover (JSON
-``{"holder", "epoch", "since"}``), for ``gcs status``."""
 
 
 def get_ha_leader(

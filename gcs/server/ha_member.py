@@ -10,11 +10,11 @@ import pathlib
 from collections.abc import Callable
 
 from gcs.base.clock import Clock
+from gcs.base.ha_keys import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.base.lifecycle import ComponentFailed, Supervisor, start_until_ready
 from gcs.config import GcsConfig
 from gcs.managers.cluster_meta import stored_cluster_id
 from gcs.managers.kv import encode_key
-from gcs.sdk import HA_LEADER_KEY, HA_NAMESPACE
 from gcs.server.gc_policy import freeze_start_heap
 from gcs.server.ha import HaCoordinator, HaSettings, StartTerm
 from gcs.server.ha_lock import LockDir, default_lock_dir
