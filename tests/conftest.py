@@ -10,6 +10,7 @@ succeed."""
 from __future__ import annotations
 
 import compileall
+import functools
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -125,6 +126,22 @@ def _logs_on_stderr() -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.__stderr__),
         cache_logger_on_first_use=False,
     )
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_the_suite_configured(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A command run in this process (``gcs serve``, ``gcs ha``) configures logging as its
+    process would: a level filter, and loggers cached on first use, which
+    ``structlog.testing.capture_logs`` can no longer reach for the rest of the worker (a
+    later test saw no ``ha.handed_over``).  Here nothing is cached, and each test starts
+    from the suite's configuration."""
+    import gcs.server.logging as gcs_logging
+
+    saved = structlog.get_config()
+    configure = gcs_logging.configure_logging
+    monkeypatch.setattr(gcs_logging, "configure_logging", functools.partial(configure, cache=False))
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture(scope="session")

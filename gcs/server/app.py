@@ -28,14 +28,14 @@ from gcs.server.addresses import advertised_host
 from gcs.server.extras import Extras
 from gcs.server.gc_policy import SurvivorFreezer
 from gcs.server.ha import HaCoordinator
-from gcs.server.ha_handover import planned_stop
+from gcs.server.ha_handover import stop_member
 from gcs.server.ha_member import LeaderTerm, member, run_until_warm, start_leader_term
 from gcs.server.ha_mirror import TakeoverStore
 from gcs.server.ha_status import HaStatusServer
 from gcs.server.head_processes import SupervisedChild
 from gcs.server.managers import Managers
 from gcs.server.metrics import GcsMetrics
-from gcs.server.rpc_server import Prepared
+from gcs.server.rpc_server import PreparedAhead
 from gcs.server.store_open import build_configured, open_configured
 from gcs.server.wiring import Wiring, build
 from gcs.store import Store
@@ -72,8 +72,7 @@ class GcsServer:
         self._raylets = raylets
         self._actor_gateway = actor_gateway
         self._extras = extras or Extras()
-        self.prepared: Prepared | None = None
-        """``--ha``: the terms' RPC server parts, built by the standby (off the takeover)."""
+        self.prepared = PreparedAhead()  # --ha: the terms' RPC server parts
         self.metrics = GcsMetrics()
         self.advertised_host = config.node_ip_address or advertised_host(config.host)
         self.wiring: Wiring | None = None
@@ -179,7 +178,7 @@ class GcsServer:
         if cfg.metrics_port >= 0:  # across terms; each term's wiring serves none
             self.metrics.serve(cfg.host, cfg.metrics_port)
         self.ha, self.ha_status = await member(
-            cfg, store, self.clock, self.metrics, self._start_term, prepare=self._prepare
+            cfg, store, self.clock, self.metrics, self._start_term, prepare=self.prepared.build
         )
         self._running = await run_until_warm(self.ha)
         port = self.metrics_port or "off"
@@ -210,7 +209,7 @@ class GcsServer:
             extras=self._extras,
             admit=admit,
             start_heap_frozen=admit is not None,  # an HA term: frozen when the mirror loaded
-            prepared=self.prepared,
+            prepared=self.prepared.parts,
         )
 
     async def _start_term(self, store: TakeoverStore, admit: Callable[[], bool]) -> LeaderTerm:
@@ -225,10 +224,6 @@ class GcsServer:
         return await start_leader_term(
             wiring, store, leader, on_serving=self._term_serving, on_stopped=self._term_stopped
         )
-
-    def _prepare(self) -> None:
-        if self.prepared is None:
-            self.prepared = Prepared.ahead()
 
     def _term_serving(self, wiring: Wiring) -> None:
         self.wiring = wiring
@@ -286,15 +281,9 @@ class GcsServer:
         if self._stopping:
             return
         self._stopping = True
-        running = self._running
-        if hand_over and self.ha is not None and self.ha.serving and running is not None:
-            await planned_stop(self.ha, running)
-        if running is not None:
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
+        assert self.ha is not None
+        await stop_member(self.ha, self._running, self.ha_status, hand_over=hand_over)
         self.metrics.close()
-        if self.ha_status is not None:
-            await self.ha_status.close()
         if self._owns_store and self._store is not None:
             await self._store.close()
         log.info("gcs.stopped")

@@ -312,7 +312,14 @@ def _fail(ask: HandoverAsk, message: str) -> None:
 class Leader(Protocol):
     """The coordinator, as :func:`planned_stop` sees it."""
 
+    @property
+    def serving(self) -> bool: ...
+
     async def hand_over(self, to: str = "", *, then_stop: bool = False) -> HandoverResult: ...
+
+
+class _StatusPort(Protocol):
+    async def close(self) -> None: ...
 
 
 async def planned_stop(leader: Leader, running: asyncio.Task[None]) -> None:
@@ -321,6 +328,25 @@ async def planned_stop(leader: Leader, running: asyncio.Task[None]) -> None:
     handing, _ = await race(leader.hand_over(then_stop=True), asyncio.shield(running))
     if handing.done() and not handing.cancelled() and handing.exception() is not None:
         log.warning("ha.planned_stop_without_handover", error=str(handing.exception()))
+
+
+async def stop_member(
+    leader: Leader,
+    running: asyncio.Task[None] | None,
+    status: _StatusPort | None,
+    *,
+    hand_over: bool,
+) -> None:
+    """``GcsServer.stop`` of an HA member: a serving leader hands over first (with
+    ``hand_over``, from ``gcs serve``'s SIGTERM); then the lease loop ends (its term closes,
+    the lease is released) and the status port closes."""
+    if hand_over and leader.serving and running is not None:
+        await planned_stop(leader, running)
+    if running is not None:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    if status is not None:
+        await status.close()
 
 
 def standby_wait_s(

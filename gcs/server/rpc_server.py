@@ -118,6 +118,18 @@ class Prepared:
         return cls.build()
 
 
+class PreparedAhead:
+    """An HA member's :class:`Prepared`: built once by its standby (:meth:`build`, off the
+    takeover), reused by each of its terms (:attr:`parts`; None before)."""
+
+    def __init__(self) -> None:
+        self.parts: Prepared | None = None
+
+    def build(self) -> None:
+        if self.parts is None:
+            self.parts = Prepared.ahead()
+
+
 def port_in_use(host: str, port: int) -> OSError:
     return OSError(errno.EADDRINUSE, f"cannot bind the gRPC port {host}:{port} (in use?)")
 

@@ -76,8 +76,8 @@ async def test_the_standby_builds_the_reflection_pool_ahead_and_its_terms_reuse_
         await clock.advance_until(lambda: b.ha is not None and b.ha.serving, 0.05)
         # the term built no pool: it reused the one the standby built (off the takeover)
         assert len(built) == ahead
-        assert b.prepared is not None and b.wiring is not None
-        assert b.wiring.rpc.prepared is b.prepared
+        assert b.prepared.parts is not None and b.wiring is not None
+        assert b.wiring.rpc.prepared is b.prepared.parts
         assert "ray.rpc.NodeInfoGcsService" in await _services(f"127.0.0.1:{port}")
         # and back: a's second term reuses its parts too, and reflection still answers
         a_store.fail_writes = False
@@ -86,7 +86,7 @@ async def test_the_standby_builds_the_reflection_pool_ahead_and_its_terms_reuse_
             lambda: a.ha is not None and a.ha.serving and b.wiring is None, 0.05
         )
         assert len(built) == ahead and a.wiring is not None
-        assert a.wiring.rpc.prepared is a.prepared
+        assert a.wiring.rpc.prepared is a.prepared.parts
         assert "ray.rpc.InternalKVGcsService" in await _services(f"127.0.0.1:{port}")
     finally:
         await b.stop()
