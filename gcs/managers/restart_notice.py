@@ -21,8 +21,8 @@ from gcs.base.background import Background
 from gcs.base.clock import Clock
 from gcs.base.errors import GcsError
 from gcs.managers.actors import ActorManager
+from gcs.managers.load_poller import LoadPoller
 from gcs.managers.nodes import NodeManager
-from gcs.managers.resources import LoadPoller
 from gcs.managers.startup_spread import spread, spread_lazily, spread_window_s
 from gcs.rpc.raylet_io.gateway import RayletGateway, raylet_address
 

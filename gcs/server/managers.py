@@ -12,10 +12,11 @@ from gcs.managers.health import HealthChecker
 from gcs.managers.job_view import JobView
 from gcs.managers.jobs import JobManager
 from gcs.managers.kv import KvManager
+from gcs.managers.load_poller import LoadPoller
 from gcs.managers.nodes import NodeManager
 from gcs.managers.pg_scheduler import PlacementGroupScheduler
 from gcs.managers.placement_groups import PlacementGroupManager
-from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.resources import ResourceCache
 from gcs.managers.runtime_env import RuntimeEnvPins
 from gcs.managers.sync_hub import SyncHub
 from gcs.managers.tasks import TaskEventStore

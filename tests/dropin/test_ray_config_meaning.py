@@ -19,8 +19,9 @@ from gcs.base.clock import FakeClock
 from gcs.config import HealthCheckConfig, LoadPollConfig
 from gcs.managers.events import NodeEvents
 from gcs.managers.health import HealthChecker
+from gcs.managers.load_poller import LoadPoller
 from gcs.managers.nodes import NodeManager
-from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.resources import ResourceCache
 from gcs.managers.tasks import TaskEventStore
 from gcs.managers.virtual_clusters import VirtualClusterManager
 from gcs.proto import gcs_pb2, gcs_service_pb2

@@ -16,8 +16,9 @@ import pytest
 from gcs.base.clock import FakeClock
 from gcs.config import ConfigError, LoadPollConfig, load_config
 from gcs.managers.events import NodeEvents
+from gcs.managers.load_poller import LoadPoller, SlicedApplier
 from gcs.managers.nodes import NodeManager
-from gcs.managers.resources import LoadPoller, ResourceCache, SlicedApplier
+from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2
 from gcs.store.memory import MemoryStore
 

@@ -19,8 +19,8 @@ from structlog.testing import capture_logs
 from gcs.base.clock import FakeClock
 from gcs.managers import restart_notice
 from gcs.managers.actors import ActorManager
+from gcs.managers.load_poller import LoadPoller
 from gcs.managers.nodes import NodeManager
-from gcs.managers.resources import LoadPoller
 from gcs.managers.restart_notice import RestartNotice
 from gcs.proto import gcs_pb2
 from gcs.store.base import TABLE_NODE, WriteBatch

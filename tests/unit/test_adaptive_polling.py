@@ -10,8 +10,9 @@ import asyncio
 from gcs.base.clock import FakeClock
 from gcs.config import HealthCheckConfig, LoadPollConfig
 from gcs.managers.events import NodeEvents
+from gcs.managers.load_poller import LoadPoller
 from gcs.managers.nodes import NodeManager
-from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.resources import ResourceCache
 from gcs.proto import gcs_pb2
 from gcs.store.memory import MemoryStore
 

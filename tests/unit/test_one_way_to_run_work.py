@@ -197,7 +197,7 @@ def test_the_lag_probe_is_the_only_wall_clock_sleep_and_exists() -> None:
 
 def test_the_scope_is_what_the_issue_names() -> None:
     files = checked_files(ROOT)
-    assert "gcs/managers/resources.py" in files and "gcs/server/head_processes.py" in files
+    assert "gcs/managers/load_poller.py" in files and "gcs/server/head_processes.py" in files
     assert "gcs/rpc/raylet_io/grpc_gateway.py" in files and "gcs/store/sql/store.py" in files
     assert not any(
         f.startswith(("gcs/raylet/", "gcs/sdk/", "gcs/testing/", "gcs/cli/dropin/")) for f in files

@@ -14,8 +14,9 @@ from gcs.base.clock import FakeClock
 from gcs.config import HealthCheckConfig, LoadPollConfig, RayletIoConfig
 from gcs.managers.events import NodeEvents
 from gcs.managers.health import HealthChecker
+from gcs.managers.load_poller import LoadPoller
 from gcs.managers.nodes import NodeManager
-from gcs.managers.resources import LoadPoller, ResourceCache
+from gcs.managers.resources import ResourceCache
 from gcs.managers.startup_spread import spread, spread_lazily, spread_window_s
 from gcs.proto import gcs_pb2
 from gcs.rpc.raylet_io.budget import budget_for
