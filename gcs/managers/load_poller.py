@@ -58,20 +58,15 @@ class SlicedApplier:
         self._cache = cache
         self._slice = slice_size
         self._on_report = on_report
-        self._pending: collections.deque[tuple[bytes, gcs_pb2.ResourcesData, bool]] = (
-            collections.deque()
-        )
+        self._pending: collections.deque[tuple[bytes, gcs_pb2.ResourcesData]] = collections.deque()
         self._drain: asyncio.Task[None] | None = None
         self._tasks = Background("load_applier")
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def submit(
-        self, node_id: bytes, data: gcs_pb2.ResourcesData, *, load_only: bool = False
-    ) -> None:
-        """``load_only``: see :meth:`ResourceCache.apply`."""
-        self._pending.append((node_id, data, load_only))
+    def submit(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> None:
+        self._pending.append((node_id, data))
         if self._drain is None:
             self._drain = self._tasks.start(self._run(), "drain")
 
@@ -88,8 +83,8 @@ class SlicedApplier:
         try:
             while pending:
                 for _ in range(min(self._slice, len(pending))):
-                    node_id, data, load_only = pending.popleft()
-                    if apply(node_id, data, load_only=load_only) and on_report is not None:
+                    node_id, data = pending.popleft()
+                    if apply(node_id, data) and on_report is not None:
                         on_report(node_id)
                 if pending:
                     await asyncio.sleep(0)
@@ -281,10 +276,7 @@ class LoadPoller:
         if view_version is not None:
             self._polled_view[node_id] = (view_version, self._clock.monotonic_s())
         self.stats.polls_ok += 1
-        # with the node's syncer stream up its views carry its resources (Ray's poll
-        # updates only the load): copying and comparing its whole resource map again on
-        # every poll cost as much as the views themselves
-        self._applier.submit(node_id, data, load_only=view_version is not None)
+        self._applier.submit(node_id, data)
 
     async def run(self) -> None:
         """Start a round every period (of the injected clock) without waiting for stragglers

@@ -123,21 +123,6 @@ class NodeResources:
         pending = self._pending
         return pending[3][1] if pending is not None else self._data.is_draining
 
-    @property
-    def holds_view(self) -> bool:
-        """The resources held came from a syncer view (not a load poll)."""
-        return self._fingerprint is not None
-
-    def take_load(self, polled: gcs_pb2.ResourcesData) -> None:
-        """A poll's load (``resource_load``, ``resource_load_by_shape``) into the report;
-        its resources stay as the views gave them (a held view stays held)."""
-        data = gcs_pb2.ResourcesData()
-        data.CopyFrom(self._data)
-        data.resource_load.clear()
-        data.resource_load.update(polled.resource_load)
-        data.resource_load_by_shape.CopyFrom(polled.resource_load_by_shape)
-        self._data = data
-
     def take_view(self, view: ray_syncer_pb2.ResourceViewSyncMessage) -> bool:
         """Hold a view until ``data`` is read; whether its resources or labels differ from
         the held ones.  A view without totals (or labels) keeps the last ones: the newest
@@ -350,23 +335,11 @@ class ResourceCache:
             if entry.demand:
                 self.demand_version += 1
 
-    def apply(
-        self, node_id: bytes, data: gcs_pb2.ResourcesData, *, load_only: bool = False
-    ) -> bool:
-        """Replace a node's view with a fresh report; False for unknown (dead) nodes.
-
-        ``load_only``: the node's syncer stream is up, so its resources, idle and draining
-        come from its views (as in Ray, whose load poll updates only the load): the report
-        gives its pending demand and ``resource_load`` and nothing else."""
+    def apply(self, node_id: bytes, data: gcs_pb2.ResourcesData) -> bool:
+        """Replace a node's view with a fresh report; False for unknown (dead) nodes."""
         entry = self.nodes.get(node_id)
         if entry is None:
             return False
-        if load_only and entry.holds_view:
-            self._apply_load(entry, data)
-            entry.take_load(data)
-            entry.updated_mono_s = self._clock.monotonic_s()
-            self.updates += 1
-            return True
         self._apply_load(entry, data)
         if not data.labels and entry.data.labels:
             data.labels.update(entry.data.labels)

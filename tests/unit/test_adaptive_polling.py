@@ -189,29 +189,3 @@ async def test_a_round_that_skips_a_straggler_finishes_before_it_settles() -> No
     await first
     assert poller.settled
     assert cache.nodes[PLAIN].demand
-
-
-async def test_a_poll_of_a_syncing_node_takes_its_load_and_leaves_its_resources() -> None:
-    """With the node's syncer stream up its views carry its resources (Ray's load poll
-    updates only the load): a poll brings the demand, never an older resource map, and
-    copies none of the view's names into the report (issue 30)."""
-    from gcs.proto import ray_syncer_pb2
-
-    _, poller, raylets, _, cache = await _setup(0)
-    view = ray_syncer_pb2.ResourceViewSyncMessage(
-        resources_available={"CPU": 0.5, "CPU_group_" + "ab" * 18: 0.5},
-        resources_total={"CPU": 2.0, "CPU_group_" + "ab" * 18: 0.5},
-    )
-    for node_id in (SYNCING, PLAIN):
-        copy = ray_syncer_pb2.ResourceViewSyncMessage()
-        copy.CopyFrom(view)
-        cache.apply_view(node_id, copy)
-    raylets.queued = {SYNCING: 3, PLAIN: 2}
-    await _round(poller, raylets)
-    syncing, plain = cache.nodes[SYNCING], cache.nodes[PLAIN]
-    assert syncing.merges == 0  # the view is still held: nothing of it copied
-    assert dict(syncing.data.resources_total) == dict(view.resources_total)
-    [demand] = syncing.data.resource_load_by_shape.resource_demands
-    assert demand.num_infeasible_requests_queued == 3
-    assert dict(plain.data.resources_total) == {"CPU": 1.0}  # no stream: the poll is the report
-    assert sum(c[1] for _, c in cache.demand.items()) == 5
